@@ -1,0 +1,77 @@
+// The safetensors format, read and written by us: 8-byte little-endian header length, a JSON header
+// {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {str: str}}, then the raw bytes.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace mt {
+
+struct TensorEntry {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0;  // byte offsets into the data section
+  uint64_t end = 0;
+  int64_t numel() const;
+};
+
+// Validates the whole header at open: length within the file, JSON well-formed, known dtypes, offsets inside
+// the data section, sizes that match dtype x shape, no overlaps. Every failure is a data error naming the file.
+class SafetensorsReader {
+ public:
+  explicit SafetensorsReader(const std::string& path);
+  ~SafetensorsReader();
+  SafetensorsReader(const SafetensorsReader&) = delete;
+  SafetensorsReader& operator=(const SafetensorsReader&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const TensorEntry* find(const std::string& name) const;  // null when absent
+
+  // Reads one tensor's bytes into dst, which must hold exactly entry.end - entry.begin bytes.
+  void read(const TensorEntry& entry, void* dst) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  uint64_t data_start_ = 0;
+  std::vector<TensorEntry> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// Streams tensors to a temporary file one by one (no copy of the whole model in memory), then fsyncs and renames
+// it into place on finish(): the destination is either the old file or the complete new one.
+class SafetensorsWriter {
+ public:
+  struct Item {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+  };
+  // The header needs every name and shape up front; data then follows in the same order.
+  SafetensorsWriter(const std::string& path, const std::vector<Item>& items,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();  // removes the temporary file if finish() was not reached
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  // Appends the next tensor's bytes (items in order; the byte count must match dtype x shape).
+  void write_next(const void* data, uint64_t bytes);
+  void finish();
+
+ private:
+  std::string path_;
+  std::string tmp_path_;
+  int fd_ = -1;
+  std::vector<Item> items_;
+  size_t next_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace mt

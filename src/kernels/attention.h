@@ -1,0 +1,23 @@
+// Causal multi-head self-attention that never stores the B*H*T*T score tensor: forward keeps one
+// log-sum-exp per query row, backward recomputes the scores from Q, K and that statistic (flash-attention style).
+//
+// Layouts: qkv[B,T,3C] with q in columns [0,C), k in [C,2C), v in [2C,3C), head h at columns h*hs..(h+1)*hs
+// of each part (hs = C/NH); out[B,T,C] with heads side by side; lse[B,NH,T]. Scores are scaled by 1/sqrt(hs).
+#pragma once
+
+#include <cstdint>
+
+namespace mt::kernels {
+
+// Floats of scratch the kernels need (per-thread score rows), for `threads` OpenMP threads.
+int64_t attention_scratch_floats(int64_t T, int threads);
+
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+                       float* scratch);
+
+// dqkv[B,T,3C] is overwritten. Each (batch, head) is reduced in a fixed order: the result does not depend on
+// the thread count.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch);
+
+}  // namespace mt::kernels
