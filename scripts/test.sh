@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs every test: the Release build, then the same tests under ASan/UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs="$(nproc)"
+
+scripts/setup.sh
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+MEMTRAIN_BUILD_DIR=build-asan MEMTRAIN_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug -DMEMTRAIN_SANITIZE=ON" scripts/setup.sh
+# Sanitized runs of the parity and end-to-end tests are slow; the unit tests cover the same code paths.
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit

@@ -1,0 +1,53 @@
+#include "memory/category.h"
+
+#include <numeric>
+
+namespace mt {
+
+std::string_view category_key(Category c) {
+  switch (c) {
+    case Category::params:
+      return "params";
+    case Category::master:
+      return "master";
+    case Category::grads:
+      return "grads";
+    case Category::optim:
+      return "optim";
+    case Category::activations:
+      return "activations";
+    case Category::workspace:
+      return "workspace";
+    case Category::comm:
+      return "comm";
+    case Category::other:
+      return "other";
+  }
+  return "?";
+}
+
+std::string_view category_title(Category c) {
+  switch (c) {
+    case Category::params:
+      return "parameters";
+    case Category::master:
+      return "master weights";
+    case Category::grads:
+      return "gradients";
+    case Category::optim:
+      return "optimizer states";
+    case Category::activations:
+      return "activations";
+    case Category::workspace:
+      return "workspace";
+    case Category::comm:
+      return "communication";
+    case Category::other:
+      return "other";
+  }
+  return "?";
+}
+
+int64_t CategoryBytes::total() const { return std::accumulate(bytes.begin(), bytes.end(), int64_t{0}); }
+
+}  // namespace mt

@@ -1,0 +1,28 @@
+// The memory categories every report uses (see DESIGN.md), with their JSON keys.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+
+namespace mt {
+
+enum class Category { params, master, grads, optim, activations, workspace, comm, other };
+
+constexpr int kNumCategories = 8;
+constexpr std::array<Category, kNumCategories> kAllCategories = {
+    Category::params,      Category::master,    Category::grads, Category::optim,
+    Category::activations, Category::workspace, Category::comm,  Category::other};
+
+std::string_view category_key(Category c);    // "params", "master", ...
+std::string_view category_title(Category c);  // "parameters", "master weights", ...
+
+// Bytes per category, indexable by Category.
+struct CategoryBytes {
+  std::array<int64_t, kNumCategories> bytes{};
+  int64_t& operator[](Category c) { return bytes[static_cast<int>(c)]; }
+  int64_t operator[](Category c) const { return bytes[static_cast<int>(c)]; }
+  int64_t total() const;
+};
+
+}  // namespace mt
