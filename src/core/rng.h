@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string_view>
 
 namespace mt {
 
@@ -17,6 +18,13 @@ constexpr uint64_t mix64(uint64_t x) {
 
 constexpr uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(mix64(seed) ^ stream) ^ index);
+}
+
+// FNV-1a of a name, to derive a stream from a tensor's name (stable across compilers, unlike std::hash).
+constexpr uint64_t hash_name(std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
 }
 
 // Uniform in (0, 1), never 0 so that log() is safe.

@@ -1,0 +1,59 @@
+#include "memory/allocation.h"
+
+#include <stdexcept>
+
+namespace mt {
+
+Allocation::Allocation(const TensorTable& table, const Plan& plan)
+    : table_(table),
+      plan_(plan),
+      params_(tracker_, Category::params, plan.bytes[Category::params]),
+      grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
+      adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
+      adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
+      others_(table.size()),
+      activations_(table, plan.activations, Category::activations),
+      workspace_(table, plan.workspace, Category::workspace) {
+  for (int id = 0; id < table.size(); ++id) {
+    const TensorDesc& t = table[id];
+    if (t.category != Category::params && !t.has_lifetime())
+      others_[id] = TrackedBuffer(tracker_, t.category, t.bytes());
+  }
+}
+
+void* Allocation::data(int id) const {
+  const TensorDesc& t = table_[id];
+  if (t.category == Category::params) return params() + plan_.param_offset[id];
+  if (t.has_lifetime()) return t.category == Category::activations ? activations_.data(id) : workspace_.data(id);
+  return others_[id].as<void>();
+}
+
+float* Allocation::grad(int param_id) const {
+  if (table_[param_id].category != Category::params)
+    throw std::logic_error("allocation: " + table_[param_id].name + " is not a parameter");
+  return grads() + plan_.param_offset[param_id];
+}
+
+void Allocation::begin_op(int op) {
+  activations_.begin_op(op);
+  workspace_.begin_op(op);
+}
+
+void Allocation::end_op(int op) {
+  activations_.end_op(op);
+  workspace_.end_op(op);
+}
+
+void Allocation::reset_arenas() {
+  activations_.reset();
+  workspace_.reset();
+}
+
+CategoryBytes Allocation::measured() const {
+  CategoryBytes bytes = tracker_.peak();
+  bytes[Category::activations] += activations_.high_water();
+  bytes[Category::workspace] += workspace_.high_water();
+  return bytes;
+}
+
+}  // namespace mt

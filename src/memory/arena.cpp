@@ -1,0 +1,59 @@
+#include "memory/arena.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mt {
+
+Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category)
+    : table_(table), layout_(layout), buffer_(untracked_, category, layout.size), live_(table.size(), 0) {
+  int num_ops = 0;
+  for (int id = 0; id < table.size(); ++id)
+    if (layout.offset[id] >= 0) num_ops = std::max(num_ops, table[id].last_op + 1);
+  starts_at_.resize(num_ops);
+  ends_at_.resize(num_ops);
+  for (int id = 0; id < table.size(); ++id) {
+    if (layout.offset[id] < 0) continue;
+    starts_at_[table[id].first_op].push_back(id);
+    ends_at_[table[id].last_op].push_back(id);
+  }
+}
+
+void Arena::begin_op(int op) {
+  if (op >= static_cast<int>(starts_at_.size())) return;
+  for (int id : starts_at_[op]) {
+    const int64_t begin = layout_.offset[id], end = begin + table_[id].bytes();
+    for (int other : live_ids_) {
+      const int64_t obegin = layout_.offset[other], oend = obegin + table_[other].bytes();
+      if (begin < oend && obegin < end)
+        throw std::logic_error("arena: " + table_[id].name + " overlaps live " + table_[other].name);
+    }
+    live_[id] = 1;
+    live_ids_.push_back(id);
+    high_water_ = std::max(high_water_, (end + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
+  }
+}
+
+void Arena::end_op(int op) {
+  if (op >= static_cast<int>(ends_at_.size())) return;
+  for (int id : ends_at_[op]) {
+    live_[id] = 0;
+    live_ids_.erase(std::find(live_ids_.begin(), live_ids_.end(), id));
+  }
+}
+
+void Arena::reset() {
+  for (int id : live_ids_) live_[id] = 0;
+  live_ids_.clear();
+}
+
+void* Arena::data(int id) const {
+  if (id < 0 || id >= table_.size() || !live_[id])
+    throw std::logic_error("arena: access to " + (id >= 0 && id < table_.size() ? table_[id].name : "?") +
+                           " outside its lifetime");
+  return buffer_.as<char>() + layout_.offset[id];
+}
+
+float* Arena::f32(int id) const { return static_cast<float*>(data(id)); }
+
+}  // namespace mt

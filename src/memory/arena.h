@@ -1,0 +1,42 @@
+// An Arena hands out the planned offsets of one category's tensors while the step runs. Tensors are bound when
+// their first op begins and released after their last op; binding checks that no live tensor overlaps, and an
+// access outside a tensor's lifetime is an error. Its high-water mark is the measured size of the category.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memory/plan.h"
+#include "memory/tensor_table.h"
+#include "memory/tracked.h"
+
+namespace mt {
+
+class Arena {
+ public:
+  Arena(const TensorTable& table, const ArenaLayout& layout, Category category);
+
+  void begin_op(int op);
+  void end_op(int op);
+  // Releases every live tensor (after a forward-only pass, whose tensors never reach their last op).
+  void reset();
+
+  // The tensor's memory; throws std::logic_error when it is not live (a schedule bug).
+  float* f32(int id) const;
+  void* data(int id) const;
+
+  int64_t high_water() const { return high_water_; }
+  int64_t capacity() const { return buffer_.bytes(); }
+
+ private:
+  const TensorTable& table_;
+  const ArenaLayout& layout_;
+  MemoryTracker untracked_;  // the arena's own block is measured by its high-water mark instead
+  TrackedBuffer buffer_;
+  std::vector<std::vector<int>> starts_at_, ends_at_;  // per op
+  std::vector<char> live_;
+  std::vector<int> live_ids_;
+  int64_t high_water_ = 0;
+};
+
+}  // namespace mt

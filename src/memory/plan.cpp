@@ -1,0 +1,81 @@
+#include "memory/plan.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace mt {
+
+namespace {
+
+int64_t aligned(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+bool lifetimes_overlap(const TensorDesc& a, const TensorDesc& b) {
+  return a.first_op <= b.last_op && b.first_op <= a.last_op;
+}
+
+}  // namespace
+
+ArenaLayout pack_arena(const TensorTable& table, Category category) {
+  ArenaLayout layout;
+  layout.offset.assign(table.size(), -1);
+  std::vector<int> order;
+  for (int id = 0; id < table.size(); ++id) {
+    const TensorDesc& t = table[id];
+    if (t.category != category || !t.has_lifetime()) continue;
+    if (t.last_op < t.first_op) throw std::logic_error("tensor " + t.name + " ends before it starts");
+    order.push_back(id);
+    layout.sum_of_tensors += aligned(t.bytes());
+  }
+  // Largest first, ties by earlier start then id: a stable, deterministic packing.
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    if (table[a].bytes() != table[b].bytes()) return table[a].bytes() > table[b].bytes();
+    if (table[a].first_op != table[b].first_op) return table[a].first_op < table[b].first_op;
+    return a < b;
+  });
+  std::vector<int> placed;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed tensors
+  for (int id : order) {
+    const TensorDesc& t = table[id];
+    busy.clear();
+    for (int other : placed)
+      if (lifetimes_overlap(t, table[other]))
+        busy.emplace_back(layout.offset[other], layout.offset[other] + aligned(table[other].bytes()));
+    std::sort(busy.begin(), busy.end());
+    int64_t offset = 0;
+    const int64_t size = aligned(t.bytes());
+    for (const auto& [begin, end] : busy) {
+      if (offset + size <= begin) break;
+      offset = std::max(offset, end);
+    }
+    layout.offset[id] = offset;
+    layout.size = std::max(layout.size, offset + size);
+    placed.push_back(id);
+  }
+  return layout;
+}
+
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy) {
+  Plan plan;
+  plan.param_offset.assign(table.size(), -1);
+  for (int id = 0; id < table.size(); ++id) {
+    const TensorDesc& t = table[id];
+    if (t.category == Category::params) {
+      plan.param_offset[id] = plan.num_params;
+      plan.num_params += t.numel();
+    } else if (!t.has_lifetime()) {
+      plan.bytes[t.category] += t.bytes();
+    }
+  }
+  const int64_t n = plan.num_params;
+  plan.bytes[Category::params] = n * static_cast<int64_t>(dtype_size(policy.weights));
+  plan.bytes[Category::master] = policy.master_weights ? n * 4 : 0;
+  plan.bytes[Category::grads] = n * static_cast<int64_t>(dtype_size(policy.grads));
+  plan.bytes[Category::optim] = 2 * n * static_cast<int64_t>(dtype_size(policy.moments));
+  plan.activations = pack_arena(table, Category::activations);
+  plan.workspace = pack_arena(table, Category::workspace);
+  plan.bytes[Category::activations] += plan.activations.size;
+  plan.bytes[Category::workspace] += plan.workspace.size;
+  return plan;
+}
+
+}  // namespace mt

@@ -1,0 +1,69 @@
+#include "memory/report.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace mt {
+
+int64_t peak_rss_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.starts_with("VmHWM:")) return std::stoll(line.substr(6)) * 1024;  // reported in kB
+  return 0;
+}
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.2f %s", v, units[u]);
+  return buf;
+}
+
+std::string format_memory_report(const MemoryReport& r) {
+  std::ostringstream out;
+  char line[160];
+  std::snprintf(line, sizeof line, "%-18s %16s %16s %12s\n", "memory", "planned", "measured", "");
+  out << line;
+  for (Category c : kAllCategories) {
+    const bool match = r.planned[c] == r.measured[c];
+    std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s%s\n", std::string(category_title(c)).c_str(),
+                  static_cast<long long>(r.planned[c]), static_cast<long long>(r.measured[c]),
+                  human_bytes(r.planned[c]).c_str(), match ? "" : "  MISMATCH");
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s\n", "total", static_cast<long long>(r.planned.total()),
+                static_cast<long long>(r.measured.total()), human_bytes(r.planned.total()).c_str());
+  out << line;
+  out << "activation arena peak " << human_bytes(r.arena_peak_bytes) << " (tensors without lifetime packing: "
+      << human_bytes(r.activations_sum_bytes) << ")\n";
+  out << "process peak RSS " << human_bytes(r.peak_rss_bytes) << " (includes code, libraries and their buffers)\n";
+  return out.str();
+}
+
+nlohmann::json memory_report_json(const MemoryReport& r) {
+  nlohmann::json planned = nlohmann::json::object(), measured = nlohmann::json::object();
+  for (Category c : kAllCategories) {
+    planned[std::string(category_key(c))] = r.planned[c];
+    measured[std::string(category_key(c))] = r.measured[c];
+  }
+  return {{"planned", planned},
+          {"measured", measured},
+          {"planned_total_bytes", r.planned.total()},
+          {"measured_total_bytes", r.measured.total()},
+          {"arena_peak_bytes", r.arena_peak_bytes},
+          {"activations_unpacked_bytes", r.activations_sum_bytes},
+          {"peak_rss_bytes", r.peak_rss_bytes}};
+}
+
+}  // namespace mt

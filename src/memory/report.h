@@ -1,0 +1,32 @@
+// The memory report: planned against measured bytes per category, the activation arena's peak and the
+// process's peak resident set, printed as a table and written as memory.json.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "memory/category.h"
+
+namespace mt {
+
+struct MemoryReport {
+  CategoryBytes planned;
+  CategoryBytes measured;
+  int64_t arena_peak_bytes = 0;         // activation arena high-water mark
+  int64_t activations_sum_bytes = 0;    // what the activations would take without lifetime packing
+  int64_t peak_rss_bytes = 0;
+};
+
+// The process's peak resident set size (VmHWM), or 0 where /proc is unavailable.
+int64_t peak_rss_bytes();
+
+// "1.50 GiB", "12.0 MiB", "512 B".
+std::string human_bytes(int64_t bytes);
+
+std::string format_memory_report(const MemoryReport& report);
+
+// {"planned": {category: bytes}, "measured": {...}, "arena_peak_bytes": n, "peak_rss_bytes": n, ...}
+nlohmann::json memory_report_json(const MemoryReport& report);
+
+}  // namespace mt

@@ -1,0 +1,54 @@
+#include "memory/tracked.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "memory/plan.h"
+
+namespace mt {
+
+void MemoryTracker::on_allocate(Category c, int64_t bytes) {
+  held_[c] += bytes;
+  peak_[c] = std::max(peak_[c], held_[c]);
+}
+
+void MemoryTracker::on_release(Category c, int64_t bytes) { held_[c] -= bytes; }
+
+TrackedBuffer::TrackedBuffer(MemoryTracker& tracker, Category category, int64_t bytes)
+    : tracker_(&tracker), category_(category), bytes_(bytes) {
+  if (bytes == 0) return;
+  const int64_t rounded = (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  data_ = std::aligned_alloc(kArenaAlignment, rounded);
+  if (!data_) throw std::bad_alloc();
+  std::memset(data_, 0, bytes);
+  tracker.on_allocate(category, bytes);
+}
+
+TrackedBuffer::~TrackedBuffer() { release(); }
+
+TrackedBuffer::TrackedBuffer(TrackedBuffer&& other) noexcept { *this = std::move(other); }
+
+TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
+  if (this != &other) {
+    release();
+    tracker_ = std::exchange(other.tracker_, nullptr);
+    category_ = other.category_;
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+void TrackedBuffer::release() {
+  if (data_) {
+    std::free(data_);
+    tracker_->on_release(category_, bytes_);
+  }
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+}  // namespace mt

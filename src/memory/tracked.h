@@ -1,0 +1,50 @@
+// Tracked allocation: every byte the trainer holds is handed out here or by an Arena, and counted by category,
+// so the memory report's "measured" column comes from the allocations themselves, not from the plan.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "memory/category.h"
+
+namespace mt {
+
+class MemoryTracker {
+ public:
+  void on_allocate(Category c, int64_t bytes);
+  void on_release(Category c, int64_t bytes);
+  // The most bytes held at once, per category.
+  const CategoryBytes& peak() const { return peak_; }
+  const CategoryBytes& held() const { return held_; }
+
+ private:
+  CategoryBytes held_;
+  CategoryBytes peak_;
+};
+
+// One zero-filled, 64-byte aligned block of a category, counted by its tracker while it lives.
+class TrackedBuffer {
+ public:
+  TrackedBuffer() = default;
+  TrackedBuffer(MemoryTracker& tracker, Category category, int64_t bytes);
+  ~TrackedBuffer();
+  TrackedBuffer(TrackedBuffer&& other) noexcept;
+  TrackedBuffer& operator=(TrackedBuffer&& other) noexcept;
+  TrackedBuffer(const TrackedBuffer&) = delete;
+  TrackedBuffer& operator=(const TrackedBuffer&) = delete;
+
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void release();
+  MemoryTracker* tracker_ = nullptr;
+  Category category_ = Category::other;
+  void* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+}  // namespace mt
