@@ -18,10 +18,12 @@ struct TensorEntry {
   uint64_t begin = 0;  // byte offsets into the data section
   uint64_t end = 0;
   int64_t numel() const;
+  uint64_t bytes() const { return end - begin; }
 };
 
 // Validates the whole header at open: length within the file, JSON well-formed, known dtypes, offsets inside
-// the data section, sizes that match dtype x shape, no overlaps. Every failure is a data error naming the file.
+// the data section, sizes that match dtype x shape, no overlaps. Every failure is a data error naming the
+// file.
 class SafetensorsReader {
  public:
   explicit SafetensorsReader(const std::string& path);
@@ -30,7 +32,7 @@ class SafetensorsReader {
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
   const std::string& path() const { return path_; }
-  const std::vector<TensorEntry>& tensors() const { return tensors_; }
+  const std::vector<TensorEntry>& tensors() const { return tensors_; }  // in data-section order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const TensorEntry* find(const std::string& name) const;  // null when absent
 
@@ -45,8 +47,8 @@ class SafetensorsReader {
   std::map<std::string, std::string> metadata_;
 };
 
-// Streams tensors to a temporary file one by one (no copy of the whole model in memory), then fsyncs and renames
-// it into place on finish(): the destination is either the old file or the complete new one.
+// Streams tensors to a temporary file one by one (no copy of the whole model in memory), then fsyncs and
+// renames it into place on finish(): the destination is either the old file or the complete new one.
 class SafetensorsWriter {
  public:
   struct Item {
@@ -66,6 +68,8 @@ class SafetensorsWriter {
   void finish();
 
  private:
+  void discard();  // closes and removes the temporary file
+
   std::string path_;
   std::string tmp_path_;
   int fd_ = -1;
