@@ -1,16 +1,34 @@
-// memtrain: the command line. Each subcommand lives in its own file; errors become one line and an exit code.
+// memtrain: the command line. Each subcommand lives in its own file; every failure becomes one line on stderr
+// and an exit code: 2 for flags and configuration, 1 for data and files, 3 for a plan that does not fit.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <new>
+#include <stdexcept>
 
+#include "cli/commands.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
   app.require_subcommand(1);
+  mt::cli::add_train_command(app);
+  mt::cli::add_prepare_command(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(mt::ErrorKind::usage);
+    std::fprintf(stderr, "memtrain: error: %s (see --help)\n", e.what());
+    return static_cast<int>(mt::ErrorKind::usage);
+  } catch (const mt::Error& e) {
+    std::fprintf(stderr, "memtrain: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "memtrain: error: out of memory\n");
+    return static_cast<int>(mt::ErrorKind::no_fit);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "memtrain: internal error: %s\n", e.what());
+    return 70;
   }
   return 0;
 }

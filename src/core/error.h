@@ -23,7 +23,11 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-[[noreturn]] inline void fail_usage(const std::string& message) { throw Error(ErrorKind::usage, message); }
-[[noreturn]] inline void fail_data(const std::string& message) { throw Error(ErrorKind::data, message); }
+[[noreturn]] inline void fail_usage(const std::string& message) {
+  throw Error(ErrorKind::usage, message);
+}
+[[noreturn]] inline void fail_data(const std::string& message) {
+  throw Error(ErrorKind::data, message);
+}
 
 }  // namespace mt

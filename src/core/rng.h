@@ -1,5 +1,5 @@
-// Counter-based random numbers: every draw is a pure function of (seed, stream, index), so results never depend
-// on thread count, rank or the order in which draws are made (see DESIGN.md, Determinism).
+// Counter-based random numbers: every draw is a pure function of (seed, stream, index), so results never
+// depend on thread count, rank or the order in which draws are made (see DESIGN.md, Determinism).
 #pragma once
 
 #include <cmath>

@@ -18,7 +18,8 @@ struct AdamWStep {
 // param -= lr * weight_decay * param; m, v updated; param -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s);
 
-// Sum of squares in double, over fixed-size chunks summed in a fixed order: the same bits for any thread count.
+// Sum of squares in double, over fixed-size chunks summed in a fixed order: the same bits for any thread
+// count.
 double sum_of_squares(const float* x, int64_t n);
 
 // x *= factor.

@@ -1,5 +1,6 @@
 // Causal multi-head self-attention that never stores the B*H*T*T score tensor: forward keeps one
-// log-sum-exp per query row, backward recomputes the scores from Q, K and that statistic (flash-attention style).
+// log-sum-exp per query row, backward recomputes the scores from Q, K and that statistic (flash-attention
+// style).
 //
 // Layouts: qkv[B,T,3C] with q in columns [0,C), k in [C,2C), v in [2C,3C), head h at columns h*hs..(h+1)*hs
 // of each part (hs = C/NH); out[B,T,C] with heads side by side; lse[B,NH,T]. Scores are scaled by 1/sqrt(hs).

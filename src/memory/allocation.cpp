@@ -24,7 +24,8 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
 void* Allocation::data(int id) const {
   const TensorDesc& t = table_[id];
   if (t.category == Category::params) return params() + plan_.param_offset[id];
-  if (t.has_lifetime()) return t.category == Category::activations ? activations_.data(id) : workspace_.data(id);
+  if (t.has_lifetime())
+    return t.category == Category::activations ? activations_.data(id) : workspace_.data(id);
   return others_[id].as<void>();
 }
 

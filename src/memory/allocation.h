@@ -1,6 +1,6 @@
-// Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, gradients and Adam moments are
-// one contiguous buffer each (tensors at the Plan's offsets, no padding, so bytes per parameter are exact),
-// tensors with lifetimes live in their category's Arena, and the remaining tensors get a buffer each.
+// Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, gradients and Adam moments
+// are one contiguous buffer each (tensors at the Plan's offsets, no padding, so bytes per parameter are
+// exact), tensors with lifetimes live in their category's Arena, and the remaining tensors get a buffer each.
 #pragma once
 
 #include <cstdint>

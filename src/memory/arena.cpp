@@ -54,6 +54,8 @@ void* Arena::data(int id) const {
   return buffer_.as<char>() + layout_.offset[id];
 }
 
-float* Arena::f32(int id) const { return static_cast<float*>(data(id)); }
+float* Arena::f32(int id) const {
+  return static_cast<float*>(data(id));
+}
 
 }  // namespace mt

@@ -1,6 +1,7 @@
-// An Arena hands out the planned offsets of one category's tensors while the step runs. Tensors are bound when
-// their first op begins and released after their last op; binding checks that no live tensor overlaps, and an
-// access outside a tensor's lifetime is an error. Its high-water mark is the measured size of the category.
+// An Arena hands out the planned offsets of one category's tensors while the step runs. Tensors are bound
+// when their first op begins and released after their last op; binding checks that no live tensor overlaps,
+// and an access outside a tensor's lifetime is an error. Its high-water mark is the measured size of the
+// category.
 #pragma once
 
 #include <cstdint>

@@ -48,6 +48,8 @@ std::string_view category_title(Category c) {
   return "?";
 }
 
-int64_t CategoryBytes::total() const { return std::accumulate(bytes.begin(), bytes.end(), int64_t{0}); }
+int64_t CategoryBytes::total() const {
+  return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+}
 
 }  // namespace mt

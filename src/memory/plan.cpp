@@ -7,7 +7,9 @@ namespace mt {
 
 namespace {
 
-int64_t aligned(int64_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+int64_t aligned(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
 
 bool lifetimes_overlap(const TensorDesc& a, const TensorDesc& b) {
   return a.first_op <= b.last_op && b.first_op <= a.last_op;

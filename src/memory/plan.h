@@ -1,6 +1,6 @@
-// The Plan: TensorTable + policy -> bytes per category, the layout of the parameter buffers, and the packing of
-// every tensor with a lifetime into one arena per category (activations, workspace) by offset, so that memory
-// freed by one op is reused by later ones. The estimator prints it; the trainer allocates exactly it.
+// The Plan: TensorTable + policy -> bytes per category, the layout of the parameter buffers, and the packing
+// of every tensor with a lifetime into one arena per category (activations, workspace) by offset, so that
+// memory freed by one op is reused by later ones. The estimator prints it; the trainer allocates exactly it.
 #pragma once
 
 #include <cstdint>
@@ -24,9 +24,9 @@ struct ModelStatePolicy {
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
 
 struct ArenaLayout {
-  int64_t size = 0;            // bytes the arena needs
-  int64_t sum_of_tensors = 0;  // bytes if no two tensors shared memory (aligned sizes)
-  std::vector<int64_t> offset; // per tensor id; -1 when the tensor is not in this arena
+  int64_t size = 0;             // bytes the arena needs
+  int64_t sum_of_tensors = 0;   // bytes if no two tensors shared memory (aligned sizes)
+  std::vector<int64_t> offset;  // per tensor id; -1 when the tensor is not in this arena
 };
 
 struct Plan {

@@ -42,12 +42,14 @@ std::string format_memory_report(const MemoryReport& r) {
                   human_bytes(r.planned[c]).c_str(), match ? "" : "  MISMATCH");
     out << line;
   }
-  std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s\n", "total", static_cast<long long>(r.planned.total()),
-                static_cast<long long>(r.measured.total()), human_bytes(r.planned.total()).c_str());
+  std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s\n", "total",
+                static_cast<long long>(r.planned.total()), static_cast<long long>(r.measured.total()),
+                human_bytes(r.planned.total()).c_str());
   out << line;
-  out << "activation arena peak " << human_bytes(r.arena_peak_bytes) << " (tensors without lifetime packing: "
-      << human_bytes(r.activations_sum_bytes) << ")\n";
-  out << "process peak RSS " << human_bytes(r.peak_rss_bytes) << " (includes code, libraries and their buffers)\n";
+  out << "activation arena peak " << human_bytes(r.arena_peak_bytes)
+      << " (tensors without lifetime packing: " << human_bytes(r.activations_sum_bytes) << ")\n";
+  out << "process peak RSS " << human_bytes(r.peak_rss_bytes)
+      << " (includes code, libraries and their buffers)\n";
   return out.str();
 }
 

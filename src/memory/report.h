@@ -13,8 +13,8 @@ namespace mt {
 struct MemoryReport {
   CategoryBytes planned;
   CategoryBytes measured;
-  int64_t arena_peak_bytes = 0;         // activation arena high-water mark
-  int64_t activations_sum_bytes = 0;    // what the activations would take without lifetime packing
+  int64_t arena_peak_bytes = 0;       // activation arena high-water mark
+  int64_t activations_sum_bytes = 0;  // what the activations would take without lifetime packing
   int64_t peak_rss_bytes = 0;
 };
 

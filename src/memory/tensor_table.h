@@ -1,6 +1,6 @@
-// The TensorTable: every tensor a training run holds, with shape, dtype, memory category and, for tensors that
-// live only part of a step (activations, workspace), the [first, last] op of the step schedule that touches them.
-// The Plan, the estimator and the allocator all read this one table.
+// The TensorTable: every tensor a training run holds, with shape, dtype, memory category and, for tensors
+// that live only part of a step (activations, workspace), the [first, last] op of the step schedule that
+// touches them. The Plan, the estimator and the allocator all read this one table.
 #pragma once
 
 #include <cstdint>

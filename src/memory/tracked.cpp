@@ -15,7 +15,9 @@ void MemoryTracker::on_allocate(Category c, int64_t bytes) {
   peak_[c] = std::max(peak_[c], held_[c]);
 }
 
-void MemoryTracker::on_release(Category c, int64_t bytes) { held_[c] -= bytes; }
+void MemoryTracker::on_release(Category c, int64_t bytes) {
+  held_[c] -= bytes;
+}
 
 TrackedBuffer::TrackedBuffer(MemoryTracker& tracker, Category category, int64_t bytes)
     : tracker_(&tracker), category_(category), bytes_(bytes) {
@@ -27,9 +29,13 @@ TrackedBuffer::TrackedBuffer(MemoryTracker& tracker, Category category, int64_t 
   tracker.on_allocate(category, bytes);
 }
 
-TrackedBuffer::~TrackedBuffer() { release(); }
+TrackedBuffer::~TrackedBuffer() {
+  release();
+}
 
-TrackedBuffer::TrackedBuffer(TrackedBuffer&& other) noexcept { *this = std::move(other); }
+TrackedBuffer::TrackedBuffer(TrackedBuffer&& other) noexcept {
+  *this = std::move(other);
+}
 
 TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
   if (this != &other) {

@@ -1,5 +1,6 @@
-// Tracked allocation: every byte the trainer holds is handed out here or by an Arena, and counted by category,
-// so the memory report's "measured" column comes from the allocations themselves, not from the plan.
+// Tracked allocation: every byte the trainer holds is handed out here or by an Arena, and counted by
+// category, so the memory report's "measured" column comes from the allocations themselves, not from the
+// plan.
 #pragma once
 
 #include <cstdint>

@@ -66,8 +66,8 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
     }
     case OpKind::layernorm: {
       const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::layernorm_forward(m.f32(op.out), m.f32(op.stat0), m.f32(op.stat1), m.f32(op.inp), m.f32(op.weight),
-                                 m.f32(op.bias), N, C, spec_.ln_eps);
+      kernels::layernorm_forward(m.f32(op.out), m.f32(op.stat0), m.f32(op.stat1), m.f32(op.inp),
+                                 m.f32(op.weight), m.f32(op.bias), N, C, spec_.ln_eps);
       return;
     }
     case OpKind::linear: {
@@ -102,15 +102,15 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
     case OpKind::linear_backward: {
       const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
       const int64_t M = table[op.inp].numel() / in;
-      kernels::linear_backward(m.f32(op.dinp), m.grad(op.weight), m.grad(op.bias), m.f32(op.dout), m.f32(op.inp),
-                               m.f32(op.weight), M, in, out, op.accumulate);
+      kernels::linear_backward(m.f32(op.dinp), m.grad(op.weight), m.grad(op.bias), m.f32(op.dout),
+                               m.f32(op.inp), m.f32(op.weight), M, in, out, op.accumulate);
       return;
     }
     case OpKind::attention_backward: {
       const TensorDesc& qkv = table[op.inp];
-      kernels::attention_backward(m.f32(op.dinp), m.f32(op.dout), m.f32(op.inp), m.f32(op.out), m.f32(op.stat0),
-                                  qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3, table[op.stat0].shape[1],
-                                  m.f32(op.scratch));
+      kernels::attention_backward(m.f32(op.dinp), m.f32(op.dout), m.f32(op.inp), m.f32(op.out),
+                                  m.f32(op.stat0), qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
+                                  table[op.stat0].shape[1], m.f32(op.scratch));
       return;
     }
     case OpKind::gelu_backward:

@@ -1,5 +1,5 @@
-// Runs a Graph's ops on an Allocation: each op binds its tensors in the arenas, calls its kernel, and releases
-// the tensors whose lifetime ends there.
+// Runs a Graph's ops on an Allocation: each op binds its tensors in the arenas, calls its kernel, and
+// releases the tensors whose lifetime ends there.
 #pragma once
 
 #include <cstdint>

@@ -58,15 +58,21 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   std::vector<LayerParams> lp(L);
   for (int64_t l = 0; l < L; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
-    lp[l] = {b.param(h + "ln_1.weight", {C}),          b.param(h + "ln_1.bias", {C}),
-             b.param(h + "attn.c_attn.weight", {C, 3 * C}), b.param(h + "attn.c_attn.bias", {3 * C}),
-             b.param(h + "attn.c_proj.weight", {C, C}),     b.param(h + "attn.c_proj.bias", {C}),
-             b.param(h + "ln_2.weight", {C}),          b.param(h + "ln_2.bias", {C}),
-             b.param(h + "mlp.c_fc.weight", {C, 4 * C}),    b.param(h + "mlp.c_fc.bias", {4 * C}),
-             b.param(h + "mlp.c_proj.weight", {4 * C, C}),  b.param(h + "mlp.c_proj.bias", {C})};
+    lp[l] = {b.param(h + "ln_1.weight", {C}),
+             b.param(h + "ln_1.bias", {C}),
+             b.param(h + "attn.c_attn.weight", {C, 3 * C}),
+             b.param(h + "attn.c_attn.bias", {3 * C}),
+             b.param(h + "attn.c_proj.weight", {C, C}),
+             b.param(h + "attn.c_proj.bias", {C}),
+             b.param(h + "ln_2.weight", {C}),
+             b.param(h + "ln_2.bias", {C}),
+             b.param(h + "mlp.c_fc.weight", {C, 4 * C}),
+             b.param(h + "mlp.c_fc.bias", {4 * C}),
+             b.param(h + "mlp.c_proj.weight", {4 * C, C}),
+             b.param(h + "mlp.c_proj.bias", {C})};
     const LayerParams& p = lp[l];
-    m.params.insert(m.params.end(), {p.ln1_w, p.ln1_b, p.attn_w, p.attn_b, p.proj_w, p.proj_b, p.ln2_w, p.ln2_b,
-                                     p.fc_w, p.fc_b, p.fcproj_w, p.fcproj_b});
+    m.params.insert(m.params.end(), {p.ln1_w, p.ln1_b, p.attn_w, p.attn_b, p.proj_w, p.proj_b, p.ln2_w,
+                                     p.ln2_b, p.fc_w, p.fc_b, p.fcproj_w, p.fcproj_b});
   }
   const int lnf_w = b.param("ln_f.weight", {C}), lnf_b = b.param("ln_f.bias", {C});
   m.params.insert(m.params.end(), {lnf_w, lnf_b});
@@ -74,7 +80,11 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   // Forward. Each layer's output is the next layer's input: the residual stream is never copied.
   const int64_t attn_scratch = kernels::attention_scratch_floats(T, shape.threads);
   int residual = b.act("embed.out", {B, T, C});
-  b.op({.kind = OpKind::embedding, .name = "embed", .out = residual, .weight = wte, .bias = wpe,
+  b.op({.kind = OpKind::embedding,
+        .name = "embed",
+        .out = residual,
+        .weight = wte,
+        .bias = wpe,
         .labels = m.tokens});
   std::vector<LayerActs> la(L);
   for (int64_t l = 0; l < L; ++l) {
@@ -95,41 +105,93 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
     a.fch = b.act(h + "mlp.fc", {B, T, 4 * C});
     a.fch_gelu = b.act(h + "mlp.gelu", {B, T, 4 * C});
     a.out = b.act(h + "out", {B, T, C});
-    b.op({.kind = OpKind::layernorm, .name = h + "ln_1", .inp = a.inp, .out = a.ln1, .weight = p.ln1_w,
-          .bias = p.ln1_b, .stat0 = a.ln1_mean, .stat1 = a.ln1_rstd});
-    b.op({.kind = OpKind::linear, .name = h + "attn.c_attn", .inp = a.ln1, .out = a.qkv, .weight = p.attn_w,
+    b.op({.kind = OpKind::layernorm,
+          .name = h + "ln_1",
+          .inp = a.inp,
+          .out = a.ln1,
+          .weight = p.ln1_w,
+          .bias = p.ln1_b,
+          .stat0 = a.ln1_mean,
+          .stat1 = a.ln1_rstd});
+    b.op({.kind = OpKind::linear,
+          .name = h + "attn.c_attn",
+          .inp = a.ln1,
+          .out = a.qkv,
+          .weight = p.attn_w,
           .bias = p.attn_b});
-    b.op({.kind = OpKind::attention, .name = h + "attn", .inp = a.qkv, .out = a.atty, .stat0 = a.lse,
+    b.op({.kind = OpKind::attention,
+          .name = h + "attn",
+          .inp = a.qkv,
+          .out = a.atty,
+          .stat0 = a.lse,
           .scratch = b.scratch(h + "attn.scratch", attn_scratch)});
-    b.op({.kind = OpKind::linear, .name = h + "attn.c_proj", .inp = a.atty, .out = a.res2, .residual = a.inp,
-          .weight = p.proj_w, .bias = p.proj_b});
-    b.op({.kind = OpKind::layernorm, .name = h + "ln_2", .inp = a.res2, .out = a.ln2, .weight = p.ln2_w,
-          .bias = p.ln2_b, .stat0 = a.ln2_mean, .stat1 = a.ln2_rstd});
-    b.op({.kind = OpKind::linear, .name = h + "mlp.c_fc", .inp = a.ln2, .out = a.fch, .weight = p.fc_w,
+    b.op({.kind = OpKind::linear,
+          .name = h + "attn.c_proj",
+          .inp = a.atty,
+          .out = a.res2,
+          .residual = a.inp,
+          .weight = p.proj_w,
+          .bias = p.proj_b});
+    b.op({.kind = OpKind::layernorm,
+          .name = h + "ln_2",
+          .inp = a.res2,
+          .out = a.ln2,
+          .weight = p.ln2_w,
+          .bias = p.ln2_b,
+          .stat0 = a.ln2_mean,
+          .stat1 = a.ln2_rstd});
+    b.op({.kind = OpKind::linear,
+          .name = h + "mlp.c_fc",
+          .inp = a.ln2,
+          .out = a.fch,
+          .weight = p.fc_w,
           .bias = p.fc_b});
     b.op({.kind = OpKind::gelu, .name = h + "mlp.gelu", .inp = a.fch, .out = a.fch_gelu});
-    b.op({.kind = OpKind::linear, .name = h + "mlp.c_proj", .inp = a.fch_gelu, .out = a.out, .residual = a.res2,
-          .weight = p.fcproj_w, .bias = p.fcproj_b});
+    b.op({.kind = OpKind::linear,
+          .name = h + "mlp.c_proj",
+          .inp = a.fch_gelu,
+          .out = a.out,
+          .residual = a.res2,
+          .weight = p.fcproj_w,
+          .bias = p.fcproj_b});
     residual = a.out;
   }
   const int lnf = b.act("ln_f.out", {B, T, C});
   const int lnf_mean = b.act("ln_f.mean", {B, T}), lnf_rstd = b.act("ln_f.rstd", {B, T});
-  b.op({.kind = OpKind::layernorm, .name = "ln_f", .inp = residual, .out = lnf, .weight = lnf_w, .bias = lnf_b,
-        .stat0 = lnf_mean, .stat1 = lnf_rstd});
+  b.op({.kind = OpKind::layernorm,
+        .name = "ln_f",
+        .inp = residual,
+        .out = lnf,
+        .weight = lnf_w,
+        .bias = lnf_b,
+        .stat0 = lnf_mean,
+        .stat1 = lnf_rstd});
 
   // The LM head is tied to wte. Its logits exist one chunk of rows at a time, and the loss's gradient is
   // taken inside the same op, so the step never holds [B*T, Vp] logits.
   const int dlnf = b.act("ln_f.out.grad", {B, T, C});
   g.loss_op = static_cast<int>(g.ops.size());
-  b.op({.kind = OpKind::lm_head_loss, .name = "lm_head", .inp = lnf, .weight = wte,
-        .stat0 = b.tensor("lm_head.losses", {B * T}, Category::workspace), .dinp = dlnf,
-        .scratch = b.scratch("lm_head.logits", std::min(B * T, kLogitsChunkRows) * Vp), .labels = m.targets});
+  b.op({.kind = OpKind::lm_head_loss,
+        .name = "lm_head",
+        .inp = lnf,
+        .weight = wte,
+        .stat0 = b.tensor("lm_head.losses", {B * T}, Category::workspace),
+        .dinp = dlnf,
+        .scratch = b.scratch("lm_head.logits", std::min(B * T, kLogitsChunkRows) * Vp),
+        .labels = m.targets});
 
   // Backward. One residual-stream gradient accumulates through every block, in place.
   const int dres = b.act("residual.grad", {B, T, C});
   b.op({.kind = OpKind::zero, .name = "residual.grad.zero", .out = dres});
-  b.op({.kind = OpKind::layernorm_backward, .name = "ln_f.backward", .inp = residual, .weight = lnf_w,
-        .bias = lnf_b, .stat0 = lnf_mean, .stat1 = lnf_rstd, .dinp = dres, .dout = dlnf});
+  b.op({.kind = OpKind::layernorm_backward,
+        .name = "ln_f.backward",
+        .inp = residual,
+        .weight = lnf_w,
+        .bias = lnf_b,
+        .stat0 = lnf_mean,
+        .stat1 = lnf_rstd,
+        .dinp = dres,
+        .dout = dlnf});
   for (int64_t l = L - 1; l >= 0; --l) {
     const std::string h = "h." + std::to_string(l) + ".";
     const LayerParams& p = lp[l];
@@ -139,31 +201,79 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
     const int datty = b.act(h + "attn.out.grad", {B, T, C});
     const int dqkv = b.act(h + "attn.qkv.grad", {B, T, 3 * C});
     const int dln1 = b.act(h + "ln_1.out.grad", {B, T, C});
-    b.op({.kind = OpKind::linear_backward, .name = h + "mlp.c_proj.backward", .inp = a.fch_gelu,
-          .weight = p.fcproj_w, .bias = p.fcproj_b, .dinp = dfch, .dout = dres});
-    b.op({.kind = OpKind::gelu_backward, .name = h + "mlp.gelu.backward", .inp = a.fch, .dinp = dfch,
+    b.op({.kind = OpKind::linear_backward,
+          .name = h + "mlp.c_proj.backward",
+          .inp = a.fch_gelu,
+          .weight = p.fcproj_w,
+          .bias = p.fcproj_b,
+          .dinp = dfch,
+          .dout = dres});
+    b.op({.kind = OpKind::gelu_backward,
+          .name = h + "mlp.gelu.backward",
+          .inp = a.fch,
+          .dinp = dfch,
           .dout = dfch});
-    b.op({.kind = OpKind::linear_backward, .name = h + "mlp.c_fc.backward", .inp = a.ln2, .weight = p.fc_w,
-          .bias = p.fc_b, .dinp = dln2, .dout = dfch});
-    b.op({.kind = OpKind::layernorm_backward, .name = h + "ln_2.backward", .inp = a.res2, .weight = p.ln2_w,
-          .bias = p.ln2_b, .stat0 = a.ln2_mean, .stat1 = a.ln2_rstd, .dinp = dres, .dout = dln2});
-    b.op({.kind = OpKind::linear_backward, .name = h + "attn.c_proj.backward", .inp = a.atty, .weight = p.proj_w,
-          .bias = p.proj_b, .dinp = datty, .dout = dres});
-    b.op({.kind = OpKind::attention_backward, .name = h + "attn.backward", .inp = a.qkv, .out = a.atty,
-          .stat0 = a.lse, .dinp = dqkv, .dout = datty,
+    b.op({.kind = OpKind::linear_backward,
+          .name = h + "mlp.c_fc.backward",
+          .inp = a.ln2,
+          .weight = p.fc_w,
+          .bias = p.fc_b,
+          .dinp = dln2,
+          .dout = dfch});
+    b.op({.kind = OpKind::layernorm_backward,
+          .name = h + "ln_2.backward",
+          .inp = a.res2,
+          .weight = p.ln2_w,
+          .bias = p.ln2_b,
+          .stat0 = a.ln2_mean,
+          .stat1 = a.ln2_rstd,
+          .dinp = dres,
+          .dout = dln2});
+    b.op({.kind = OpKind::linear_backward,
+          .name = h + "attn.c_proj.backward",
+          .inp = a.atty,
+          .weight = p.proj_w,
+          .bias = p.proj_b,
+          .dinp = datty,
+          .dout = dres});
+    b.op({.kind = OpKind::attention_backward,
+          .name = h + "attn.backward",
+          .inp = a.qkv,
+          .out = a.atty,
+          .stat0 = a.lse,
+          .dinp = dqkv,
+          .dout = datty,
           .scratch = b.scratch(h + "attn.backward.scratch", attn_scratch)});
-    b.op({.kind = OpKind::linear_backward, .name = h + "attn.c_attn.backward", .inp = a.ln1, .weight = p.attn_w,
-          .bias = p.attn_b, .dinp = dln1, .dout = dqkv});
-    b.op({.kind = OpKind::layernorm_backward, .name = h + "ln_1.backward", .inp = a.inp, .weight = p.ln1_w,
-          .bias = p.ln1_b, .stat0 = a.ln1_mean, .stat1 = a.ln1_rstd, .dinp = dres, .dout = dln1});
+    b.op({.kind = OpKind::linear_backward,
+          .name = h + "attn.c_attn.backward",
+          .inp = a.ln1,
+          .weight = p.attn_w,
+          .bias = p.attn_b,
+          .dinp = dln1,
+          .dout = dqkv});
+    b.op({.kind = OpKind::layernorm_backward,
+          .name = h + "ln_1.backward",
+          .inp = a.inp,
+          .weight = p.ln1_w,
+          .bias = p.ln1_b,
+          .stat0 = a.ln1_mean,
+          .stat1 = a.ln1_rstd,
+          .dinp = dres,
+          .dout = dln1});
   }
-  b.op({.kind = OpKind::embedding_backward, .name = "embed.backward", .weight = wte, .bias = wpe, .dout = dres,
+  b.op({.kind = OpKind::embedding_backward,
+        .name = "embed.backward",
+        .weight = wte,
+        .bias = wpe,
+        .dout = dres,
         .labels = m.tokens});
   assign_lifetimes(g);
   return m;
 }
 
-bool gpt2_decays(const TensorDesc& param) { return param.shape.size() == 2; }
+bool gpt2_decays(const TensorDesc& param) {
+  return param.shape.size() == 2;
+}
 
 void init_gpt2_params(const ModelSpec& spec, const Gpt2Graph& model, Allocation& memory, uint64_t seed) {
   const float std_default = 0.02f;

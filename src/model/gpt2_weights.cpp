@@ -29,7 +29,8 @@ bool ignored_name(const std::string& name) {
 
 }  // namespace
 
-void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model, Allocation& memory) {
+void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
+                       Allocation& memory) {
   const SafetensorsReader reader(path);
   std::map<std::string, const TensorEntry*> by_name;
   for (const TensorEntry& e : reader.tensors()) {
@@ -47,11 +48,13 @@ void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
       fail_data(path + ": tensor " + t.name + " has shape " + shape_text(e.shape) + ", expected " +
                 shape_text(expected));
     if (e.dtype != DType::f32)
-      fail_data(path + ": tensor " + t.name + " has dtype " + std::string(dtype_name(e.dtype)) + ", expected F32");
+      fail_data(path + ": tensor " + t.name + " has dtype " + std::string(dtype_name(e.dtype)) +
+                ", expected F32");
     reader.read(e, memory.f32(id));  // padding rows (after the file's rows) keep their zeros
     by_name.erase(it);
   }
-  if (!by_name.empty()) fail_data(path + ": unexpected tensor " + by_name.begin()->first + " for a GPT-2 model");
+  if (!by_name.empty())
+    fail_data(path + ": unexpected tensor " + by_name.begin()->first + " for a GPT-2 model");
 }
 
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,

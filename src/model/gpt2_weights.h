@@ -9,9 +9,10 @@
 namespace mt {
 
 // Reads every parameter; a `transformer.` prefix, the causal-mask buffers (h.N.attn.bias / masked_bias) and a
-// tied lm_head.weight are accepted and ignored. A missing tensor, a wrong shape or dtype, or an unknown tensor
-// is a data error naming the file and the tensor.
-void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model, Allocation& memory);
+// tied lm_head.weight are accepted and ignored. A missing tensor, a wrong shape or dtype, or an unknown
+// tensor is a data error naming the file and the tensor.
+void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
+                       Allocation& memory);
 
 // Writes every parameter (vocabulary padding removed), atomically.
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,

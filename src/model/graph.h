@@ -1,5 +1,5 @@
-// The step schedule as data: a list of ops over the TensorTable's tensors. The executor runs this list, and the
-// lifetimes the Plan packs are read off the same list, so the memory plan and the run cannot disagree.
+// The step schedule as data: a list of ops over the TensorTable's tensors. The executor runs this list, and
+// the lifetimes the Plan packs are read off the same list, so the memory plan and the run cannot disagree.
 #pragma once
 
 #include <string>

@@ -17,7 +17,7 @@ struct Preset {
 // GPT-2's published shapes, and small ones sized for tests and the 2-core demo.
 const std::map<std::string, Preset>& presets() {
   static const std::map<std::string, Preset> table = {
-      {"gpt2", {12, 12, 768, 1024, 50257}},       {"gpt2-medium", {24, 16, 1024, 1024, 50257}},
+      {"gpt2", {12, 12, 768, 1024, 50257}},        {"gpt2-medium", {24, 16, 1024, 1024, 50257}},
       {"gpt2-large", {36, 20, 1280, 1024, 50257}}, {"gpt2-xl", {48, 25, 1600, 1024, 50257}},
       {"gpt2-tiny", {2, 4, 64, 128, 256}},         {"gpt2-demo", {4, 4, 128, 256, 50257}},
   };
@@ -46,8 +46,9 @@ Preset read_config(const std::string& path) {
     fail_usage("--model " + path + ": not valid JSON (" + e.what() + ")");
   }
   if (!config.is_object()) fail_usage("--model " + path + ": expected a JSON object");
-  return {json_dim(config, "n_layer", path), json_dim(config, "n_head", path), json_dim(config, "n_embd", path),
-          json_dim(config, "n_positions", path), json_dim(config, "vocab_size", path)};
+  return {json_dim(config, "n_layer", path), json_dim(config, "n_head", path),
+          json_dim(config, "n_embd", path), json_dim(config, "n_positions", path),
+          json_dim(config, "vocab_size", path)};
 }
 
 }  // namespace
@@ -60,7 +61,7 @@ std::vector<std::string> preset_names() {
 
 int64_t ModelSpec::num_parameters() const {
   const int64_t C = n_embd;
-  const int64_t per_layer = 2 * C            // ln_1
+  const int64_t per_layer = 2 * C                // ln_1
                             + C * 3 * C + 3 * C  // attn.c_attn
                             + C * C + C          // attn.c_proj
                             + 2 * C              // ln_2
@@ -82,8 +83,8 @@ ModelSpec resolve_model(const std::string& model, int64_t pad_vocab_multiple) {
   spec.vocab_size = p.vocab_size;
   spec.padded_vocab_size = (p.vocab_size + pad_vocab_multiple - 1) / pad_vocab_multiple * pad_vocab_multiple;
   if (spec.n_embd % spec.n_head != 0)
-    fail_usage("--model " + model + ": n_embd " + std::to_string(spec.n_embd) + " is not divisible by n_head " +
-               std::to_string(spec.n_head));
+    fail_usage("--model " + model + ": n_embd " + std::to_string(spec.n_embd) +
+               " is not divisible by n_head " + std::to_string(spec.n_head));
   return spec;
 }
 

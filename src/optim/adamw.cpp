@@ -17,10 +17,10 @@ double AdamW::step(const TensorTable& table, Allocation& memory, float lr, int64
   }
   for (const ParamGroup& p : params_) {
     const int64_t offset = memory.grad(p.id) - memory.grads();
-    const kernels::AdamWStep s{lr, config_.beta1, config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
-                               step};
-    kernels::adamw_update(memory.f32(p.id), memory.grad(p.id), memory.adam_m() + offset, memory.adam_v() + offset,
-                          table[p.id].numel(), s);
+    const kernels::AdamWStep s{
+        lr, config_.beta1, config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f, step};
+    kernels::adamw_update(memory.f32(p.id), memory.grad(p.id), memory.adam_m() + offset,
+                          memory.adam_v() + offset, table[p.id].numel(), s);
   }
   return norm;
 }

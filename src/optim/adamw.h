@@ -25,7 +25,8 @@ struct ParamGroup {
 
 class AdamW {
  public:
-  AdamW(const AdamWConfig& config, std::vector<ParamGroup> params) : config_(config), params_(std::move(params)) {}
+  AdamW(const AdamWConfig& config, std::vector<ParamGroup> params)
+      : config_(config), params_(std::move(params)) {}
 
   // Clips the gradients in place (when enabled) and updates weights and moments; returns the gradient norm
   // before clipping. `step` is 1-based.

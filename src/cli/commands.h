@@ -1,0 +1,11 @@
+// The subcommands of the memtrain binary, each registered on the top-level CLI11 app by its own file.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace mt::cli {
+
+void add_train_command(CLI::App& app);
+void add_prepare_command(CLI::App& app);
+
+}  // namespace mt::cli

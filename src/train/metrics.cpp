@@ -1,0 +1,39 @@
+#include "train/metrics.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace mt {
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
+  if (!file_) fail_data(path + ": cannot create: " + std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  const std::string line = record.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    fail_data(path_ + ": write failed: " + std::strerror(errno));
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) fail_data(tmp + ": cannot create: " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
+                  fsync(fileno(f)) == 0;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    fail_data(path + ": write failed: " + std::strerror(errno));
+  }
+}
+
+}  // namespace mt

@@ -1,0 +1,165 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "data/loader.h"
+#include "kernels/matmul.h"
+#include "memory/allocation.h"
+#include "memory/plan.h"
+#include "memory/report.h"
+#include "model/executor.h"
+#include "model/gpt2.h"
+#include "model/gpt2_weights.h"
+#include "optim/schedule.h"
+#include "train/metrics.h"
+
+namespace mt {
+
+namespace {
+
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
+  if (c.train_iters <= 0) fail_usage("--train-iters must be a positive number of steps");
+  if (c.micro_batch <= 0) fail_usage("--micro-batch-size must be positive");
+  if (seq_len <= 0) fail_usage("--seq-length must be positive");
+  if (seq_len > spec.n_positions)
+    fail_usage("--seq-length " + std::to_string(seq_len) + " exceeds the model's " +
+               std::to_string(spec.n_positions) + " positions (n_positions)");
+  if (c.log_interval <= 0) fail_usage("--log-interval must be positive");
+  if (c.eval_interval < 0) fail_usage("--eval-interval must be 0 (off) or positive");
+  if (c.eval_interval > 0 && c.eval_iters <= 0) fail_usage("--eval-iters must be positive when evaluating");
+  if (c.threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
+  if (c.lr < 0 || c.min_lr < 0 || c.min_lr > c.lr)
+    fail_usage("--lr and --min-lr must satisfy 0 <= min-lr <= lr");
+  if (c.warmup_iters < 0) fail_usage("--lr-warmup-iters must not be negative");
+  if (c.adam.beta1 < 0 || c.adam.beta1 >= 1 || c.adam.beta2 < 0 || c.adam.beta2 >= 1)
+    fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
+  if (c.adam.eps <= 0) fail_usage("--adam-eps must be positive");
+  if (c.adam.clip_grad < 0) fail_usage("--clip-grad must be 0 (off) or positive");
+}
+
+double evaluate(Executor& exec, Loader& val, const Gpt2Graph& model, Allocation& memory, int64_t iters) {
+  val.reset();  // the same validation windows every time, so evaluations compare
+  double sum = 0;
+  for (int64_t i = 0; i < iters; ++i) {
+    val.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+    sum += exec.eval_step().loss;
+  }
+  return sum / static_cast<double>(iters);
+}
+
+}  // namespace
+
+void train(const TrainConfig& cfg) {
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const int threads = omp_get_max_threads();
+  const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
+  const int64_t B = cfg.micro_batch, T = cfg.seq_len > 0 ? cfg.seq_len : spec.n_positions;
+  check_flags(cfg, spec, cfg.seq_len == 0 ? T : cfg.seq_len);
+  const LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
+                            parse_decay_style(cfg.decay_style)};
+  const bool evaluating = cfg.eval_interval > 0;
+  const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
+  const std::vector<std::string> val_shards =
+      evaluating ? find_shards(cfg.data, "val") : std::vector<std::string>{};
+
+  // The table: the model's tensors plus the loaders' window buffers; then the one Plan everything follows.
+  Gpt2Graph model = build_gpt2_graph(spec, {B, T, threads});
+  const LoaderConfig train_data{B, T, cfg.shuffle, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
+  const LoaderConfig val_data{B, T, false, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
+  TensorTable& table = model.graph.table;
+  const int train_window =
+      table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
+  const int val_window =
+      evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
+  const Plan plan = make_plan(table, ModelStatePolicy{});
+
+  std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec.name.c_str(),
+              with_commas(spec.num_parameters()).c_str(), with_commas(plan.num_params).c_str(),
+              static_cast<long long>(spec.vocab_size), static_cast<long long>(spec.padded_vocab_size));
+  std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | matmul %s | %zu train shards\n",
+              static_cast<long long>(spec.n_layer), static_cast<long long>(spec.n_head),
+              static_cast<long long>(spec.n_embd), static_cast<long long>(B), static_cast<long long>(T),
+              threads, std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(),
+              train_shards.size());
+  if (cfg.memory_report) {
+    MemoryReport planned{plan.bytes, plan.bytes, plan.activations.size, plan.activations.sum_of_tensors, 0};
+    std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
+  }
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.out, ec);
+  if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
+
+  Allocation memory(table, plan);
+  if (cfg.init_from.empty())
+    init_gpt2_params(spec, model, memory, cfg.seed);
+  else
+    load_gpt2_weights(cfg.init_from, spec, model, memory);
+  Loader train_loader(train_shards, train_data, static_cast<uint16_t*>(memory.data(train_window)));
+  std::unique_ptr<Loader> val_loader;
+  if (evaluating)
+    val_loader =
+        std::make_unique<Loader>(val_shards, val_data, static_cast<uint16_t*>(memory.data(val_window)));
+
+  std::vector<ParamGroup> groups;
+  for (int id : model.params) groups.push_back({id, gpt2_decays(table[id])});
+  AdamW optimizer(cfg.adam, std::move(groups));
+  Executor exec(spec, model.graph, memory);
+  MetricsLog metrics(cfg.out + "/metrics.jsonl");
+
+  for (int64_t step = 1; step <= cfg.train_iters; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+    std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
+    const double loss = exec.train_step(1.0f).loss;
+    const float lr = schedule.at(step);
+    const double grad_norm = optimizer.step(table, memory, lr, step);
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double tokens_per_sec = static_cast<double>(B * T) / (step_ms / 1000.0);
+
+    const bool eval_now = evaluating && (step % cfg.eval_interval == 0 || step == cfg.train_iters);
+    const bool log_now = step % cfg.log_interval == 0 || step == cfg.train_iters || eval_now;
+    if (!log_now) continue;
+    nlohmann::json record = {{"step", step},       {"loss", loss},
+                             {"lr", lr},           {"grad_norm", grad_norm},
+                             {"step_ms", step_ms}, {"tokens_per_sec", tokens_per_sec}};
+    std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %7.1f ms | %7.0f tok/s | rss %s",
+                static_cast<long long>(step), static_cast<long long>(cfg.train_iters), loss, lr, grad_norm,
+                step_ms, tokens_per_sec, human_bytes(peak_rss_bytes()).c_str());
+    if (eval_now) {
+      const double val_loss = evaluate(exec, *val_loader, model, memory, cfg.eval_iters);
+      record["val_loss"] = val_loss;
+      std::printf(" | val loss %.4f", val_loss);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    metrics.write(record);
+  }
+
+  if (!cfg.save_weights.empty()) save_gpt2_weights(cfg.save_weights, spec, model, memory);
+  const MemoryReport report{plan.bytes, memory.measured(), memory.activations().high_water(),
+                            plan.activations.sum_of_tensors, peak_rss_bytes()};
+  std::printf("%s", format_memory_report(report).c_str());
+  write_file_atomically(cfg.out + "/memory.json", memory_report_json(report).dump(2) + "\n");
+  if (report.planned.bytes != report.measured.bytes)
+    throw std::logic_error("measured memory differs from the plan (see " + cfg.out + "/memory.json)");
+}
+
+}  // namespace mt

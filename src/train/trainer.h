@@ -1,0 +1,38 @@
+// The training run: model, data, memory plan, optimizer and the step loop with logging and evaluation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "optim/adamw.h"
+
+namespace mt {
+
+struct TrainConfig {
+  std::string model;                // preset name or config.json
+  int64_t pad_vocab_multiple = 64;  // --make-vocab-size-divisible-by
+  std::string data;                 // shard directory or glob
+  int64_t seq_len = 0;              // 0: the model's n_positions
+  int64_t micro_batch = 4;
+  int64_t train_iters = 0;
+  float lr = 6e-4f;
+  float min_lr = 0.0f;
+  int64_t warmup_iters = 0;
+  std::string decay_style = "cosine";
+  AdamWConfig adam;
+  uint64_t seed = 1234;
+  bool shuffle = true;
+  int64_t log_interval = 1;
+  int64_t eval_interval = 100;  // 0: no evaluation
+  int64_t eval_iters = 10;
+  std::string init_from;       // safetensors to start from
+  std::string save_weights;    // safetensors to write at the end
+  std::string out = "run";     // metrics.jsonl and memory.json
+  int threads = 0;             // 0: every core
+  bool memory_report = false;  // print the plan before training
+};
+
+// Runs the whole training; throws mt::Error for bad input (with nothing half-written).
+void train(const TrainConfig& config);
+
+}  // namespace mt
