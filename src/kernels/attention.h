@@ -10,7 +10,10 @@
 
 namespace mt::kernels {
 
-// Floats of scratch the kernels need (per-thread score rows), for `threads` OpenMP threads.
+// Floats of scratch the kernels need (2*T per thread: a probability row and a score-gradient row), for
+// `threads` OpenMP threads. The kernels index the scratch by omp_get_thread_num(), so they assume their
+// parallel regions get at most `threads` threads: size it with omp_get_max_threads() after the one
+// omp_set_num_threads() call at start, and resize it if the thread count ever changes.
 int64_t attention_scratch_floats(int64_t T, int threads);
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
