@@ -17,11 +17,11 @@ struct LoaderCursor {
 };
 
 struct LoaderConfig {
-  int64_t batch = 1;      // B
-  int64_t seq_len = 1;    // T
-  bool shuffle = true;    // permute shard order and window order each epoch, seeded
+  int64_t batch = 1;    // B
+  int64_t seq_len = 1;  // T
+  bool shuffle = true;  // permute shard order and window order each epoch, seeded
   uint64_t seed = 0;
-  int32_t vocab_size = 0; // tokens >= this are a data error naming the shard
+  int32_t vocab_size = 0;  // tokens >= this are a data error naming the shard
 };
 
 class Loader {

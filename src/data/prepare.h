@@ -10,11 +10,14 @@
 namespace mt {
 
 struct PrepareConfig {
-  std::vector<std::string> inputs;   // text files, read whole, each one a document
+  std::vector<std::string> inputs;  // text files, read whole, each one a document
   std::string out_dir;
-  std::string name = "data";         // shards are named {name}_{train|val}_{NNNNNN}.bin
-  double val_fraction = 0.05;        // the last fraction of the token stream goes to validation
+  std::string name = "data";   // shards are named {name}_{train|val}_{NNNNNN}.bin
+  double val_fraction = 0.05;  // the last fraction of the token stream goes to validation
   int64_t shard_tokens = 100'000'000;
+  // When val_fraction > 0, validation gets at least this many tokens (one loader window, B*T+1) if the
+  // training split keeps at least as many.
+  int64_t min_val_tokens = 1025;
 };
 
 struct PrepareResult {
