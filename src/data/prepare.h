@@ -15,6 +15,9 @@ struct PrepareConfig {
   std::string name = "data";   // shards are named {name}_{train|val}_{NNNNNN}.bin
   double val_fraction = 0.05;  // the last fraction of the token stream goes to validation
   int64_t shard_tokens = 100'000'000;
+  // When val_fraction > 0, validation gets at least this many tokens (one loader window, B*T+1) if the
+  // training split keeps at least as many.
+  int64_t min_val_tokens = 1025;
 };
 
 struct PrepareResult {

@@ -25,4 +25,9 @@ std::unique_ptr<Tokenizer> make_byte_tokenizer();
 // Reads the two files GPT-2 ships; a missing or malformed file is a data error naming it.
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json, const std::string& vocab_bpe);
 
+// GPT-2's pre-tokenizer: the pieces its regex matches, in order (they concatenate back to the text). Letters
+// and numbers are classified exactly in the Unicode blocks listed in pretokenize.cpp; bytes that are not
+// valid UTF-8 are single "other" characters.
+std::vector<std::string_view> gpt2_pretokenize(std::string_view text);
+
 }  // namespace mt

@@ -1,0 +1,191 @@
+// The batch loader. A shard of n tokens holds floor((n - 1) / (B*T)) windows of B*T+1 tokens at offsets
+// k*B*T; each batch is one window read with pread into the caller's buffer. With shuffle, every epoch visits
+// the shards in a seeded permutation and each shard's windows in another, drawn by Fisher-Yates from the
+// counter-based RNG so the order is a pure function of (seed, epoch) and a cursor alone restores it.
+#include "data/loader.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace mt {
+namespace {
+
+constexpr int64_t kHeaderBytes = kShardHeaderInts * sizeof(int32_t);
+
+// The RNG stream of a shuffle: the shard order of an epoch, or the window order of one shard in an epoch.
+uint64_t shard_order_stream(int64_t epoch) {
+  return static_cast<uint64_t>(epoch) << 32;
+}
+uint64_t window_order_stream(int64_t epoch, int64_t shard) {
+  return (static_cast<uint64_t>(epoch) << 32) | static_cast<uint64_t>(shard + 1);
+}
+
+void shuffle(std::vector<uint32_t>& order, size_t n, uint64_t seed, uint64_t stream) {
+  order.resize(n);  // within the capacity reserved at construction
+  std::iota(order.begin(), order.end(), 0u);
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[random_below(seed, stream, i - 1, i)]);
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  LoaderConfig cfg;
+  int64_t bt = 0;  // B*T: tokens per batch, and the stride between windows
+  uint16_t* window = nullptr;
+  std::vector<ShardInfo> shards;
+  std::vector<int64_t> windows;        // per shard, in path order
+  std::vector<uint32_t> shard_order;   // with shuffle: the epoch's shard order (path indices)
+  std::vector<uint32_t> window_order;  // with shuffle: the current shard's window order
+  int64_t shard_order_epoch = -1;
+  int64_t window_order_epoch = -1, window_order_shard = -1;
+  int fd = -1;  // the open shard, in path order
+  int64_t fd_shard = -1;
+
+  ~Impl() {
+    if (fd >= 0) ::close(fd);
+  }
+
+  // Reads count tokens at token offset first of shard s into window.
+  void read(int64_t s, int64_t first, int64_t count) {
+    if (fd_shard != s) {
+      if (fd >= 0) ::close(fd);
+      fd_shard = -1;
+      fd = ::open(shards[s].path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) fail_data("shard " + shards[s].path + ": cannot open: " + std::strerror(errno));
+      fd_shard = s;
+    }
+    char* dst = reinterpret_cast<char*>(window);
+    size_t left = static_cast<size_t>(count) * sizeof(uint16_t);
+    off_t offset = kHeaderBytes + first * static_cast<off_t>(sizeof(uint16_t));
+    while (left > 0) {
+      const ssize_t n = ::pread(fd, dst, left, offset);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fail_data("shard " + shards[s].path + ": cannot read " + std::to_string(left) + " bytes at offset " +
+                  std::to_string(offset) +
+                  (n < 0 ? std::string(": ") + std::strerror(errno) : ": file shrank"));
+      }
+      dst += n, left -= static_cast<size_t>(n), offset += n;
+    }
+  }
+
+  // Every token must be a valid id; checked once, a window-sized chunk at a time.
+  void scan(int64_t s) {
+    const int64_t chunk = bt + 1;
+    for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
+      const int64_t count = std::min(chunk, shards[s].num_tokens - first);
+      read(s, first, count);
+      for (int64_t i = 0; i < count; ++i) {
+        if (window[i] >= cfg.vocab_size) {
+          fail_data("shard " + shards[s].path + ": token " + std::to_string(window[i]) + " at position " +
+                    std::to_string(first + i) + " is not below the vocabulary size " +
+                    std::to_string(cfg.vocab_size));
+        }
+      }
+    }
+  }
+
+  // The path index of the shard at position pos of the epoch's order (drawing the order if needed).
+  int64_t shard_at(int64_t epoch, int64_t pos) {
+    if (!cfg.shuffle) return pos;
+    if (shard_order_epoch != epoch) {
+      shuffle(shard_order, shards.size(), cfg.seed, shard_order_stream(epoch));
+      shard_order_epoch = epoch;
+    }
+    return shard_order[pos];
+  }
+
+  int64_t window_at(int64_t epoch, int64_t s, int64_t pos) {
+    if (!cfg.shuffle) return pos;
+    if (window_order_epoch != epoch || window_order_shard != s) {
+      shuffle(window_order, windows[s], cfg.seed, window_order_stream(epoch, s));
+      window_order_epoch = epoch, window_order_shard = s;
+    }
+    return window_order[pos];
+  }
+};
+
+Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, uint16_t* window_buffer) {
+  if (cfg.batch < 1 || cfg.seq_len < 1 || cfg.batch > std::numeric_limits<int32_t>::max() / cfg.seq_len) {
+    fail_usage("loader: batch " + std::to_string(cfg.batch) + " x seq_len " + std::to_string(cfg.seq_len) +
+               " must be positive and fit a shard");
+  }
+  if (cfg.vocab_size < 1 || cfg.vocab_size > 65536) {
+    fail_usage("loader: vocab_size " + std::to_string(cfg.vocab_size) + " must be in [1, 65536]");
+  }
+  if (shard_paths.empty()) fail_usage("loader: no shards given");
+  if (shard_paths.size() > std::numeric_limits<uint32_t>::max()) fail_usage("loader: too many shards");
+  auto impl = std::make_unique<Impl>();
+  impl->cfg = cfg;
+  impl->bt = cfg.batch * cfg.seq_len;
+  impl->window = window_buffer;
+  int64_t max_windows = 0;
+  for (const std::string& path : shard_paths) {
+    impl->shards.push_back(open_shard(path));
+    const int64_t n = impl->shards.back().num_tokens;
+    if (n < impl->bt + 1) {
+      fail_data("shard " + path + ": " + std::to_string(n) +
+                " tokens, fewer than one window of B*T+1 = " + std::to_string(impl->bt + 1));
+    }
+    impl->windows.push_back((n - 1) / impl->bt);
+    max_windows = std::max(max_windows, impl->windows.back());
+  }
+  for (size_t s = 0; s < impl->shards.size(); ++s) impl->scan(static_cast<int64_t>(s));
+  if (cfg.shuffle) {
+    impl->shard_order.reserve(impl->shards.size());
+    impl->window_order.reserve(static_cast<size_t>(max_windows));
+  }
+  impl_ = impl.release();
+}
+
+Loader::~Loader() {
+  delete impl_;
+}
+
+void Loader::next_batch(int32_t* inputs, int32_t* targets) {
+  const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
+  const int64_t w = impl_->window_at(cursor_.epoch, s, cursor_.window);
+  const int64_t bt = impl_->bt;
+  impl_->read(s, w * bt, bt + 1);
+  const uint16_t* window = impl_->window;
+  for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
+  if (++cursor_.window == impl_->windows[s]) {
+    cursor_.window = 0;
+    if (++cursor_.shard == static_cast<int64_t>(impl_->shards.size())) cursor_.shard = 0, ++cursor_.epoch;
+  }
+}
+
+void Loader::set_cursor(const LoaderCursor& cursor) {
+  const int64_t num_shards = static_cast<int64_t>(impl_->shards.size());
+  const std::string where = "loader cursor (epoch " + std::to_string(cursor.epoch) + ", shard " +
+                            std::to_string(cursor.shard) + ", window " + std::to_string(cursor.window) + ")";
+  if (cursor.epoch < 0 || cursor.epoch > std::numeric_limits<uint32_t>::max() || cursor.shard < 0 ||
+      cursor.shard >= num_shards) {
+    fail_data(where + " is out of range: expected epoch >= 0 and shard in [0, " + std::to_string(num_shards) +
+              ")");
+  }
+  const int64_t windows = impl_->windows[impl_->shard_at(cursor.epoch, cursor.shard)];
+  if (cursor.window < 0 || cursor.window >= windows) {
+    fail_data(where + " is out of range: that shard has " + std::to_string(windows) + " windows");
+  }
+  cursor_ = cursor;
+}
+
+int64_t Loader::windows_in_shard(int64_t shard_index) const {
+  if (shard_index < 0 || shard_index >= static_cast<int64_t>(impl_->windows.size())) {
+    fail_usage("loader: shard index " + std::to_string(shard_index) + " is out of range");
+  }
+  return impl_->windows[shard_index];
+}
+
+}  // namespace mt

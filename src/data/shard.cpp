@@ -1,0 +1,122 @@
+// Token shards in llm.c's format: reading the header and checking it against the file size, atomic writing,
+// and finding a split's shards.
+#include "data/shard.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+constexpr int64_t kHeaderBytes = kShardHeaderInts * sizeof(int32_t);
+
+[[noreturn]] void fail_shard(const std::string& path, const std::string& what) {
+  fail_data("shard " + path + ": " + what);
+}
+
+void write_all(int fd, const char* data, size_t size, const std::string& path) {
+  while (size > 0) {
+    const ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail_shard(path, std::string("write failed: ") + std::strerror(errno));
+    data += n, size -= static_cast<size_t>(n);
+  }
+}
+
+// fsync of the directory makes the rename itself durable.
+void sync_dir(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    fail_usage("shard " + path + ": " + std::to_string(tokens.size()) + " tokens do not fit the int32 count");
+  }
+  int32_t header[kShardHeaderInts] = {kShardMagic, kShardVersion, static_cast<int32_t>(tokens.size())};
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_shard(tmp, std::string("cannot create: ") + std::strerror(errno));
+  try {
+    write_all(fd, reinterpret_cast<const char*>(header), sizeof(header), tmp);
+    write_all(fd, reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t), tmp);
+    if (::fsync(fd) != 0) fail_shard(tmp, std::string("fsync failed: ") + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    fail_shard(path, std::string("cannot rename from ") + tmp + ": " + std::strerror(err));
+  }
+  sync_dir(path);
+}
+
+ShardInfo open_shard(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail_shard(path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  int32_t header[kShardHeaderInts];
+  const bool stat_ok = ::fstat(fd, &st) == 0;
+  const ssize_t got = stat_ok ? ::pread(fd, header, sizeof(header), 0) : -1;
+  ::close(fd);
+  if (!stat_ok || got < 0) fail_shard(path, std::string("cannot read: ") + std::strerror(errno));
+  if (got < kHeaderBytes) {
+    fail_shard(path, "file is " + std::to_string(st.st_size) + " bytes, shorter than the " +
+                         std::to_string(kHeaderBytes) + "-byte header");
+  }
+  if (header[0] != kShardMagic) {
+    fail_shard(path,
+               "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) + ")");
+  }
+  if (header[1] != kShardVersion) {
+    fail_shard(path, "bad version " + std::to_string(header[1]) + " (expected " +
+                         std::to_string(kShardVersion) + ")");
+  }
+  if (header[2] < 0) fail_shard(path, "negative token count " + std::to_string(header[2]));
+  const int64_t expected = kHeaderBytes + int64_t{header[2]} * int64_t(sizeof(uint16_t));
+  if (st.st_size != expected) {
+    fail_shard(path, std::string(st.st_size < expected ? "truncated" : "oversized") + ": header says " +
+                         std::to_string(header[2]) + " tokens, expected " + std::to_string(expected) +
+                         " bytes, file has " + std::to_string(st.st_size));
+  }
+  return {path, header[2]};
+}
+
+std::vector<std::string> find_shards(const std::string& dir_or_glob, const std::string& split) {
+  const bool is_dir = std::filesystem::is_directory(dir_or_glob);
+  const std::string pattern = is_dir ? dir_or_glob + "/*_" + split + "_*.bin" : dir_or_glob;
+  glob_t matches{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> paths;
+  if (rc == 0) paths.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  ::globfree(&matches);
+  if (paths.empty()) {
+    fail_data(is_dir ? "no " + split + " shards in " + dir_or_glob + " (expected files named *_" + split +
+                           "_*.bin)"
+                     : "no " + split + " shards match " + dir_or_glob);
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace mt
