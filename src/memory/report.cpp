@@ -48,8 +48,9 @@ std::string format_memory_report(const MemoryReport& r) {
   out << line;
   out << "activation arena peak " << human_bytes(r.arena_peak_bytes)
       << " (tensors without lifetime packing: " << human_bytes(r.activations_sum_bytes) << ")\n";
-  out << "process peak RSS " << human_bytes(r.peak_rss_bytes)
-      << " (includes code, libraries and their buffers)\n";
+  if (r.peak_rss_bytes > 0)
+    out << "process peak RSS " << human_bytes(r.peak_rss_bytes)
+        << " (includes code, libraries and their buffers)\n";
   return out.str();
 }
 
