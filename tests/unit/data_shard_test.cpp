@@ -1,0 +1,78 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <fstream>
+
+#include "data/shard.h"
+#include "data_test_util.h"
+
+namespace mt {
+namespace {
+
+std::vector<int32_t> read_header(const std::string& path) {
+  std::vector<int32_t> header(kShardHeaderInts);
+  std::ifstream(path, std::ios::binary).read(reinterpret_cast<char*>(header.data()), header.size() * 4);
+  return header;
+}
+
+void patch_int(const std::string& path, int64_t index, int32_t value) {
+  std::fstream f(path, std::ios::binary | std::ios::in | std::ios::out);
+  f.seekp(index * 4);
+  f.write(reinterpret_cast<const char*>(&value), 4);
+}
+
+TEST(DataShard, WriteThenOpenRoundTrips) {
+  test::TempDir dir;
+  const std::string path = dir.file("x_train_000000.bin");
+  const std::vector<uint16_t> tokens = {1, 2, 65535, 0, 42};
+  write_shard(path, tokens);
+  const std::vector<int32_t> header = read_header(path);
+  EXPECT_EQ(header[0], kShardMagic);
+  EXPECT_EQ(header[1], kShardVersion);
+  EXPECT_EQ(header[2], 5);
+  const ShardInfo info = open_shard(path);
+  EXPECT_EQ(info.path, path);
+  EXPECT_EQ(info.num_tokens, 5);
+  std::vector<uint16_t> body(5);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(kShardHeaderInts * 4);
+  in.read(reinterpret_cast<char*>(body.data()), 10);
+  EXPECT_EQ(body, tokens);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(DataShard, BadMagicVersionAndSizeNameTheFile) {
+  test::TempDir dir;
+  const std::string path = dir.file("x_train_000000.bin");
+  write_shard(path, {1, 2, 3});
+  patch_int(path, 0, 123);
+  test::expect_data_error([&] { open_shard(path); }, path + ": bad magic 123 (expected 20240520)");
+  patch_int(path, 0, kShardMagic);
+  patch_int(path, 1, 7);
+  test::expect_data_error([&] { open_shard(path); }, path + ": bad version 7");
+  patch_int(path, 1, kShardVersion);
+  ASSERT_EQ(::truncate(path.c_str(), kShardHeaderInts * 4 + 4), 0);
+  test::expect_data_error([&] { open_shard(path); }, path + ": truncated");
+  test::expect_data_error([&] { open_shard(path); }, "expected 1030 bytes, file has 1028");
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  test::expect_data_error([&] { open_shard(path); }, path);
+  test::expect_data_error([&] { open_shard(dir.file("missing.bin")); }, dir.file("missing.bin"));
+}
+
+TEST(DataShard, FindShardsInDirectoryAndGlob) {
+  test::TempDir dir;
+  for (const char* name : {"a_train_000001.bin", "a_train_000000.bin", "a_val_000000.bin", "notes.txt"}) {
+    test::write_text(dir.file(name), "");
+  }
+  EXPECT_EQ(find_shards(dir.path(), "train"),
+            (std::vector<std::string>{dir.file("a_train_000000.bin"), dir.file("a_train_000001.bin")}));
+  EXPECT_EQ(find_shards(dir.path(), "val"), (std::vector<std::string>{dir.file("a_val_000000.bin")}));
+  EXPECT_EQ(find_shards(dir.file("*_000001.bin"), "train"),
+            (std::vector<std::string>{dir.file("a_train_000001.bin")}));
+  test::TempDir empty;
+  test::expect_data_error([&] { find_shards(empty.path(), "train"); }, "no train shards in " + empty.path());
+  test::expect_data_error([&] { find_shards(empty.file("*.bin"), "val"); }, empty.file("*.bin"));
+}
+
+}  // namespace
+}  // namespace mt
