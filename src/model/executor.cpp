@@ -33,6 +33,21 @@ StepResult Executor::eval_step() {
   return {loss_sum / static_cast<double>(graph_.table[graph_.ops[graph_.loss_op].labels].numel())};
 }
 
+void Executor::forward_logits(float* logits) {
+  double unused = 0;
+  const Op& head = graph_.ops[graph_.loss_op];
+  for (int i = 0; i < graph_.loss_op; ++i) {
+    memory_.begin_op(i);
+    run(graph_.ops[i], /*training=*/false, 0.0f, unused);
+    memory_.end_op(i);
+  }
+  memory_.begin_op(graph_.loss_op);  // binds the head's input as the loss op would
+  const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  kernels::gemm(false, true, N, Vp, C, 1.0f, memory_.f32(head.inp), C, memory_.f32(head.weight), C, 0.0f,
+                logits, Vp);
+  memory_.reset_arenas();
+}
+
 void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
   const int64_t N = table[op.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;

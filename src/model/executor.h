@@ -24,6 +24,8 @@ class Executor {
   StepResult train_step(float grad_scale);
   // Forward and loss only.
   StepResult eval_step();
+  // The forward pass's logits for the whole batch, [B*T, Vp] into the caller's buffer (tests, sampling).
+  void forward_logits(float* logits);
 
  private:
   void run(const Op& op, bool training, float grad_scale, double& loss_sum);

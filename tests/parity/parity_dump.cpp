@@ -1,0 +1,106 @@
+// Runs memtrain's GPT-2 on given weights and batches and writes what the PyTorch reference compares:
+// the first batch's logits, loss and every parameter gradient, then the losses of `steps` AdamW steps.
+//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors
+// BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T].
+#include <omp.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "memory/allocation.h"
+#include "memory/plan.h"
+#include "model/executor.h"
+#include "model/gpt2.h"
+#include "model/gpt2_weights.h"
+#include "optim/adamw.h"
+#include "optim/schedule.h"
+
+namespace {
+
+using namespace mt;
+
+struct Output {
+  std::vector<SafetensorsWriter::Item> items;
+  std::vector<std::vector<float>> data;
+  void add(const std::string& name, std::vector<int64_t> shape, const float* src, int64_t n) {
+    items.push_back({name, DType::f32, std::move(shape)});
+    data.emplace_back(src, src + n);
+  }
+};
+
+int run(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr, "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT\n");
+    return 2;
+  }
+  const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
+  const ModelSpec spec = resolve_model(argv[1], 64);
+  Gpt2Graph model = build_gpt2_graph(spec, {B, T, omp_get_max_threads()});
+  const Plan plan = make_plan(model.graph.table, ModelStatePolicy{});
+  Allocation memory(model.graph.table, plan);
+  load_gpt2_weights(argv[2], spec, model, memory);
+
+  std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
+  std::ifstream in(argv[3], std::ios::binary);
+  in.read(reinterpret_cast<char*>(batches.data()), static_cast<std::streamsize>(batches.size() * 4));
+  if (!in) throw std::runtime_error("short batches file");
+  auto load_batch = [&](int64_t s) {
+    std::memcpy(memory.i32(model.tokens), &batches[s * 2 * B * T], B * T * 4);
+    std::memcpy(memory.i32(model.targets), &batches[(s * 2 + 1) * B * T], B * T * 4);
+  };
+
+  Executor exec(spec, model.graph, memory);
+  Output out;
+  load_batch(0);
+  std::vector<float> logits(B * T * spec.padded_vocab_size);
+  exec.forward_logits(logits.data());
+  std::vector<float> real(B * T * spec.vocab_size);  // without the padded columns
+  for (int64_t r = 0; r < B * T; ++r)
+    std::memcpy(&real[r * spec.vocab_size], &logits[r * spec.padded_vocab_size], spec.vocab_size * 4);
+  out.add("logits", {B * T, spec.vocab_size}, real.data(), static_cast<int64_t>(real.size()));
+
+  const float loss = static_cast<float>(exec.train_step(1.0f).loss);
+  out.add("loss", {1}, &loss, 1);
+  for (int id : model.params) {
+    const TensorDesc& t = model.graph.table[id];
+    const int64_t rows = t.name == "wte.weight" ? spec.vocab_size : t.shape[0];
+    std::vector<int64_t> shape = t.shape;
+    shape[0] = rows;
+    out.add("grad." + t.name, shape, memory.grad(id), t.numel() / t.shape[0] * rows);
+  }
+
+  // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
+  std::vector<ParamGroup> groups;
+  for (int id : model.params) groups.push_back({id, gpt2_decays(model.graph.table[id])});
+  AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
+  const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
+  std::vector<float> losses, norms;
+  for (int64_t s = 1; s <= steps; ++s) {
+    load_batch(s - 1);
+    std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
+    losses.push_back(static_cast<float>(exec.train_step(1.0f).loss));
+    norms.push_back(static_cast<float>(optimizer.step(model.graph.table, memory, schedule.at(s), s)));
+  }
+  out.add("losses", {steps}, losses.data(), steps);
+  out.add("grad_norms", {steps}, norms.data(), steps);
+
+  SafetensorsWriter writer(argv[7], out.items);
+  for (const auto& d : out.data) writer.write_next(d.data(), d.size() * 4);
+  writer.finish();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "parity_dump: %s\n", e.what());
+    return 1;
+  }
+}
