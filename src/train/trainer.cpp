@@ -102,10 +102,6 @@ void train(const TrainConfig& cfg) {
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.out, ec);
-  if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
-
   Allocation memory(table, plan);
   if (cfg.init_from.empty())
     init_gpt2_params(spec, model, memory, cfg.seed);
@@ -121,6 +117,10 @@ void train(const TrainConfig& cfg) {
   for (int id : model.params) groups.push_back({id, gpt2_decays(table[id])});
   AdamW optimizer(cfg.adam, std::move(groups));
   Executor exec(spec, model.graph, memory);
+  // Only now, with every input read and checked, does the run write anything.
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.out, ec);
+  if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   MetricsLog metrics(cfg.out + "/metrics.jsonl");
 
   for (int64_t step = 1; step <= cfg.train_iters; ++step) {
