@@ -12,7 +12,6 @@
 #include <cstring>
 #include <limits>
 #include <memory>
-#include <numeric>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -30,10 +29,24 @@ uint64_t window_order_stream(int64_t epoch, int64_t shard) {
   return (static_cast<uint64_t>(epoch) << 32) | static_cast<uint64_t>(shard + 1);
 }
 
-void shuffle(std::vector<uint32_t>& order, size_t n, uint64_t seed, uint64_t stream) {
-  order.resize(n);  // within the capacity reserved at construction
-  std::iota(order.begin(), order.end(), 0u);
-  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[random_below(seed, stream, i - 1, i)]);
+// Position pos of a seeded permutation of [0, n), computed without storing the permutation: a balanced
+// Feistel network is a bijection on 2^(2h) values, and walking the cycle until the value falls below n
+// restricts it to a bijection on [0, n). 2^(2h) < 4n, so the walk takes under four rounds on average.
+int64_t permute(int64_t pos, int64_t n, uint64_t seed, uint64_t stream) {
+  int h = 1;
+  while ((int64_t{1} << (2 * h)) < n) ++h;
+  const uint64_t mask = (uint64_t{1} << h) - 1;
+  uint64_t x = static_cast<uint64_t>(pos);
+  do {
+    uint64_t left = x >> h, right = x & mask;
+    for (uint64_t round = 0; round < 4; ++round) {
+      const uint64_t next = left ^ (random_bits(seed, stream, (round << 40) | right) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << h) | right;
+  } while (x >= static_cast<uint64_t>(n));
+  return static_cast<int64_t>(x);
 }
 
 }  // namespace
@@ -43,12 +56,8 @@ struct Loader::Impl {
   int64_t bt = 0;  // B*T: tokens per batch, and the stride between windows
   uint16_t* window = nullptr;
   std::vector<ShardInfo> shards;
-  std::vector<int64_t> windows;        // per shard, in path order
-  std::vector<uint32_t> shard_order;   // with shuffle: the epoch's shard order (path indices)
-  std::vector<uint32_t> window_order;  // with shuffle: the current shard's window order
-  int64_t shard_order_epoch = -1;
-  int64_t window_order_epoch = -1, window_order_shard = -1;
-  int fd = -1;  // the open shard, in path order
+  std::vector<int64_t> windows;  // per shard, in path order
+  int fd = -1;                   // the open shard, in path order
   int64_t fd_shard = -1;
 
   ~Impl() {
@@ -95,23 +104,15 @@ struct Loader::Impl {
     }
   }
 
-  // The path index of the shard at position pos of the epoch's order (drawing the order if needed).
-  int64_t shard_at(int64_t epoch, int64_t pos) {
+  // The path index of the shard at position pos of the epoch's order.
+  int64_t shard_at(int64_t epoch, int64_t pos) const {
     if (!cfg.shuffle) return pos;
-    if (shard_order_epoch != epoch) {
-      shuffle(shard_order, shards.size(), cfg.seed, shard_order_stream(epoch));
-      shard_order_epoch = epoch;
-    }
-    return shard_order[pos];
+    return permute(pos, static_cast<int64_t>(shards.size()), cfg.seed, shard_order_stream(epoch));
   }
 
-  int64_t window_at(int64_t epoch, int64_t s, int64_t pos) {
+  int64_t window_at(int64_t epoch, int64_t s, int64_t pos) const {
     if (!cfg.shuffle) return pos;
-    if (window_order_epoch != epoch || window_order_shard != s) {
-      shuffle(window_order, windows[s], cfg.seed, window_order_stream(epoch, s));
-      window_order_epoch = epoch, window_order_shard = s;
-    }
-    return window_order[pos];
+    return permute(pos, windows[s], cfg.seed, window_order_stream(epoch, s));
   }
 };
 
@@ -129,7 +130,6 @@ Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, ui
   impl->cfg = cfg;
   impl->bt = cfg.batch * cfg.seq_len;
   impl->window = window_buffer;
-  int64_t max_windows = 0;
   for (const std::string& path : shard_paths) {
     impl->shards.push_back(open_shard(path));
     const int64_t n = impl->shards.back().num_tokens;
@@ -138,13 +138,8 @@ Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, ui
                 " tokens, fewer than one window of B*T+1 = " + std::to_string(impl->bt + 1));
     }
     impl->windows.push_back((n - 1) / impl->bt);
-    max_windows = std::max(max_windows, impl->windows.back());
   }
   for (size_t s = 0; s < impl->shards.size(); ++s) impl->scan(static_cast<int64_t>(s));
-  if (cfg.shuffle) {
-    impl->shard_order.reserve(impl->shards.size());
-    impl->window_order.reserve(static_cast<size_t>(max_windows));
-  }
   impl_ = impl.release();
 }
 
