@@ -8,5 +8,5 @@ scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 MEMTRAIN_BUILD_DIR=build-asan MEMTRAIN_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug -DMEMTRAIN_SANITIZE=ON" scripts/setup.sh
-# Sanitized runs of the parity and end-to-end tests are slow; the unit tests cover the same code paths.
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L unit
+# Sanitized: the unit and command-line tests (the parity tests add torch, not memtrain code paths).
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "unit|cli"
