@@ -1,0 +1,151 @@
+#!/usr/bin/python3
+"""GPT-2 124M trained in plain PyTorch (fp32, CPU): the baseline bench_gpt2.sh compares memtrain with.
+
+Run with Debian's /usr/bin/python3 (torch 1.13). Reads one llm.c shard in order, times the steps after
+the warmup ones, and prints one JSON object on stdout.
+"""
+import argparse
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+SHARD_HEADER_INT32S = 256
+
+
+class Block(nn.Module):
+    def __init__(self, channels, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(channels)
+        self.qkv = nn.Linear(channels, 3 * channels)
+        self.attn_proj = nn.Linear(channels, channels)
+        self.ln2 = nn.LayerNorm(channels)
+        self.fc = nn.Linear(channels, 4 * channels)
+        self.mlp_proj = nn.Linear(4 * channels, channels)
+
+    def attention(self, x, mask):
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        # (B, T, C) -> (B, H, T, C/H)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
+        # torch 1.13 has no scaled_dot_product_attention, so mask and softmax explicitly.
+        scores = scores.masked_fill(mask[:t, :t], float("-inf"))
+        y = F.softmax(scores, dim=-1) @ v
+        return self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    def forward(self, x, mask):
+        x = x + self.attention(self.ln1(x), mask)
+        return x + self.mlp_proj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT2(nn.Module):
+    def __init__(self, vocab, positions, layers, heads, channels):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, channels)
+        self.wpe = nn.Embedding(positions, channels)
+        self.blocks = nn.ModuleList(Block(channels, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(channels)
+        # True above the diagonal: the future positions a token may not attend to.
+        self.register_buffer("mask", torch.ones(positions, positions, dtype=torch.bool).triu(1), persistent=False)
+        self.init_weights(layers)
+
+    def init_weights(self, layers):
+        for name, p in self.named_parameters():
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif "ln" in name:
+                nn.init.ones_(p)
+            else:
+                # GPT-2 scales the projections that feed the residual stream by depth.
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+                nn.init.normal_(p, std=std)
+
+    def forward(self, idx, targets):
+        t = idx.size(1)
+        x = self.wte(idx) + self.wpe(torch.arange(t))
+        for block in self.blocks:
+            x = block(x, self.mask)
+        logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def shard_tokens(path):
+    header = np.fromfile(path, dtype=np.int32, count=SHARD_HEADER_INT32S)
+    count = int(header[2])
+    return np.fromfile(path, dtype=np.uint16, count=count, offset=SHARD_HEADER_INT32S * 4)
+
+
+def batches(tokens, b, t):
+    """Consecutive (B, T) windows with next-token targets, wrapping at the end of the shard."""
+    span = b * t
+    if len(tokens) < span + 1:
+        raise SystemExit(f"shard has {len(tokens)} tokens, a batch needs {span + 1}")
+    pos = 0
+    while True:
+        if pos + span + 1 > len(tokens):
+            pos = 0
+        chunk = torch.from_numpy(tokens[pos : pos + span + 1].astype(np.int64))
+        yield chunk[:-1].view(b, t), chunk[1:].view(b, t)
+        pos += span
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2, help="steps run before timing starts")
+    ap.add_argument("--steps", type=int, default=5, help="timed steps")
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--vocab", type=int, default=50304, help="50257 padded like memtrain's default")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(1234)
+    model = GPT2(args.vocab, 1024, 12, 12, 768)
+    # Same optimizer settings as memtrain's defaults, so both do the same work per step.
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+    data = batches(shard_tokens(args.shard), args.batch, args.seq)
+
+    step_ms, losses = [], []
+    for step in range(args.warmup + args.steps):
+        x, y = next(data)
+        start = time.perf_counter()
+        loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        ms = (time.perf_counter() - start) * 1e3
+        losses.append(loss.item())
+        print(f"torch step {step + 1}: loss {losses[-1]:.4f} {ms:.1f} ms", file=sys.stderr)
+        if step >= args.warmup:
+            step_ms.append(ms)
+
+    print(json.dumps({
+        "torch_version": torch.__version__,
+        "threads": args.threads,
+        "batch": args.batch,
+        "seq": args.seq,
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+        "step_ms": step_ms,
+        "step_ms_median": statistics.median(step_ms),
+        "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),
+        "losses": losses,
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }))
+
+
+if __name__ == "__main__":
+    main()
