@@ -14,6 +14,7 @@ packages=(
   libopenmpi-dev openmpi-bin                       # collectives
   python3-torch python3-numpy                      # the reference in parity tests and bench/
   fortunes                                         # English text for the demo
+  jq                                               # bench/ reads the runs' JSON
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -8,5 +8,4 @@ scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 MEMTRAIN_BUILD_DIR=build-asan MEMTRAIN_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug -DMEMTRAIN_SANITIZE=ON" scripts/setup.sh
-# Sanitized: the unit and command-line tests (the parity tests add torch, not memtrain code paths).
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -L "unit|cli"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs"
