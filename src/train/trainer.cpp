@@ -69,8 +69,8 @@ void train(const TrainConfig& cfg) {
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = omp_get_max_threads();
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
-  const int64_t B = cfg.micro_batch, T = cfg.seq_len > 0 ? cfg.seq_len : spec.n_positions;
-  check_flags(cfg, spec, cfg.seq_len == 0 ? T : cfg.seq_len);
+  const int64_t B = cfg.micro_batch, T = cfg.seq_len != 0 ? cfg.seq_len : spec.n_positions;
+  check_flags(cfg, spec, T);
   const LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                             parse_decay_style(cfg.decay_style)};
   const bool evaluating = cfg.eval_interval > 0;
