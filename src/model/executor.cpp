@@ -12,35 +12,33 @@
 
 namespace mt {
 
-StepResult Executor::train_step(float grad_scale) {
+double Executor::run_ops(int end, bool training, float grad_scale) {
   double loss_sum = 0;
-  for (int i = 0; i < static_cast<int>(graph_.ops.size()); ++i) {
+  for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
-    run(graph_.ops[i], /*training=*/true, grad_scale, loss_sum);
+    run(graph_.ops[i], training, grad_scale, loss_sum);
     memory_.end_op(i);
   }
-  return {loss_sum / static_cast<double>(graph_.table[graph_.ops[graph_.loss_op].labels].numel())};
+  return loss_sum;
+}
+
+double Executor::mean_loss(double loss_sum) const {
+  return loss_sum / static_cast<double>(graph_.table[graph_.ops[graph_.loss_op].labels].numel());
+}
+
+StepResult Executor::train_step(float grad_scale) {
+  return {mean_loss(run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale))};
 }
 
 StepResult Executor::eval_step() {
-  double loss_sum = 0;
-  for (int i = 0; i <= graph_.loss_op; ++i) {
-    memory_.begin_op(i);
-    run(graph_.ops[i], /*training=*/false, 0.0f, loss_sum);
-    memory_.end_op(i);
-  }
+  const double loss_sum = run_ops(graph_.loss_op + 1, /*training=*/false, 0.0f);
   memory_.reset_arenas();  // tensors kept for a backward that does not come
-  return {loss_sum / static_cast<double>(graph_.table[graph_.ops[graph_.loss_op].labels].numel())};
+  return {mean_loss(loss_sum)};
 }
 
 void Executor::forward_logits(float* logits) {
-  double unused = 0;
+  run_ops(graph_.loss_op, /*training=*/false, 0.0f);
   const Op& head = graph_.ops[graph_.loss_op];
-  for (int i = 0; i < graph_.loss_op; ++i) {
-    memory_.begin_op(i);
-    run(graph_.ops[i], /*training=*/false, 0.0f, unused);
-    memory_.end_op(i);
-  }
   memory_.begin_op(graph_.loss_op);  // binds the head's input as the loss op would
   const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
   kernels::gemm(false, true, N, Vp, C, 1.0f, memory_.f32(head.inp), C, memory_.f32(head.weight), C, 0.0f,

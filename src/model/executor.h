@@ -28,6 +28,9 @@ class Executor {
   void forward_logits(float* logits);
 
  private:
+  // Runs ops [0, end) with their tensors bound and released; returns the sum of per-position losses.
+  double run_ops(int end, bool training, float grad_scale);
+  double mean_loss(double loss_sum) const;
   void run(const Op& op, bool training, float grad_scale, double& loss_sum);
   void lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum);
 
