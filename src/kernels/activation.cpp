@@ -1,4 +1,4 @@
-// GELU with the tanh approximation GPT-2 uses, its exact derivative, and the residual add.
+// GELU with the tanh approximation GPT-2 uses, and its exact derivative.
 #include "kernels/activation.h"
 
 #include <cmath>
@@ -15,7 +15,8 @@ constexpr float kGeluCubic = 0.044715f;
 
 }  // namespace
 
-void gelu_forward(float* out, const float* inp, int64_t n) {
+template <>
+void gelu_forward<float>(float* out, const float* inp, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -24,7 +25,8 @@ void gelu_forward(float* out, const float* inp, int64_t n) {
   }
 }
 
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) {
+template <>
+void gelu_backward<float>(float* dinp, const float* inp, const float* dout, int64_t n) {
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -32,11 +34,6 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n) 
     const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * x * x);
     dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
   }
-}
-
-void add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 }  // namespace mt::kernels

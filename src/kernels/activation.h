@@ -3,14 +3,16 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace mt::kernels {
 
-void gelu_forward(float* out, const float* inp, int64_t n);
+// T is the storage type (float, bf16 or f16); the arithmetic is fp32.
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n);
 
 // dinp = dout * gelu'(inp). dinp may alias dout (in-place backward).
-void gelu_backward(float* dinp, const float* inp, const float* dout, int64_t n);
-
-// out = a + b; out may alias a or b.
-void add(float* out, const float* a, const float* b, int64_t n);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n);
 
 }  // namespace mt::kernels

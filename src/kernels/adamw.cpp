@@ -19,7 +19,10 @@ inline float lerp(float self, float end, float weight) {
 
 }  // namespace
 
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s) {
+template <>
+void adamw_update<float, float, float>(float* master, float* param, const float* grad, float* m, float* v,
+                                       int64_t n, const AdamWStep& s, const AdamWRounding& /*rounding*/) {
+  if (master) param = master;
   // The scalars are Python floats (doubles) in torch, rounded to float where they meet a tensor.
   const double lr = s.lr, beta1 = s.beta1, beta2 = s.beta2;
   const float decay = static_cast<float>(1.0 - lr * s.weight_decay);
@@ -32,7 +35,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   const float eps = s.eps;
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * s.grad_multiplier;
     const float p = param[i] * decay;
     const float mi = lerp(m[i], g, m_weight);
     const float vi = v[i] * v_keep + v_weight * g * g;
@@ -43,7 +46,8 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   }
 }
 
-double sum_of_squares(const float* x, int64_t n) {
+template <>
+double sum_of_squares<float>(const float* x, int64_t n) {
   const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
   std::vector<double> partial(chunks);
 #pragma omp parallel for
@@ -57,11 +61,6 @@ double sum_of_squares(const float* x, int64_t n) {
   double total = 0;
   for (double p : partial) total += p;
   return total;
-}
-
-void scale(float* x, float factor, int64_t n) {
-#pragma omp parallel for simd
-  for (int64_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
 }  // namespace mt::kernels

@@ -1,8 +1,12 @@
-// AdamW exactly as torch.optim.AdamW (bias correction, eps outside the sqrt, decoupled weight decay),
-// and the reductions gradient clipping needs.
+// AdamW exactly as torch.optim.AdamW (bias correction, eps outside the sqrt, decoupled weight decay), for
+// every way model states are stored: fp32 weights; 16-bit weights with an fp32 master copy; bf16 weights
+// without one. Moments are fp32 or bf16 (O2), gradients fp32 or bf16. Stored values are upcast to fp32 in
+// registers, updated, and rounded back: no upcast buffer exists. Also the reductions clipping needs.
 #pragma once
 
 #include <cstdint>
+
+#include "core/half.h"
 
 namespace mt::kernels {
 
@@ -13,16 +17,30 @@ struct AdamWStep {
   float eps;
   float weight_decay;  // 0 for tensors without decay (biases, LayerNorm)
   int64_t step;        // 1-based, for the bias corrections
+  // Multiplies every gradient before use: 1 / loss scale, times the clipping coefficient.
+  float grad_multiplier = 1.0f;
 };
 
-// param -= lr * weight_decay * param; m, v updated; param -= lr/bc1 * m / (sqrt(v)/sqrt(bc2) + eps).
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& s);
+// How 16-bit moments and master-less weights are rounded; stochastic rounding draws its bits from
+// random_bits(seed, stream, index + i) with a distinct stream for m, v and the weights, so it is reproducible
+// and independent of the thread count.
+struct AdamWRounding {
+  bool stochastic_moments = false;  // bf16 moments: stochastic instead of nearest even
+  uint64_t seed = 0;                // callers mix the run seed and the step into it
+  int64_t index = 0;                // element offset of this tensor in the whole parameter buffer
+};
+
+// P: weight storage (float, bf16, f16); G: gradient (float, bf16); M: moments (float, bf16).
+// With master != null the update runs on master (fp32) and param receives it rounded to nearest even.
+// With master == null and P = float, param is updated in place. With master == null and P = bf16 the weights
+// are updated in place and rounded stochastically (the no-master-weights mode).
+template <typename P, typename G, typename M>
+void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const AdamWStep& s,
+                  const AdamWRounding& rounding);
 
 // Sum of squares in double, over fixed-size chunks summed in a fixed order: the same bits for any thread
-// count.
-double sum_of_squares(const float* x, int64_t n);
-
-// x *= factor.
-void scale(float* x, float factor, int64_t n);
+// count. Non-finite elements make the result non-finite (how overflow is detected).
+template <typename G>
+double sum_of_squares(const G* x, int64_t n);
 
 }  // namespace mt::kernels

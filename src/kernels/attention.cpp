@@ -45,12 +45,13 @@ float scores(float* p, const float* q, const float* k, int64_t k_stride, int64_t
 
 }  // namespace
 
-int64_t attention_scratch_floats(int64_t T, int threads) {
+int64_t attention_scratch_floats(int64_t T, int64_t /*head_size*/, int threads, DType /*dtype*/) {
   return scratch_per_thread(T) * threads;
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
-                       float* scratch) {
+template <>
+void attention_forward<float>(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C,
+                              int64_t NH, float* scratch) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(3)
@@ -75,8 +76,10 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
   }
 }
 
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch) {
+template <>
+void attention_backward<float>(float* dqkv, const float* dout, const float* qkv, const float* out,
+                               const float* lse, int64_t B, int64_t T, int64_t C, int64_t NH,
+                               float* scratch) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)

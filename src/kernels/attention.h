@@ -8,20 +8,26 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace mt::kernels {
 
 // Floats of scratch the kernels need (2*T per thread: a probability row and a score-gradient row), for
 // `threads` OpenMP threads. The kernels index the scratch by omp_get_thread_num(), so they assume their
 // parallel regions get at most `threads` threads: size it with omp_get_max_threads() after the one
 // omp_set_num_threads() call at start, and resize it if the thread count ever changes.
-int64_t attention_scratch_floats(int64_t T, int threads);
+// `dtype` is the storage type of qkv/out (16-bit types may need fp32 accumulators in the scratch).
+int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype);
 
-void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t C, int64_t NH,
+// T is the storage type (float, bf16 or f16); scores, softmax and lse are fp32.
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
                        float* scratch);
 
 // dqkv[B,T,3C] is overwritten. Each (batch, head) is reduced in a fixed order: the result does not depend on
 // the thread count.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                        int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch);
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
+                        int64_t T_len, int64_t C, int64_t NH, float* scratch);
 
 }  // namespace mt::kernels

@@ -6,8 +6,9 @@
 
 namespace mt::kernels {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                       int64_t T, int64_t C) {
+template <>
+void embedding_forward<float>(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int64_t B, int64_t T, int64_t C) {
 #pragma omp parallel for
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const float* tok = wte + static_cast<int64_t>(tokens[bt]) * C;
@@ -18,8 +19,9 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
-                        int64_t T, int64_t C) {
+template <>
+void embedding_backward<float, float>(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                      int64_t B, int64_t T, int64_t C) {
   parallel_over_column_blocks(C, [&](int64_t j0, int64_t j1) {
     for (int64_t bt = 0; bt < B * T; ++bt) {
       const float* dy = dout + bt * C;

@@ -3,15 +3,21 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace mt::kernels {
 
 // out[B,T,C] = wte[tokens[b,t]] + wpe[t].
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int64_t B,
-                       int64_t T, int64_t C);
+// T is the storage type of weights and activations (float, bf16 or f16), G that of gradients (float or bf16).
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_len,
+                       int64_t C);
 
 // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Deterministic: repeated tokens are summed in (b,t)
 // order whatever the thread count.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int64_t B,
-                        int64_t T, int64_t C);
+// Each row of dwte/dwpe is summed in fp32 and added to the stored gradient once per call.
+template <typename T, typename G>
+void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
+                        int64_t C);
 
 }  // namespace mt::kernels

@@ -8,8 +8,9 @@
 
 namespace mt::kernels {
 
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C, float eps) {
+template <>
+void layernorm_forward<float>(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                              const float* bias, int64_t N, int64_t C, float eps) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
@@ -30,8 +31,10 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
   }
 }
 
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C) {
+template <>
+void layernorm_backward<float, float>(float* dinp, float* dweight, float* dbias, const float* dout,
+                                      const float* inp, const float* weight, const float* mean,
+                                      const float* rstd, int64_t N, int64_t C) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;

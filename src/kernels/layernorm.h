@@ -3,15 +3,21 @@
 
 #include <cstdint>
 
+#include "core/half.h"
+
 namespace mt::kernels {
 
 // out = (inp - mean) * rstd * weight + bias; mean[N] and rstd[N] are written for the backward pass.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int64_t N, int64_t C, float eps);
+// T is the storage type of activations and weights (float, bf16 or f16); statistics are always fp32.
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t N, int64_t C, float eps);
 
 // dinp += d(loss)/d(inp); dweight += ...; dbias += ... (all accumulate, as residual streams and
 // gradient accumulation need). Parameter gradients sum rows in a fixed order, independent of threads.
-void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                        const float* weight, const float* mean, const float* rstd, int64_t N, int64_t C);
+// G is the gradient storage type (float or bf16); each parameter gradient element is added to once per call.
+template <typename T, typename G>
+void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int64_t N, int64_t C);
 
 }  // namespace mt::kernels

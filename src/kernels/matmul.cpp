@@ -46,8 +46,15 @@ std::string_view gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::openblas ? "openblas" : "onednn";
 }
 
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+int64_t gemm_scratch_floats(DType /*in*/) {
+  return 0;
+}
+
+template <>
+void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                        float* /*scratch*/) {
+  const float alpha = 1.0f;
   if (current_backend == GemmBackend::onednn) {
     const dnnl_status_t status =
         dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -60,8 +67,9 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
               K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
-                    int64_t n_in, int64_t n_out, bool accumulate) {
+template <>
+void linear_forward<float>(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                           int64_t n_in, int64_t n_out, bool accumulate, float* scratch) {
   // The bias goes in first, so the product can land on it with beta = 1.
   if (bias) {
 #pragma omp parallel for
@@ -76,16 +84,18 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
     }
   }
   const float beta = (bias || accumulate) ? 1.0f : 0.0f;
-  gemm(false, false, M, n_out, n_in, 1.0f, inp, n_in, weight, n_out, beta, out, n_out);
+  gemm(false, false, M, n_out, n_in, inp, n_in, weight, n_out, beta, out, n_out, scratch);
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t M, int64_t n_in, int64_t n_out, bool accumulate_dinp) {
+template <>
+void linear_backward<float, float>(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, int64_t M, int64_t n_in,
+                                   int64_t n_out, bool accumulate_dinp, float* scratch) {
   if (dinp) {
-    gemm(false, true, M, n_in, n_out, 1.0f, dout, n_out, weight, n_out, accumulate_dinp ? 1.0f : 0.0f, dinp,
-         n_in);
+    gemm(false, true, M, n_in, n_out, dout, n_out, weight, n_out, accumulate_dinp ? 1.0f : 0.0f, dinp, n_in,
+         scratch);
   }
-  gemm(true, false, n_in, n_out, M, 1.0f, inp, n_in, dout, n_out, 1.0f, dweight, n_out);
+  gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
   if (dbias) {
     parallel_over_column_blocks(n_out, [&](int64_t j0, int64_t j1) {
       float sum[kColumnBlock] = {};

@@ -1,9 +1,12 @@
-// Matrix products (fp32, row-major) through a well-kept library, and the linear layer built on them.
-// Linear weights are stored [in, out] (the layout of Hugging Face GPT-2's Conv1D), so y = x @ W + b.
+// Matrix products (row-major) through a well-kept library, and the linear layer built on them. Inputs are
+// fp32, bf16 or f16; products always accumulate in fp32. Linear weights are stored [in, out] (the layout of
+// Hugging Face GPT-2's Conv1D), so y = x @ W + b.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
+
+#include "core/half.h"
 
 namespace mt::kernels {
 
@@ -18,15 +21,30 @@ std::string_view gemm_backend_name(GemmBackend backend);
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
-// out[M,n_out] = inp[M,n_in] @ weight[n_in,n_out] + bias (bias may be null).
+// Floats of scratch a product of In-typed inputs needs: 0 where the library takes the type directly (fp32,
+// bf16), fixed-size fp32 tiles where it does not (f16 on CPUs without f16 arithmetic: the operands are
+// converted tile by tile and multiplied in fp32, exactly, since every f16 is an fp32).
+int64_t gemm_scratch_floats(DType in);
+
+// C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32.
+// Instantiated for In = Out = float; In = bf16 or f16 with Out = float or In. `scratch` holds
+// gemm_scratch_floats(In) floats (may be null when that is 0).
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);
+
+// out[M,n_out] = inp[M,n_in] @ weight[n_in,n_out] + bias (bias may be null), all of type T.
 // With accumulate, the product is added to what out holds (used to fuse the residual add).
-void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
-                    int64_t n_in, int64_t n_out, bool accumulate);
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch);
 
 // dweight[n_in,n_out] += inp^T @ dout; dbias[n_out] += column sums of dout (dbias may be null);
 // dinp[M,n_in] = dout @ weight^T, or += with accumulate_dinp (dinp may be null: no input gradient).
-// The column sums run in a fixed order, so results do not depend on the thread count.
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int64_t M, int64_t n_in, int64_t n_out, bool accumulate_dinp);
+// Activations and weights are T, gradients G (float, or bf16 with T = bf16). The column sums run in a fixed
+// order, so results do not depend on the thread count.
+template <typename T, typename G>
+void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch);
 
 }  // namespace mt::kernels

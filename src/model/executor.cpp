@@ -41,8 +41,8 @@ void Executor::forward_logits(float* logits) {
   const Op& head = graph_.ops[graph_.loss_op];
   memory_.begin_op(graph_.loss_op);  // binds the head's input as the loss op would
   const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
-  kernels::gemm(false, true, N, Vp, C, 1.0f, memory_.f32(head.inp), C, memory_.f32(head.weight), C, 0.0f,
-                logits, Vp);
+  kernels::gemm(false, true, N, Vp, C, memory_.f32(head.inp), C, memory_.f32(head.weight), C, 0.0f, logits,
+                Vp, nullptr);
   memory_.reset_arenas();
 }
 
@@ -57,12 +57,14 @@ void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, doubl
   float* losses = memory_.f32(op.stat0);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    kernels::gemm(false, true, n, Vp, C, 1.0f, x + r0 * C, C, wte, C, 0.0f, logits, Vp);
+    kernels::gemm(false, true, n, Vp, C, x + r0 * C, C, wte, C, 0.0f, logits, Vp, nullptr);
     kernels::softmax_cross_entropy(logits, losses + r0, targets + r0, n, spec_.vocab_size, Vp, training,
                                    grad_scale / static_cast<float>(N));
     if (!training) continue;
-    kernels::gemm(false, false, n, C, Vp, 1.0f, logits, Vp, wte, C, 0.0f, memory_.f32(op.dinp) + r0 * C, C);
-    kernels::gemm(true, false, Vp, C, n, 1.0f, logits, Vp, x + r0 * C, C, 1.0f, memory_.grad(op.weight), C);
+    kernels::gemm(false, false, n, C, Vp, logits, Vp, wte, C, 0.0f, memory_.f32(op.dinp) + r0 * C, C,
+                  nullptr);
+    kernels::gemm(true, false, Vp, C, n, logits, Vp, x + r0 * C, C, 1.0f, memory_.grad(op.weight), C,
+                  nullptr);
   }
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
 }
@@ -88,7 +90,7 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
       const int64_t M = table[op.inp].numel() / in;
       if (op.residual >= 0) std::memcpy(m.f32(op.out), m.f32(op.residual), table[op.out].bytes());
       kernels::linear_forward(m.f32(op.out), m.f32(op.inp), m.f32(op.weight), m.f32(op.bias), M, in, out,
-                              op.residual >= 0);
+                              op.residual >= 0, nullptr);
       return;
     }
     case OpKind::attention: {
@@ -116,7 +118,7 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
       const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
       const int64_t M = table[op.inp].numel() / in;
       kernels::linear_backward(m.f32(op.dinp), m.grad(op.weight), m.grad(op.bias), m.f32(op.dout),
-                               m.f32(op.inp), m.f32(op.weight), M, in, out, op.accumulate);
+                               m.f32(op.inp), m.f32(op.weight), M, in, out, op.accumulate, nullptr);
       return;
     }
     case OpKind::attention_backward: {

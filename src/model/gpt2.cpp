@@ -78,7 +78,7 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   m.params.insert(m.params.end(), {lnf_w, lnf_b});
 
   // Forward. Each layer's output is the next layer's input: the residual stream is never copied.
-  const int64_t attn_scratch = kernels::attention_scratch_floats(T, shape.threads);
+  const int64_t attn_scratch = kernels::attention_scratch_floats(T, C / NH, shape.threads, DType::f32);
   int residual = b.act("embed.out", {B, T, C});
   b.op({.kind = OpKind::embedding,
         .name = "embed",

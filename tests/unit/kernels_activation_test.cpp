@@ -59,14 +59,5 @@ TEST(KernelActivation, GeluBackwardMatchesFiniteDifferencesInPlace) {
   expect_close(grad, expected, 1e-5, 1e-5);
 }
 
-TEST(KernelActivation, AddInPlace) {
-  auto a = testing::random_floats(1001, 1);
-  const auto b = testing::random_floats(1001, 2);
-  std::vector<double> expected = to_double(a);
-  for (size_t i = 0; i < a.size(); ++i) expected[i] += b[i];
-  add(a.data(), a.data(), b.data(), a.size());
-  expect_close(a, expected, 1e-7, 0);
-}
-
 }  // namespace
 }  // namespace mt::kernels

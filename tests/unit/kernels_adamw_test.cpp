@@ -21,7 +21,7 @@ TEST(KernelAdamW, MatchesTorchFormulaOverSteps) {
   for (int64_t step = 1; step <= 5; ++step) {
     const auto grad = random_floats(n, 10 + step, 0.1);
     const AdamWStep s{6e-4f, 0.9f, 0.95f, 1e-8f, step % 2 ? 0.1f : 0.0f, step};
-    adamw_update(param.data(), grad.data(), m.data(), v.data(), n, s);
+    adamw_update<float, float, float>(nullptr, param.data(), grad.data(), m.data(), v.data(), n, s, {});
     const double bc1 = 1 - std::pow(double(s.beta1), step), bc2 = 1 - std::pow(double(s.beta2), step);
     for (int64_t i = 0; i < n; ++i) {
       p_ref[i] *= 1 - double(s.lr) * s.weight_decay;
@@ -38,7 +38,8 @@ TEST(KernelAdamW, MatchesTorchFormulaOverSteps) {
 TEST(KernelAdamW, FirstStepMovesEachWeightByLearningRate) {
   // At step 1, m/sqrt(v) after bias correction is sign(g): every weight moves by lr (eps aside).
   std::vector<float> param = {1.0f, -2.0f, 0.5f}, grad = {0.3f, -4.0f, 1e-3f}, m(3), v(3);
-  adamw_update(param.data(), grad.data(), m.data(), v.data(), 3, {0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1});
+  adamw_update<float, float, float>(nullptr, param.data(), grad.data(), m.data(), v.data(), 3,
+                                    {0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1}, {});
   EXPECT_NEAR(param[0], 0.99f, 1e-6);
   EXPECT_NEAR(param[1], -1.99f, 1e-6);
   EXPECT_NEAR(param[2], 0.49f, 1e-5);
@@ -55,14 +56,6 @@ TEST(KernelAdamW, SumOfSquaresSameBitsForAnyThreadCount) {
   EXPECT_EQ(sums[0], sums[1]);
   EXPECT_EQ(sums[0], sums[2]);
   EXPECT_EQ(sum_of_squares(x.data(), 0), 0.0);
-}
-
-TEST(KernelAdamW, Scale) {
-  auto x = random_floats(1001, 4);
-  std::vector<double> expected = to_double(x);
-  for (double& e : expected) e *= 0.25;
-  scale(x.data(), 0.25f, x.size());
-  expect_close(x, expected, 0, 0);
 }
 
 }  // namespace

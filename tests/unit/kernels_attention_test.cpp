@@ -93,7 +93,7 @@ struct Reference {
 };
 
 std::vector<float> scratch_for_threads() {
-  return std::vector<float>(attention_scratch_floats(T, omp_get_max_threads()));
+  return std::vector<float>(attention_scratch_floats(T, 0, omp_get_max_threads(), DType::f32));
 }
 
 TEST(KernelAttention, ForwardMatchesNaive) {

@@ -40,7 +40,7 @@ TEST(KernelMatmul, BackendNames) {
 
 TEST(KernelMatmul, GemmAllTransposesBothBackends) {
   const int64_t M = 37, N = 29, K = 45, pad = 3;  // padded leading dimensions catch stride mix-ups
-  const float alpha = 0.75f, beta = -0.5f;
+  const float beta = -0.5f;
   for (GemmBackend backend : kBackends) {
     BackendScope scope(backend);
     for (bool ta : {false, true}) {
@@ -55,10 +55,10 @@ TEST(KernelMatmul, GemmAllTransposesBothBackends) {
           for (int64_t j = 0; j < N; ++j) {
             double sum = 0;
             for (int64_t k = 0; k < K; ++k) sum += op_at(A, ta, lda, i, k) * op_at(B, tb, ldb, k, j);
-            expected[i * ldc + j] = alpha * sum + beta * expected[i * ldc + j];
+            expected[i * ldc + j] = sum + beta * expected[i * ldc + j];
           }
         }
-        gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+        gemm(ta, tb, M, N, K, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, nullptr);
         expect_close(C, expected, 1e-5, 1e-5);
       }
     }
@@ -89,19 +89,19 @@ TEST(KernelMatmul, LinearForward) {
   for (GemmBackend backend : kBackends) {
     BackendScope scope(backend);
     std::vector<float> out(M * n_out, 123.0f);  // overwritten without accumulate
-    linear_forward(out.data(), inp.data(), W.data(), bias.data(), M, n_in, n_out, false);
+    linear_forward<float>(out.data(), inp.data(), W.data(), bias.data(), M, n_in, n_out, false, nullptr);
     expect_close(out, linear_reference(inp, W, &bias, nullptr, M, n_in, n_out), 1e-5, 1e-5);
 
     out.assign(M * n_out, 123.0f);
-    linear_forward(out.data(), inp.data(), W.data(), nullptr, M, n_in, n_out, false);
+    linear_forward<float>(out.data(), inp.data(), W.data(), nullptr, M, n_in, n_out, false, nullptr);
     expect_close(out, linear_reference(inp, W, nullptr, nullptr, M, n_in, n_out), 1e-5, 1e-5);
 
     out = residual;
-    linear_forward(out.data(), inp.data(), W.data(), bias.data(), M, n_in, n_out, true);
+    linear_forward<float>(out.data(), inp.data(), W.data(), bias.data(), M, n_in, n_out, true, nullptr);
     expect_close(out, linear_reference(inp, W, &bias, &residual, M, n_in, n_out), 1e-5, 1e-5);
 
     out = residual;
-    linear_forward(out.data(), inp.data(), W.data(), nullptr, M, n_in, n_out, true);
+    linear_forward<float>(out.data(), inp.data(), W.data(), nullptr, M, n_in, n_out, true, nullptr);
     expect_close(out, linear_reference(inp, W, nullptr, &residual, M, n_in, n_out), 1e-5, 1e-5);
   }
 }
@@ -131,20 +131,22 @@ TEST(KernelMatmul, LinearBackward) {
     BackendScope scope(backend);
     SCOPED_TRACE(gemm_backend_name(backend));
     std::vector<float> dinp(M * n_in, 123.0f), dW = dW0, db = db0;
-    linear_backward(dinp.data(), dW.data(), db.data(), dout.data(), inp.data(), W.data(), M, n_in, n_out,
-                    false);
+    linear_backward<float, float>(dinp.data(), dW.data(), db.data(), dout.data(), inp.data(), W.data(), M,
+                                  n_in, n_out, false, nullptr);
     expect_close(dinp, dinp_ref, 1e-5, 1e-5);
     expect_close(dW, dW_ref, 1e-5, 1e-5);
     expect_close(db, db_ref, 1e-5, 1e-5);
 
     dinp = dinp0;
     dW = dW0;
-    linear_backward(dinp.data(), dW.data(), nullptr, dout.data(), inp.data(), W.data(), M, n_in, n_out, true);
+    linear_backward<float, float>(dinp.data(), dW.data(), nullptr, dout.data(), inp.data(), W.data(), M, n_in,
+                                  n_out, true, nullptr);
     expect_close(dinp, dinp_acc_ref, 1e-5, 1e-5);
     expect_close(dW, dW_ref, 1e-5, 1e-5);
 
     dW = dW0;
-    linear_backward(nullptr, dW.data(), nullptr, dout.data(), inp.data(), W.data(), M, n_in, n_out, false);
+    linear_backward<float, float>(nullptr, dW.data(), nullptr, dout.data(), inp.data(), W.data(), M, n_in,
+                                  n_out, false, nullptr);
     expect_close(dW, dW_ref, 1e-5, 1e-5);
   }
 }
@@ -157,8 +159,8 @@ TEST(KernelMatmul, BiasGradientSameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     with_threads(threads, [&] {
       std::vector<float> dW(n_in * n_out), db(n_out);
-      linear_backward(nullptr, dW.data(), db.data(), dout.data(), inp.data(), W.data(), M, n_in, n_out,
-                      false);
+      linear_backward<float, float>(nullptr, dW.data(), db.data(), dout.data(), inp.data(), W.data(), M, n_in,
+                                    n_out, false, nullptr);
       dbias.push_back(db);
     });
   }
