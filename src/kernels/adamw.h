@@ -23,17 +23,20 @@ struct AdamWStep {
 
 // How 16-bit moments and master-less weights are rounded; stochastic rounding draws its bits from
 // random_bits(seed, stream, index + i) with a distinct stream for m, v and the weights, so it is reproducible
-// and independent of the thread count.
+// and independent of the thread count, and a tensor updated in pieces (index advanced by each piece's
+// offset) gets the same bits as in one call.
 struct AdamWRounding {
-  bool stochastic_moments = false;  // bf16 moments: stochastic instead of nearest even
+  bool stochastic_moments = false;  // bf16 moments: stochastic, not nearest even (fp32 moments ignore it)
   uint64_t seed = 0;                // callers mix the run seed and the step into it
   int64_t index = 0;                // element offset of this tensor in the whole parameter buffer
 };
 
 // P: weight storage (float, bf16, f16); G: gradient (float, bf16); M: moments (float, bf16).
-// With master != null the update runs on master (fp32) and param receives it rounded to nearest even.
-// With master == null and P = float, param is updated in place. With master == null and P = bf16 the weights
-// are updated in place and rounded stochastically (the no-master-weights mode).
+// With master != null the update runs on master (fp32) and param receives it rounded to nearest even (a
+// float param gets it exactly). With master == null and P = float, param is updated in place. With
+// master == null and P = bf16 the weights are updated in place and rounded stochastically (the
+// no-master-weights mode). f16 weights without a master are not a supported mode: std::invalid_argument.
+// bf16 moments are upcast, updated in fp32, and rounded only for storage; this step uses the fp32 values.
 template <typename P, typename G, typename M>
 void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const AdamWStep& s,
                   const AdamWRounding& rounding);
