@@ -93,8 +93,8 @@ void update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const
 }
 
 template <Weights kWeights, typename P, typename G, typename M>
-void update_moments_as(const AdamWRounding& rounding, float* master, P* param, const G* grad, M* m, M* v,
-                       int64_t n, const Coefficients& c) {
+void update_with_rounding(const AdamWRounding& rounding, float* master, P* param, const G* grad, M* m, M* v,
+                          int64_t n, const Coefficients& c) {
   const uint64_t index = static_cast<uint64_t>(rounding.index);
   if constexpr (std::is_same_v<M, bf16>) {
     if (rounding.stochastic_moments) {
@@ -111,11 +111,11 @@ void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n,
                   const AdamWRounding& rounding) {
   const Coefficients c(s);
   if (master) {
-    update_moments_as<Weights::master>(rounding, master, param, grad, m, v, n, c);
+    update_with_rounding<Weights::master>(rounding, master, param, grad, m, v, n, c);
   } else if constexpr (std::is_same_v<P, float>) {
-    update_moments_as<Weights::in_place>(rounding, master, param, grad, m, v, n, c);
+    update_with_rounding<Weights::in_place>(rounding, master, param, grad, m, v, n, c);
   } else if constexpr (std::is_same_v<P, bf16>) {
-    update_moments_as<Weights::stochastic>(rounding, master, param, grad, m, v, n, c);
+    update_with_rounding<Weights::stochastic>(rounding, master, param, grad, m, v, n, c);
   } else {
     // Training without master weights is a bf16 mode: stochastic_round produces bf16 only.
     throw std::invalid_argument("adamw_update: f16 weights need an fp32 master copy");
