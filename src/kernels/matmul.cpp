@@ -1,15 +1,19 @@
-// Matrix products through oneDNN or OpenBLAS, and the linear layer (bias fused) built on them.
+// Matrix products through oneDNN or OpenBLAS, and the linear layer (bias fused) built on them. fp32 goes to
+// the chosen backend's sgemm, bf16 to oneDNN's matmul primitive, f16 through fp32 tiles to sgemm.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/column_blocks.h"
+#include "kernels/onednn_matmul.h"
 
 namespace mt::kernels {
 
@@ -46,10 +50,6 @@ std::string_view gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::openblas ? "openblas" : "onednn";
 }
 
-int64_t gemm_scratch_floats(DType /*in*/) {
-  return 0;
-}
-
 template <>
 void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
@@ -65,6 +65,156 @@ void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
   match_openblas_threads();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
               K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace {
+
+// Rows, columns and depth of one f16 tile; scratch holds the A, B and (for f16 output) C tiles, 2 MiB. Every
+// K step ends in barriers, which cost most when other jobs hold the cores, so the tiles are not smaller.
+constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
+constexpr int64_t kF16ScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
+
+// d[0, n) = s[0, n), converted element by element.
+template <typename To, typename From>
+void convert_row(To* d, const From* s, int64_t n) {
+#pragma omp simd
+  for (int64_t c = 0; c < n; ++c) d[c] = round_to<To>(to_f32(s[c]));
+}
+
+#ifdef __F16C__
+// GCC leaves _Float16 conversions scalar; F16C converts 8 at a time (nearest even, as round_to<f16>).
+template <>
+void convert_row<float, f16>(float* d, const f16* s, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    _mm256_storeu_ps(d + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c))));
+  }
+  for (; c < n; ++c) d[c] = to_f32(s[c]);
+}
+template <>
+void convert_row<f16, float>(f16* d, const float* s, int64_t n) {
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; c < n; ++c) d[c] = round_to<f16>(s[c]);
+}
+#endif
+
+// dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
+template <typename To, typename From>
+void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
+}
+
+// Both operand tiles of one K step in one parallel region: one barrier instead of two.
+void widen_tiles(float* a_tile, const f16* a, int64_t lda, int64_t a_rows, int64_t a_cols, float* b_tile,
+                 const f16* b, int64_t ldb, int64_t b_rows, int64_t b_cols) {
+#pragma omp parallel
+  {
+#pragma omp for nowait
+    for (int64_t r = 0; r < a_rows; ++r) convert_row(a_tile + r * a_cols, a + r * lda, a_cols);
+#pragma omp for
+    for (int64_t r = 0; r < b_rows; ++r) convert_row(b_tile + r * b_cols, b + r * ldb, b_cols);
+  }
+}
+
+// acc[rows, cols] = (keep ? acc : 0) + bias, row by row.
+void add_bias(float* acc, int64_t ld, const f16* bias, int64_t rows, int64_t cols, bool keep) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * ld;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) a[c] = (keep ? a[c] : 0.0f) + to_f32(bias[c]);
+  }
+}
+
+// C = op(A) @ op(B) + bias (+ C with accumulate) for f16 inputs, which no library here multiplies: each
+// output tile accumulates in fp32 over K tiles converted exactly to fp32, and is rounded into Out once.
+template <typename Out>
+void f16_tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda,
+                      const f16* B, int64_t ldb, const f16* bias, bool accumulate, Out* C, int64_t ldc,
+                      float* scratch) {
+  float* a_tile = scratch;
+  float* b_tile = a_tile + kTileM * kTileK;
+  float* c_tile = b_tile + kTileK * kTileN;
+  for (int64_t i0 = 0; i0 < M; i0 += kTileM) {
+    const int64_t mt = std::min(kTileM, M - i0);
+    for (int64_t j0 = 0; j0 < N; j0 += kTileN) {
+      const int64_t nt = std::min(kTileN, N - j0);
+      Out* c = C + i0 * ldc + j0;
+      // An fp32 C accumulates in place; an f16 one in c_tile.
+      float* acc = c_tile;
+      int64_t ld_acc = nt;
+      if constexpr (std::is_same_v<Out, float>) {
+        acc = c;
+        ld_acc = ldc;
+      } else if (accumulate) {
+        convert_block(acc, ld_acc, c, ldc, mt, nt);
+      }
+      if (bias) add_bias(acc, ld_acc, bias + j0, mt, nt, accumulate);
+      float beta = (accumulate || bias) ? 1.0f : 0.0f;
+      for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+        const int64_t kt = std::min(kTileK, K - k0);
+        // The stored blocks are converted as they lie (row strides a_cols, b_cols); sgemm applies the
+        // transposes.
+        const int64_t a_rows = trans_a ? kt : mt, a_cols = trans_a ? mt : kt;
+        const int64_t b_rows = trans_b ? nt : kt, b_cols = trans_b ? kt : nt;
+        const f16* a = trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0;
+        const f16* b = trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0;
+        widen_tiles(a_tile, a, lda, a_rows, a_cols, b_tile, b, ldb, b_rows, b_cols);
+        gemm<float, float>(trans_a, trans_b, mt, nt, kt, a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc,
+                           nullptr);
+        beta = 1.0f;
+      }
+      if constexpr (!std::is_same_v<Out, float>) convert_block(c, ldc, acc, ld_acc, mt, nt);
+    }
+  }
+}
+
+// The 16-bit products, one entry point per input type.
+template <typename Out>
+void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+              const bf16* B, int64_t ldb, const bf16* bias, bool accumulate, Out* C, int64_t ldc,
+              float* /*scratch*/) {
+  onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc);
+}
+template <typename Out>
+void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda,
+              const f16* B, int64_t ldb, const f16* bias, bool accumulate, Out* C, int64_t ldc,
+              float* scratch) {
+  f16_tiled_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc, scratch);
+}
+
+// dbias[j] += sum over rows of dout[:, j], summed in fp32 and rounded into G once.
+template <typename T, typename G>
+void add_column_sums(G* dbias, const T* dout, int64_t M, int64_t n_out) {
+  parallel_over_column_blocks(n_out, [&](int64_t j0, int64_t j1) {
+    float sum[kColumnBlock] = {};
+    for (int64_t i = 0; i < M; ++i) {
+      const T* row = dout + i * n_out;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += to_f32(row[j]);
+    }
+    for (int64_t j = j0; j < j1; ++j) dbias[j] = round_to<G>(to_f32(dbias[j]) + sum[j - j0]);
+  });
+}
+
+}  // namespace
+
+int64_t gemm_scratch_floats(DType in) {
+  return in == DType::f16 ? kF16ScratchFloats : 0;
+}
+
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch) {
+  // The libraries add C through a sum post-op or an fp32 tile, neither of which scales it.
+  if (beta != 0.0f && beta != 1.0f) throw std::invalid_argument("16-bit gemm takes beta 0 or 1");
+  matmul16(trans_a, trans_b, M, N, K, A, lda, B, ldb, static_cast<const In*>(nullptr), beta == 1.0f, C, ldc,
+           scratch);
 }
 
 template <>
@@ -87,26 +237,42 @@ void linear_forward<float>(float* out, const float* inp, const float* weight, co
   gemm(false, false, M, n_out, n_in, inp, n_in, weight, n_out, beta, out, n_out, scratch);
 }
 
-template <>
-void linear_backward<float, float>(float* dinp, float* dweight, float* dbias, const float* dout,
-                                   const float* inp, const float* weight, int64_t M, int64_t n_in,
-                                   int64_t n_out, bool accumulate_dinp, float* scratch) {
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch) {
+  matmul16(false, false, M, n_out, n_in, inp, n_in, weight, n_out, bias, accumulate, out, n_out, scratch);
+}
+
+template <typename T, typename G>
+void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch) {
   if (dinp) {
     gemm(false, true, M, n_in, n_out, dout, n_out, weight, n_out, accumulate_dinp ? 1.0f : 0.0f, dinp, n_in,
          scratch);
   }
   gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
-  if (dbias) {
-    parallel_over_column_blocks(n_out, [&](int64_t j0, int64_t j1) {
-      float sum[kColumnBlock] = {};
-      for (int64_t i = 0; i < M; ++i) {
-        const float* row = dout + i * n_out;
-#pragma omp simd
-        for (int64_t j = j0; j < j1; ++j) sum[j - j0] += row[j];
-      }
-      for (int64_t j = j0; j < j1; ++j) dbias[j] += sum[j - j0];
-    });
-  }
+  if (dbias) add_column_sums(dbias, dout, M, n_out);
 }
+
+template void gemm<bf16, float>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
+                                int64_t, float, float*, int64_t, float*);
+template void gemm<bf16, bf16>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
+                               int64_t, float, bf16*, int64_t, float*);
+template void gemm<f16, float>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*,
+                               int64_t, float, float*, int64_t, float*);
+template void gemm<f16, f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t,
+                             float, f16*, int64_t, float*);
+template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
+                                   bool, float*);
+template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int64_t, int64_t, int64_t, bool,
+                                  float*);
+template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
+                                            int64_t, int64_t, int64_t, bool, float*);
+template void linear_backward<bf16, float>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                           int64_t, int64_t, int64_t, bool, float*);
+template void linear_backward<bf16, bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
+                                          int64_t, int64_t, bool, float*);
+template void linear_backward<f16, float>(f16*, float*, float*, const f16*, const f16*, const f16*, int64_t,
+                                          int64_t, int64_t, bool, float*);
 
 }  // namespace mt::kernels

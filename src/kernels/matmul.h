@@ -17,18 +17,15 @@ GemmBackend gemm_backend();
 void set_gemm_backend(GemmBackend backend);
 std::string_view gemm_backend_name(GemmBackend backend);
 
-// C[M,N] = alpha * op(A) @ op(B) + beta * C, op(X) = X^T when trans_X. Leading dimensions are row strides.
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
-
 // Floats of scratch a product of In-typed inputs needs: 0 where the library takes the type directly (fp32,
 // bf16), fixed-size fp32 tiles where it does not (f16 on CPUs without f16 arithmetic: the operands are
 // converted tile by tile and multiplied in fp32, exactly, since every f16 is an fp32).
 int64_t gemm_scratch_floats(DType in);
 
-// C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32.
-// Instantiated for In = Out = float; In = bf16 or f16 with Out = float or In. `scratch` holds
-// gemm_scratch_floats(In) floats (may be null when that is 0).
+// C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32;
+// op(X) = X^T when trans_X, and leading dimensions are row strides. Instantiated for In = Out = float; In =
+// bf16 or f16 with Out = float or In, where beta must be 0 or 1 (std::invalid_argument otherwise) and a
+// 16-bit C is rounded once. `scratch` holds gemm_scratch_floats(In) floats (may be null when that is 0).
 template <typename In, typename Out>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
           int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);
