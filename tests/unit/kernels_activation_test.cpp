@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <numbers>
 
 #include "kernels/activation.h"
+#include "kernels/typed_io.h"
 #include "kernels/vec_math.h"
 #include "kernels_test_util.h"
 
@@ -57,6 +59,73 @@ TEST(KernelActivation, GeluBackwardMatchesFiniteDifferencesInPlace) {
   }
   gelu_backward(grad.data(), x.data(), grad.data(), x.size());  // dinp aliases dout
   expect_close(grad, expected, 1e-5, 1e-5);
+}
+
+// typed_io.h serves every kernel; its conversions are tested here, beside the element-wise kernel.
+
+// Every 16-bit pattern, through the per-value and the row conversions.
+template <typename T>
+void expect_widen_matches_half_h() {
+  std::vector<T> x(65536);
+  for (uint32_t bits = 0; bits < 65536; ++bits) x[bits] = T{static_cast<uint16_t>(bits)};
+  std::vector<float> row(x.size());
+  widen_n(row.data(), x.data(), x.size());
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const float expected = to_f32(x[bits]);
+    for (float actual : {widen(x[bits]), row[bits]}) {
+      if (std::isnan(expected)) {
+        ASSERT_TRUE(std::isnan(actual)) << "bits " << bits;
+      } else {
+        ASSERT_EQ(std::bit_cast<uint32_t>(actual), std::bit_cast<uint32_t>(expected)) << "bits " << bits;
+      }
+    }
+  }
+}
+
+TEST(KernelTypedIo, WidenMatchesHalfH) {
+  expect_widen_matches_half_h<bf16>();
+  expect_widen_matches_half_h<f16>();
+}
+
+// Where rounding can go wrong: every value of T, the midpoints to its upper neighbour (ties) and the floats
+// right next to both; then an even spread of all float bit patterns, which also puts fp32 subnormals among
+// normal values in the blocks narrow_n converts together.
+template <typename T>
+std::vector<float> narrow_inputs() {
+  std::vector<float> x;
+  for (uint32_t bits = 0; bits < 65535; ++bits) {
+    const float v = to_f32(T{static_cast<uint16_t>(bits)});
+    const float next = to_f32(T{static_cast<uint16_t>(bits + 1)});
+    if (!std::isfinite(v) || !std::isfinite(next)) continue;
+    const float mid = (v + next) / 2;  // exact: one bit more than T has
+    for (float m : {v, mid})
+      x.insert(x.end(), {m, std::nextafter(m, INFINITY), std::nextafter(m, -INFINITY)});
+  }
+  for (uint64_t bits = 0; bits < (1ull << 32); bits += 997)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(bits)));
+  return x;
+}
+
+template <typename T>
+void expect_narrow_matches_half_h() {
+  const std::vector<float> x = narrow_inputs<T>();
+  std::vector<T> row(x.size());
+  narrow_n(row.data(), x.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t expected = round_to<T>(x[i]).bits;
+    for (uint16_t actual : {narrow<T>(x[i]).bits, row[i].bits}) {
+      if (std::isnan(x[i])) {
+        ASSERT_TRUE(std::isnan(to_f32(T{actual}))) << "NaN became " << actual;
+      } else {
+        ASSERT_EQ(actual, expected) << "x = " << x[i] << " (bits " << std::bit_cast<uint32_t>(x[i]) << ")";
+      }
+    }
+  }
+}
+
+TEST(KernelTypedIo, NarrowMatchesHalfH) {
+  expect_narrow_matches_half_h<bf16>();
+  expect_narrow_matches_half_h<f16>();
 }
 
 }  // namespace
