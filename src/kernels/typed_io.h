@@ -98,18 +98,13 @@ inline void narrow_n(T* dst, const float* src, int64_t n) {
     }
   }
 #endif
-#ifdef __AVX512BF16__
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
   if constexpr (std::is_same_v<T, bf16>) {
     // The instruction flushes subnormal inputs to zero, which round_to<bf16> does not: the rare block that
-    // holds one is rounded value by value.
-    auto subnormal_lanes = [](__m512 v) {
-      const __m512i bits = _mm512_castps_si512(v);
-      return _mm512_testn_epi32_mask(bits, _mm512_set1_epi32(0x7f800000)) &
-             _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x007fffff));
-    };
+    // holds one (fpclass 0x20: denormal) is rounded value by value.
     for (; i + 32 <= n; i += 32) {
       const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
-      if (subnormal_lanes(lo) | subnormal_lanes(hi)) {
+      if (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) {
         for (int64_t j = i; j < i + 32; ++j) dst[j] = narrow<T>(src[j]);
       } else {
         _mm512_storeu_si512(dst + i, std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
