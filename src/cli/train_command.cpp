@@ -7,6 +7,22 @@ namespace mt::cli {
 
 namespace {
 
+// Megatron's recompute flags as given; parse_recompute checks how they combine.
+struct RecomputeFlags {
+  std::string granularity, method;
+  int64_t num_layers = 0;
+  bool activations = false;
+};
+
+void add_recompute_flags(CLI::App& cmd, RecomputeFlags& f) {
+  cmd.add_option("--recompute-granularity", f.granularity,
+                 "selective (LayerNorm and GELU outputs) or full (whole layers from their inputs)");
+  cmd.add_option("--recompute-method", f.method,
+                 "full only: uniform (groups of N layers) or block (the first N layers); default uniform");
+  cmd.add_option("--recompute-num-layers", f.num_layers, "full only: N (default 1)");
+  cmd.add_flag("--recompute-activations", f.activations, "same as --recompute-granularity selective");
+}
+
 struct PrecisionFlags {
   std::string precision;  // empty: not given
   bool bf16 = false, fp16 = false;
@@ -50,6 +66,7 @@ void add_precision_flags(CLI::App& cmd, TrainConfig& c, PrecisionFlags& f) {
 void add_train_command(CLI::App& app) {
   auto config = std::make_shared<TrainConfig>();
   auto precision = std::make_shared<PrecisionFlags>();
+  auto recompute = std::make_shared<RecomputeFlags>();
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
   cmd->add_option("--model", c.model, "preset name or config.json (Hugging Face GPT-2 keys)")->required();
@@ -63,6 +80,7 @@ void add_train_command(CLI::App& app) {
                   "sequences per optimizer step (accumulates micro-batches)");
   cmd->add_option("--grad-accum-steps", c.grad_accum_steps, "micro-batches per optimizer step");
   add_precision_flags(*cmd, c, *precision);
+  add_recompute_flags(*cmd, *recompute);
   cmd->add_option("--train-iters", c.train_iters, "optimizer steps")->required();
   cmd->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr", c.min_lr, "learning rate at the end of decay")->capture_default_str();
@@ -86,8 +104,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report, "print the memory plan before training");
-  cmd->callback([config, precision] {
+  cmd->callback([config, precision, recompute] {
     config->precision.precision = resolve_precision(*precision);
+    config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,
+                                        recompute->activations);
     train(*config);
   });
 }

@@ -8,6 +8,7 @@
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "model/model_states.h"
+#include "model/recompute.h"
 
 namespace mt {
 
@@ -49,17 +50,157 @@ struct LayerActs {
   int inp, ln1, ln1_mean, ln1_rstd, qkv, atty, lse, res2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu, out;
 };
 
+// Emits the ops of one block, forward and backward. A forward emitted a second time (full recompute) or a
+// selective recompute creates new tensors named with a ".recomputed" suffix: the Plan sees them as tensors
+// of their own, alive from the recompute to their last backward use.
+class LayerEmitter {
+ public:
+  LayerEmitter(Builder& b, const StepConfig& step, int64_t C, int64_t NH, int matmul_scratch)
+      : b_(b),
+        B_(step.batch),
+        T_(step.seq_len),
+        C_(C),
+        NH_(NH),
+        mm_(matmul_scratch),
+        attn_scratch_(kernels::attention_scratch_floats(step.seq_len, C / NH, step.threads, step.dtype)) {}
+
+  LayerActs forward(const LayerParams& p, int inp, const std::string& h, const std::string& suffix) {
+    LayerActs a;
+    a.inp = inp;
+    a.qkv = act(h + "attn.qkv" + suffix, 3 * C_);
+    a.atty = act(h + "attn.out" + suffix, C_);
+    a.lse = b_.stat(h + "attn.lse" + suffix, {B_, NH_, T_});
+    a.res2 = act(h + "attn.residual" + suffix, C_);
+    a.fch = act(h + "mlp.fc" + suffix, 4 * C_);
+    a.out = act(h + "out" + suffix, C_);
+    layernorm(h + "ln_1", suffix, a.inp, p.ln1_w, p.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    linear(h + "attn.c_attn" + suffix, a.ln1, a.qkv, -1, p.attn_w, p.attn_b);
+    b_.op({.kind = OpKind::attention,
+           .name = h + "attn" + suffix,
+           .inp = a.qkv,
+           .out = a.atty,
+           .stat0 = a.lse,
+           .scratch = b_.scratch(h + "attn.scratch" + suffix, attn_scratch_)});
+    linear(h + "attn.c_proj" + suffix, a.atty, a.res2, a.inp, p.proj_w, p.proj_b);
+    layernorm(h + "ln_2", suffix, a.res2, p.ln2_w, p.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+    linear(h + "mlp.c_fc" + suffix, a.ln2, a.fch, -1, p.fc_w, p.fc_b);
+    gelu(h + "mlp.gelu" + suffix, a.fch, a.fch_gelu);
+    linear(h + "mlp.c_proj" + suffix, a.fch_gelu, a.out, a.res2, p.fcproj_w, p.fcproj_b);
+    return a;
+  }
+
+  // The block's backward; the residual-stream gradient dres flows through in place. With `selective`, the
+  // LayerNorm and GELU outputs are recomputed right before the op that needs them.
+  void backward(const LayerParams& p, LayerActs a, int dres, const std::string& h, bool selective) {
+    const std::string re = ".recomputed";
+    const int dfch = act(h + "mlp.fc.grad", 4 * C_);
+    const int dln2 = act(h + "ln_2.out.grad", C_);
+    const int datty = act(h + "attn.out.grad", C_);
+    const int dqkv = act(h + "attn.qkv.grad", 3 * C_);
+    const int dln1 = act(h + "ln_1.out.grad", C_);
+    if (selective) gelu(h + "mlp.gelu" + re, a.fch, a.fch_gelu);
+    linear_backward(h + "mlp.c_proj.backward", a.fch_gelu, p.fcproj_w, p.fcproj_b, dfch, dres);
+    b_.op({.kind = OpKind::gelu_backward,
+           .name = h + "mlp.gelu.backward",
+           .inp = a.fch,
+           .dinp = dfch,
+           .dout = dfch});
+    if (selective) layernorm(h + "ln_2", re, a.res2, p.ln2_w, p.ln2_b, a.ln2, a.ln2_mean, a.ln2_rstd);
+    linear_backward(h + "mlp.c_fc.backward", a.ln2, p.fc_w, p.fc_b, dln2, dfch);
+    layernorm_backward(h + "ln_2.backward", a.res2, p.ln2_w, p.ln2_b, a.ln2_mean, a.ln2_rstd, dres, dln2);
+    linear_backward(h + "attn.c_proj.backward", a.atty, p.proj_w, p.proj_b, datty, dres);
+    b_.op({.kind = OpKind::attention_backward,
+           .name = h + "attn.backward",
+           .inp = a.qkv,
+           .out = a.atty,
+           .stat0 = a.lse,
+           .dinp = dqkv,
+           .dout = datty,
+           .scratch = b_.scratch(h + "attn.backward.scratch", attn_scratch_)});
+    if (selective) layernorm(h + "ln_1", re, a.inp, p.ln1_w, p.ln1_b, a.ln1, a.ln1_mean, a.ln1_rstd);
+    linear_backward(h + "attn.c_attn.backward", a.ln1, p.attn_w, p.attn_b, dln1, dqkv);
+    layernorm_backward(h + "ln_1.backward", a.inp, p.ln1_w, p.ln1_b, a.ln1_mean, a.ln1_rstd, dres, dln1);
+  }
+
+  void layernorm_backward(const std::string& name, int inp, int w, int bias, int mean, int rstd, int dinp,
+                          int dout) {
+    b_.op({.kind = OpKind::layernorm_backward,
+           .name = name,
+           .inp = inp,
+           .weight = w,
+           .bias = bias,
+           .stat0 = mean,
+           .stat1 = rstd,
+           .dinp = dinp,
+           .dout = dout});
+  }
+
+ private:
+  int act(const std::string& name, int64_t width) { return b_.act(name, {B_, T_, width}); }
+
+  // A LayerNorm into new output and statistics tensors (returned through out, mean, rstd).
+  void layernorm(const std::string& name, const std::string& suffix, int inp, int w, int bias, int& out,
+                 int& mean, int& rstd) {
+    out = act(name + ".out" + suffix, C_);
+    mean = b_.stat(name + ".mean" + suffix, {B_, T_});
+    rstd = b_.stat(name + ".rstd" + suffix, {B_, T_});
+    b_.op({.kind = OpKind::layernorm,
+           .name = name + suffix,
+           .inp = inp,
+           .out = out,
+           .weight = w,
+           .bias = bias,
+           .stat0 = mean,
+           .stat1 = rstd});
+  }
+
+  void gelu(const std::string& name, int inp, int& out) {
+    out = act(name + ".out", 4 * C_);
+    b_.op({.kind = OpKind::gelu, .name = name, .inp = inp, .out = out});
+  }
+
+  void linear(const std::string& name, int inp, int out, int residual, int w, int bias) {
+    b_.op({.kind = OpKind::linear,
+           .name = name,
+           .inp = inp,
+           .out = out,
+           .residual = residual,
+           .weight = w,
+           .bias = bias,
+           .matmul_scratch = mm_});
+  }
+
+  void linear_backward(const std::string& name, int inp, int w, int bias, int dinp, int dout) {
+    b_.op({.kind = OpKind::linear_backward,
+           .name = name,
+           .inp = inp,
+           .weight = w,
+           .bias = bias,
+           .dinp = dinp,
+           .dout = dout,
+           .matmul_scratch = mm_});
+  }
+
+  Builder& b_;
+  int64_t B_, T_, C_, NH_;
+  int mm_;
+  int64_t attn_scratch_;
+};
+
 }  // namespace
 
-Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
-  const int64_t B = shape.batch, T = shape.seq_len, C = spec.n_embd, NH = spec.n_head, L = spec.n_layer;
+Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
+  const int64_t B = step.batch, T = step.seq_len, C = spec.n_embd, L = spec.n_layer;
   const int64_t Vp = spec.padded_vocab_size;
+  const std::vector<int64_t> group = full_recompute_groups(step.recompute, L);
+  const bool selective = step.recompute.granularity == RecomputeGranularity::selective;
   Gpt2Graph m;
   Graph& g = m.graph;
-  Builder b(g, shape.dtype);
+  Builder b(g, step.dtype);
   // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs).
-  const int64_t matmul_floats = kernels::gemm_scratch_floats(shape.dtype);
+  const int64_t matmul_floats = kernels::gemm_scratch_floats(step.dtype);
   const int mm = matmul_floats > 0 ? b.scratch("matmul.scratch", matmul_floats) : -1;
+  LayerEmitter layers(b, step, C, spec.n_head, mm);
 
   m.tokens = b.tensor("batch.tokens", {B, T}, Category::other, DType::i32);
   m.targets = b.tensor("batch.targets", {B, T}, Category::other, DType::i32);
@@ -90,7 +231,6 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   m.params.insert(m.params.end(), {lnf_w, lnf_b});
 
   // Forward. Each layer's output is the next layer's input: the residual stream is never copied.
-  const int64_t attn_scratch = kernels::attention_scratch_floats(T, C / NH, shape.threads, shape.dtype);
   int residual = b.act("embed.out", {B, T, C});
   b.op({.kind = OpKind::embedding,
         .name = "embed",
@@ -100,77 +240,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
         .labels = m.tokens});
   std::vector<LayerActs> la(L);
   for (int64_t l = 0; l < L; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    const LayerParams& p = lp[l];
-    LayerActs& a = la[l];
-    a.inp = residual;
-    a.ln1 = b.act(h + "ln_1.out", {B, T, C});
-    a.ln1_mean = b.stat(h + "ln_1.mean", {B, T});
-    a.ln1_rstd = b.stat(h + "ln_1.rstd", {B, T});
-    a.qkv = b.act(h + "attn.qkv", {B, T, 3 * C});
-    a.atty = b.act(h + "attn.out", {B, T, C});
-    a.lse = b.stat(h + "attn.lse", {B, NH, T});
-    a.res2 = b.act(h + "attn.residual", {B, T, C});
-    a.ln2 = b.act(h + "ln_2.out", {B, T, C});
-    a.ln2_mean = b.stat(h + "ln_2.mean", {B, T});
-    a.ln2_rstd = b.stat(h + "ln_2.rstd", {B, T});
-    a.fch = b.act(h + "mlp.fc", {B, T, 4 * C});
-    a.fch_gelu = b.act(h + "mlp.gelu", {B, T, 4 * C});
-    a.out = b.act(h + "out", {B, T, C});
-    b.op({.kind = OpKind::layernorm,
-          .name = h + "ln_1",
-          .inp = a.inp,
-          .out = a.ln1,
-          .weight = p.ln1_w,
-          .bias = p.ln1_b,
-          .stat0 = a.ln1_mean,
-          .stat1 = a.ln1_rstd});
-    b.op({.kind = OpKind::linear,
-          .name = h + "attn.c_attn",
-          .inp = a.ln1,
-          .out = a.qkv,
-          .weight = p.attn_w,
-          .bias = p.attn_b,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::attention,
-          .name = h + "attn",
-          .inp = a.qkv,
-          .out = a.atty,
-          .stat0 = a.lse,
-          .scratch = b.scratch(h + "attn.scratch", attn_scratch)});
-    b.op({.kind = OpKind::linear,
-          .name = h + "attn.c_proj",
-          .inp = a.atty,
-          .out = a.res2,
-          .residual = a.inp,
-          .weight = p.proj_w,
-          .bias = p.proj_b,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::layernorm,
-          .name = h + "ln_2",
-          .inp = a.res2,
-          .out = a.ln2,
-          .weight = p.ln2_w,
-          .bias = p.ln2_b,
-          .stat0 = a.ln2_mean,
-          .stat1 = a.ln2_rstd});
-    b.op({.kind = OpKind::linear,
-          .name = h + "mlp.c_fc",
-          .inp = a.ln2,
-          .out = a.fch,
-          .weight = p.fc_w,
-          .bias = p.fc_b,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::gelu, .name = h + "mlp.gelu", .inp = a.fch, .out = a.fch_gelu});
-    b.op({.kind = OpKind::linear,
-          .name = h + "mlp.c_proj",
-          .inp = a.fch_gelu,
-          .out = a.out,
-          .residual = a.res2,
-          .weight = p.fcproj_w,
-          .bias = p.fcproj_b,
-          .matmul_scratch = mm});
-    residual = a.out;
+    la[l] = layers.forward(lp[l], residual, "h." + std::to_string(l) + ".", "");
+    residual = la[l].out;
   }
   const int lnf = b.act("ln_f.out", {B, T, C});
   const int lnf_mean = b.stat("ln_f.mean", {B, T}), lnf_rstd = b.stat("ln_f.rstd", {B, T});
@@ -184,8 +255,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
         .stat1 = lnf_rstd});
 
   // The LM head is tied to wte. Its logits exist one chunk of rows at a time, and the loss's gradient is
-  // taken inside the same op, so the step never holds [B*T, Vp] logits.
-  // In 16-bit runs the loss gradient is rounded into its own chunk buffer for the products that follow.
+  // taken inside the same op, so the step never holds [B*T, Vp] logits. In 16-bit runs the loss gradient is
+  // rounded into its own chunk buffer for the products that follow.
   const int dlnf = b.act("ln_f.out.grad", {B, T, C});
   const int64_t chunk = std::min(B * T, kLogitsChunkRows) * Vp;
   g.loss_op = static_cast<int>(g.ops.size());
@@ -196,96 +267,26 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
         .stat0 = b.scratch("lm_head.losses", B * T),
         .dinp = dlnf,
         .scratch = b.scratch("lm_head.logits", chunk),
-        .dscratch = shape.dtype == DType::f32
+        .dscratch = step.dtype == DType::f32
                         ? -1
-                        : b.tensor("lm_head.logits.grad", {chunk}, Category::workspace, shape.dtype),
+                        : b.tensor("lm_head.logits.grad", {chunk}, Category::workspace, step.dtype),
         .matmul_scratch = mm,
         .labels = m.targets});
 
   // Backward. One residual-stream gradient accumulates through every block, in place.
   const int dres = b.act("residual.grad", {B, T, C});
   b.op({.kind = OpKind::zero, .name = "residual.grad.zero", .out = dres});
-  b.op({.kind = OpKind::layernorm_backward,
-        .name = "ln_f.backward",
-        .inp = residual,
-        .weight = lnf_w,
-        .bias = lnf_b,
-        .stat0 = lnf_mean,
-        .stat1 = lnf_rstd,
-        .dinp = dres,
-        .dout = dlnf});
+  layers.layernorm_backward("ln_f.backward", residual, lnf_w, lnf_b, lnf_mean, lnf_rstd, dres, dlnf);
   for (int64_t l = L - 1; l >= 0; --l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    const LayerParams& p = lp[l];
-    const LayerActs& a = la[l];
-    const int dfch = b.act(h + "mlp.fc.grad", {B, T, 4 * C});
-    const int dln2 = b.act(h + "ln_2.out.grad", {B, T, C});
-    const int datty = b.act(h + "attn.out.grad", {B, T, C});
-    const int dqkv = b.act(h + "attn.qkv.grad", {B, T, 3 * C});
-    const int dln1 = b.act(h + "ln_1.out.grad", {B, T, C});
-    b.op({.kind = OpKind::linear_backward,
-          .name = h + "mlp.c_proj.backward",
-          .inp = a.fch_gelu,
-          .weight = p.fcproj_w,
-          .bias = p.fcproj_b,
-          .dinp = dfch,
-          .dout = dres,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::gelu_backward,
-          .name = h + "mlp.gelu.backward",
-          .inp = a.fch,
-          .dinp = dfch,
-          .dout = dfch});
-    b.op({.kind = OpKind::linear_backward,
-          .name = h + "mlp.c_fc.backward",
-          .inp = a.ln2,
-          .weight = p.fc_w,
-          .bias = p.fc_b,
-          .dinp = dln2,
-          .dout = dfch,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::layernorm_backward,
-          .name = h + "ln_2.backward",
-          .inp = a.res2,
-          .weight = p.ln2_w,
-          .bias = p.ln2_b,
-          .stat0 = a.ln2_mean,
-          .stat1 = a.ln2_rstd,
-          .dinp = dres,
-          .dout = dln2});
-    b.op({.kind = OpKind::linear_backward,
-          .name = h + "attn.c_proj.backward",
-          .inp = a.atty,
-          .weight = p.proj_w,
-          .bias = p.proj_b,
-          .dinp = datty,
-          .dout = dres,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::attention_backward,
-          .name = h + "attn.backward",
-          .inp = a.qkv,
-          .out = a.atty,
-          .stat0 = a.lse,
-          .dinp = dqkv,
-          .dout = datty,
-          .scratch = b.scratch(h + "attn.backward.scratch", attn_scratch)});
-    b.op({.kind = OpKind::linear_backward,
-          .name = h + "attn.c_attn.backward",
-          .inp = a.ln1,
-          .weight = p.attn_w,
-          .bias = p.attn_b,
-          .dinp = dln1,
-          .dout = dqkv,
-          .matmul_scratch = mm});
-    b.op({.kind = OpKind::layernorm_backward,
-          .name = h + "ln_1.backward",
-          .inp = a.inp,
-          .weight = p.ln1_w,
-          .bias = p.ln1_b,
-          .stat0 = a.ln1_mean,
-          .stat1 = a.ln1_rstd,
-          .dinp = dres,
-          .dout = dln1});
+    // Entering a recompute group from its top: rerun the group's forward from the input it kept.
+    if (group[l] >= 0 && (l == L - 1 || group[l + 1] != group[l])) {
+      int inp = la[group[l]].inp;
+      for (int64_t r = group[l]; r <= l; ++r) {
+        la[r] = layers.forward(lp[r], inp, "h." + std::to_string(r) + ".", ".recomputed");
+        inp = la[r].out;
+      }
+    }
+    layers.backward(lp[l], la[l], dres, "h." + std::to_string(l) + ".", selective);
   }
   b.op({.kind = OpKind::embedding_backward,
         .name = "embed.backward",

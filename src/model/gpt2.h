@@ -7,15 +7,19 @@
 
 #include "memory/allocation.h"
 #include "model/graph.h"
+#include "model/recompute.h"
 #include "model/spec.h"
 
 namespace mt {
 
-struct RunShape {
+// How one training step runs: the micro-batch shape, the threads kernels size their scratch for, the storage
+// dtype and the recompute policy.
+struct StepConfig {
   int64_t batch = 1;         // B, sequences per micro-batch
   int64_t seq_len = 1;       // T
   int threads = 1;           // OpenMP threads the kernels' scratch is sized for
   DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
+  RecomputeConfig recompute = {};
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -27,7 +31,7 @@ struct Gpt2Graph {
   std::vector<int> params;        // parameter ids in Hugging Face order
 };
 
-Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape);
+Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step);
 
 // Parameters that get weight decay: matrices and embeddings, never biases or LayerNorm parameters.
 bool gpt2_decays(const TensorDesc& param);

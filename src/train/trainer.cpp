@@ -113,7 +113,9 @@ void train(const TrainConfig& cfg) {
 
   // The table: the model's tensors plus the loaders' window buffers; then the one Plan everything follows.
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
-  Gpt2Graph model = build_gpt2_graph(spec, {B, T, threads, policy.weights});
+  Gpt2Graph model = build_gpt2_graph(
+      spec,
+      {.batch = B, .seq_len = T, .threads = threads, .dtype = policy.weights, .recompute = cfg.recompute});
   const LoaderConfig train_data{B, T, cfg.shuffle, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
   const LoaderConfig val_data{B, T, false, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
   TensorTable& table = model.graph.table;
@@ -138,6 +140,9 @@ void train(const TrainConfig& cfg) {
       std::string(dtype_name(policy.moments)).c_str(),
       model_state_bytes_per_param(plan.bytes, plan.num_params), static_cast<long long>(accum),
       accum == 1 ? "" : "es");
+  std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
+              recompute_name(cfg.recompute).c_str(), human_bytes(plan.activations.size).c_str(),
+              human_bytes(plan.activations.sum_of_tensors).c_str());
   if (cfg.memory_report) {
     MemoryReport planned{plan.bytes, plan.bytes,     plan.activations.size, plan.activations.sum_of_tensors,
                          0,          plan.num_params};

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "memory/precision.h"
+#include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 
@@ -25,6 +26,7 @@ struct TrainConfig {
   std::string decay_style = "cosine";
   AdamWConfig adam;
   PrecisionConfig precision;
+  RecomputeConfig recompute;
   LossScalerConfig loss_scaler;  // fp16 only
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   uint64_t seed = 1234;

@@ -395,5 +395,40 @@ class PrecisionRuns(CliTestCase):
             self.assertEqual(loaded.returncode, 0, loaded.stderr)
 
 
+class Recompute(CliTestCase):
+    MODES = {  # flags, and whether the activation arena shrinks on gpt2-tiny's 2 layers
+        "selective": ({"recompute_granularity": "selective"}, True),
+        "activations": ({"recompute_activations": True}, True),
+        "full uniform 1": ({"recompute_granularity": "full"}, True),
+        # One group of both layers: the backward reruns the whole forward, so the peak stays where it was.
+        "full uniform 2": (
+            {"recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 2}, False),
+        "full block 1": (
+            {"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": 1}, True),
+    }
+
+    def test_every_mode_repeats_the_loss_curve_bitwise_in_less_memory(self):
+        base = self.train(out=self.tmp / "none", train_iters=4)
+        self.assertEqual(base.returncode, 0, base.stderr)
+        base_losses = [r["loss"] for r in read_metrics(self.tmp / "none")]
+        base_memory = json.loads((self.tmp / "none" / "memory.json").read_text())
+        for name, (flags, saves) in self.MODES.items():
+            with self.subTest(name):
+                out = self.tmp / name.replace(" ", "_")
+                result = self.train(out=out, train_iters=4, **flags)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual([r["loss"] for r in read_metrics(out)], base_losses)
+                memory = json.loads((out / "memory.json").read_text())
+                self.assertEqual(memory["planned"], memory["measured"])
+                activations, base_activations = memory["planned"]["activations"], base_memory["planned"]["activations"]
+                (self.assertLess if saves else self.assertEqual)(activations, base_activations)
+
+    def test_flag_rules(self):
+        self.assert_train_fails(2, "--recompute-granularity", recompute_granularity="most")
+        self.assert_train_fails(2, "--recompute-method", recompute_granularity="selective", recompute_method="block")
+        self.assert_train_fails(2, "--recompute-num-layers", recompute_num_layers=2)
+        self.assert_train_fails(2, "--recompute-num-layers 3", recompute_granularity="full", recompute_num_layers=3)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -44,7 +44,8 @@ int run(int argc, char** argv) {
       model_state_policy({.precision = parse_precision(argc == 9 ? argv[8] : "fp32")});
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
   const ModelSpec spec = resolve_model(argv[1], 64);
-  Gpt2Graph model = build_gpt2_graph(spec, {B, T, omp_get_max_threads(), policy.weights});
+  Gpt2Graph model = build_gpt2_graph(
+      spec, {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights});
   const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
   load_gpt2_weights(argv[2], spec, model, memory);

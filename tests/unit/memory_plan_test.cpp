@@ -83,7 +83,7 @@ TEST(MemoryArena, OverlappingLiveTensorsAreDetected) {
 TEST(MemoryPlan, Gpt2ActivationsMatchHandCount) {
   ModelSpec spec{"hand", 3, 4, 64, 64, 256, 256, 1e-5f};
   const int64_t B = 2, T = 32, C = 64, H = 4, L = 3, BT = B * T;
-  const Gpt2Graph m = build_gpt2_graph(spec, {B, T, 1});
+  const Gpt2Graph m = build_gpt2_graph(spec, {.batch = B, .seq_len = T});
   const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
   const int64_t per_layer = 16 * BT * C + 4 * BT + B * H * T + 10 * BT * C;
   const int64_t outside =
@@ -105,7 +105,7 @@ TEST(MemoryPlan, Gpt2PresetHasPublishedParameterCount) {
 
 TEST(MemoryAllocation, TrainingStepMeasuresExactlyThePlan) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  Gpt2Graph m = build_gpt2_graph(spec, {2, 16, 1});
+  Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
   Allocation memory(m.graph.table, plan);
   init_gpt2_params(spec, m, memory, 7);

@@ -35,7 +35,8 @@ struct TinyRun {
   Allocation memory;
 
   TinyRun(const PrecisionConfig& precision, int64_t B, int64_t T)
-      : model(build_gpt2_graph(spec, {B, T, 1, compute_dtype(precision.precision)})),
+      : model(
+            build_gpt2_graph(spec, {.batch = B, .seq_len = T, .dtype = compute_dtype(precision.precision)})),
         plan(make_plan(model.graph.table, model_state_policy(precision))),
         memory(model.graph.table, plan) {
     init_gpt2_params(spec, model, memory, 7);
