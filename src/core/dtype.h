@@ -6,10 +6,12 @@
 
 namespace mt {
 
-enum class DType { f32, bf16, f16, i32, u16 };
+enum class DType { f32, bf16, f16, i32, u16, f64 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
+    case DType::f64:
+      return 8;
     case DType::f32:
     case DType::i32:
       return 4;
@@ -34,6 +36,8 @@ constexpr std::string_view dtype_name(DType t) {
       return "I32";
     case DType::u16:
       return "U16";
+    case DType::f64:
+      return "F64";
   }
   return "?";
 }

@@ -154,6 +154,11 @@ void Loader::next_batch(int32_t* inputs, int32_t* targets) {
   impl_->read(s, w * bt, bt + 1);
   const uint16_t* window = impl_->window;
   for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
+  skip_batch();
+}
+
+void Loader::skip_batch() {
+  const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
   if (++cursor_.window == impl_->windows[s]) {
     cursor_.window = 0;
     if (++cursor_.shard == static_cast<int64_t>(impl_->shards.size())) cursor_.shard = 0, ++cursor_.epoch;

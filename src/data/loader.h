@@ -38,6 +38,8 @@ class Loader {
 
   // inputs[B*T], targets[B*T]; moves the cursor on (to the next epoch after the last window).
   void next_batch(int32_t* inputs, int32_t* targets);
+  // Moves the cursor past one batch without reading it (the batches other data-parallel ranks take).
+  void skip_batch();
 
   const LoaderCursor& cursor() const { return cursor_; }
   void set_cursor(const LoaderCursor& cursor);  // out-of-range is a data error

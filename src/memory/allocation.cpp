@@ -12,6 +12,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
       adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
       adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
+      comm_(tracker_, Category::comm, (plan.sharding.world + 1) * plan.chunk_elems * 4),
       others_(table.size()),
       activations_(table, plan.activations, Category::activations),
       workspace_(table, plan.workspace, Category::workspace) {
@@ -35,10 +36,6 @@ int64_t Allocation::param_offset(int param_id) const {
   if (table_[param_id].category != Category::params)
     throw std::logic_error("allocation: " + table_[param_id].name + " is not a parameter");
   return plan_.param_offset[param_id];
-}
-
-float* Allocation::master(int param_id) const {
-  return plan_.policy.master_weights ? master_.as<float>() + param_offset(param_id) : nullptr;
 }
 
 void Allocation::check_dtype(DType actual, DType requested, int id) const {

@@ -32,22 +32,26 @@ class Allocation {
     check_dtype(table_[id].dtype, DType::i32, id);
     return static_cast<int32_t*>(data(id));
   }
-  // A parameter's gradient (G = the policy's gradient dtype) and fp32 master copy (null without one).
+  // A parameter's gradient (G = the policy's gradient dtype).
   template <typename G>
   G* grad(int param_id) const {
     check_dtype(plan_.policy.grads, dtype_of<G>(), param_id);
     return grads_.as<G>() + param_offset(param_id);
   }
-  float* master(int param_id) const;
 
-  // Whole model-state buffers, num_params() elements each, in the policy's dtypes.
+  // Whole model-state buffers in the policy's dtypes: weights and gradients num_params() elements each;
+  // master weights (null without them) and Adam moments the plan's shard, element i standing for flat
+  // parameter shard_begin + i.
   const Plan& plan() const { return plan_; }
   int64_t num_params() const { return plan_.num_params; }
+  // The parameter's element offset in the flat weight and gradient buffers.
+  int64_t param_offset(int param_id) const;
   void* params() const { return params_.as<void>(); }
-  float* master() const { return master_.as<float>(); }  // null without master weights
+  float* master() const { return master_.as<float>(); }
   void* grads() const { return grads_.as<void>(); }
   void* adam_m() const { return adam_m_.as<void>(); }
   void* adam_v() const { return adam_v_.as<void>(); }
+  void* comm_staging() const { return comm_.as<void>(); }  // (world + 1) chunks of 4-byte elements
 
   void begin_op(int op);
   void end_op(int op);
@@ -59,13 +63,12 @@ class Allocation {
   const Arena& workspace() const { return workspace_; }
 
  private:
-  int64_t param_offset(int param_id) const;
   void check_dtype(DType actual, DType requested, int id) const;
 
   const TensorTable& table_;
   const Plan& plan_;
   MemoryTracker tracker_;
-  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, comm_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_;
 };

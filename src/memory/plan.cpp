@@ -57,9 +57,10 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
   return layout;
 }
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy) {
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding) {
   Plan plan;
   plan.policy = policy;
+  plan.sharding = sharding;
   plan.param_offset.assign(table.size(), -1);
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
@@ -75,10 +76,23 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy) {
     }
   }
   const int64_t n = plan.num_params;
+  if (sharding.shards_optimizer()) {
+    plan.shard_elems = (n + sharding.world - 1) / sharding.world;
+    plan.shard_begin = std::min(n, sharding.rank * plan.shard_elems);
+    plan.shard_end = std::min(n, plan.shard_begin + plan.shard_elems);
+  } else {
+    plan.shard_elems = plan.shard_end = n;
+  }
+  if (sharding.world > 1) {
+    const int64_t bucket = std::max<int64_t>(sharding.bucket_elems, sharding.world);
+    plan.chunk_elems = std::min((bucket + sharding.world - 1) / sharding.world, plan.shard_elems);
+    plan.bytes[Category::comm] += (sharding.world + 1) * plan.chunk_elems * 4 + sharding.comm_internal_bytes;
+  }
+  const int64_t s = plan.shard_elems;
   plan.bytes[Category::params] = n * static_cast<int64_t>(dtype_size(policy.weights));
-  plan.bytes[Category::master] = policy.master_weights ? n * 4 : 0;
+  plan.bytes[Category::master] = policy.master_weights ? s * 4 : 0;
   plan.bytes[Category::grads] = n * static_cast<int64_t>(dtype_size(policy.grads));
-  plan.bytes[Category::optim] = 2 * n * static_cast<int64_t>(dtype_size(policy.moments));
+  plan.bytes[Category::optim] = 2 * s * static_cast<int64_t>(dtype_size(policy.moments));
   plan.activations = pack_arena(table, Category::activations);
   plan.workspace = pack_arena(table, Category::workspace);
   plan.bytes[Category::activations] += plan.activations.size;

@@ -21,6 +21,21 @@ struct ModelStatePolicy {
   bool master_weights = false;
 };
 
+// ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
+// one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world), so an uneven size pads the
+// last shard instead of being rejected. Stage 1 keeps only this rank's shard of the master weights and Adam
+// moments. Gradients and weights are exchanged in chunks of at most `bucket_elems` elements through a comm
+// staging buffer of (world + 1) chunks.
+struct Sharding {
+  int world = 1;
+  int rank = 0;
+  int stage = 0;
+  int64_t bucket_elems = 0;         // elements per collective call (all ranks together)
+  int64_t comm_internal_bytes = 0;  // what the communicator itself holds for those calls
+
+  bool shards_optimizer() const { return stage >= 1 && world > 1; }
+};
+
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
 
 struct ArenaLayout {
@@ -31,8 +46,12 @@ struct ArenaLayout {
 
 struct Plan {
   ModelStatePolicy policy;
-  CategoryBytes bytes;                // planned, per category
-  int64_t num_params = 0;             // elements of all parameter tensors
+  Sharding sharding;
+  // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
+  int64_t shard_begin = 0, shard_end = 0, shard_elems = 0;  // shard_elems = S, padded; end clamped to n
+  int64_t chunk_elems = 0;                                  // per-rank elements of one collective call
+  CategoryBytes bytes;                                      // planned, per category
+  int64_t num_params = 0;                                   // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
   ArenaLayout workspace;
@@ -42,6 +61,6 @@ struct Plan {
 // overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category);
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy);
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {});
 
 }  // namespace mt

@@ -7,7 +7,6 @@
 #include "core/rng.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
-#include "model/model_states.h"
 #include "model/recompute.h"
 
 namespace mt {
@@ -304,43 +303,56 @@ bool gpt2_decays(const TensorDesc& param) {
 
 namespace {
 
-// Draws one tensor's initial values in fp32 and stores them as T.
+// One tensor's initial value at element i, in fp32: a pure function of (seed, name, i).
+class InitialValues {
+ public:
+  InitialValues(const TensorDesc& t, const ModelSpec& spec, uint64_t seed)
+      : seed_(seed), stream_(hash_name(t.name)) {
+    if (t.name.ends_with(".bias")) {
+      constant_ = 0.0f;
+    } else if (t.name.find("ln_") != std::string::npos) {
+      constant_ = 1.0f;
+    } else {
+      stddev_ = t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer))
+                                                  : 0.02f;
+      // Only real vocabulary rows are drawn; padding rows stay zero and never change.
+      drawn_ = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : t.numel();
+    }
+  }
+  float operator()(int64_t i) const {
+    if (stddev_ == 0.0f) return constant_;
+    return i < drawn_ ? stddev_ * static_cast<float>(random_normal(seed_, stream_, i)) : 0.0f;
+  }
+
+ private:
+  uint64_t seed_, stream_;
+  float constant_ = 0.0f, stddev_ = 0.0f;
+  int64_t drawn_ = 0;
+};
+
+// dst[i] = value(first + i) as T, for i in [0, n).
 template <typename T>
-void init_tensor(T* w, const TensorDesc& t, const ModelSpec& spec, uint64_t seed) {
-  const int64_t n = t.numel();
-  if (t.name.ends_with(".bias")) {
-    std::fill(w, w + n, round_to<T>(0.0f));
-    return;
-  }
-  if (t.name.find("ln_") != std::string::npos) {
-    std::fill(w, w + n, round_to<T>(1.0f));
-    return;
-  }
-  const float stddev =
-      t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer)) : 0.02f;
-  // Only real vocabulary rows are drawn; padding rows stay zero and never change.
-  const int64_t drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : n;
-  const uint64_t stream = hash_name(t.name);
+void fill(T* dst, const InitialValues& value, int64_t first, int64_t n) {
 #pragma omp parallel for
-  for (int64_t i = 0; i < drawn; ++i)
-    w[i] = round_to<T>(stddev * static_cast<float>(random_normal(seed, stream, i)));
-  std::fill(w + drawn, w + n, round_to<T>(0.0f));
+  for (int64_t i = 0; i < n; ++i) dst[i] = round_to<T>(value(first + i));
 }
 
 }  // namespace
 
 void init_gpt2_params(const ModelSpec& spec, const Gpt2Graph& model, Allocation& memory, uint64_t seed) {
+  const Plan& plan = memory.plan();
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    if (float* master = memory.master(id)) {
-      init_tensor(master, t, spec, seed);
-    } else if (t.dtype == DType::bf16) {
-      init_tensor(memory.as<bf16>(id), t, spec, seed);
-    } else {
-      init_tensor(memory.f32(id), t, spec, seed);
-    }
+    const InitialValues value(t, spec, seed);
+    const int64_t offset = memory.param_offset(id), n = t.numel();
+    if (t.dtype == DType::f32) fill(memory.f32(id), value, 0, n);
+    if (t.dtype == DType::bf16) fill(memory.as<bf16>(id), value, 0, n);
+    if (t.dtype == DType::f16) fill(memory.as<f16>(id), value, 0, n);
+    // The master copy holds the exact fp32 values of this rank's part of the tensor.
+    const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
+    if (memory.master() && begin < end)
+      fill(memory.master() + (begin - plan.shard_begin), value, begin - offset, end - begin);
   }
-  round_master_into_weights(memory);
 }
 
 }  // namespace mt

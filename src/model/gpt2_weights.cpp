@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "io/safetensors.h"
-#include "model/model_states.h"
 
 namespace mt {
 
@@ -24,32 +23,49 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// Where a parameter's authoritative values live: the fp32 master copy when there is one, else the weights.
+// What save writes for a parameter: the fp32 master copy when this rank holds all of it, else the weights in
+// their own dtype (a ZeRO-sharded master is spread over the ranks).
 struct WeightStorage {
-  void* data;
+  const void* data;
   DType dtype;
 };
-WeightStorage storage(const Allocation& memory, int id) {
-  if (float* master = memory.master(id)) return {master, DType::f32};
-  return {memory.data(id), memory.plan().policy.weights};
+WeightStorage saved_storage(const Allocation& memory, int id) {
+  const Plan& plan = memory.plan();
+  if (memory.master() && !plan.sharding.shards_optimizer())
+    return {memory.master() + memory.param_offset(id), DType::f32};
+  return {memory.data(id), plan.policy.weights};
 }
 
-// Reads a tensor stored in the file as another float type, converting through fp32 (load time only).
-void read_converted(const SafetensorsReader& reader, const TensorEntry& e, WeightStorage dst) {
+float file_value(const char* bytes, DType dtype, int64_t i) {
+  if (dtype == DType::bf16) return to_f32(reinterpret_cast<const bf16*>(bytes)[i]);
+  if (dtype == DType::f16) return to_f32(reinterpret_cast<const f16*>(bytes)[i]);
+  return reinterpret_cast<const float*>(bytes)[i];
+}
+
+// Stores one tensor read from the file into the weights (rounded to their dtype) and this rank's part of the
+// fp32 master copy. The file's bytes pass through one tensor-sized buffer, at load time only.
+void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory, int id) {
+  const DType weights = memory.plan().policy.weights;
+  if (e.dtype == weights && !memory.master()) {
+    reader.read(e, memory.data(id));
+    return;
+  }
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
   const int64_t n = e.numel();
-  std::vector<float> values(n);
+  void* dst = memory.data(id);
   for (int64_t i = 0; i < n; ++i) {
-    if (e.dtype == DType::f32) values[i] = reinterpret_cast<const float*>(bytes.data())[i];
-    if (e.dtype == DType::bf16) values[i] = to_f32(reinterpret_cast<const bf16*>(bytes.data())[i]);
-    if (e.dtype == DType::f16) values[i] = to_f32(reinterpret_cast<const f16*>(bytes.data())[i]);
+    const float v = file_value(bytes.data(), e.dtype, i);
+    if (weights == DType::f32) static_cast<float*>(dst)[i] = v;
+    if (weights == DType::bf16) static_cast<bf16*>(dst)[i] = round_to<bf16>(v);
+    if (weights == DType::f16) static_cast<f16*>(dst)[i] = round_to<f16>(v);
   }
-  for (int64_t i = 0; i < n; ++i) {
-    if (dst.dtype == DType::f32) static_cast<float*>(dst.data)[i] = values[i];
-    if (dst.dtype == DType::bf16) static_cast<bf16*>(dst.data)[i] = round_to<bf16>(values[i]);
-    if (dst.dtype == DType::f16) static_cast<f16*>(dst.data)[i] = round_to<f16>(values[i]);
-  }
+  if (!memory.master()) return;
+  const Plan& plan = memory.plan();
+  const int64_t offset = memory.param_offset(id);
+  const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
+  for (int64_t g = begin; g < end; ++g)
+    memory.master()[g - plan.shard_begin] = file_value(bytes.data(), e.dtype, g - offset);
 }
 
 bool ignored_name(const std::string& name) {
@@ -80,17 +96,11 @@ void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
     if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16)
       fail_data(path + ": tensor " + t.name + " has dtype " + std::string(dtype_name(e.dtype)) +
                 ", expected F32, BF16 or F16");
-    // Padding rows (after the file's rows) keep their zeros.
-    const WeightStorage dst = storage(memory, id);
-    if (e.dtype == dst.dtype)
-      reader.read(e, dst.data);
-    else
-      read_converted(reader, e, dst);
+    store_loaded(reader, e, memory, id);  // padding rows (after the file's rows) keep their zeros
     by_name.erase(it);
   }
   if (!by_name.empty())
     fail_data(path + ": unexpected tensor " + by_name.begin()->first + " for a GPT-2 model");
-  round_master_into_weights(memory);
 }
 
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
@@ -98,13 +108,13 @@ void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
   std::vector<SafetensorsWriter::Item> items;
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    items.push_back({t.name, storage(memory, id).dtype, file_shape(spec, t)});
+    items.push_back({t.name, saved_storage(memory, id).dtype, file_shape(spec, t)});
   }
   SafetensorsWriter writer(path, items, {{"format", "pt"}});
   for (size_t i = 0; i < items.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : items[i].shape) numel *= d;
-    writer.write_next(storage(memory, model.params[i]).data,
+    writer.write_next(saved_storage(memory, model.params[i]).data,
                       static_cast<uint64_t>(numel) * dtype_size(items[i].dtype));
   }
   writer.finish();

@@ -16,7 +16,7 @@ void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
                        Allocation& memory);
 
 // Writes every parameter (vocabulary padding removed), atomically: the fp32 master copy when there is one,
-// else the weights in their own dtype.
+// else the weights in their own dtype (also under ZeRO, where the master copy is sharded).
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        const Allocation& memory);
 

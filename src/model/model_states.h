@@ -5,8 +5,8 @@
 
 namespace mt {
 
-// With master weights, rounds every fp32 master value into the compute-dtype weights (nearest even), as after
-// initialisation or loading; without them there is nothing to do.
+// With master weights, rounds this rank's fp32 master values into its range of the compute-dtype weights
+// (nearest even), as after initialisation or loading; without them there is nothing to do.
 void round_master_into_weights(const Allocation& memory);
 
 }  // namespace mt

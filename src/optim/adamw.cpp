@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -8,14 +9,16 @@
 
 namespace mt {
 
-OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, float lr, float loss_scale) {
-  const int64_t n = memory.num_params();
-  const ModelStatePolicy& policy = memory.plan().policy;
-  // One fixed-order reduction over the contiguous gradient buffer: the same norm for any thread count.
-  const double scaled_sq = policy.grads == DType::bf16
-                               ? kernels::sum_of_squares(static_cast<const bf16*>(memory.grads()), n)
-                               : kernels::sum_of_squares(static_cast<const float*>(memory.grads()), n);
-  const double norm = std::sqrt(scaled_sq) / loss_scale;
+OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, float lr, float loss_scale,
+                                const GlobalSum& global_sum) {
+  const Plan& plan = memory.plan();
+  const ModelStatePolicy& policy = plan.policy;
+  // One fixed-order reduction over this rank's contiguous gradient range: the same norm for any thread count.
+  const int64_t begin = plan.shard_begin, n = plan.shard_end - plan.shard_begin;
+  const double local_sq = policy.grads == DType::bf16
+                              ? kernels::sum_of_squares(static_cast<const bf16*>(memory.grads()) + begin, n)
+                              : kernels::sum_of_squares(static_cast<const float*>(memory.grads()) + begin, n);
+  const double norm = std::sqrt(global_sum(local_sq)) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
   float multiplier = 1.0f / loss_scale;
   if (config_.clip_grad > 0) {
@@ -50,20 +53,29 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
 
 template <typename P, typename G, typename M>
 void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
+  // Master weights and moments cover the plan's shard [begin, end) of the flat parameters; each tensor is
+  // updated where it overlaps the shard.
+  const Plan& plan = memory.plan();
+  const int64_t begin = plan.shard_begin, end = plan.shard_end;
   M* m = static_cast<M*>(memory.adam_m());
   M* v = static_cast<M*>(memory.adam_v());
+  float* master = memory.master();
+  P* weights = static_cast<P*>(memory.params());
   const G* grads = static_cast<const G*>(memory.grads());
   for (const ParamGroup& p : params_) {
-    const G* grad = memory.grad<G>(p.id);
-    const int64_t offset = grad - grads;
+    const int64_t offset = memory.param_offset(p.id);
+    const int64_t first = std::max(offset, begin), last = std::min(offset + table[p.id].numel(), end);
+    if (first >= last) continue;
     const kernels::AdamWStep s{
         lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
         updates_, grad_multiplier};
-    // Each update draws fresh rounding bits: the seed changes with t, the index with the element.
+    // Each update draws fresh rounding bits: the seed changes with t, the index with the flat element, so
+    // the bits do not depend on how the parameters are sharded.
     const kernels::AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
-                                          offset};
-    kernels::adamw_update(memory.master(p.id), memory.as<P>(p.id), grad, m + offset, v + offset,
-                          table[p.id].numel(), s, rounding);
+                                          first};
+    const int64_t local = first - begin;
+    kernels::adamw_update(master ? master + local : nullptr, weights + first, grads + first, m + local,
+                          v + local, last - first, s, rounding);
   }
 }
 

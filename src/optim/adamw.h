@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "memory/allocation.h"
@@ -36,9 +37,15 @@ class AdamW {
   AdamW(const AdamWConfig& config, std::vector<ParamGroup> params)
       : config_(config), params_(std::move(params)) {}
 
+  // Sums a rank's partial sum of squares over all data-parallel ranks (identity for one process).
+  using GlobalSum = std::function<double(double)>;
+
   // The gradients hold loss_scale times the true ones. On inf/NaN nothing changes and the step is skipped;
-  // otherwise weights and moments are updated and the number of updates taken grows by one.
-  OptimizerStepResult step(const TensorTable& table, Allocation& memory, float lr, float loss_scale);
+  // otherwise the plan's shard of weights and moments is updated and the number of updates taken grows by
+  // one. Under ZeRO the caller has reduced this rank's gradient range before, and gathers the weights after.
+  OptimizerStepResult step(
+      const TensorTable& table, Allocation& memory, float lr, float loss_scale,
+      const GlobalSum& global_sum = [](double local) { return local; });
   int64_t updates_taken() const { return updates_; }
 
  private:
