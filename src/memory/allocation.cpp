@@ -66,4 +66,11 @@ CategoryBytes Allocation::measured() const {
   return bytes;
 }
 
+CategoryBytes Allocation::live() const {
+  CategoryBytes bytes = tracker_.held();
+  bytes[Category::activations] += activations_.live_bytes();
+  bytes[Category::workspace] += workspace_.live_bytes();
+  return bytes;
+}
+
 }  // namespace mt

@@ -59,6 +59,8 @@ class Allocation {
 
   // Bytes actually held: model states and other buffers as allocated, arenas by their high-water marks.
   CategoryBytes measured() const;
+  // Bytes held now: the buffers as allocated and the tensors bound in the arenas (see Arena::live_bytes).
+  CategoryBytes live() const;
   const Arena& activations() const { return activations_; }
   const Arena& workspace() const { return workspace_; }
 

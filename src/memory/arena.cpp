@@ -5,6 +5,14 @@
 
 namespace mt {
 
+namespace {
+
+int64_t aligned(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
+}  // namespace
+
 Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category)
     : table_(table), layout_(layout), buffer_(untracked_, category, layout.size), live_(table.size(), 0) {
   int num_ops = 0;
@@ -30,7 +38,8 @@ void Arena::begin_op(int op) {
     }
     live_[id] = 1;
     live_ids_.push_back(id);
-    high_water_ = std::max(high_water_, (end + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment);
+    live_bytes_ += aligned(table_[id].bytes());
+    high_water_ = std::max(high_water_, aligned(end));
   }
 }
 
@@ -39,12 +48,14 @@ void Arena::end_op(int op) {
   for (int id : ends_at_[op]) {
     live_[id] = 0;
     live_ids_.erase(std::find(live_ids_.begin(), live_ids_.end(), id));
+    live_bytes_ -= aligned(table_[id].bytes());
   }
 }
 
 void Arena::reset() {
   for (int id : live_ids_) live_[id] = 0;
   live_ids_.clear();
+  live_bytes_ = 0;
 }
 
 void* Arena::data(int id) const {

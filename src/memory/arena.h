@@ -27,6 +27,9 @@ class Arena {
   void* data(int id) const;
 
   int64_t high_water() const { return high_water_; }
+  // Bytes of the tensors bound now, each by its aligned size as the Plan packs it, so the live bytes of any
+  // moment fit in the planned arena; the difference is memory the packing could not reuse.
+  int64_t live_bytes() const { return live_bytes_; }
   int64_t capacity() const { return buffer_.bytes(); }
 
  private:
@@ -38,6 +41,7 @@ class Arena {
   std::vector<char> live_;
   std::vector<int> live_ids_;
   int64_t high_water_ = 0;
+  int64_t live_bytes_ = 0;
 };
 
 }  // namespace mt

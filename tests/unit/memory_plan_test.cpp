@@ -76,6 +76,23 @@ TEST(MemoryArena, OverlappingLiveTensorsAreDetected) {
   EXPECT_THROW(arena.begin_op(1), std::logic_error);
 }
 
+TEST(MemoryArena, LiveBytesCountBoundTensorsByAlignedSize) {
+  TensorTable t;
+  t.add({"a", {10}, DType::f32, Category::activations, 0, 1});  // 40 bytes, 64 aligned
+  t.add({"b", {32}, DType::f32, Category::activations, 1, 2});  // 128 bytes
+  const ArenaLayout layout = pack_arena(t, Category::activations);
+  Arena arena(t, layout, Category::activations);
+  EXPECT_EQ(arena.live_bytes(), 0);
+  arena.begin_op(0);
+  EXPECT_EQ(arena.live_bytes(), 64);
+  arena.begin_op(1);
+  EXPECT_EQ(arena.live_bytes(), 64 + 128);
+  arena.end_op(1);  // a's last op
+  EXPECT_EQ(arena.live_bytes(), 128);
+  arena.reset();
+  EXPECT_EQ(arena.live_bytes(), 0);
+}
+
 // GPT-2 activations counted by hand: per layer the block keeps 16 B*T*C floats (ln_1 1, qkv 3, attention out
 // 1, residual 1, ln_2 1, fc 4, gelu 4, block out 1), 4 B*T LayerNorm statistics and B*H*T attention row
 // statistics; backward adds 10 B*T*C of activation gradients per layer (fc 4, ln_2 1, attention out 1, qkv 3,
