@@ -103,7 +103,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--save-weights", c.save_weights, "write the final weights as safetensors");
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
-  cmd->add_flag("--memory-report", c.memory_report, "print the memory plan before training");
+  cmd->add_flag("--memory-report", c.memory_report,
+                "print the memory plan and the ten largest activations with their lifetimes before training");
   cmd->callback([config, precision, recompute] {
     config->precision.precision = resolve_precision(*precision);
     config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,

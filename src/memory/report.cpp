@@ -1,5 +1,6 @@
 #include "memory/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -59,6 +60,52 @@ std::string format_memory_report(const MemoryReport& r) {
   if (r.peak_rss_bytes > 0)
     out << "process peak RSS " << human_bytes(r.peak_rss_bytes)
         << " (includes code, libraries and their buffers)\n";
+  return out.str();
+}
+
+std::string format_largest_tensors(const TensorTable& table, const ArenaLayout& layout, Category category,
+                                   int n, const std::vector<std::string>& op_names) {
+  std::vector<int> ids;
+  for (int id = 0; id < table.size(); ++id)
+    if (layout.offset[id] >= 0) ids.push_back(id);
+  // The packing's order: largest first, then earlier start, then id.
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) {
+    if (table[a].bytes() != table[b].bytes()) return table[a].bytes() > table[b].bytes();
+    if (table[a].first_op != table[b].first_op) return table[a].first_op < table[b].first_op;
+    return a < b;
+  });
+  const size_t shown = std::min(ids.size(), static_cast<size_t>(std::max(n, 0)));
+  std::vector<std::vector<std::string>> rows = {
+      {"tensor", "shape", "dtype", "bytes", "offset", "ops", "first .. last op"}};
+  for (size_t i = 0; i < shown; ++i) {
+    const TensorDesc& t = table[ids[i]];
+    std::string shape = "[";
+    for (size_t d = 0; d < t.shape.size(); ++d) {
+      if (d > 0) shape += ", ";
+      shape += std::to_string(t.shape[d]);
+    }
+    std::string ops = "[";
+    ops.append(std::to_string(t.first_op)).append(", ").append(std::to_string(t.last_op)).append("]");
+    std::string names = op_names.at(t.first_op);
+    if (t.last_op != t.first_op) names.append(" .. ").append(op_names.at(t.last_op));
+    rows.push_back({t.name, shape + "]", std::string(dtype_name(t.dtype)), human_bytes(t.bytes()),
+                    std::to_string(layout.offset[ids[i]]), ops, names});
+  }
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  std::ostringstream out;
+  out << "largest " << category_title(category) << ": " << shown << " of " << ids.size() << " tensors, arena "
+      << human_bytes(layout.size) << "\n";
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t c = 0; c < row.size(); ++c) {
+      const bool right = c == 3 || c == 4;  // byte counts line up on the right
+      const std::string pad(width[c] - row[c].size(), ' ');
+      line.append(" ").append(right ? pad : row[c]).append(right ? row[c] : pad);
+    }
+    out << line.substr(0, line.find_last_not_of(' ') + 1) << "\n";
+  }
   return out.str();
 }
 

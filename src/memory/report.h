@@ -1,12 +1,16 @@
 // The memory report: planned against measured bytes per category, the activation arena's peak and the
-// process's peak resident set, printed as a table and written as memory.json.
+// process's peak resident set, printed as a table and written as memory.json; and the largest tensors of an
+// arena with their lifetimes, printed with the plan.
 #pragma once
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "memory/category.h"
+#include "memory/plan.h"
+#include "memory/tensor_table.h"
 
 namespace mt {
 
@@ -29,6 +33,11 @@ int64_t peak_rss_bytes();
 std::string human_bytes(int64_t bytes);
 
 std::string format_memory_report(const MemoryReport& report);
+
+// The n largest tensors of an arena's category (largest first, as packed): name, shape, dtype, bytes, the ops
+// of their lifetime by index and name (op_names: one per op), and their offset in the arena.
+std::string format_largest_tensors(const TensorTable& table, const ArenaLayout& layout, Category category,
+                                   int n, const std::vector<std::string>& op_names);
 
 // {"planned": {category: bytes}, "measured": {...}, "arena_peak_bytes": n, "peak_rss_bytes": n, ...}
 nlohmann::json memory_report_json(const MemoryReport& report);

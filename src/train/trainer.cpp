@@ -147,6 +147,10 @@ void train(const TrainConfig& cfg) {
     MemoryReport planned{plan.bytes, plan.bytes,     plan.activations.size, plan.activations.sum_of_tensors,
                          0,          plan.num_params};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
+    std::vector<std::string> op_names;
+    for (const Op& op : model.graph.ops) op_names.push_back(op.name);
+    std::printf("%s",
+                format_largest_tensors(table, plan.activations, Category::activations, 10, op_names).c_str());
   }
 
   Allocation memory(table, plan);

@@ -38,7 +38,7 @@ struct TrainConfig {
   std::string save_weights;    // safetensors to write at the end
   std::string out = "run";     // metrics.jsonl and memory.json
   int threads = 0;             // 0: every core
-  bool memory_report = false;  // print the plan before training
+  bool memory_report = false;  // print the plan and the largest activations before training
 };
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
