@@ -105,10 +105,20 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report,
                 "print the memory plan and the ten largest activations with their lifetimes before training");
-  cmd->callback([config, precision, recompute] {
+  CLI::Option* timeline =
+      cmd->add_option(
+             "--memory-timeline", c.memory_timeline,
+             "record the bytes held per category during each op of step 1 into "
+             "OUT/memory_timeline.json (drawn by `memtrain report OUT`) and, given FILE, into FILE too "
+             "(CSV if it ends in .csv, else JSON)")
+          ->expected(0, 1)
+          ->type_name("[FILE]");
+  cmd->callback([config, precision, recompute, timeline] {
     config->precision.precision = resolve_precision(*precision);
     config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,
                                         recompute->activations);
+    if (timeline->count() > 0 && config->memory_timeline.empty())
+      config->memory_timeline = config->out + "/memory_timeline.json";
     train(*config);
   });
 }

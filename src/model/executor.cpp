@@ -40,6 +40,7 @@ double Executor::run_ops(int end, bool training, float grad_scale) {
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
     (this->*run_op_)(graph_.ops[i], training, grad_scale, loss_sum);
+    if (observer_) observer_(i);
     memory_.end_op(i);
   }
   return loss_sum;

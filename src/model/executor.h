@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "memory/allocation.h"
 #include "model/graph.h"
@@ -26,6 +27,9 @@ class Executor {
   StepResult eval_step();
   // The forward pass's logits for the whole batch, [B*T, Vp] fp32 into the caller's buffer (tests, sampling).
   void forward_logits(float* logits);
+  // Called with each op's index after its kernel ran and before the tensors it was the last to use are
+  // released: the moment its inputs, outputs and scratch are all held. An empty function turns it off.
+  void set_op_observer(std::function<void(int op)> observer) { observer_ = std::move(observer); }
 
  private:
   using RunOp = void (Executor::*)(const Op& op, bool training, float grad_scale, double& loss_sum);
@@ -46,6 +50,7 @@ class Executor {
   Allocation& memory_;
   RunOp run_op_;
   void (Executor::*logits_)(const Op& head, float* out);
+  std::function<void(int op)> observer_;
 };
 
 }  // namespace mt

@@ -15,6 +15,7 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/report.h"
+#include "memory/timeline.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
 #include "model/gpt2_weights.h"
@@ -89,6 +90,24 @@ double evaluate(Executor& exec, Loader& val, const Gpt2Graph& model, Allocation&
     sum += exec.eval_step().loss;
   }
   return sum / static_cast<double>(iters);
+}
+
+// The timeline goes where `memtrain report OUT` looks, and to the flag's own path unless that is the same
+// file.
+void save_memory_timeline(const MemoryTimeline& timeline, const TrainConfig& cfg) {
+  const std::string json = memory_timeline_json(timeline);
+  const std::string run_copy = cfg.out + "/memory_timeline.json";
+  write_file_atomically(run_copy, json);
+  std::error_code ec;
+  std::string written = run_copy;
+  if (!std::filesystem::equivalent(cfg.memory_timeline, run_copy, ec)) {
+    write_file_atomically(cfg.memory_timeline,
+                          cfg.memory_timeline.ends_with(".csv") ? memory_timeline_csv(timeline) : json);
+    written = cfg.memory_timeline + " and " + run_copy;
+  }
+  const TimelinePoint& peak = timeline.points[timeline.peak_point()];
+  std::printf("memory timeline: %zu ops, peak %s during %s -> %s\n", timeline.points.size(),
+              human_bytes(peak.live.total()).c_str(), peak.name.c_str(), written.c_str());
 }
 
 }  // namespace
@@ -176,6 +195,11 @@ void train(const TrainConfig& cfg) {
   std::filesystem::create_directories(cfg.out, ec);
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   MetricsLog metrics(cfg.out + "/metrics.jsonl");
+  MemoryTimeline timeline{spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
+                              precision_name(cfg.precision.precision),
+                          model.graph.loss_op,
+                          plan.bytes,
+                          {}};
 
   for (int64_t step = 1; step <= cfg.train_iters; ++step) {
     const auto start = std::chrono::steady_clock::now();
@@ -185,7 +209,17 @@ void train(const TrainConfig& cfg) {
     double loss = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
       train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+      // Every micro-batch runs the same ops on the same plan: the first one of step 1 stands for all.
+      const bool record = !cfg.memory_timeline.empty() && step == 1 && micro == 0;
+      if (record)
+        exec.set_op_observer([&](int op) {
+          timeline.points.push_back({op, model.graph.ops[op].name, memory.live()});
+        });
       loss += exec.train_step(loss_scale / static_cast<float>(accum)).loss;
+      if (record) {
+        exec.set_op_observer({});
+        save_memory_timeline(timeline, cfg);
+      }
     }
     loss /= static_cast<double>(accum);
     const float lr = schedule.at(step);

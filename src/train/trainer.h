@@ -39,6 +39,9 @@ struct TrainConfig {
   std::string out = "run";     // metrics.jsonl and memory.json
   int threads = 0;             // 0: every core
   bool memory_report = false;  // print the plan and the largest activations before training
+  // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
+  // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).
+  std::string memory_timeline;
 };
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
