@@ -7,5 +7,6 @@ namespace mt::cli {
 
 void add_train_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
+void add_report_command(CLI::App& app);
 
 }  // namespace mt::cli

@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mt::cli::add_train_command(app);
   mt::cli::add_prepare_command(app);
+  mt::cli::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

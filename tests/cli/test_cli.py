@@ -16,6 +16,7 @@ import struct
 import subprocess
 import tempfile
 import unittest
+import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
 MEMTRAIN = os.environ.get("MEMTRAIN_BIN") or str(Path(__file__).resolve().parents[2] / "build" / "memtrain")
@@ -428,6 +429,87 @@ class Recompute(CliTestCase):
         self.assert_train_fails(2, "--recompute-method", recompute_granularity="selective", recompute_method="block")
         self.assert_train_fails(2, "--recompute-num-layers", recompute_num_layers=2)
         self.assert_train_fails(2, "--recompute-num-layers 3", recompute_granularity="full", recompute_num_layers=3)
+
+
+class MemoryTimeline(CliTestCase):
+    CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
+    TITLES = ["parameters", "gradients", "optimizer states", "activations", "workspace"]  # those holding bytes
+
+    def train_with_timeline(self, out: Path, **flags) -> dict:
+        result = self.train(out=out, train_iters=3, eval_interval=2, eval_iters=1, memory_timeline=True, **flags)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads((out / "memory_timeline.json").read_text())
+
+    def test_timeline_has_one_point_per_op(self):
+        out = self.tmp / "run"
+        timeline = self.train_with_timeline(out)
+        points = timeline["points"]
+        self.assertEqual([p["op"] for p in points], list(range(len(points))))
+        names = [p["name"] for p in points]
+        self.assertEqual(len(set(names)), len(names), "an op recorded twice")
+        self.assertEqual((names[0], names[timeline["loss_op"]], names[-1]), ("embed", "lm_head", "embed.backward"))
+
+        planned = json.loads((out / "memory.json").read_text())["planned"]
+        self.assertEqual(timeline["planned"], planned)
+        for point in points:
+            self.assertEqual(list(point["bytes"]), self.CATEGORIES, point)
+            for constant in ("params", "master", "grads", "optim", "other"):
+                self.assertEqual(point["bytes"][constant], planned[constant], point)
+            self.assertLessEqual(point["bytes"]["activations"], planned["activations"], point)
+            self.assertLessEqual(point["bytes"]["workspace"], planned["workspace"], point)
+        self.assertGreater(max(p["bytes"]["activations"] for p in points), 0)
+
+    def test_named_file_gets_csv_and_the_run_keeps_json(self):
+        out, csv_path = self.tmp / "run", self.tmp / "timeline.csv"
+        result = self.train(out=out, memory_timeline=csv_path)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        rows = csv_path.read_text().splitlines()
+        self.assertEqual(rows[0], "op,name," + ",".join(self.CATEGORIES) + ",total")
+        points = json.loads((out / "memory_timeline.json").read_text())["points"]
+        self.assertEqual(len(rows), len(points) + 1)
+
+    def test_memory_report_lists_ten_largest_activations(self):
+        result = self.train(memory_report=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        title = next(i for i, line in enumerate(lines) if line.startswith("largest activations: 10 of "))
+        rows = lines[title + 2 : title + 12]
+        units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+        sizes = []
+        for row in rows:
+            _dtype, value, unit = row.split("]")[1].split()[:3]  # after the shape: dtype, then bytes
+            sizes.append(float(value) * units[unit])
+        self.assertEqual(sizes, sorted(sizes, reverse=True), "\n".join(rows))
+        self.assertFalse(lines[title + 12].startswith("  "), "more than ten rows")
+
+    def test_report_draws_timeline_and_loss(self):
+        out = self.tmp / "run"
+        timeline = self.train_with_timeline(out)
+        result = memtrain("report", out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        root = ElementTree.parse(out / "report.svg").getroot()
+        self.assertEqual(root.tag, "{http://www.w3.org/2000/svg}svg")
+        texts = {element.text for element in root.iter("{http://www.w3.org/2000/svg}text")}
+        for title in self.TITLES:
+            self.assertIn(title, texts)
+        self.assertIn("loss", texts)
+        peak = max(timeline["points"], key=lambda p: sum(p["bytes"].values()))
+        self.assertTrue(any(t and t.endswith("during " + peak["name"]) for t in texts), texts)
+
+        picture = self.tmp / "picture.svg"
+        result = memtrain("report", out, "--out", picture)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        ElementTree.parse(picture)
+
+    def test_report_errors(self):
+        self.assert_error(memtrain("report", self.tmp / "no-such-run"), 1, "no-such-run")
+        out = self.tmp / "run"
+        result = self.train(out=out)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_error(memtrain("report", out), 1, out / "memory_timeline.json", "--memory-timeline")
+        (out / "memory_timeline.json").write_text('{"run": "torn", "points": [')
+        self.assert_error(memtrain("report", out), 1, out / "memory_timeline.json")
+        self.assert_error(memtrain("report", out, "--out", self.tmp / "picture.png"), 2, "svg")
 
 
 if __name__ == "__main__":

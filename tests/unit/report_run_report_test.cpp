@@ -1,0 +1,73 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "report/run_report.h"
+#include "report/svg.h"
+
+namespace mt {
+namespace {
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const std::string dir = testing::TempDir() + "memtrain-report-test";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(RunReport, LossCurveReadsStepsAndValidationLosses) {
+  const std::string path = temp_file("metrics.jsonl",
+                                     "{\"step\": 1, \"loss\": 5.5}\n"
+                                     "{\"step\": 2, \"loss\": 5.0, \"val_loss\": 5.2}\n"
+                                     "{\"step\": 3, \"loss\": null, \"skipped\": true}\n");
+  const LossCurve curve = read_loss_curve(path);
+  EXPECT_EQ(curve.train, (std::vector<std::pair<int64_t, double>>{{1, 5.5}, {2, 5.0}}));
+  EXPECT_EQ(curve.val, (std::vector<std::pair<int64_t, double>>{{2, 5.2}}));
+}
+
+TEST(RunReport, BadMetricsAreDataErrorsNamingTheFileAndLine) {
+  const auto expect_error = [](const std::string& path, const std::string& mention) {
+    try {
+      read_loss_curve(path);
+      ADD_FAILURE() << "read " << path;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data);
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+    }
+  };
+  expect_error(testing::TempDir() + "no-such-metrics.jsonl", "no-such-metrics.jsonl");
+  const std::string torn = temp_file("torn.jsonl", "{\"step\": 1, \"loss\": 5.5}\n{\"step\": 2, \"lo");
+  expect_error(torn, torn + ":2:");
+  expect_error(temp_file("empty.jsonl", ""), "no logged steps");
+}
+
+TEST(RunReport, PictureNamesTheCategoriesAndThePeak) {
+  MemoryTimeline t{"tiny <test> | B=1 T=2 | fp32", 1, {}, {}};
+  t.planned[Category::params] = 3 << 20;
+  t.planned[Category::activations] = 2 << 20;
+  for (int op = 0; op < 3; ++op) {
+    TimelinePoint p{op, op == 1 ? "op1" : "op", {}};
+    p.live[Category::params] = 3 << 20;
+    p.live[Category::activations] = (op == 1 ? 2 : 1) << 20;
+    t.points.push_back(p);
+  }
+  const std::string svg = draw_run_report(t, {{{1, 5.5}, {2, 5.0}}, {{2, 5.2}}});
+  EXPECT_TRUE(svg.starts_with("<?xml")) << svg.substr(0, 80);
+  EXPECT_NE(svg.find("tiny &lt;test&gt;"), std::string::npos);
+  EXPECT_NE(svg.find(">parameters<"), std::string::npos);
+  EXPECT_NE(svg.find(">activations<"), std::string::npos);
+  EXPECT_EQ(svg.find(">gradients<"), std::string::npos) << "a category without bytes is left out";
+  EXPECT_NE(svg.find("peak 5.00 MiB during op1"), std::string::npos);
+  EXPECT_NE(svg.find(">2 MiB<"), std::string::npos) << "the y axis at round values in the unit that fits";
+  EXPECT_NE(svg.find(">4 MiB<"), std::string::npos);
+}
+
+TEST(Svg, EscapesMarkupInText) {
+  EXPECT_EQ(svg::escape("a<b & \"c\" 'd'>"), "a&lt;b &amp; &quot;c&quot; &apos;d&apos;&gt;");
+}
+
+}  // namespace
+}  // namespace mt
