@@ -17,10 +17,10 @@ namespace mt {
 namespace {
 
 // The picture's frame: both panels share the x extent; the right margin holds the legends.
-constexpr double kWidth = 1100, kHeight = 840;
+constexpr double kWidth = 1100, kHeight = 810;
 constexpr double kLeft = 80, kRight = 820, kLegend = 845;
 constexpr double kMemTop = 84, kMemBottom = 404;  // memory panel; op names hang below it
-constexpr double kLossTop = 600, kLossBottom = 780;
+constexpr double kLossTop = 570, kLossBottom = 750;
 
 // Stacked bottom to top: what lives all step first, so the bands that change sit on a flat base.
 constexpr Category kStackOrder[] = {Category::params,      Category::master,   Category::grads,
@@ -109,6 +109,14 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
     doc.text(kLeft - 6, y + 4, format("%g ", v) + unit_name, {.size = 10, .anchor = "end"});
   }
 
+  // Forward and backward either side of the loss op; drawn first, so the stack hides the line.
+  if (t.loss_op >= 0 && t.loss_op < n) {
+    const double x = x_at(t.loss_op) + dx / 2;
+    doc.line(x, kMemTop - 14, x, kMemBottom, {.stroke = "#555", .dashed = true});
+    doc.text(x - 6, kMemTop - 6, "\u2190 forward", {.size = 11, .anchor = "end"});
+    doc.text(x + 6, kMemTop - 6, "backward \u2192", {.size = 11});
+  }
+
   // One step polygon per category between the running sum below it and that sum plus its bytes.
   std::vector<double> base(n, 0.0);
   for (Category c : kStackOrder) {
@@ -130,22 +138,15 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
   // The plan: what the allocation reserves; the gap above the peak is what lifetime packing could not reuse.
   const double plan_y = y_at(static_cast<double>(t.planned.total()));
   doc.line(kLeft, plan_y, kRight, plan_y, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});
-  doc.text(kRight - 4, plan_y - 5, "plan " + human_bytes(t.planned.total()), {.size = 10, .anchor = "end"});
-
-  // Forward and backward either side of the loss op.
-  if (t.loss_op >= 0 && t.loss_op < n) {
-    const double x = x_at(t.loss_op) + dx / 2;
-    doc.line(x, kMemTop - 14, x, kMemBottom, {.stroke = "#555", .dashed = true});
-    doc.text(x - 6, kMemTop - 6, "\u2190 forward", {.size = 11, .anchor = "end"});
-    doc.text(x + 6, kMemTop - 6, "backward \u2192", {.size = 11});
-  }
+  doc.text(kRight - 4, plan_y - 5, "plan " + human_bytes(t.planned.total()),
+           {.size = 10, .anchor = "end", .halo = true});
 
   // The peak op, labelled above its stack.
   const double px = x_at(t.peak_point()) + dx / 2, py = y_at(static_cast<double>(peak.live.total()));
   doc.line(px, py - 3, px, py - 16, {.stroke = "#111", .stroke_width = 1.5});
   const std::string anchor = px < kLeft + 150 ? "start" : px > kRight - 150 ? "end" : "middle";
   doc.text(px, py - 20, "peak " + human_bytes(peak.live.total()) + " during " + peak.name,
-           {.size = 11, .anchor = anchor, .bold = true});
+           {.size = 11, .anchor = anchor, .bold = true, .halo = true});
 
   // Op names under their bands, thinned to one every k ops so that they do not overlap.
   const int k = std::max(1, static_cast<int>(std::ceil(n / std::floor((kRight - kLeft) / 11))));
@@ -170,7 +171,7 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
     doc.text(kWidth - 15, y, human_bytes(most), {.size = 11, .anchor = "end"});
   }
   y += 26;
-  doc.text(kLegend, y, "all, during " + peak.name, {.size = 11});
+  doc.text(kLegend, y, "total, during " + peak.name, {.size = 11});
   doc.text(kWidth - 15, y, human_bytes(peak.live.total()), {.size = 11, .anchor = "end", .bold = true});
   y += 20;
   doc.line(kLegend, y - 4, kLegend + 12, y - 4, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});

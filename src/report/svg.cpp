@@ -91,6 +91,7 @@ void Document::text(double x, double y, std::string_view text, const Font& font)
   if (font.anchor != "start") body_ << " text-anchor=\"" << font.anchor << "\"";
   if (font.bold) body_ << " font-weight=\"bold\"";
   if (font.fill != "#222") body_ << " fill=\"" << font.fill << "\"";
+  if (font.halo) body_ << " stroke=\"white\" stroke-width=\"4\" paint-order=\"stroke\"";
   if (font.rotate != 0)
     body_ << " transform=\"rotate(" << num(font.rotate) << " " << num(x) << " " << num(y) << ")\"";
   body_ << ">" << escape(text) << "</text>\n";

@@ -23,6 +23,7 @@ struct Font {
   double rotate = 0;             // degrees, about the text's anchor point
   bool bold = false;
   std::string fill = "#222";
+  bool halo = false;  // a white outline, so that lines under the text do not cross it
 };
 
 using Points = std::vector<std::pair<double, double>>;
