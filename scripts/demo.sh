@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up and builds memtrain, tokenizes the English text of Debian's `fortunes` package with GPT-2's BPE, and
 # trains a small GPT-2 on it for 200 steps on the CPU, printing the memory plan and planned-vs-measured bytes.
-# Output: run/demo/metrics.jsonl and run/demo/memory.json.
+# Output: run/demo/metrics.jsonl, memory.json, memory_timeline.json and report.svg (the picture of both).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,4 +16,5 @@ fi
 
 build/memtrain train --model gpt2-demo --data "$data" --seq-length 128 --micro-batch-size 8 \
   --train-iters 200 --lr 2e-3 --min-lr 2e-4 --lr-warmup-iters 20 \
-  --eval-interval 50 --eval-iters 8 --log-interval 10 --memory-report --out run/demo "$@"
+  --eval-interval 50 --eval-iters 8 --log-interval 10 --memory-report --memory-timeline --out run/demo "$@"
+build/memtrain report run/demo
