@@ -195,11 +195,11 @@ void train(const TrainConfig& cfg) {
   std::filesystem::create_directories(cfg.out, ec);
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   MetricsLog metrics(cfg.out + "/metrics.jsonl");
-  MemoryTimeline timeline{spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
-                              precision_name(cfg.precision.precision),
-                          model.graph.loss_op,
-                          plan.bytes,
-                          {}};
+  MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
+                                 precision_name(cfg.precision.precision),
+                          .loss_op = model.graph.loss_op,
+                          .planned = plan.bytes,
+                          .points = {}};
 
   for (int64_t step = 1; step <= cfg.train_iters; ++step) {
     const auto start = std::chrono::steady_clock::now();
