@@ -95,7 +95,9 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
   const double dx = (kRight - kLeft) / n;
   const auto x_at = [&](int i) { return kLeft + i * dx; };
   const TimelinePoint& peak = t.points[t.peak_point()];
-  const double top_bytes = std::max<double>(peak.live.total(), t.planned.total()) * 1.12;
+  // Room above the higher of peak and plan for the peak's label; at least 1 KiB, so the axis has a height.
+  const double top_bytes =
+      static_cast<double>(std::max<int64_t>({peak.live.total(), t.planned.total(), 1024})) * 1.12;
 
   // The y axis in the unit that keeps tick labels short.
   const double unit = top_bytes >= 1 << 30 ? 1 << 30 : top_bytes >= 1 << 20 ? 1 << 20 : 1 << 10;
@@ -135,7 +137,8 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
   }
   doc.rect(kLeft, kMemTop, kRight - kLeft, kMemBottom - kMemTop, {.stroke = "#888"});
 
-  // The plan: what the allocation reserves; the gap above the peak is what lifetime packing could not reuse.
+  // The plan: what the allocation reserves. The gap above the peak is reserved but never used all at once:
+  // holes the packing left, and arenas sized for their own peaks at different ops.
   const double plan_y = y_at(static_cast<double>(t.planned.total()));
   doc.line(kLeft, plan_y, kRight, plan_y, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});
   doc.text(kRight - 4, plan_y - 5, "plan " + human_bytes(t.planned.total()),
