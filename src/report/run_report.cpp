@@ -174,7 +174,7 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
     doc.text(kWidth - 15, y, human_bytes(most), {.size = 11, .anchor = "end"});
   }
   y += 26;
-  doc.text(kLegend, y, "total, during " + peak.name, {.size = 11});
+  doc.text(kLegend, y, "total at the peak", {.size = 11});
   doc.text(kWidth - 15, y, human_bytes(peak.live.total()), {.size = 11, .anchor = "end", .bold = true});
   y += 20;
   doc.line(kLegend, y - 4, kLegend + 12, y - 4, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});
