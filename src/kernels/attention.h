@@ -12,11 +12,12 @@
 
 namespace mt::kernels {
 
-// Floats of scratch the kernels need (2*T per thread: a probability row and a score-gradient row), for
-// `threads` OpenMP threads. The kernels index the scratch by omp_get_thread_num(), so they assume their
-// parallel regions get at most `threads` threads: size it with omp_get_max_threads() after the one
-// omp_set_num_threads() call at start, and resize it if the thread count ever changes.
-// `dtype` is the storage type of qkv/out (16-bit types may need fp32 accumulators in the scratch).
+// Floats of scratch the kernels need for `threads` OpenMP threads. Per thread: a probability row and a
+// score-gradient row (2*T); for 16-bit storage (`dtype` of qkv/out) also one (batch, head) in fp32, its
+// q, k, v and the dq, dk, dv accumulators (6*T*head_size), and two rows (2*head_size). The kernels index
+// the scratch by omp_get_thread_num(), so they assume their parallel regions get at most `threads` threads:
+// size it with omp_get_max_threads() after the one omp_set_num_threads() call at start, and resize it if
+// the thread count ever changes.
 int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype);
 
 // T is the storage type (float, bf16 or f16); scores, softmax and lse are fp32.

@@ -14,8 +14,9 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
                        int64_t C);
 
 // dwte[tokens[b,t]] += dout[b,t]; dwpe[t] += dout[b,t]. Deterministic: repeated tokens are summed in (b,t)
-// order whatever the thread count.
-// Each row of dwte/dwpe is summed in fp32 and added to the stored gradient once per call.
+// order whatever the thread count. fp32 gradients accumulate in place. A bf16 gradient row is accumulated in
+// fp32, starting from its stored value, and rounded once per call; finding a token's rows for that scans the
+// B*T tokens once per distinct token.
 template <typename T, typename G>
 void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
                         int64_t C);

@@ -92,8 +92,8 @@ struct Reference {
   }
 };
 
-std::vector<float> scratch_for_threads() {
-  return std::vector<float>(attention_scratch_floats(T, 0, omp_get_max_threads(), DType::f32));
+std::vector<float> scratch_for_threads(DType dtype = DType::f32) {
+  return std::vector<float>(attention_scratch_floats(T, hs, omp_get_max_threads(), dtype));
 }
 
 TEST(KernelAttention, ForwardMatchesNaive) {
@@ -146,6 +146,72 @@ TEST(KernelAttention, BackwardSameBitsForAnyThreadCount) {
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));
   EXPECT_TRUE(bitwise_equal(results[0], results[2]));
+}
+
+// x rounded to the storage type X, and back: to_float(to_storage<X>(x)) is what a fp32 kernel sees of it.
+template <typename X>
+std::vector<X> to_storage(const std::vector<float>& x) {
+  std::vector<X> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<X>(x[i]);
+  return y;
+}
+
+template <typename X>
+std::vector<float> to_float(const std::vector<X>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
+  return y;
+}
+
+struct AttentionResult {
+  std::vector<float> out, lse, dqkv;
+};
+
+// Forward, then backward from the stored out, with storage type X; results as fp32.
+template <typename X>
+AttentionResult run_attention(const std::vector<float>& qkv, const std::vector<float>& dout) {
+  const auto qkv_x = to_storage<X>(qkv), dout_x = to_storage<X>(dout);
+  std::vector<X> out(B * T * C), dqkv(B * T * C3, round_to<X>(123.0f));  // dqkv is overwritten
+  std::vector<float> lse(B * NH * T), scratch = scratch_for_threads(dtype_of<X>());
+  attention_forward(out.data(), lse.data(), qkv_x.data(), B, T, C, NH, scratch.data());
+  attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), B, T, C, NH,
+                     scratch.data());
+  return {to_float(out), lse, to_float(dqkv)};
+}
+
+// The 16-bit kernels upcast each (batch, head) and run the fp32 arithmetic, accumulating dk and dv in fp32,
+// so each stored value is the fp32 kernel's result rounded once: within half an ulp of X. The fp32
+// backward gets the same stored out as the 16-bit one (its rounding is part of the input). 1, 2 and 3
+// threads must give the same bits.
+template <typename X>
+void expect_attention_matches_fp32(double half_ulp) {
+  const auto qkv = to_float(to_storage<X>(random_floats(B * T * C3, 1, 2.0)));
+  const auto dout = to_float(to_storage<X>(random_floats(B * T * C, 2)));
+  std::vector<AttentionResult> results;
+  for (int threads : {1, 2, 3})
+    with_threads(threads, [&] { results.push_back(run_attention<X>(qkv, dout)); });
+  const AttentionResult& r = results[0];
+
+  const AttentionResult ref = run_attention<float>(qkv, dout);
+  std::vector<float> ref_dqkv(B * T * C3), scratch = scratch_for_threads();
+  attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), B, T, C, NH,
+                     scratch.data());
+  expect_close(r.out, to_double(ref.out), half_ulp, 1e-6);
+  expect_close(r.lse, to_double(ref.lse), 1e-6, 1e-6);
+  expect_close(r.dqkv, to_double(ref_dqkv), half_ulp, 1e-5);
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(bitwise_equal(results[i].out, r.out)) << "threads " << i + 1;
+    EXPECT_TRUE(bitwise_equal(results[i].lse, r.lse)) << "threads " << i + 1;
+    EXPECT_TRUE(bitwise_equal(results[i].dqkv, r.dqkv)) << "threads " << i + 1;
+  }
+}
+
+TEST(KernelAttention, Bf16MatchesFp32) {
+  expect_attention_matches_fp32<bf16>(0x1p-8);
+}
+
+TEST(KernelAttention, F16MatchesFp32) {
+  expect_attention_matches_fp32<f16>(0x1p-11);
 }
 
 }  // namespace

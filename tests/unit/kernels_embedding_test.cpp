@@ -70,5 +70,91 @@ TEST(KernelEmbedding, BackwardSameBitsForAnyThreadCount) {
   EXPECT_TRUE(bitwise_equal(results[0], results[2]));
 }
 
+// x rounded to the storage type X, and back: to_float(to_storage<X>(x)) is what a fp32 kernel sees of it.
+template <typename X>
+std::vector<X> to_storage(const std::vector<float>& x) {
+  std::vector<X> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<X>(x[i]);
+  return y;
+}
+
+template <typename X>
+std::vector<float> to_float(const std::vector<X>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
+  return y;
+}
+
+struct EmbeddingResult {
+  std::vector<float> out, dwte, dwpe;
+};
+
+// Forward and backward with weights and activations stored in X and gradients in G; results as fp32.
+template <typename X, typename G>
+EmbeddingResult run_embedding(const std::vector<float>& wte, const std::vector<float>& wpe,
+                              const std::vector<float>& dout, const std::vector<float>& dwte0,
+                              const std::vector<float>& dwpe0) {
+  const auto tok = tokens();
+  const auto wte_x = to_storage<X>(wte), wpe_x = to_storage<X>(wpe), dout_x = to_storage<X>(dout);
+  std::vector<X> out(B * T * C);
+  auto dwte = to_storage<G>(dwte0), dwpe = to_storage<G>(dwpe0);
+  embedding_forward(out.data(), tok.data(), wte_x.data(), wpe_x.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), dout_x.data(), tok.data(), B, T, C);
+  return {to_float(out), to_float(dwte), to_float(dwpe)};
+}
+
+// On values representable in X (and initial gradients representable in G), the forward is the fp32 sum
+// rounded once, and so is the backward, which sums in fp32 in the fp32 kernel's order starting from the
+// stored gradient: both equal the fp32 kernel's results rounded to their storage types, bit for bit. 1, 2
+// and 3 threads must give the same bits.
+template <typename X, typename G>
+void expect_embedding_matches_fp32() {
+  const auto wte = to_float(to_storage<X>(random_floats(V * C, 1)));
+  const auto wpe = to_float(to_storage<X>(random_floats(T * C, 2)));
+  const auto dout = to_float(to_storage<X>(random_floats(B * T * C, 3)));
+  const auto dwte0 = to_float(to_storage<G>(random_floats(V * C, 4)));
+  const auto dwpe0 = to_float(to_storage<G>(random_floats(T * C, 5)));
+  const EmbeddingResult ref = run_embedding<float, float>(wte, wpe, dout, dwte0, dwpe0);
+  std::vector<EmbeddingResult> results;
+  for (int threads : {1, 2, 3}) {
+    with_threads(threads, [&] { results.push_back(run_embedding<X, G>(wte, wpe, dout, dwte0, dwpe0)); });
+  }
+  const EmbeddingResult& r = results[0];
+  EXPECT_TRUE(bitwise_equal(r.out, to_float(to_storage<X>(ref.out))));
+  EXPECT_TRUE(bitwise_equal(r.dwte, to_float(to_storage<G>(ref.dwte))));
+  EXPECT_TRUE(bitwise_equal(r.dwpe, to_float(to_storage<G>(ref.dwpe))));
+  for (int i : {1, 2}) {
+    EXPECT_TRUE(bitwise_equal(results[i].out, r.out)) << "threads " << i + 1;
+    EXPECT_TRUE(bitwise_equal(results[i].dwte, r.dwte)) << "threads " << i + 1;
+    EXPECT_TRUE(bitwise_equal(results[i].dwpe, r.dwpe)) << "threads " << i + 1;
+  }
+}
+
+TEST(KernelEmbedding, Bf16MatchesFp32) {
+  expect_embedding_matches_fp32<bf16, float>();
+}
+
+TEST(KernelEmbedding, Bf16WithBf16GradientsMatchesFp32) {
+  expect_embedding_matches_fp32<bf16, bf16>();
+}
+
+TEST(KernelEmbedding, F16MatchesFp32) {
+  expect_embedding_matches_fp32<f16, float>();
+}
+
+// A bf16 gradient of 1 cannot take a 2^-8 step (1 + 2^-8 ties back to 1), so adding a token's rows to it
+// one at a time would lose them all; the fp32 sum keeps them. Both expected sums are exact in bf16.
+TEST(KernelEmbedding, Bf16GradientsKeepSmallContributions) {
+  const std::vector<int32_t> tok(B * T, 3);  // one token everywhere
+  const std::vector<bf16> dout(B * T * C, round_to<bf16>(0x1p-8f));
+  std::vector<bf16> dwte(V * C, round_to<bf16>(1.0f)), dwpe(T * C, round_to<bf16>(1.0f));
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  for (int64_t j = 0; j < C; ++j) {
+    ASSERT_EQ(to_f32(dwte[3 * C + j]), 1.0f + B * T * 0x1p-8f) << "column " << j;
+    ASSERT_EQ(to_f32(dwte[2 * C + j]), 1.0f);  // a token that does not occur is left alone
+  }
+  for (int64_t i = 0; i < T * C; ++i) ASSERT_EQ(to_f32(dwpe[i]), 1.0f + B * 0x1p-8f) << "at " << i;
+}
+
 }  // namespace
 }  // namespace mt::kernels

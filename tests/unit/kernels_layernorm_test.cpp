@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/layernorm.h"
 #include "kernels_test_util.h"
@@ -89,6 +90,103 @@ TEST(KernelLayerNorm, BackwardSameBitsForAnyThreadCount) {
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));
   EXPECT_TRUE(bitwise_equal(results[0], results[2]));
+}
+
+// x rounded to the storage type T, and back: to_float(to_storage<T>(x)) is what a fp32 kernel sees of it.
+template <typename T>
+std::vector<T> to_storage(const std::vector<float>& x) {
+  std::vector<T> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<T>(x[i]);
+  return y;
+}
+
+template <typename T>
+std::vector<float> to_float(const std::vector<T>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
+  return y;
+}
+
+// Half a unit in the last place, relative: the rounding that storing in T adds to a fp32 result.
+template <typename T>
+constexpr double half_ulp() {
+  return std::is_same_v<T, float> ? 0x1p-24 : std::is_same_v<T, bf16> ? 0x1p-8 : 0x1p-11;
+}
+
+struct LayerNormData {
+  std::vector<float> x, w, b, dout, dx, dw, db;  // inputs, then the initial gradients that backward adds to
+};
+
+// Values representable in T (and initial parameter gradients representable in G), as fp32.
+template <typename T, typename G>
+LayerNormData representable_data(int64_t N, int64_t C) {
+  auto in = [](std::vector<float> v) { return to_float(to_storage<T>(v)); };
+  auto param_grad = [](std::vector<float> v) { return to_float(to_storage<G>(v)); };
+  return {.x = in(random_floats(N * C, 1)),
+          .w = in(random_floats(C, 2)),
+          .b = in(random_floats(C, 3)),
+          .dout = in(random_floats(N * C, 4)),
+          .dx = in(random_floats(N * C, 5)),
+          .dw = param_grad(random_floats(C, 6)),
+          .db = param_grad(random_floats(C, 7))};
+}
+
+struct LayerNormResult {
+  std::vector<float> y, mean, rstd, dx, dw, db;
+};
+
+// Forward and backward with activations stored in T and parameter gradients in G; results as fp32.
+template <typename T, typename G>
+LayerNormResult run_layernorm(const LayerNormData& d, int64_t N, int64_t C) {
+  const auto x = to_storage<T>(d.x), w = to_storage<T>(d.w), b = to_storage<T>(d.b);
+  const auto dout = to_storage<T>(d.dout);
+  std::vector<T> y(N * C), dx = to_storage<T>(d.dx);
+  std::vector<G> dw = to_storage<G>(d.dw), db = to_storage<G>(d.db);
+  std::vector<float> mean(N), rstd(N);
+  layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, kEps);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(),
+                     rstd.data(), N, C);
+  return {to_float(y), mean, rstd, to_float(dx), to_float(dw), to_float(db)};
+}
+
+// The T/G kernels compute in fp32 like the fp32 kernel, on the same values, so each stored result is the
+// fp32 one rounded once: within half an ulp of T (or G), plus a little for sums that the two vectorize
+// differently (without FMA, or in other vector widths). The statistics stay fp32. 1, 2 and 3 threads must
+// give the same bits.
+template <typename T, typename G>
+void expect_layernorm_matches_fp32() {
+  const int64_t N = 301, C = 136;  // C leaves a partial column block
+  const LayerNormData data = representable_data<T, G>(N, C);
+  const LayerNormResult ref = run_layernorm<float, float>(data, N, C);
+  std::vector<LayerNormResult> results;
+  for (int threads : {1, 2, 3})
+    with_threads(threads, [&] { results.push_back(run_layernorm<T, G>(data, N, C)); });
+  const LayerNormResult& r = results[0];
+  expect_close(r.y, to_double(ref.y), half_ulp<T>(), 1e-6);
+  expect_close(r.mean, to_double(ref.mean), 1e-6, 1e-6);
+  expect_close(r.rstd, to_double(ref.rstd), 1e-6, 1e-6);
+  expect_close(r.dx, to_double(ref.dx), half_ulp<T>(), 1e-5);
+  // dw and db sum N terms of about 1, so fp32 differences in the statistics can add up to ~1e-5.
+  expect_close(r.dw, to_double(ref.dw), half_ulp<G>() + 1e-6, 1e-4);
+  expect_close(r.db, to_double(ref.db), half_ulp<G>() + 1e-6, 1e-4);
+  for (int i : {1, 2}) {
+    for (auto field : {&LayerNormResult::y, &LayerNormResult::mean, &LayerNormResult::rstd,
+                       &LayerNormResult::dx, &LayerNormResult::dw, &LayerNormResult::db}) {
+      EXPECT_TRUE(bitwise_equal(results[i].*field, r.*field)) << "threads " << i + 1;
+    }
+  }
+}
+
+TEST(KernelLayerNorm, Bf16MatchesFp32) {
+  expect_layernorm_matches_fp32<bf16, float>();
+}
+
+TEST(KernelLayerNorm, Bf16WithBf16GradientsMatchesFp32) {
+  expect_layernorm_matches_fp32<bf16, bf16>();
+}
+
+TEST(KernelLayerNorm, F16MatchesFp32) {
+  expect_layernorm_matches_fp32<f16, float>();
 }
 
 }  // namespace
