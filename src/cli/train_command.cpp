@@ -1,11 +1,55 @@
 // `memtrain train`: Megatron-style flags onto TrainConfig.
 #include "cli/commands.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 namespace mt::cli {
 
+namespace {
+
+struct PrecisionFlags {
+  std::string precision;  // empty: not given
+  bool bf16 = false, fp16 = false;
+};
+
+// --precision NAME, or Megatron's --bf16 / --fp16; they must not contradict each other.
+Precision resolve_precision(const PrecisionFlags& f) {
+  if (f.bf16 && f.fp16) fail_usage("--bf16 and --fp16 exclude each other");
+  const std::string alias = f.bf16 ? "bf16" : f.fp16 ? "fp16" : "";
+  if (!alias.empty() && !f.precision.empty() && f.precision != alias)
+    fail_usage("--precision " + f.precision + " contradicts --" + alias);
+  return parse_precision(!alias.empty() ? alias : f.precision.empty() ? "fp32" : f.precision);
+}
+
+void add_precision_flags(CLI::App& cmd, TrainConfig& c, PrecisionFlags& f) {
+  cmd.add_option("--precision", f.precision,
+                 "fp32, bf16 or fp16 (16-bit weights and activations, fp32 math)");
+  cmd.add_flag("--bf16", f.bf16, "same as --precision bf16");
+  cmd.add_flag("--fp16", f.fp16, "same as --precision fp16 (with dynamic loss scaling)");
+  cmd.add_flag("--o2-optimizer", c.precision.o2_optimizer, "Adam moments in bf16 (bf16 only)");
+  cmd.add_flag("--o2-gradient", c.precision.o2_gradient,
+               "gradients accumulated and stored in bf16 (bf16 only)");
+  cmd.add_flag("!--no-master-weights", c.precision.master_weights,
+               "no fp32 weight copy: bf16 weights updated with stochastic rounding (bf16 only)");
+  cmd.add_flag("--o2-stochastic-rounding", c.precision.o2_stochastic_rounding,
+               "round bf16 Adam moments stochastically (seeded) instead of to nearest");
+  cmd.add_option("--loss-scale", c.static_loss_scale, "fp16: a static loss scale instead of the dynamic one");
+  cmd.add_option("--initial-loss-scale", c.loss_scaler.initial_scale, "fp16: the dynamic scale's start")
+      ->capture_default_str();
+  cmd.add_option("--loss-scale-window", c.loss_scaler.window, "fp16: clean steps before the scale doubles")
+      ->capture_default_str();
+  cmd.add_option("--hysteresis", c.loss_scaler.hysteresis,
+                 "fp16: overflows tolerated before the scale halves")
+      ->capture_default_str();
+  cmd.add_option("--min-loss-scale", c.loss_scaler.min_scale, "fp16: the dynamic scale's floor")
+      ->capture_default_str();
+}
+
+}  // namespace
+
 void add_train_command(CLI::App& app) {
   auto config = std::make_shared<TrainConfig>();
+  auto precision = std::make_shared<PrecisionFlags>();
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
   cmd->add_option("--model", c.model, "preset name or config.json (Hugging Face GPT-2 keys)")->required();
@@ -14,7 +58,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--make-vocab-size-divisible-by", c.pad_vocab_multiple, "pad the vocabulary to a multiple")
       ->capture_default_str();
   cmd->add_option("--seq-length", c.seq_len, "sequence length T (default: the model's positions)");
-  cmd->add_option("--micro-batch-size", c.micro_batch, "sequences per step B")->capture_default_str();
+  cmd->add_option("--micro-batch-size", c.micro_batch, "sequences per micro-batch B")->capture_default_str();
+  cmd->add_option("--global-batch-size", c.global_batch,
+                  "sequences per optimizer step (accumulates micro-batches)");
+  cmd->add_option("--grad-accum-steps", c.grad_accum_steps, "micro-batches per optimizer step");
+  add_precision_flags(*cmd, c, *precision);
   cmd->add_option("--train-iters", c.train_iters, "optimizer steps")->required();
   cmd->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr", c.min_lr, "learning rate at the end of decay")->capture_default_str();
@@ -38,7 +86,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report, "print the memory plan before training");
-  cmd->callback([config] { train(*config); });
+  cmd->callback([config, precision] {
+    config->precision.precision = resolve_precision(*precision);
+    train(*config);
+  });
 }
 
 }  // namespace mt::cli

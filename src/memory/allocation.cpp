@@ -8,6 +8,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
     : table_(table),
       plan_(plan),
       params_(tracker_, Category::params, plan.bytes[Category::params]),
+      master_(tracker_, Category::master, plan.bytes[Category::master]),
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
       adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
       adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
@@ -23,16 +24,27 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
 
 void* Allocation::data(int id) const {
   const TensorDesc& t = table_[id];
-  if (t.category == Category::params) return params() + plan_.param_offset[id];
+  if (t.category == Category::params)
+    return params_.as<char>() + param_offset(id) * static_cast<int64_t>(dtype_size(t.dtype));
   if (t.has_lifetime())
     return t.category == Category::activations ? activations_.data(id) : workspace_.data(id);
   return others_[id].as<void>();
 }
 
-float* Allocation::grad(int param_id) const {
+int64_t Allocation::param_offset(int param_id) const {
   if (table_[param_id].category != Category::params)
     throw std::logic_error("allocation: " + table_[param_id].name + " is not a parameter");
-  return grads() + plan_.param_offset[param_id];
+  return plan_.param_offset[param_id];
+}
+
+float* Allocation::master(int param_id) const {
+  return plan_.policy.master_weights ? master_.as<float>() + param_offset(param_id) : nullptr;
+}
+
+void Allocation::check_dtype(DType actual, DType requested, int id) const {
+  if (actual != requested)
+    throw std::logic_error("allocation: " + table_[id].name + " is " + std::string(dtype_name(actual)) +
+                           ", accessed as " + std::string(dtype_name(requested)));
 }
 
 void Allocation::begin_op(int op) {

@@ -1,11 +1,13 @@
-// Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, gradients and Adam moments
-// are one contiguous buffer each (tensors at the Plan's offsets, no padding, so bytes per parameter are
-// exact), tensors with lifetimes live in their category's Arena, and the remaining tensors get a buffer each.
+// Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, master weights, gradients
+// and Adam moments are one contiguous buffer each (in the dtypes of the Plan's policy) (tensors at the Plan's
+// offsets, no padding, so bytes per parameter are exact), tensors with lifetimes live in their category's
+// Arena, and the remaining tensors get a buffer each.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "core/half.h"
 #include "memory/arena.h"
 #include "memory/plan.h"
 #include "memory/tensor_table.h"
@@ -19,16 +21,33 @@ class Allocation {
 
   // A tensor's memory: parameters from the weight buffer, arena tensors while live, others from their buffer.
   void* data(int id) const;
-  float* f32(int id) const { return static_cast<float*>(data(id)); }
-  int32_t* i32(int id) const { return static_cast<int32_t*>(data(id)); }
-  float* grad(int param_id) const;  // the parameter's gradient
+  // The same, typed; T must be the tensor's dtype (checked: a mismatch is a bug, not bad input).
+  template <typename T>
+  T* as(int id) const {
+    check_dtype(table_[id].dtype, dtype_of<T>(), id);
+    return static_cast<T*>(data(id));
+  }
+  float* f32(int id) const { return as<float>(id); }
+  int32_t* i32(int id) const {
+    check_dtype(table_[id].dtype, DType::i32, id);
+    return static_cast<int32_t*>(data(id));
+  }
+  // A parameter's gradient (G = the policy's gradient dtype) and fp32 master copy (null without one).
+  template <typename G>
+  G* grad(int param_id) const {
+    check_dtype(plan_.policy.grads, dtype_of<G>(), param_id);
+    return grads_.as<G>() + param_offset(param_id);
+  }
+  float* master(int param_id) const;
 
-  // Whole model-state buffers, num_params() elements each.
+  // Whole model-state buffers, num_params() elements each, in the policy's dtypes.
+  const Plan& plan() const { return plan_; }
   int64_t num_params() const { return plan_.num_params; }
-  float* params() const { return params_.as<float>(); }
-  float* grads() const { return grads_.as<float>(); }
-  float* adam_m() const { return adam_m_.as<float>(); }
-  float* adam_v() const { return adam_v_.as<float>(); }
+  void* params() const { return params_.as<void>(); }
+  float* master() const { return master_.as<float>(); }  // null without master weights
+  void* grads() const { return grads_.as<void>(); }
+  void* adam_m() const { return adam_m_.as<void>(); }
+  void* adam_v() const { return adam_v_.as<void>(); }
 
   void begin_op(int op);
   void end_op(int op);
@@ -40,10 +59,13 @@ class Allocation {
   const Arena& workspace() const { return workspace_; }
 
  private:
+  int64_t param_offset(int param_id) const;
+  void check_dtype(DType actual, DType requested, int id) const;
+
   const TensorTable& table_;
   const Plan& plan_;
   MemoryTracker tracker_;
-  TrackedBuffer params_, grads_, adam_m_, adam_v_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace mt {
 
@@ -58,10 +59,15 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
 
 Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy) {
   Plan plan;
+  plan.policy = policy;
   plan.param_offset.assign(table.size(), -1);
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category == Category::params) {
+      if (t.dtype != policy.weights)
+        throw std::logic_error("parameter " + t.name + " is " + std::string(dtype_name(t.dtype)) +
+                               " but the policy stores weights as " +
+                               std::string(dtype_name(policy.weights)));
       plan.param_offset[id] = plan.num_params;
       plan.num_params += t.numel();
     } else if (!t.has_lifetime()) {

@@ -30,6 +30,7 @@ struct ArenaLayout {
 };
 
 struct Plan {
+  ModelStatePolicy policy;
   CategoryBytes bytes;                // planned, per category
   int64_t num_params = 0;             // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1

@@ -30,6 +30,11 @@ std::string human_bytes(int64_t bytes) {
   return buf;
 }
 
+double model_state_bytes_per_param(const CategoryBytes& b, int64_t num_params) {
+  const int64_t states = b[Category::params] + b[Category::master] + b[Category::grads] + b[Category::optim];
+  return num_params > 0 ? static_cast<double>(states) / static_cast<double>(num_params) : 0.0;
+}
+
 std::string format_memory_report(const MemoryReport& r) {
   std::ostringstream out;
   char line[160];
@@ -46,6 +51,9 @@ std::string format_memory_report(const MemoryReport& r) {
                 static_cast<long long>(r.planned.total()), static_cast<long long>(r.measured.total()),
                 human_bytes(r.planned.total()).c_str());
   out << line;
+  out << "model states " << model_state_bytes_per_param(r.measured, r.num_params)
+      << " bytes/parameter measured, " << model_state_bytes_per_param(r.planned, r.num_params)
+      << " planned\n";
   out << "activation arena peak " << human_bytes(r.arena_peak_bytes)
       << " (tensors without lifetime packing: " << human_bytes(r.activations_sum_bytes) << ")\n";
   if (r.peak_rss_bytes > 0)
@@ -66,7 +74,11 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"measured_total_bytes", r.measured.total()},
           {"arena_peak_bytes", r.arena_peak_bytes},
           {"activations_unpacked_bytes", r.activations_sum_bytes},
-          {"peak_rss_bytes", r.peak_rss_bytes}};
+          {"peak_rss_bytes", r.peak_rss_bytes},
+          {"num_params", r.num_params},
+          {"model_state_bytes_per_param",
+           {{"planned", model_state_bytes_per_param(r.planned, r.num_params)},
+            {"measured", model_state_bytes_per_param(r.measured, r.num_params)}}}};
 }
 
 }  // namespace mt

@@ -16,7 +16,11 @@ struct MemoryReport {
   int64_t arena_peak_bytes = 0;       // activation arena high-water mark
   int64_t activations_sum_bytes = 0;  // what the activations would take without lifetime packing
   int64_t peak_rss_bytes = 0;
+  int64_t num_params = 0;  // elements of the parameter buffers, for bytes per parameter
 };
+
+// Weights + master + gradients + optimizer states, per parameter element.
+double model_state_bytes_per_param(const CategoryBytes& bytes, int64_t num_params);
 
 // The process's peak resident set size (VmHWM), or 0 where /proc is unavailable.
 int64_t peak_rss_bytes();

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
+#include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
@@ -12,11 +14,32 @@
 
 namespace mt {
 
+Executor::Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory)
+    : spec_(spec), graph_(graph), memory_(memory) {
+  const ModelStatePolicy& p = memory.plan().policy;
+  if (p.weights == DType::f32 && p.grads == DType::f32) {
+    run_op_ = &Executor::run<float, float>;
+    logits_ = &Executor::logits<float>;
+  } else if (p.weights == DType::bf16 && p.grads == DType::f32) {
+    run_op_ = &Executor::run<bf16, float>;
+    logits_ = &Executor::logits<bf16>;
+  } else if (p.weights == DType::bf16 && p.grads == DType::bf16) {
+    run_op_ = &Executor::run<bf16, bf16>;
+    logits_ = &Executor::logits<bf16>;
+  } else if (p.weights == DType::f16 && p.grads == DType::f32) {
+    run_op_ = &Executor::run<f16, float>;
+    logits_ = &Executor::logits<f16>;
+  } else {
+    throw std::logic_error("executor: no kernels for weights " + std::string(dtype_name(p.weights)) +
+                           " with gradients " + std::string(dtype_name(p.grads)));
+  }
+}
+
 double Executor::run_ops(int end, bool training, float grad_scale) {
   double loss_sum = 0;
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
-    run(graph_.ops[i], training, grad_scale, loss_sum);
+    (this->*run_op_)(graph_.ops[i], training, grad_scale, loss_sum);
     memory_.end_op(i);
   }
   return loss_sum;
@@ -36,105 +59,121 @@ StepResult Executor::eval_step() {
   return {mean_loss(loss_sum)};
 }
 
-void Executor::forward_logits(float* logits) {
+void Executor::forward_logits(float* out) {
   run_ops(graph_.loss_op, /*training=*/false, 0.0f);
   const Op& head = graph_.ops[graph_.loss_op];
   memory_.begin_op(graph_.loss_op);  // binds the head's input as the loss op would
-  const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
-  kernels::gemm(false, true, N, Vp, C, memory_.f32(head.inp), C, memory_.f32(head.weight), C, 0.0f, logits,
-                Vp, nullptr);
+  (this->*logits_)(head, out);
   memory_.reset_arenas();
 }
 
+template <typename T>
+void Executor::logits(const Op& head, float* out) {
+  const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  float* mm = head.matmul_scratch >= 0 ? memory_.f32(head.matmul_scratch) : nullptr;
+  kernels::gemm(false, true, N, Vp, C, memory_.as<T>(head.inp), C, memory_.as<T>(head.weight), C, 0.0f, out,
+                Vp, mm);
+}
+
+// The head works a chunk of rows at a time: fp32 logits, the loss, its gradient in place, and (16-bit runs)
+// that gradient rounded to T for the two products that follow.
+template <typename T, typename G>
 void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
   const int64_t N = table[op.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
   const int64_t rows = table[op.scratch].numel() / Vp;
-  const float* x = memory_.f32(op.inp);
-  const float* wte = memory_.f32(op.weight);
+  const T* x = memory_.as<T>(op.inp);
+  const T* wte = memory_.as<T>(op.weight);
   const int32_t* targets = memory_.i32(op.labels);
   float* logits = memory_.f32(op.scratch);
   float* losses = memory_.f32(op.stat0);
+  float* mm = op.matmul_scratch >= 0 ? memory_.f32(op.matmul_scratch) : nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    kernels::gemm(false, true, n, Vp, C, x + r0 * C, C, wte, C, 0.0f, logits, Vp, nullptr);
+    kernels::gemm(false, true, n, Vp, C, x + r0 * C, C, wte, C, 0.0f, logits, Vp, mm);
     kernels::softmax_cross_entropy(logits, losses + r0, targets + r0, n, spec_.vocab_size, Vp, training,
                                    grad_scale / static_cast<float>(N));
     if (!training) continue;
-    kernels::gemm(false, false, n, C, Vp, logits, Vp, wte, C, 0.0f, memory_.f32(op.dinp) + r0 * C, C,
-                  nullptr);
-    kernels::gemm(true, false, Vp, C, n, logits, Vp, x + r0 * C, C, 1.0f, memory_.grad(op.weight), C,
-                  nullptr);
+    T* dlogits = reinterpret_cast<T*>(logits);
+    if constexpr (!std::is_same_v<T, float>) {
+      dlogits = memory_.as<T>(op.dscratch);
+      kernels::convert(dlogits, logits, n * Vp);
+    }
+    kernels::gemm(false, false, n, C, Vp, dlogits, Vp, wte, C, 0.0f, memory_.as<T>(op.dinp) + r0 * C, C, mm);
+    kernels::gemm(true, false, Vp, C, n, dlogits, Vp, x + r0 * C, C, 1.0f, memory_.grad<G>(op.weight), C, mm);
   }
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
 }
 
+template <typename T, typename G>
 void Executor::run(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
   const Allocation& m = memory_;
+  float* mm = op.matmul_scratch >= 0 ? m.f32(op.matmul_scratch) : nullptr;
   switch (op.kind) {
     case OpKind::embedding: {
       const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_forward(m.f32(op.out), m.i32(op.labels), m.f32(op.weight), m.f32(op.bias),
+      kernels::embedding_forward(m.as<T>(op.out), m.i32(op.labels), m.as<T>(op.weight), m.as<T>(op.bias),
                                  tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }
     case OpKind::layernorm: {
       const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::layernorm_forward(m.f32(op.out), m.f32(op.stat0), m.f32(op.stat1), m.f32(op.inp),
-                                 m.f32(op.weight), m.f32(op.bias), N, C, spec_.ln_eps);
+      kernels::layernorm_forward(m.as<T>(op.out), m.f32(op.stat0), m.f32(op.stat1), m.as<T>(op.inp),
+                                 m.as<T>(op.weight), m.as<T>(op.bias), N, C, spec_.ln_eps);
       return;
     }
     case OpKind::linear: {
       const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
       const int64_t M = table[op.inp].numel() / in;
-      if (op.residual >= 0) std::memcpy(m.f32(op.out), m.f32(op.residual), table[op.out].bytes());
-      kernels::linear_forward(m.f32(op.out), m.f32(op.inp), m.f32(op.weight), m.f32(op.bias), M, in, out,
-                              op.residual >= 0, nullptr);
+      if (op.residual >= 0) std::memcpy(m.data(op.out), m.data(op.residual), table[op.out].bytes());
+      kernels::linear_forward(m.as<T>(op.out), m.as<T>(op.inp), m.as<T>(op.weight), m.as<T>(op.bias), M, in,
+                              out, op.residual >= 0, mm);
       return;
     }
     case OpKind::attention: {
       const TensorDesc& qkv = table[op.inp];
-      kernels::attention_forward(m.f32(op.out), m.f32(op.stat0), m.f32(op.inp), qkv.shape[0], qkv.shape[1],
-                                 qkv.shape[2] / 3, table[op.stat0].shape[1], m.f32(op.scratch));
+      kernels::attention_forward(m.as<T>(op.out), m.f32(op.stat0), m.as<T>(op.inp), qkv.shape[0],
+                                 qkv.shape[1], qkv.shape[2] / 3, table[op.stat0].shape[1], m.f32(op.scratch));
       return;
     }
     case OpKind::gelu:
-      kernels::gelu_forward(m.f32(op.out), m.f32(op.inp), table[op.inp].numel());
+      kernels::gelu_forward(m.as<T>(op.out), m.as<T>(op.inp), table[op.inp].numel());
       return;
     case OpKind::lm_head_loss:
-      lm_head_loss(op, training, grad_scale, loss_sum);
+      lm_head_loss<T, G>(op, training, grad_scale, loss_sum);
       return;
     case OpKind::zero:
       std::memset(m.data(op.out), 0, table[op.out].bytes());
       return;
     case OpKind::layernorm_backward: {
       const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::layernorm_backward(m.f32(op.dinp), m.grad(op.weight), m.grad(op.bias), m.f32(op.dout),
-                                  m.f32(op.inp), m.f32(op.weight), m.f32(op.stat0), m.f32(op.stat1), N, C);
+      kernels::layernorm_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.grad<G>(op.bias),
+                                  m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.weight), m.f32(op.stat0),
+                                  m.f32(op.stat1), N, C);
       return;
     }
     case OpKind::linear_backward: {
       const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
       const int64_t M = table[op.inp].numel() / in;
-      kernels::linear_backward(m.f32(op.dinp), m.grad(op.weight), m.grad(op.bias), m.f32(op.dout),
-                               m.f32(op.inp), m.f32(op.weight), M, in, out, op.accumulate, nullptr);
+      kernels::linear_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.grad<G>(op.bias), m.as<T>(op.dout),
+                               m.as<T>(op.inp), m.as<T>(op.weight), M, in, out, op.accumulate, mm);
       return;
     }
     case OpKind::attention_backward: {
       const TensorDesc& qkv = table[op.inp];
-      kernels::attention_backward(m.f32(op.dinp), m.f32(op.dout), m.f32(op.inp), m.f32(op.out),
+      kernels::attention_backward(m.as<T>(op.dinp), m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.out),
                                   m.f32(op.stat0), qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
                                   table[op.stat0].shape[1], m.f32(op.scratch));
       return;
     }
     case OpKind::gelu_backward:
-      kernels::gelu_backward(m.f32(op.dinp), m.f32(op.inp), m.f32(op.dout), table[op.inp].numel());
+      kernels::gelu_backward(m.as<T>(op.dinp), m.as<T>(op.inp), m.as<T>(op.dout), table[op.inp].numel());
       return;
     case OpKind::embedding_backward: {
       const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_backward(m.grad(op.weight), m.grad(op.bias), m.f32(op.dout), m.i32(op.labels),
-                                  tokens.shape[0], tokens.shape[1], spec_.n_embd);
+      kernels::embedding_backward(m.grad<G>(op.weight), m.grad<G>(op.bias), m.as<T>(op.dout),
+                                  m.i32(op.labels), tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }
   }

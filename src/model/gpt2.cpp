@@ -6,30 +6,39 @@
 
 #include "core/rng.h"
 #include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "model/model_states.h"
 
 namespace mt {
 
 namespace {
 
 // Builds the table and the op list side by side; names follow Hugging Face GPT-2 for parameters.
+// Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch.
 class Builder {
  public:
-  explicit Builder(Graph& g) : g_(g) {}
+  Builder(Graph& g, DType dtype) : g_(g), dtype_(dtype) {}
 
   int param(const std::string& name, std::vector<int64_t> shape) {
-    return g_.table.add({name, std::move(shape), DType::f32, Category::params});
+    return g_.table.add({name, std::move(shape), dtype_, Category::params});
   }
-  int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype = DType::f32) {
+  int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype) {
     return g_.table.add({name, std::move(shape), dtype, c});
   }
   int act(const std::string& name, std::vector<int64_t> shape) {
-    return tensor(name, std::move(shape), Category::activations);
+    return tensor(name, std::move(shape), Category::activations, dtype_);
   }
-  int scratch(const std::string& name, int64_t floats) { return tensor(name, {floats}, Category::workspace); }
+  int stat(const std::string& name, std::vector<int64_t> shape) {
+    return tensor(name, std::move(shape), Category::activations, DType::f32);
+  }
+  int scratch(const std::string& name, int64_t floats) {
+    return tensor(name, {floats}, Category::workspace, DType::f32);
+  }
   void op(Op o) { g_.ops.push_back(std::move(o)); }
 
  private:
   Graph& g_;
+  DType dtype_;
 };
 
 struct LayerParams {
@@ -47,7 +56,10 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   const int64_t Vp = spec.padded_vocab_size;
   Gpt2Graph m;
   Graph& g = m.graph;
-  Builder b(g);
+  Builder b(g, shape.dtype);
+  // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs).
+  const int64_t matmul_floats = kernels::gemm_scratch_floats(shape.dtype);
+  const int mm = matmul_floats > 0 ? b.scratch("matmul.scratch", matmul_floats) : -1;
 
   m.tokens = b.tensor("batch.tokens", {B, T}, Category::other, DType::i32);
   m.targets = b.tensor("batch.targets", {B, T}, Category::other, DType::i32);
@@ -78,7 +90,7 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
   m.params.insert(m.params.end(), {lnf_w, lnf_b});
 
   // Forward. Each layer's output is the next layer's input: the residual stream is never copied.
-  const int64_t attn_scratch = kernels::attention_scratch_floats(T, C / NH, shape.threads, DType::f32);
+  const int64_t attn_scratch = kernels::attention_scratch_floats(T, C / NH, shape.threads, shape.dtype);
   int residual = b.act("embed.out", {B, T, C});
   b.op({.kind = OpKind::embedding,
         .name = "embed",
@@ -93,15 +105,15 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
     LayerActs& a = la[l];
     a.inp = residual;
     a.ln1 = b.act(h + "ln_1.out", {B, T, C});
-    a.ln1_mean = b.act(h + "ln_1.mean", {B, T});
-    a.ln1_rstd = b.act(h + "ln_1.rstd", {B, T});
+    a.ln1_mean = b.stat(h + "ln_1.mean", {B, T});
+    a.ln1_rstd = b.stat(h + "ln_1.rstd", {B, T});
     a.qkv = b.act(h + "attn.qkv", {B, T, 3 * C});
     a.atty = b.act(h + "attn.out", {B, T, C});
-    a.lse = b.act(h + "attn.lse", {B, NH, T});
+    a.lse = b.stat(h + "attn.lse", {B, NH, T});
     a.res2 = b.act(h + "attn.residual", {B, T, C});
     a.ln2 = b.act(h + "ln_2.out", {B, T, C});
-    a.ln2_mean = b.act(h + "ln_2.mean", {B, T});
-    a.ln2_rstd = b.act(h + "ln_2.rstd", {B, T});
+    a.ln2_mean = b.stat(h + "ln_2.mean", {B, T});
+    a.ln2_rstd = b.stat(h + "ln_2.rstd", {B, T});
     a.fch = b.act(h + "mlp.fc", {B, T, 4 * C});
     a.fch_gelu = b.act(h + "mlp.gelu", {B, T, 4 * C});
     a.out = b.act(h + "out", {B, T, C});
@@ -118,7 +130,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .inp = a.ln1,
           .out = a.qkv,
           .weight = p.attn_w,
-          .bias = p.attn_b});
+          .bias = p.attn_b,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::attention,
           .name = h + "attn",
           .inp = a.qkv,
@@ -131,7 +144,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .out = a.res2,
           .residual = a.inp,
           .weight = p.proj_w,
-          .bias = p.proj_b});
+          .bias = p.proj_b,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::layernorm,
           .name = h + "ln_2",
           .inp = a.res2,
@@ -145,7 +159,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .inp = a.ln2,
           .out = a.fch,
           .weight = p.fc_w,
-          .bias = p.fc_b});
+          .bias = p.fc_b,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::gelu, .name = h + "mlp.gelu", .inp = a.fch, .out = a.fch_gelu});
     b.op({.kind = OpKind::linear,
           .name = h + "mlp.c_proj",
@@ -153,11 +168,12 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .out = a.out,
           .residual = a.res2,
           .weight = p.fcproj_w,
-          .bias = p.fcproj_b});
+          .bias = p.fcproj_b,
+          .matmul_scratch = mm});
     residual = a.out;
   }
   const int lnf = b.act("ln_f.out", {B, T, C});
-  const int lnf_mean = b.act("ln_f.mean", {B, T}), lnf_rstd = b.act("ln_f.rstd", {B, T});
+  const int lnf_mean = b.stat("ln_f.mean", {B, T}), lnf_rstd = b.stat("ln_f.rstd", {B, T});
   b.op({.kind = OpKind::layernorm,
         .name = "ln_f",
         .inp = residual,
@@ -169,15 +185,21 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
 
   // The LM head is tied to wte. Its logits exist one chunk of rows at a time, and the loss's gradient is
   // taken inside the same op, so the step never holds [B*T, Vp] logits.
+  // In 16-bit runs the loss gradient is rounded into its own chunk buffer for the products that follow.
   const int dlnf = b.act("ln_f.out.grad", {B, T, C});
+  const int64_t chunk = std::min(B * T, kLogitsChunkRows) * Vp;
   g.loss_op = static_cast<int>(g.ops.size());
   b.op({.kind = OpKind::lm_head_loss,
         .name = "lm_head",
         .inp = lnf,
         .weight = wte,
-        .stat0 = b.tensor("lm_head.losses", {B * T}, Category::workspace),
+        .stat0 = b.scratch("lm_head.losses", B * T),
         .dinp = dlnf,
-        .scratch = b.scratch("lm_head.logits", std::min(B * T, kLogitsChunkRows) * Vp),
+        .scratch = b.scratch("lm_head.logits", chunk),
+        .dscratch = shape.dtype == DType::f32
+                        ? -1
+                        : b.tensor("lm_head.logits.grad", {chunk}, Category::workspace, shape.dtype),
+        .matmul_scratch = mm,
         .labels = m.targets});
 
   // Backward. One residual-stream gradient accumulates through every block, in place.
@@ -207,7 +229,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .weight = p.fcproj_w,
           .bias = p.fcproj_b,
           .dinp = dfch,
-          .dout = dres});
+          .dout = dres,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::gelu_backward,
           .name = h + "mlp.gelu.backward",
           .inp = a.fch,
@@ -219,7 +242,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .weight = p.fc_w,
           .bias = p.fc_b,
           .dinp = dln2,
-          .dout = dfch});
+          .dout = dfch,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::layernorm_backward,
           .name = h + "ln_2.backward",
           .inp = a.res2,
@@ -235,7 +259,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .weight = p.proj_w,
           .bias = p.proj_b,
           .dinp = datty,
-          .dout = dres});
+          .dout = dres,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::attention_backward,
           .name = h + "attn.backward",
           .inp = a.qkv,
@@ -250,7 +275,8 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const RunShape& shape) {
           .weight = p.attn_w,
           .bias = p.attn_b,
           .dinp = dln1,
-          .dout = dqkv});
+          .dout = dqkv,
+          .matmul_scratch = mm});
     b.op({.kind = OpKind::layernorm_backward,
           .name = h + "ln_1.backward",
           .inp = a.inp,
@@ -275,30 +301,45 @@ bool gpt2_decays(const TensorDesc& param) {
   return param.shape.size() == 2;
 }
 
+namespace {
+
+// Draws one tensor's initial values in fp32 and stores them as T.
+template <typename T>
+void init_tensor(T* w, const TensorDesc& t, const ModelSpec& spec, uint64_t seed) {
+  const int64_t n = t.numel();
+  if (t.name.ends_with(".bias")) {
+    std::fill(w, w + n, round_to<T>(0.0f));
+    return;
+  }
+  if (t.name.find("ln_") != std::string::npos) {
+    std::fill(w, w + n, round_to<T>(1.0f));
+    return;
+  }
+  const float stddev =
+      t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer)) : 0.02f;
+  // Only real vocabulary rows are drawn; padding rows stay zero and never change.
+  const int64_t drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : n;
+  const uint64_t stream = hash_name(t.name);
+#pragma omp parallel for
+  for (int64_t i = 0; i < drawn; ++i)
+    w[i] = round_to<T>(stddev * static_cast<float>(random_normal(seed, stream, i)));
+  std::fill(w + drawn, w + n, round_to<T>(0.0f));
+}
+
+}  // namespace
+
 void init_gpt2_params(const ModelSpec& spec, const Gpt2Graph& model, Allocation& memory, uint64_t seed) {
-  const float std_default = 0.02f;
-  const float std_residual = 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer));
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    float* w = memory.f32(id);
-    const int64_t n = t.numel();
-    const bool is_bias = t.name.ends_with(".bias");
-    const bool is_norm = t.name.find("ln_") != std::string::npos;
-    if (is_bias) {
-      std::fill(w, w + n, 0.0f);
-    } else if (is_norm) {
-      std::fill(w, w + n, 1.0f);
+    if (float* master = memory.master(id)) {
+      init_tensor(master, t, spec, seed);
+    } else if (t.dtype == DType::bf16) {
+      init_tensor(memory.as<bf16>(id), t, spec, seed);
     } else {
-      const bool residual_proj = t.name.ends_with("c_proj.weight");
-      const float stddev = residual_proj ? std_residual : std_default;
-      // Only real vocabulary rows are drawn; padding rows stay zero and never change.
-      const int64_t drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : n;
-      const uint64_t stream = hash_name(t.name);
-#pragma omp parallel for
-      for (int64_t i = 0; i < drawn; ++i) w[i] = stddev * static_cast<float>(random_normal(seed, stream, i));
-      std::fill(w + drawn, w + n, 0.0f);
+      init_tensor(memory.f32(id), t, spec, seed);
     }
   }
+  round_master_into_weights(memory);
 }
 
 }  // namespace mt

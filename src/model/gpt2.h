@@ -12,9 +12,10 @@
 namespace mt {
 
 struct RunShape {
-  int64_t batch = 1;    // B, sequences per micro-batch
-  int64_t seq_len = 1;  // T
-  int threads = 1;      // OpenMP threads the kernels' scratch is sized for
+  int64_t batch = 1;         // B, sequences per micro-batch
+  int64_t seq_len = 1;       // T
+  int threads = 1;           // OpenMP threads the kernels' scratch is sized for
+  DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].

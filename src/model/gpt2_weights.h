@@ -9,12 +9,14 @@
 namespace mt {
 
 // Reads every parameter; a `transformer.` prefix, the causal-mask buffers (h.N.attn.bias / masked_bias) and a
-// tied lm_head.weight are accepted and ignored. A missing tensor, a wrong shape or dtype, or an unknown
+// tied lm_head.weight are accepted and ignored. F32, BF16 and F16 tensors are converted to the run's storage
+// (the fp32 master copy, or the weights without one). A missing tensor, a wrong shape or dtype, or an unknown
 // tensor is a data error naming the file and the tensor.
 void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        Allocation& memory);
 
-// Writes every parameter (vocabulary padding removed), atomically.
+// Writes every parameter (vocabulary padding removed), atomically: the fp32 master copy when there is one,
+// else the weights in their own dtype.
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        const Allocation& memory);
 

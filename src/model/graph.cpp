@@ -7,7 +7,8 @@ namespace mt {
 
 std::vector<int> Op::operands() const {
   std::vector<int> ids;
-  for (int id : {inp, out, residual, weight, bias, stat0, stat1, dinp, dout, scratch, labels})
+  for (int id : {inp, out, residual, weight, bias, stat0, stat1, dinp, dout, scratch, dscratch,
+                 matmul_scratch, labels})
     if (id >= 0) ids.push_back(id);
   return ids;
 }

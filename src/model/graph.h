@@ -34,7 +34,9 @@ struct Op {
   int stat0 = -1, stat1 = -1;
   int dinp = -1, dout = -1;
   int scratch = -1;
-  int labels = -1;  // token ids: the embedding's input tokens, the loss's targets
+  int dscratch = -1;        // lm_head in 16-bit runs: the logits' gradient in the compute dtype
+  int matmul_scratch = -1;  // ops with matrix products, when the compute dtype needs conversion tiles
+  int labels = -1;          // token ids: the embedding's input tokens, the loss's targets
   bool accumulate = false;
 
   std::vector<int> operands() const;

@@ -1,31 +1,70 @@
 #include "optim/adamw.h"
 
 #include <cmath>
+#include <stdexcept>
 
+#include "core/rng.h"
 #include "kernels/adamw.h"
 
 namespace mt {
 
-double AdamW::step(const TensorTable& table, Allocation& memory, float lr, int64_t step) {
+OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, float lr, float loss_scale) {
   const int64_t n = memory.num_params();
+  const ModelStatePolicy& policy = memory.plan().policy;
   // One fixed-order reduction over the contiguous gradient buffer: the same norm for any thread count.
-  const double norm = std::sqrt(kernels::sum_of_squares(memory.grads(), n));
-  float multiplier = 1.0f;
+  const double scaled_sq = policy.grads == DType::bf16
+                               ? kernels::sum_of_squares(static_cast<const bf16*>(memory.grads()), n)
+                               : kernels::sum_of_squares(static_cast<const float*>(memory.grads()), n);
+  const double norm = std::sqrt(scaled_sq) / loss_scale;
+  if (!std::isfinite(norm)) return {norm, true};
+  float multiplier = 1.0f / loss_scale;
   if (config_.clip_grad > 0) {
     // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
     const double coef = static_cast<double>(config_.clip_grad) / (norm + 1e-6);
-    if (coef < 1.0) multiplier = static_cast<float>(coef);
+    if (coef < 1.0) multiplier = static_cast<float>(coef / loss_scale);
   }
+  ++updates_;
+  const bool bf16_grads = policy.grads == DType::bf16, bf16_moments = policy.moments == DType::bf16;
+  switch (policy.weights) {
+    case DType::f32:
+      update<float, float, float>(table, memory, lr, multiplier);
+      break;
+    case DType::f16:
+      update<f16, float, float>(table, memory, lr, multiplier);
+      break;
+    case DType::bf16:
+      if (bf16_grads && bf16_moments)
+        update<bf16, bf16, bf16>(table, memory, lr, multiplier);
+      else if (bf16_grads)
+        update<bf16, bf16, float>(table, memory, lr, multiplier);
+      else if (bf16_moments)
+        update<bf16, float, bf16>(table, memory, lr, multiplier);
+      else
+        update<bf16, float, float>(table, memory, lr, multiplier);
+      break;
+    default:
+      throw std::logic_error("AdamW: weights of dtype " + std::string(dtype_name(policy.weights)));
+  }
+  return {norm, false};
+}
+
+template <typename P, typename G, typename M>
+void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
+  M* m = static_cast<M*>(memory.adam_m());
+  M* v = static_cast<M*>(memory.adam_v());
+  const G* grads = static_cast<const G*>(memory.grads());
   for (const ParamGroup& p : params_) {
-    const int64_t offset = memory.grad(p.id) - memory.grads();
+    const G* grad = memory.grad<G>(p.id);
+    const int64_t offset = grad - grads;
     const kernels::AdamWStep s{
-        lr,   config_.beta1, config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
-        step, multiplier};
-    kernels::adamw_update<float, float, float>(nullptr, memory.f32(p.id), memory.grad(p.id),
-                                               memory.adam_m() + offset, memory.adam_v() + offset,
-                                               table[p.id].numel(), s, {});
+        lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
+        updates_, grad_multiplier};
+    // Each update draws fresh rounding bits: the seed changes with t, the index with the element.
+    const kernels::AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
+                                          offset};
+    kernels::adamw_update(memory.master(p.id), memory.as<P>(p.id), grad, m + offset, v + offset,
+                          table[p.id].numel(), s, rounding);
   }
-  return norm;
 }
 
 }  // namespace mt

@@ -1,5 +1,6 @@
-// The optimizer step over every parameter tensor: global-norm clipping, then AdamW with weight decay only on
-// the tensors the model says decay.
+// The optimizer step over every parameter tensor: overflow check, unscaling, global-norm clipping, then AdamW
+// with weight decay only on the tensors the model says decay. Works for every model-state layout of the
+// Plan's policy (fp32; 16-bit weights with fp32 master; O2 bf16 moments and gradients; no master weights).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,9 @@ struct AdamWConfig {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.01f;
-  float clip_grad = 1.0f;  // global gradient norm limit; 0 turns clipping off
+  float clip_grad = 1.0f;           // global gradient norm limit; 0 turns clipping off
+  bool stochastic_moments = false;  // bf16 moments rounded stochastically (--o2-stochastic-rounding)
+  uint64_t seed = 0;                // stochastic rounding's seed (the run's)
 };
 
 struct ParamGroup {
@@ -23,18 +26,28 @@ struct ParamGroup {
   bool decay;  // gets weight decay
 };
 
+struct OptimizerStepResult {
+  double grad_norm = 0;  // of the unscaled gradients, before clipping; inf or NaN on overflow
+  bool skipped = false;  // overflow: nothing was updated
+};
+
 class AdamW {
  public:
   AdamW(const AdamWConfig& config, std::vector<ParamGroup> params)
       : config_(config), params_(std::move(params)) {}
 
-  // Clips the gradients in place (when enabled) and updates weights and moments; returns the gradient norm
-  // before clipping. `step` is 1-based.
-  double step(const TensorTable& table, Allocation& memory, float lr, int64_t step);
+  // The gradients hold loss_scale times the true ones. On inf/NaN nothing changes and the step is skipped;
+  // otherwise weights and moments are updated and the number of updates taken grows by one.
+  OptimizerStepResult step(const TensorTable& table, Allocation& memory, float lr, float loss_scale);
+  int64_t updates_taken() const { return updates_; }
 
  private:
+  template <typename P, typename G, typename M>
+  void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
+
   AdamWConfig config_;
   std::vector<ParamGroup> params_;
+  int64_t updates_ = 0;  // Adam's t: skipped steps do not count
 };
 
 }  // namespace mt

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -33,9 +34,36 @@ std::string with_commas(int64_t n) {
   return out;
 }
 
+// Micro-batches per optimizer step, from --global-batch-size or --grad-accum-steps (they must agree).
+int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
+  if (c.grad_accum_steps < 0) fail_usage("--grad-accum-steps must be positive");
+  if (c.global_batch < 0) fail_usage("--global-batch-size must be positive");
+  const int64_t per_step = c.micro_batch * data_parallel;
+  if (c.global_batch == 0) return std::max<int64_t>(c.grad_accum_steps, 1);
+  if (c.global_batch % per_step != 0)
+    fail_usage("--global-batch-size " + std::to_string(c.global_batch) + " is not divisible by micro-batch " +
+               std::to_string(c.micro_batch) + " x data-parallel size " + std::to_string(data_parallel));
+  const int64_t k = c.global_batch / per_step;
+  if (c.grad_accum_steps != 0 && c.grad_accum_steps != k)
+    fail_usage("--grad-accum-steps " + std::to_string(c.grad_accum_steps) +
+               " disagrees with --global-batch-size " + std::to_string(c.global_batch) + " (" +
+               std::to_string(k) + " micro-batches of " + std::to_string(c.micro_batch) + ")");
+  return k;
+}
+
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   if (c.train_iters <= 0) fail_usage("--train-iters must be a positive number of steps");
   if (c.micro_batch <= 0) fail_usage("--micro-batch-size must be positive");
+  check_precision(c.precision);
+  if (c.static_loss_scale != 0 && c.precision.precision != Precision::fp16)
+    fail_usage("--loss-scale needs --fp16 (bf16 and fp32 train without loss scaling)");
+  if (c.static_loss_scale < 0) fail_usage("--loss-scale must be positive");
+  const LossScalerConfig& s = c.loss_scaler;
+  if (!(s.min_scale > 0)) fail_usage("--min-loss-scale must be positive");
+  if (!(s.initial_scale >= s.min_scale) || !std::isfinite(s.initial_scale))
+    fail_usage("--initial-loss-scale must be finite and at least --min-loss-scale");
+  if (s.window <= 0) fail_usage("--loss-scale-window must be positive");
+  if (s.hysteresis <= 0) fail_usage("--hysteresis must be positive");
   if (seq_len <= 0) fail_usage("--seq-length must be positive");
   if (seq_len > spec.n_positions)
     fail_usage("--seq-length " + std::to_string(seq_len) + " exceeds the model's " +
@@ -71,6 +99,11 @@ void train(const TrainConfig& cfg) {
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   const int64_t B = cfg.micro_batch, T = cfg.seq_len != 0 ? cfg.seq_len : spec.n_positions;
   check_flags(cfg, spec, T);
+  const int64_t accum = accumulation_steps(cfg, /*data_parallel=*/1);
+  const bool fp16 = cfg.precision.precision == Precision::fp16;
+  LossScalerConfig scaler_config = cfg.loss_scaler;
+  if (cfg.static_loss_scale > 0) scaler_config = {.initial_scale = cfg.static_loss_scale, .dynamic = false};
+  std::unique_ptr<LossScaler> scaler = fp16 ? std::make_unique<LossScaler>(scaler_config) : nullptr;
   const LrSchedule schedule{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                             parse_decay_style(cfg.decay_style)};
   const bool evaluating = cfg.eval_interval > 0;
@@ -79,7 +112,8 @@ void train(const TrainConfig& cfg) {
       evaluating ? find_shards(cfg.data, "val") : std::vector<std::string>{};
 
   // The table: the model's tensors plus the loaders' window buffers; then the one Plan everything follows.
-  Gpt2Graph model = build_gpt2_graph(spec, {B, T, threads});
+  const ModelStatePolicy policy = model_state_policy(cfg.precision);
+  Gpt2Graph model = build_gpt2_graph(spec, {B, T, threads, policy.weights});
   const LoaderConfig train_data{B, T, cfg.shuffle, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
   const LoaderConfig val_data{B, T, false, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
   TensorTable& table = model.graph.table;
@@ -87,7 +121,7 @@ void train(const TrainConfig& cfg) {
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
-  const Plan plan = make_plan(table, ModelStatePolicy{});
+  const Plan plan = make_plan(table, policy);
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec.name.c_str(),
               with_commas(spec.num_parameters()).c_str(), with_commas(plan.num_params).c_str(),
@@ -97,8 +131,16 @@ void train(const TrainConfig& cfg) {
               static_cast<long long>(spec.n_embd), static_cast<long long>(B), static_cast<long long>(T),
               threads, std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(),
               train_shards.size());
+  std::printf(
+      "precision %s | weights %s%s, grads %s, moments %s: %g bytes/parameter | %lld micro-batch%s/step\n",
+      precision_name(cfg.precision.precision).c_str(), std::string(dtype_name(policy.weights)).c_str(),
+      policy.master_weights ? " + F32 master" : "", std::string(dtype_name(policy.grads)).c_str(),
+      std::string(dtype_name(policy.moments)).c_str(),
+      model_state_bytes_per_param(plan.bytes, plan.num_params), static_cast<long long>(accum),
+      accum == 1 ? "" : "es");
   if (cfg.memory_report) {
-    MemoryReport planned{plan.bytes, plan.bytes, plan.activations.size, plan.activations.sum_of_tensors, 0};
+    MemoryReport planned{plan.bytes, plan.bytes,     plan.activations.size, plan.activations.sum_of_tensors,
+                         0,          plan.num_params};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
   }
 
@@ -115,7 +157,10 @@ void train(const TrainConfig& cfg) {
 
   std::vector<ParamGroup> groups;
   for (int id : model.params) groups.push_back({id, gpt2_decays(table[id])});
-  AdamW optimizer(cfg.adam, std::move(groups));
+  AdamWConfig adam = cfg.adam;
+  adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
+  adam.seed = cfg.seed;
+  AdamW optimizer(adam, std::move(groups));
   Executor exec(spec, model.graph, memory);
   // Only now, with every input read and checked, does the run write anything.
   std::error_code ec;
@@ -125,24 +170,46 @@ void train(const TrainConfig& cfg) {
 
   for (int64_t step = 1; step <= cfg.train_iters; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
-    const double loss = exec.train_step(1.0f).loss;
+    // k micro-batches, each loss scaled by 1/k: the gradients sum to those of one batch of k*B.
+    const float loss_scale = scaler ? scaler->scale() : 1.0f;
+    double loss = 0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+      loss += exec.train_step(loss_scale / static_cast<float>(accum)).loss;
+    }
+    loss /= static_cast<double>(accum);
     const float lr = schedule.at(step);
-    const double grad_norm = optimizer.step(table, memory, lr, step);
+    const OptimizerStepResult update = optimizer.step(table, memory, lr, loss_scale);
+    if (update.skipped && !scaler)
+      fail_data("training diverged: the gradient norm is " + std::to_string(update.grad_norm) + " at step " +
+                std::to_string(step) + " (no loss scaler in " + precision_name(cfg.precision.precision) +
+                "; try a lower --lr)");
+    if (scaler) scaler->update(update.skipped);
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const double tokens_per_sec = static_cast<double>(B * T) / (step_ms / 1000.0);
+    const double tokens_per_sec = static_cast<double>(accum * B * T) / (step_ms / 1000.0);
 
     const bool eval_now = evaluating && (step % cfg.eval_interval == 0 || step == cfg.train_iters);
-    const bool log_now = step % cfg.log_interval == 0 || step == cfg.train_iters || eval_now;
+    const bool log_now =
+        step % cfg.log_interval == 0 || step == cfg.train_iters || eval_now || update.skipped;
     if (!log_now) continue;
-    nlohmann::json record = {{"step", step},       {"loss", loss},
-                             {"lr", lr},           {"grad_norm", grad_norm},
-                             {"step_ms", step_ms}, {"tokens_per_sec", tokens_per_sec}};
+    nlohmann::json record = {
+        {"step", step},
+        {"loss", loss},
+        {"lr", lr},
+        {"grad_norm", update.skipped ? nlohmann::json(nullptr) : nlohmann::json(update.grad_norm)},
+        {"step_ms", step_ms},
+        {"tokens_per_sec", tokens_per_sec}};
+    if (scaler) {
+      record["loss_scale"] = scaler->scale();
+      record["skipped"] = update.skipped;
+    }
     std::printf("step %5lld/%lld | loss %.4f | lr %.2e | grad norm %.4f | %7.1f ms | %7.0f tok/s | rss %s",
-                static_cast<long long>(step), static_cast<long long>(cfg.train_iters), loss, lr, grad_norm,
-                step_ms, tokens_per_sec, human_bytes(peak_rss_bytes()).c_str());
+                static_cast<long long>(step), static_cast<long long>(cfg.train_iters), loss, lr,
+                update.grad_norm, step_ms, tokens_per_sec, human_bytes(peak_rss_bytes()).c_str());
+    if (scaler)
+      std::printf(" | scale %g%s", scaler->scale(), update.skipped ? " (overflow: step skipped)" : "");
     if (eval_now) {
       const double val_loss = evaluate(exec, *val_loader, model, memory, cfg.eval_iters);
       record["val_loss"] = val_loss;
@@ -154,8 +221,9 @@ void train(const TrainConfig& cfg) {
   }
 
   if (!cfg.save_weights.empty()) save_gpt2_weights(cfg.save_weights, spec, model, memory);
-  const MemoryReport report{plan.bytes, memory.measured(), memory.activations().high_water(),
-                            plan.activations.sum_of_tensors, peak_rss_bytes()};
+  const MemoryReport report{
+      plan.bytes,       memory.measured(), memory.activations().high_water(), plan.activations.sum_of_tensors,
+      peak_rss_bytes(), plan.num_params};
   std::printf("%s", format_memory_report(report).c_str());
   write_file_atomically(cfg.out + "/memory.json", memory_report_json(report).dump(2) + "\n");
   if (report.planned.bytes != report.measured.bytes)

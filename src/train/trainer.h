@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "memory/precision.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 
 namespace mt {
 
@@ -14,12 +16,17 @@ struct TrainConfig {
   std::string data;                 // shard directory or glob
   int64_t seq_len = 0;              // 0: the model's n_positions
   int64_t micro_batch = 4;
+  int64_t global_batch = 0;      // sequences per optimizer step; 0: from grad_accum_steps
+  int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0: from global_batch (default 1)
   int64_t train_iters = 0;
   float lr = 6e-4f;
   float min_lr = 0.0f;
   int64_t warmup_iters = 0;
   std::string decay_style = "cosine";
   AdamWConfig adam;
+  PrecisionConfig precision;
+  LossScalerConfig loss_scaler;  // fp16 only
+  float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   uint64_t seed = 1234;
   bool shuffle = true;
   int64_t log_interval = 1;

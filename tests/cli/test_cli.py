@@ -286,5 +286,114 @@ class GoodRuns(CliTestCase):
         self.assertAlmostEqual(b_step1, a_val_loss, places=5, msg="loaded weights differ from the saved ones")
 
 
+class PrecisionFlags(CliTestCase):
+    def test_bf16_and_fp16_exclude_each_other(self):
+        self.assert_train_fails(2, "--bf16", "--fp16", bf16=True, fp16=True)
+
+    def test_precision_contradicting_alias(self):
+        self.assert_train_fails(2, "--precision fp32", "--bf16", precision="fp32", bf16=True)
+
+    def test_unknown_precision(self):
+        self.assert_train_fails(2, "--precision fp8", precision="fp8")
+
+    def test_o2_flags_need_bf16(self):
+        self.assert_train_fails(2, "--o2-optimizer", "--bf16", o2_optimizer=True)
+        self.assert_train_fails(2, "--o2-gradient", "--bf16", o2_gradient=True, fp16=True)
+        self.assert_train_fails(2, "--no-master-weights", "--bf16", no_master_weights=True)
+
+    def test_loss_scale_needs_fp16(self):
+        self.assert_train_fails(2, "--loss-scale", "--fp16", loss_scale=128, bf16=True)
+
+    def test_global_batch_not_divisible_by_micro_batch(self):
+        self.assert_train_fails(2, "--global-batch-size 3", "micro-batch 2", global_batch_size=3)
+
+    def test_global_batch_disagreeing_with_accumulation_steps(self):
+        self.assert_train_fails(2, "--grad-accum-steps 3", global_batch_size=4, grad_accum_steps=3)
+
+
+class PrecisionRuns(CliTestCase):
+    MODES = {  # flags -> model-state bytes per parameter
+        "fp32": ({}, 16),
+        "bf16": ({"bf16": True}, 18),
+        "fp16": ({"fp16": True}, 18),
+        "bf16 O2 optimizer": ({"bf16": True, "o2_optimizer": True}, 14),
+        "bf16 O2 gradient": ({"bf16": True, "o2_gradient": True}, 16),
+        "bf16 O2 both": ({"bf16": True, "o2_optimizer": True, "o2_gradient": True}, 12),
+        "bf16 O2 both, no master": (
+            {"bf16": True, "o2_optimizer": True, "o2_gradient": True, "no_master_weights": True}, 8),
+    }
+
+    def test_every_mode_plans_and_measures_its_bytes_per_parameter(self):
+        for name, (flags, per_param) in self.MODES.items():
+            with self.subTest(name):
+                out = self.tmp / name.replace(" ", "_").replace(",", "")
+                result = self.train(out=out, train_iters=2, **flags)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                memory = json.loads((out / "memory.json").read_text())
+                self.assertEqual(memory["planned"], memory["measured"])
+                self.assertEqual(memory["model_state_bytes_per_param"], {"planned": per_param, "measured": per_param})
+                self.assertTrue(all(math.isfinite(r["loss"]) for r in read_metrics(out)))
+
+    def test_fp16_overflow_skips_the_step_and_backs_off(self):
+        """A loss scale of 2^40 overflows fp16 gradients: each step is skipped and halves the scale (hysteresis
+        1) until the gradients fit, after which steps are taken and the scale holds."""
+        out = self.tmp / "run"
+        result = self.train(out=out, fp16=True, initial_loss_scale=2.0**40, hysteresis=1, train_iters=40)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        records = read_metrics(out)
+        skipped = [r["step"] for r in records if r["skipped"]]
+        self.assertGreater(len(skipped), 0, "no overflow at a scale of 2^40")
+        self.assertEqual(skipped, list(range(1, len(skipped) + 1)), "overflows must come first, then stop")
+        for r in records:
+            if r["skipped"]:
+                self.assertEqual(r["loss_scale"], 2.0 ** (40 - r["step"]), r)
+                self.assertIsNone(r["grad_norm"], r)
+            else:
+                self.assertEqual(r["loss_scale"], 2.0 ** (40 - len(skipped)), r)
+                self.assertTrue(math.isfinite(r["grad_norm"]), r)
+
+    def test_fp16_hysteresis_tolerates_overflows_before_backing_off(self):
+        out = self.tmp / "run"
+        result = self.train(out=out, fp16=True, initial_loss_scale=2.0**40, hysteresis=3, train_iters=4)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([r["loss_scale"] for r in read_metrics(out)], [2.0**40, 2.0**40, 2.0**39, 2.0**38])
+
+    def test_fp16_scale_grows_after_each_clean_window(self):
+        out = self.tmp / "run"
+        result = self.train(out=out, fp16=True, initial_loss_scale=1, loss_scale_window=2, train_iters=6)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        records = read_metrics(out)
+        self.assertFalse(any(r["skipped"] for r in records))
+        self.assertEqual([r["loss_scale"] for r in records], [1, 2, 2, 4, 4, 8])
+
+    def test_static_loss_scale_never_changes(self):
+        out = self.tmp / "run"
+        result = self.train(out=out, fp16=True, loss_scale=1024, loss_scale_window=1, train_iters=3)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([r["loss_scale"] for r in read_metrics(out)], [1024, 1024, 1024])
+
+    def test_accumulated_micro_batches_follow_the_large_batch(self):
+        """Unshuffled, two micro-batches of 2 read the rows one batch of 4 reads: the losses agree."""
+        big = self.train(out=self.tmp / "big", micro_batch_size=4, no_shuffle=True, train_iters=3)
+        self.assertEqual(big.returncode, 0, big.stderr)
+        accumulated = self.train(out=self.tmp / "acc", micro_batch_size=2, global_batch_size=4, no_shuffle=True,
+                                 train_iters=3)
+        self.assertEqual(accumulated.returncode, 0, accumulated.stderr)
+        for a, b in zip(read_metrics(self.tmp / "acc"), read_metrics(self.tmp / "big")):
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-5 * b["loss"])
+            self.assertAlmostEqual(a["grad_norm"], b["grad_norm"], delta=1e-4 * b["grad_norm"])
+
+    def test_bf16_weights_save_as_bf16_without_master_and_load_back(self):
+        weights = self.tmp / "w.safetensors"
+        flags = {"bf16": True, "o2_optimizer": True, "o2_gradient": True, "no_master_weights": True}
+        result = self.train(save_weights=weights, **flags)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        header = json.loads(weights.read_bytes()[8 : 8 + struct.unpack_from("<Q", weights.read_bytes())[0]])
+        self.assertEqual({e["dtype"] for n, e in header.items() if n != "__metadata__"}, {"BF16"})
+        for more in ({}, {"bf16": True}):  # into fp32 weights and into a bf16 run's fp32 master
+            loaded = self.train(init_from=weights, out=self.tmp / f"load{len(more)}", **more)
+            self.assertEqual(loaded.returncode, 0, loaded.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -1,7 +1,9 @@
 // Runs memtrain's GPT-2 on given weights and batches and writes what the PyTorch reference compares:
 // the first batch's logits, loss and every parameter gradient, then the losses of `steps` AdamW steps.
-//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors
-// BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T].
+//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION]
+// BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
+// (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
+// without scaling).
 #include <omp.h>
 
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "io/safetensors.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
+#include "memory/precision.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
 #include "model/gpt2_weights.h"
@@ -33,14 +36,16 @@ struct Output {
 };
 
 int run(int argc, char** argv) {
-  if (argc != 8) {
-    std::fprintf(stderr, "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT\n");
+  if (argc != 8 && argc != 9) {
+    std::fprintf(stderr, "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION]\n");
     return 2;
   }
+  const ModelStatePolicy policy =
+      model_state_policy({.precision = parse_precision(argc == 9 ? argv[8] : "fp32")});
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
   const ModelSpec spec = resolve_model(argv[1], 64);
-  Gpt2Graph model = build_gpt2_graph(spec, {B, T, omp_get_max_threads()});
-  const Plan plan = make_plan(model.graph.table, ModelStatePolicy{});
+  Gpt2Graph model = build_gpt2_graph(spec, {B, T, omp_get_max_threads(), policy.weights});
+  const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
   load_gpt2_weights(argv[2], spec, model, memory);
 
@@ -70,7 +75,7 @@ int run(int argc, char** argv) {
     const int64_t rows = t.name == "wte.weight" ? spec.vocab_size : t.shape[0];
     std::vector<int64_t> shape = t.shape;
     shape[0] = rows;
-    out.add("grad." + t.name, shape, memory.grad(id), t.numel() / t.shape[0] * rows);
+    out.add("grad." + t.name, shape, memory.grad<float>(id), t.numel() / t.shape[0] * rows);
   }
 
   // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
@@ -83,7 +88,8 @@ int run(int argc, char** argv) {
     load_batch(s - 1);
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
     losses.push_back(static_cast<float>(exec.train_step(1.0f).loss));
-    norms.push_back(static_cast<float>(optimizer.step(model.graph.table, memory, schedule.at(s), s)));
+    norms.push_back(
+        static_cast<float>(optimizer.step(model.graph.table, memory, schedule.at(s), 1.0f).grad_norm));
   }
   out.add("losses", {steps}, losses.data(), steps);
   out.add("grad_norms", {steps}, norms.data(), steps);

@@ -1,0 +1,73 @@
+"""Low precision against fp32 over a real run: gpt2-demo on the fortunes text (the demo's data), 300 steps, in
+fp32, bf16, fp16 (dynamic loss scaling), bf16 + O2 (bf16 moments and gradients) and bf16 + O2 without master
+weights. Prints the per-step loss and gradient-norm differences against fp32 (the check users make by hand
+before trusting a low-precision run) and requires every final validation loss within 2% of fp32's.
+
+usage: test_precision_convergence.py MEMTRAIN WORK_DIR
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+STEPS = 300
+MODES = {
+    "fp32": [],
+    "bf16": ["--bf16"],
+    "fp16": ["--fp16"],
+    "bf16+O2": ["--bf16", "--o2-optimizer", "--o2-gradient"],
+    "bf16+O2, no master": ["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"],
+}
+TOLERANCE = 0.02
+
+
+def prepare(memtrain: str, data: Path):
+    if (data / "fortunes_train_000000.bin").exists():
+        return
+    texts = sorted(p for p in Path("/usr/share/games/fortunes").iterdir()
+                   if p.is_file() and p.suffix not in (".dat", ".u8"))
+    subprocess.run([memtrain, "prepare", *map(str, texts), "--out", str(data), "--name", "fortunes"], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def train(memtrain: str, data: Path, out: Path, flags) -> list:
+    subprocess.run([memtrain, "train", "--model", "gpt2-demo", "--data", str(data), "--seq-length", "64",
+                    "--micro-batch-size", "8", "--train-iters", str(STEPS), "--lr", "2e-3", "--min-lr", "2e-4",
+                    "--lr-warmup-iters", "20", "--eval-interval", str(STEPS), "--eval-iters", "8",
+                    "--threads", "2", "--out", str(out), *flags], check=True, stdout=subprocess.DEVNULL)
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def main():
+    memtrain, work = sys.argv[1], Path(sys.argv[2])
+    data = work / "data"
+    prepare(memtrain, data)
+    runs = {name: train(memtrain, data, work / name.replace(" ", "_").replace(",", ""), flags)
+            for name, flags in MODES.items()}
+    reference = runs["fp32"]
+    print(f"{'step':>5} " + " ".join(f"{name + ' dloss':>22} {'dnorm':>8}" for name in MODES if name != "fp32"))
+    for i, r in enumerate(reference):
+        if r["step"] in (1, 2, 5, 10, 20, 50) or r["step"] % 50 == 0:
+            cells = []
+            for name, records in runs.items():
+                if name == "fp32":
+                    continue
+                dnorm = (records[i]["grad_norm"] or float("nan")) - r["grad_norm"]
+                cells.append(f"{records[i]['loss'] - r['loss']:>+22.4f} {dnorm:>+8.4f}")
+            print(f"{r['step']:>5} " + " ".join(cells))
+    failures = []
+    final = reference[-1]["val_loss"]
+    print(f"final validation loss fp32 {final:.4f}")
+    for name, records in runs.items():
+        val = records[-1]["val_loss"]
+        diff = (val - final) / final
+        print(f"  {name:20s} {val:.4f} ({diff:+.2%})")
+        if abs(diff) > TOLERANCE:
+            failures.append(name)
+    if failures:
+        print("FAILED: not within 2% of fp32:", ", ".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

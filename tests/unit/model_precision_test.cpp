@@ -1,0 +1,179 @@
+// Mixed precision at the model level: the bytes per parameter each policy plans and allocates, 16-bit
+// activations, 16-bit steps against the fp32 step on the same weights, and gradient accumulation against one
+// large batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "memory/allocation.h"
+#include "memory/plan.h"
+#include "memory/precision.h"
+#include "model/executor.h"
+#include "model/gpt2.h"
+#include "optim/adamw.h"
+
+namespace mt {
+namespace {
+
+PrecisionConfig mode(Precision p, bool o2_optimizer = false, bool o2_gradient = false, bool master = true) {
+  return {.precision = p, .o2_optimizer = o2_optimizer, .o2_gradient = o2_gradient, .master_weights = master};
+}
+
+int64_t model_state_bytes(const Plan& plan) {
+  return plan.bytes[Category::params] + plan.bytes[Category::master] + plan.bytes[Category::grads] +
+         plan.bytes[Category::optim];
+}
+
+// A model, its plan and memory, initialised from one seed, with a fixed batch of B sequences.
+struct TinyRun {
+  ModelSpec spec = resolve_model("gpt2-tiny", 64);
+  Gpt2Graph model;
+  Plan plan;
+  Allocation memory;
+
+  TinyRun(const PrecisionConfig& precision, int64_t B, int64_t T)
+      : model(build_gpt2_graph(spec, {B, T, 1, compute_dtype(precision.precision)})),
+        plan(make_plan(model.graph.table, model_state_policy(precision))),
+        memory(model.graph.table, plan) {
+    init_gpt2_params(spec, model, memory, 7);
+  }
+
+  // Batch rows [first, first + B) of a fixed token stream.
+  void load_rows(int64_t first) {
+    const TensorDesc& t = model.graph.table[model.tokens];
+    const int64_t n = t.numel(), offset = first * t.shape[1];
+    for (int64_t i = 0; i < n; ++i) {
+      memory.i32(model.tokens)[i] = static_cast<int32_t>(((offset + i) * 37 + 11) % 256);
+      memory.i32(model.targets)[i] = static_cast<int32_t>(((offset + i) * 53 + 5) % 256);
+    }
+  }
+
+  std::vector<float> grads() const {
+    const float* g = static_cast<const float*>(memory.grads());
+    return {g, g + memory.num_params()};
+  }
+};
+
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST(ModelPrecision, BytesPerParameterOfEveryPolicy) {
+  struct Case {
+    PrecisionConfig precision;
+    int64_t bytes;
+  };
+  const Case cases[] = {
+      {mode(Precision::fp32), 16},
+      {mode(Precision::bf16), 18},
+      {mode(Precision::fp16), 18},
+      {mode(Precision::bf16, true), 14},
+      {mode(Precision::bf16, false, true), 16},
+      {mode(Precision::bf16, true, true), 12},
+      {mode(Precision::bf16, true, true, false), 8},
+  };
+  for (const Case& c : cases) {
+    TinyRun run(c.precision, 2, 16);
+    SCOPED_TRACE(precision_name(c.precision.precision) + " o2 " + std::to_string(c.precision.o2_optimizer) +
+                 std::to_string(c.precision.o2_gradient) + " master " +
+                 std::to_string(c.precision.master_weights));
+    EXPECT_EQ(model_state_bytes(run.plan), c.bytes * run.plan.num_params);
+    run.load_rows(0);
+    Executor(run.spec, run.model.graph, run.memory).train_step(1.0f);  // the arenas reach their peaks
+    EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);
+  }
+}
+
+// Every activation except the fp32 statistics (LayerNorm mean/rstd, attention lse) is 16-bit; the hand count
+// is that of memory_plan_test's fp32 count with 2 bytes in place of 4.
+TEST(ModelPrecision, ActivationsAre16BitExceptStatistics) {
+  const int64_t B = 2, T = 32, C = 64, H = 4, L = 2, BT = B * T;
+  const TinyRun run(mode(Precision::bf16), B, T);
+  const int64_t values = L * 26 * BT * C + 4 * BT * C;  // saved + gradients per layer; embedding, ln_f, grads
+  const int64_t stats = L * (4 * BT + B * H * T) + 2 * BT;
+  EXPECT_EQ(run.plan.activations.sum_of_tensors, 2 * values + 4 * stats);
+  const TinyRun fp32(mode(Precision::fp32), B, T);
+  EXPECT_EQ(fp32.plan.activations.sum_of_tensors, 4 * values + 4 * stats);
+  EXPECT_LT(run.plan.activations.size, fp32.plan.activations.size);
+}
+
+TEST(ModelPrecision, SixteenBitStepMatchesFp32OnTheSameWeights) {
+  TinyRun reference(mode(Precision::fp32), 4, 32);
+  reference.load_rows(0);
+  const double loss = Executor(reference.spec, reference.model.graph, reference.memory).train_step(1.0f).loss;
+  for (Precision p : {Precision::bf16, Precision::fp16}) {
+    SCOPED_TRACE(precision_name(p));
+    TinyRun run(mode(p), 4, 32);
+    run.load_rows(0);
+    const double loss16 = Executor(run.spec, run.model.graph, run.memory).train_step(1.0f).loss;
+    EXPECT_NEAR(loss16, loss, 1e-2 * loss);
+    EXPECT_LT(relative_l2(run.grads(), reference.grads()), p == Precision::bf16 ? 5e-2 : 1e-2);
+    EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);
+  }
+}
+
+// k micro-batches of b rows, each loss weighted 1/k, give the gradients of one batch of k*b rows.
+TEST(ModelPrecision, AccumulatedMicroBatchesEqualOneLargeBatch) {
+  TinyRun big(mode(Precision::fp32), 4, 32);
+  big.load_rows(0);
+  const double big_loss = Executor(big.spec, big.model.graph, big.memory).train_step(1.0f).loss;
+  for (int64_t k : {2, 4}) {
+    SCOPED_TRACE(k);
+    TinyRun micro(mode(Precision::fp32), 4 / k, 32);
+    Executor exec(micro.spec, micro.model.graph, micro.memory);
+    double loss = 0;
+    for (int64_t i = 0; i < k; ++i) {
+      micro.load_rows(i * (4 / k));
+      loss += exec.train_step(1.0f / static_cast<float>(k)).loss / static_cast<double>(k);
+    }
+    EXPECT_NEAR(loss, big_loss, 1e-6 * big_loss);
+    EXPECT_LT(relative_l2(micro.grads(), big.grads()), 1e-5);
+  }
+}
+
+TEST(ModelPrecision, EveryPolicyTrainsAndKeepsItsPlan) {
+  for (const PrecisionConfig& p : {mode(Precision::bf16, true), mode(Precision::bf16, false, true),
+                                   mode(Precision::bf16, true, true, false), mode(Precision::fp16)}) {
+    TinyRun run(p, 2, 32);
+    Executor exec(run.spec, run.model.graph, run.memory);
+    AdamW optimizer({}, [&] {
+      std::vector<ParamGroup> groups;
+      for (int id : run.model.params) groups.push_back({id, gpt2_decays(run.model.graph.table[id])});
+      return groups;
+    }());
+    run.load_rows(0);
+    double first = 0, last = 0;
+    for (int step = 1; step <= 8; ++step) {
+      std::memset(run.memory.grads(), 0, run.plan.bytes[Category::grads]);
+      last = exec.train_step(1.0f).loss;
+      if (step == 1) first = last;
+      EXPECT_FALSE(optimizer.step(run.model.graph.table, run.memory, 1e-2f, 1.0f).skipped);
+    }
+    EXPECT_LT(last, first - 0.1);  // the same batch again and again: the loss must fall
+    EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);
+  }
+}
+
+TEST(ModelPrecision, ImpossibleCombinationsAreUsageErrors) {
+  for (const PrecisionConfig& p : {mode(Precision::fp32, true), mode(Precision::fp16, false, true),
+                                   mode(Precision::fp32, false, false, false)}) {
+    try {
+      check_precision(p);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+    }
+  }
+  EXPECT_NO_THROW(check_precision(mode(Precision::bf16, true, true, false)));
+}
+
+}  // namespace
+}  // namespace mt
