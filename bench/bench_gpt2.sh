@@ -93,7 +93,9 @@ run_memtrain() {
       step_ms: [.[] | select(.step > $skip) | .step_ms],
       losses: [.[] | .loss],
       peak_rss_bytes: $memory[0].peak_rss_bytes,
-      model_state_bytes_per_param: $memory[0].model_state_bytes_per_param}' \
+      # {planned, measured}: the measured value, the bytes the run actually held.
+      model_state_bytes_per_param: ($memory[0].model_state_bytes_per_param
+                                    | if type == "object" then .measured else . end)}' \
     "$dir/metrics.jsonl" | summarize > "$dir.json"
 }
 
