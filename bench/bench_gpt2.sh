@@ -64,12 +64,14 @@ prepare_data() {
 load_average() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # Reads {steps: [tokens/s of each timed step], ...} on stdin and adds the median and the fastest step.
-# Other jobs only ever slow a step down, so the fastest step is the least disturbed estimate.
+# Other jobs only ever slow a step down, so the fastest step is the least disturbed estimate; a median
+# more than 10% below it says that other jobs slowed most steps, and the run should be repeated.
 summarize() {
   jq '.steps as $s | ($s | sort) as $o | . + {
         tokens_per_sec: (if ($o | length) % 2 == 1 then $o[($o | length) / 2 | floor]
                          else ($o[($o | length) / 2 - 1] + $o[($o | length) / 2]) / 2 end),
-        best_step_tokens_per_sec: ($o | max)}'
+        best_step_tokens_per_sec: ($o | max)}
+      | . + {steady: (.tokens_per_sec >= 0.9 * .best_step_tokens_per_sec)}'
 }
 
 # run_memtrain NAME: trains STEPS steps into OUT/NAME and writes the summary OUT/NAME.json.
@@ -119,7 +121,8 @@ run_torch() {
 }
 
 # The targets of the mixed-precision issue, each a ratio of two configurations' values. "cost" is
-# 1 - num/den. A ratio whose configurations did not both run is left out.
+# 1 - num/den. A ratio whose configurations did not both run is left out. Other jobs do not move
+# peak RSS, so the RSS ratio is steady whatever the steps did.
 write_result() {
   local files=()
   for c in $configs; do files+=("$out/$c.json"); done
@@ -146,16 +149,17 @@ write_result() {
            | if .rss then . + {value: value(.peak_rss_bytes; $r)}
              else . + {value: value(.tokens_per_sec; $r),
                        best_step_value: value(.best_step_tokens_per_sec; $r)} end
-           | . + {pass: pass($r; .value)})}' \
+           | . + {pass: pass($r; .value), steady: (.rss or ($c[$r.num].steady and $c[$r.den].steady))})}' \
     "${files[@]}" > "$out/result.json"
 }
 
 print_table() {
   local r="$out/result.json"
   echo
-  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\tpeak RSS (GiB)\tstate B/param\tloss first -> last\n'
+  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\tsteady\tpeak RSS (GiB)\tstate B/param\tloss first -> last\n'
     jq -r '.configs[] | [.name, (if .flags == "" then "-" else .flags end), .load_average,
         (.tokens_per_sec * 10 | round / 10), (.best_step_tokens_per_sec * 10 | round / 10),
+        (if .steady then "yes" else "NO" end),
         (.peak_rss_bytes / 1073741824 * 100 | round / 100),
         (.model_state_bytes_per_param // "?" | if type == "number" then . * 100 | round / 100 else . end),
         "\(.losses[0] * 100 | round / 100) -> \(.losses[-1] * 100 | round / 100)"] | @tsv' "$r"
@@ -169,11 +173,13 @@ print_table() {
     jq -r '.targets[] | [.name, (.value * 1000 | round / 1000),
         (.best_step_value // "-" | if type == "number" then . * 1000 | round / 1000 else . end),
         "\(.op) \(.target)\(if .goal then " (goal \(.goal))" else "" end)",
-        (if .pass then "PASS" else "MISS" end)] | @tsv' "$r"
+        (if .pass then "PASS" else "MISS" end) + (if .steady then "" else " (unsteady)" end)] | @tsv' "$r"
   } | column -t -s $'\t'
   echo
-  echo "(tokens/s: median of steps $((skip + 1))-$steps; best-step: the fastest of them;" \
-    "PASS/MISS judged on the median; details in $out)"
+  echo "(tokens/s: median of steps $((skip + 1))-$steps; best-step: the fastest of them; steady: the median"
+  echo " within 10% of the best step, else other jobs slowed most steps and the run should be repeated;"
+  echo " PASS/MISS judged on the medians, (unsteady) when a configuration behind it was not steady;"
+  echo " details in $out)"
 }
 
 main() {
