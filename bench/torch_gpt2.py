@@ -1,9 +1,15 @@
 #!/usr/bin/python3
-"""GPT-2 124M trained in plain PyTorch (fp32, CPU): the baseline bench_gpt2.sh compares memtrain with.
+"""GPT-2 124M trained in plain PyTorch on CPU: the baseline bench_gpt2.sh compares memtrain with.
+
+fp32 by default; with --autocast bf16 the forward pass and the loss run under
+torch.autocast(device_type="cpu", dtype=torch.bfloat16) and backward outside it, as PyTorch's
+automatic mixed precision documents. Parameters, gradients and AdamW stay fp32 either way (bf16 needs
+no loss scaling).
 
 Run with Debian's /usr/bin/python3 (torch 1.13). Reads one llm.c shard in order, times the steps after
 the warmup ones, and prints one JSON object on stdout.
 """
+import contextlib
 import argparse
 import json
 import math
@@ -98,6 +104,14 @@ def batches(tokens, b, t):
         pos += span
 
 
+def model_state_bytes(model, opt):
+    """Bytes of parameters, their gradients and the optimizer's state tensors (AdamW: two moments)."""
+    tensors = [p for p in model.parameters()]
+    tensors += [p.grad for p in model.parameters() if p.grad is not None]
+    tensors += [v for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
@@ -108,6 +122,8 @@ def main():
     ap.add_argument("--steps", type=int, default=5, help="timed steps")
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--vocab", type=int, default=50304, help="50257 padded like memtrain's default")
+    ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
+                    help="bf16: forward and loss under CPU autocast to bfloat16 (default off: fp32)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -116,12 +132,17 @@ def main():
     # Same optimizer settings as memtrain's defaults, so both do the same work per step.
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     data = batches(shard_tokens(args.shard), args.batch, args.seq)
+    if args.autocast == "bf16":
+        autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)  # noqa: E731
+    else:
+        autocast = contextlib.nullcontext
 
     step_ms, losses = [], []
     for step in range(args.warmup + args.steps):
         x, y = next(data)
         start = time.perf_counter()
-        loss = model(x, y)
+        with autocast():
+            loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -134,6 +155,7 @@ def main():
 
     print(json.dumps({
         "torch_version": torch.__version__,
+        "autocast": args.autocast,
         "threads": args.threads,
         "batch": args.batch,
         "seq": args.seq,
@@ -143,6 +165,7 @@ def main():
         "step_ms_median": statistics.median(step_ms),
         "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),
         "losses": losses,
+        "model_state_bytes_per_param": model_state_bytes(model, opt) / sum(p.numel() for p in model.parameters()),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
 
