@@ -1,0 +1,82 @@
+#include "dist/communicator.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+#include "core/error.h"
+#include "dist/local_sum.h"
+#ifdef MEMTRAIN_HAVE_MPI
+#include "dist/mpi_communicator.h"
+#endif
+
+namespace mt {
+namespace {
+
+void check_count(int64_t count, const char* operation) {
+  if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
+}
+
+// One rank: sums are the data itself, gathers and scatters copy.
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+
+  void all_reduce_sum(void*, int64_t count, DType dtype) override {
+    check_count(count, "all_reduce_sum");
+    check_sum_dtype(dtype, "all_reduce_sum");
+  }
+  void reduce_scatter_sum(const void* send, void* recv, int64_t count, DType dtype) override {
+    check_count(count, "reduce_scatter_sum");
+    check_sum_dtype(dtype, "reduce_scatter_sum");
+    copy(send, recv, count, dtype);
+  }
+  void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    check_count(count, "all_gather");
+    copy(send, recv, count, dtype);
+  }
+  void broadcast(void*, int64_t count, DType, int root) override {
+    check_count(count, "broadcast");
+    if (root != 0) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " of 1 rank");
+  }
+  void barrier() override {}
+  int64_t buffer_bytes() const override { return 0; }
+
+ private:
+  static void copy(const void* from, void* to, int64_t count, DType dtype) {
+    if (from != to && count > 0) std::memmove(to, from, static_cast<std::size_t>(count) * dtype_size(dtype));
+  }
+};
+
+// The number of ranks the launcher started: OpenMPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's Hydra and
+// Slurm's PMI set PMI_SIZE. 1 when neither is set.
+int launched_ranks() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    if (const char* value = std::getenv(name)) return std::atoi(value);
+  }
+  return 1;
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
+  if (backend != "auto" && backend != "single" && backend != "mpi") {
+    fail_usage("--dist-backend: unknown backend '" + backend + "' (auto, single or mpi)");
+  }
+  const int ranks = launched_ranks();
+  const bool want_mpi = backend == "mpi" || (backend == "auto" && ranks > 1);
+  if (!want_mpi) return std::make_unique<SingleCommunicator>();
+#ifdef MEMTRAIN_HAVE_MPI
+  return make_mpi_communicator();
+#else
+  if (backend == "mpi") fail_usage("--dist-backend mpi: this memtrain was built without MPI");
+  fail_usage(
+      "--dist-backend auto: launched as " + std::to_string(ranks) +
+      " ranks, but this memtrain was built without MPI (install libopenmpi-dev and rebuild, or run one "
+      "process)");
+#endif
+}
+
+}  // namespace mt

@@ -1,0 +1,52 @@
+// Collectives between data-parallel ranks: a single-process implementation, and MPI when built with it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace mt {
+
+// Collectives over the data-parallel ranks. Sums are deterministic: every rank obtains the same bits, and the
+// same inputs give the same bits on every run, whatever the MPI library's algorithm choice.
+//
+// Every sum adds the ranks' contributions in rank order 0, 1, ..., size()-1 in fp32, left to right; bf16 is
+// upcast and rounded to nearest even once at the end. Counts are elements; a negative count, a sum over
+// another dtype, or a root outside [0, size()) throws std::invalid_argument. Every rank must make the same
+// calls with the same counts, dtypes and roots, from one thread.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;  // "single" or "mpi"
+  // data[count] = sum over ranks of data[count], in place. dtype f32 or bf16 (bf16 is summed in fp32 and
+  // rounded once).
+  virtual void all_reduce_sum(void* data, int64_t count, DType dtype) = 0;
+  // recv[count] = sum over ranks r of send_r[rank()*count, (rank()+1)*count): send holds size()*count
+  // elements. recv may be send + rank()*count (in place); otherwise the two must not overlap.
+  virtual void reduce_scatter_sum(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // recv[size()*count] = the concatenation of every rank's send[count], in rank order. send may alias recv +
+  // rank()*count; otherwise the two must not overlap.
+  virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  virtual void broadcast(void* data, int64_t count, DType dtype, int root) = 0;
+  virtual void barrier() = 0;
+  // Bytes of internal buffers this communicator holds (0 if none), for the memory plan's comm category. Fixed
+  // from construction on: no call grows it.
+  virtual int64_t buffer_bytes() const = 0;
+};
+
+// "auto": MPI when launched by mpirun with more than one rank (OMPI_COMM_WORLD_SIZE / PMI env), else single;
+// "single"; "mpi". A usage error (mt::fail_usage, core/error.h) names --dist-backend for anything else, or
+// for "mpi" when the binary was built without MPI, or for "auto" under a multi-rank launch without MPI (the
+// ranks would otherwise train independently, unaware of each other).
+//
+// The MPI communicator initialises MPI in its constructor and finalises it in its destructor, so a process
+// makes at most one. A destructor that runs while an exception unwinds skips MPI_Finalize (which waits for
+// every rank): the process then exits without finalising, and mpirun ends the whole job instead of leaving
+// the other ranks blocked in a collective.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend);
+
+}  // namespace mt

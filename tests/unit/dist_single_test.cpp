@@ -1,0 +1,158 @@
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "dist/communicator.h"
+#include "dist/local_sum.h"
+
+namespace mt {
+namespace {
+
+// Sets an environment variable for one scope, restoring the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_.has_value()) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+int usage_error_of(const std::string& backend, std::string* message) {
+  try {
+    make_communicator(backend);
+  } catch (const Error& e) {
+    *message = e.what();
+    return e.exit_code();
+  }
+  return 0;
+}
+
+TEST(DistSingle, AutoOutsideMpirunIsSingle) {
+  const auto comm = make_communicator("auto");
+  EXPECT_EQ(comm->backend(), "single");
+  EXPECT_EQ(comm->rank(), 0);
+  EXPECT_EQ(comm->size(), 1);
+  EXPECT_EQ(comm->buffer_bytes(), 0);
+  EXPECT_EQ(make_communicator("single")->backend(), "single");
+}
+
+TEST(DistSingle, AutoUnderOneRankMpirunIsSingle) {
+  ScopedEnv ranks("OMPI_COMM_WORLD_SIZE", "1");
+  EXPECT_EQ(make_communicator("auto")->backend(), "single");
+}
+
+TEST(DistSingle, SumsAreTheData) {
+  const auto comm = make_communicator("single");
+  std::vector<float> f = {1.5f, -0.0f, 3e38f, 1e-45f};
+  const std::vector<float> f_before = f;
+  comm->all_reduce_sum(f.data(), static_cast<int64_t>(f.size()), DType::f32);
+  for (std::size_t i = 0; i < f.size(); ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(f[i]), std::bit_cast<uint32_t>(f_before[i]));
+
+  std::vector<bf16> h = {round_to<bf16>(1.0f + 0x1p-7f), round_to<bf16>(-2.5f)};
+  comm->all_reduce_sum(h.data(), 2, DType::bf16);
+  EXPECT_EQ(to_f32(h[0]), 1.0f + 0x1p-7f);
+  EXPECT_EQ(to_f32(h[1]), -2.5f);
+
+  std::vector<float> recv(4, 0.0f);
+  comm->reduce_scatter_sum(f.data(), recv.data(), 4, DType::f32);
+  EXPECT_EQ(recv, f);
+}
+
+TEST(DistSingle, GatherAndBroadcastCopyAnyDtype) {
+  const auto comm = make_communicator("single");
+  const std::vector<int32_t> send = {7, -1, 1 << 30};
+  std::vector<int32_t> recv(3, 0);
+  comm->all_gather(send.data(), recv.data(), 3, DType::i32);
+  EXPECT_EQ(recv, send);
+  comm->all_gather(recv.data(), recv.data(), 3, DType::i32);  // in place: send is recv + rank() * count
+  EXPECT_EQ(recv, send);
+
+  std::vector<uint16_t> data = {1, 2, 3};
+  comm->broadcast(data.data(), 3, DType::u16, 0);
+  EXPECT_EQ(data, (std::vector<uint16_t>{1, 2, 3}));
+  comm->barrier();
+}
+
+TEST(DistSingle, RejectsBadArguments) {
+  const auto comm = make_communicator("single");
+  int32_t i = 0;
+  EXPECT_THROW(comm->all_reduce_sum(&i, 1, DType::i32), std::invalid_argument);
+  EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::f16), std::invalid_argument);
+  EXPECT_THROW(comm->all_gather(&i, &i, -1, DType::i32), std::invalid_argument);
+  EXPECT_THROW(comm->broadcast(&i, 1, DType::i32, 1), std::invalid_argument);
+}
+
+TEST(DistSingle, UnknownBackendIsAUsageError) {
+  for (const char* backend : {"", "nccl", "MPI", "single "}) {
+    std::string message;
+    EXPECT_EQ(usage_error_of(backend, &message), static_cast<int>(ErrorKind::usage)) << backend;
+    EXPECT_NE(message.find("--dist-backend"), std::string::npos) << message;
+  }
+}
+
+#ifndef MEMTRAIN_HAVE_MPI
+TEST(DistSingle, MpiWithoutMpiIsAUsageError) {
+  std::string message;
+  EXPECT_EQ(usage_error_of("mpi", &message), static_cast<int>(ErrorKind::usage));
+  EXPECT_NE(message.find("--dist-backend"), std::string::npos) << message;
+  ScopedEnv ranks("OMPI_COMM_WORLD_SIZE", "2");
+  EXPECT_EQ(usage_error_of("auto", &message), static_cast<int>(ErrorKind::usage));
+  EXPECT_NE(message.find("--dist-backend"), std::string::npos) << message;
+}
+#endif
+
+TEST(DistLocalSum, AddsInRankOrderAndRoundsBf16Once) {
+  // In fp32, (1 + 2^-24) + 2^-24 is 1 but 1 + (2^-24 + 2^-24) is 1 + 2^-23: the order shows in the bits.
+  const std::vector<float> a = {1.0f, 0x1p-24f}, b = {0x1p-24f, 0x1p-24f}, c = {0x1p-24f, 1.0f};
+  std::vector<float> out(2);
+  const void* parts[] = {a.data(), b.data(), c.data()};
+  sum_in_rank_order(parts, out.data(), 2, DType::f32);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], 1.0f + 0x1p-23f);
+
+  // bf16 keeps 7 mantissa bits: 1 + 2^-9 + 2^-9 + 2^-9 is 1 when rounded after every addition, and rounds to
+  // 1 + 2^-7 when the fp32 sum 1 + 3 * 2^-9 is rounded once.
+  const std::vector<bf16> one = {round_to<bf16>(1.0f)}, tiny = {round_to<bf16>(0x1p-9f)};
+  bf16 sum{};
+  const void* halves[] = {one.data(), tiny.data(), tiny.data(), tiny.data()};
+  sum_in_rank_order(halves, &sum, 1, DType::bf16);
+  EXPECT_EQ(to_f32(sum), 1.0f + 0x1p-7f);
+}
+
+TEST(DistLocalSum, ResultIsIndependentOfThreadsAndMayOverwriteAPart) {
+  // Long enough to be split between OpenMP threads.
+  const int64_t n = 100'003;
+  std::vector<float> a(n), b(n), expected(n);
+  for (int64_t i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i % 977) * 0.37f - 100.0f;
+    b[i] = 1.0f / static_cast<float>(i + 1);
+    expected[i] = a[i] + b[i];
+  }
+  const void* parts[] = {a.data(), b.data()};
+  sum_in_rank_order(parts, a.data(), n, DType::f32);
+  EXPECT_EQ(a, expected);
+  EXPECT_THROW(sum_in_rank_order(parts, a.data(), n, DType::i32), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mt
