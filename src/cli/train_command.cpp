@@ -1,6 +1,7 @@
 // `memtrain train`: Megatron-style flags onto TrainConfig.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "train/deepspeed_config.h"
 #include "train/trainer.h"
 
 namespace mt::cli {
@@ -21,6 +22,22 @@ void add_recompute_flags(CLI::App& cmd, RecomputeFlags& f) {
                  "full only: uniform (groups of N layers) or block (the first N layers); default uniform");
   cmd.add_option("--recompute-num-layers", f.num_layers, "full only: N (default 1)");
   cmd.add_flag("--recompute-activations", f.activations, "same as --recompute-granularity selective");
+}
+
+void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_config,
+                        bool& distributed_optimizer) {
+  cmd.add_option("--dist-backend", c.dist_backend, "auto (MPI under mpirun), single or mpi")
+      ->capture_default_str();
+  cmd.add_option("--zero-stage", c.zero_stage,
+                 "ZeRO stage: 0 replicated, 1 shards master weights and moments")
+      ->capture_default_str();
+  cmd.add_flag("--use-distributed-optimizer", distributed_optimizer, "same as --zero-stage 1");
+  cmd.add_option("--bucket-size-mb", c.bucket_size_mb, "MiB per gradient/weight exchange")
+      ->capture_default_str();
+  cmd.add_option("--offload-optimizer", c.offload_optimizer, "none (nvme: not yet)")->capture_default_str();
+  cmd.add_option("--offload-path", c.offload_path, "directory for offloaded optimizer states");
+  cmd.add_option("--deepspeed-config", deepspeed_config,
+                 "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags");
 }
 
 struct PrecisionFlags {
@@ -67,6 +84,8 @@ void add_train_command(CLI::App& app) {
   auto config = std::make_shared<TrainConfig>();
   auto precision = std::make_shared<PrecisionFlags>();
   auto recompute = std::make_shared<RecomputeFlags>();
+  auto deepspeed_config = std::make_shared<std::string>();
+  auto distributed_optimizer = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
   cmd->add_option("--model", c.model, "preset name or config.json (Hugging Face GPT-2 keys)")->required();
@@ -81,6 +100,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--grad-accum-steps", c.grad_accum_steps, "micro-batches per optimizer step");
   add_precision_flags(*cmd, c, *precision);
   add_recompute_flags(*cmd, *recompute);
+  add_parallel_flags(*cmd, c, *deepspeed_config, *distributed_optimizer);
   cmd->add_option("--train-iters", c.train_iters, "optimizer steps")->required();
   cmd->add_option("--lr", c.lr, "peak learning rate")->capture_default_str();
   cmd->add_option("--min-lr", c.min_lr, "learning rate at the end of decay")->capture_default_str();
@@ -113,8 +133,14 @@ void add_train_command(CLI::App& app) {
              "(CSV if it ends in .csv, else JSON)")
           ->expected(0, 1)
           ->type_name("[FILE]");
-  cmd->callback([config, precision, recompute, timeline] {
+  cmd->callback([config, precision, recompute, timeline, deepspeed_config, distributed_optimizer] {
     config->precision.precision = resolve_precision(*precision);
+    if (*distributed_optimizer) {
+      if (config->zero_stage > 1)
+        fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
+      config->zero_stage = 1;
+    }
+    if (!deepspeed_config->empty()) apply_deepspeed_config(*deepspeed_config, *config);
     config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,
                                         recompute->activations);
     if (timeline->count() > 0 && config->memory_timeline.empty())

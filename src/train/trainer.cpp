@@ -21,6 +21,7 @@
 #include "model/gpt2_weights.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
+#include "train/zero_sync.h"
 
 namespace mt {
 
@@ -50,6 +51,24 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
                " disagrees with --global-batch-size " + std::to_string(c.global_batch) + " (" +
                std::to_string(k) + " micro-batches of " + std::to_string(c.micro_batch) + ")");
   return k;
+}
+
+// The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
+void check_parallel_flags(const TrainConfig& c) {
+  if (c.zero_stage < 0 || c.zero_stage > 3) fail_usage("--zero-stage must be 0, 1, 2 or 3");
+  if (c.zero_stage >= 2)
+    fail_usage(
+        "--zero-stage " + std::to_string(c.zero_stage) +
+        " is not implemented yet: stage 1 shards master weights and moments; gradient (2) and weight (3) "
+        "sharding are still to come");
+  if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
+  if (c.offload_optimizer == "cpu")
+    fail_usage(
+        "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
+        "optimizer in host memory (use none)");
+  if (c.offload_optimizer != "none")
+    fail_usage("--offload-optimizer " + c.offload_optimizer +
+               ": only none is implemented yet (nvme is to come)");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
@@ -113,12 +132,19 @@ void save_memory_timeline(const MemoryTimeline& timeline, const TrainConfig& cfg
 }  // namespace
 
 void train(const TrainConfig& cfg) {
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  check_parallel_flags(cfg);
+  const std::unique_ptr<Communicator> comm = make_communicator(cfg.dist_backend);
+  const int world = comm->size(), rank = comm->rank();
+  // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
+  if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
+    fail_data("cannot silence rank " + std::to_string(rank));
+  // Ranks share the machine's cores: one thread each unless --threads says otherwise.
+  if (cfg.threads > 0 || world > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
   const int threads = omp_get_max_threads();
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   const int64_t B = cfg.micro_batch, T = cfg.seq_len != 0 ? cfg.seq_len : spec.n_positions;
   check_flags(cfg, spec, T);
-  const int64_t accum = accumulation_steps(cfg, /*data_parallel=*/1);
+  const int64_t accum = accumulation_steps(cfg, world);
   const bool fp16 = cfg.precision.precision == Precision::fp16;
   LossScalerConfig scaler_config = cfg.loss_scaler;
   if (cfg.static_loss_scale > 0) scaler_config = {.initial_scale = cfg.static_loss_scale, .dynamic = false};
@@ -142,7 +168,12 @@ void train(const TrainConfig& cfg) {
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
-  const Plan plan = make_plan(table, policy);
+  const Sharding sharding{.world = world,
+                          .rank = rank,
+                          .stage = cfg.zero_stage,
+                          .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
+                          .comm_internal_bytes = comm->buffer_bytes()};
+  const Plan plan = make_plan(table, policy, sharding);
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec.name.c_str(),
               with_commas(spec.num_parameters()).c_str(), with_commas(plan.num_params).c_str(),
@@ -194,7 +225,9 @@ void train(const TrainConfig& cfg) {
   std::error_code ec;
   std::filesystem::create_directories(cfg.out, ec);
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
-  MetricsLog metrics(cfg.out + "/metrics.jsonl");
+  std::unique_ptr<MetricsLog> metrics =
+      rank == 0 ? std::make_unique<MetricsLog>(cfg.out + "/metrics.jsonl") : nullptr;
+  ZeroSync sync(*comm, memory);
   MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                                  precision_name(cfg.precision.precision),
                           .loss_op = model.graph.loss_op,
@@ -208,22 +241,34 @@ void train(const TrainConfig& cfg) {
     const float loss_scale = scaler ? scaler->scale() : 1.0f;
     double loss = 0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+      // Ranks take turns through one sample order: rank r reads every world-th batch, so the samples of a
+      // step do not depend on how many ranks share them.
+      for (int r = 0; r < world; ++r) {
+        if (r == rank)
+          train_loader.next_batch(memory.i32(model.tokens), memory.i32(model.targets));
+        else
+          train_loader.skip_batch();
+      }
       // Every micro-batch runs the same ops on the same plan: the first one of step 1 stands for all.
-      const bool record = !cfg.memory_timeline.empty() && step == 1 && micro == 0;
+      const bool record = !cfg.memory_timeline.empty() && step == 1 && micro == 0 && rank == 0;
       if (record)
         exec.set_op_observer([&](int op) {
           timeline.points.push_back({op, model.graph.ops[op].name, memory.live()});
         });
-      loss += exec.train_step(loss_scale / static_cast<float>(accum)).loss;
+      loss += exec.train_step(loss_scale / static_cast<float>(accum * world)).loss;
       if (record) {
         exec.set_op_observer({});
         save_memory_timeline(timeline, cfg);
       }
     }
-    loss /= static_cast<double>(accum);
+    sync.reduce_gradients();
+    loss = (world > 1 ? sync.sum(loss) : loss) / static_cast<double>(accum * world);
     const float lr = schedule.at(step);
-    const OptimizerStepResult update = optimizer.step(table, memory, lr, loss_scale);
+    const OptimizerStepResult update =
+        sharding.shards_optimizer()
+            ? optimizer.step(table, memory, lr, loss_scale, [&](double local) { return sync.sum(local); })
+            : optimizer.step(table, memory, lr, loss_scale);
+    if (!update.skipped) sync.gather_weights();
     if (update.skipped && !scaler)
       fail_data("training diverged: the gradient norm is " + std::to_string(update.grad_norm) + " at step " +
                 std::to_string(step) + " (no loss scaler in " + precision_name(cfg.precision.precision) +
@@ -231,7 +276,7 @@ void train(const TrainConfig& cfg) {
     if (scaler) scaler->update(update.skipped);
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const double tokens_per_sec = static_cast<double>(accum * B * T) / (step_ms / 1000.0);
+    const double tokens_per_sec = static_cast<double>(accum * world * B * T) / (step_ms / 1000.0);
 
     const bool eval_now = evaluating && (step % cfg.eval_interval == 0 || step == cfg.train_iters);
     const bool log_now =
@@ -260,17 +305,23 @@ void train(const TrainConfig& cfg) {
     }
     std::printf("\n");
     std::fflush(stdout);
-    metrics.write(record);
+    if (metrics) metrics->write(record);
   }
 
-  if (!cfg.save_weights.empty()) save_gpt2_weights(cfg.save_weights, spec, model, memory);
+  // After the last gather every rank holds the same weights: one file is enough.
+  if (!cfg.save_weights.empty() && rank == 0) save_gpt2_weights(cfg.save_weights, spec, model, memory);
+  CategoryBytes measured = memory.measured();
+  measured[Category::comm] += comm->buffer_bytes();  // the communicator's own receive buffer
   const MemoryReport report{
-      plan.bytes,       memory.measured(), memory.activations().high_water(), plan.activations.sum_of_tensors,
+      plan.bytes,       measured,       memory.activations().high_water(), plan.activations.sum_of_tensors,
       peak_rss_bytes(), plan.num_params};
   std::printf("%s", format_memory_report(report).c_str());
-  write_file_atomically(cfg.out + "/memory.json", memory_report_json(report).dump(2) + "\n");
+  // Every rank reports its own plan: under ZeRO the ranks hold different shards.
+  const std::string memory_json =
+      cfg.out + (world > 1 ? "/memory.rank" + std::to_string(rank) + ".json" : std::string("/memory.json"));
+  write_file_atomically(memory_json, memory_report_json(report).dump(2) + "\n");
   if (report.planned.bytes != report.measured.bytes)
-    throw std::logic_error("measured memory differs from the plan (see " + cfg.out + "/memory.json)");
+    throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
 }
 
 }  // namespace mt
