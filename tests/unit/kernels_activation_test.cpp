@@ -15,6 +15,8 @@ namespace {
 using testing::bitwise_equal;
 using testing::expect_close;
 using testing::to_double;
+using testing::to_float;
+using testing::to_storage;
 using testing::with_threads;
 
 double gelu_reference(double x) {
@@ -128,21 +130,6 @@ void expect_narrow_matches_half_h() {
 TEST(KernelTypedIo, NarrowMatchesHalfH) {
   expect_narrow_matches_half_h<bf16>();
   expect_narrow_matches_half_h<f16>();
-}
-
-// x rounded to the storage type T, and back: to_float(to_storage<T>(x)) is what a fp32 kernel sees of it.
-template <typename T>
-std::vector<T> to_storage(const std::vector<float>& x) {
-  std::vector<T> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<T>(x[i]);
-  return y;
-}
-
-template <typename T>
-std::vector<float> to_float(const std::vector<T>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
-  return y;
 }
 
 // Runs forward and in-place backward in T, and in fp32 on the same values: the arithmetic is fp32 in both, so

@@ -14,6 +14,8 @@ using testing::expect_close;
 using testing::finite_difference;
 using testing::random_floats;
 using testing::to_double;
+using testing::to_float;
+using testing::to_storage;
 using testing::with_threads;
 
 constexpr float kEps = 1e-5f;
@@ -90,21 +92,6 @@ TEST(KernelLayerNorm, BackwardSameBitsForAnyThreadCount) {
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));
   EXPECT_TRUE(bitwise_equal(results[0], results[2]));
-}
-
-// x rounded to the storage type T, and back: to_float(to_storage<T>(x)) is what a fp32 kernel sees of it.
-template <typename T>
-std::vector<T> to_storage(const std::vector<float>& x) {
-  std::vector<T> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<T>(x[i]);
-  return y;
-}
-
-template <typename T>
-std::vector<float> to_float(const std::vector<T>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
-  return y;
 }
 
 // Half a unit in the last place, relative: the rounding that storing in T adds to a fp32 result.

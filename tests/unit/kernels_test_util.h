@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/half.h"
 #include "core/rng.h"
 
 namespace mt::kernels::testing {
@@ -19,6 +20,21 @@ inline std::vector<float> random_floats(int64_t n, uint64_t stream, double stdde
   std::vector<float> x(n);
   for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(stddev * random_normal(2024, stream, i));
   return x;
+}
+
+// x rounded to the storage type T, and back: to_float(to_storage<T>(x)) is what an fp32 kernel sees of it.
+template <typename T>
+std::vector<T> to_storage(const std::vector<float>& x) {
+  std::vector<T> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<T>(x[i]);
+  return y;
+}
+
+template <typename T>
+std::vector<float> to_float(const std::vector<T>& x) {
+  std::vector<float> y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
+  return y;
 }
 
 inline std::vector<double> to_double(const std::vector<float>& x) {
