@@ -157,7 +157,9 @@ void lanes_along(Lane* dst, const float* x, int64_t n) {
 // The same from a row of n values of storage: bf16 pairs are the row's bytes (an odd n leaves the last
 // lane half zero); f16 is widened.
 inline void lanes_along(uint32_t* dst, const bf16* src, int64_t n) {
-  std::memcpy(dst, src, n / 2 * sizeof(uint32_t));
+#pragma omp simd
+  for (int64_t j = 0; j < n / 2; ++j)
+    dst[j] = src[2 * j].bits | static_cast<uint32_t>(src[2 * j + 1].bits) << 16;
   if (n % 2) dst[n / 2] = src[n - 1].bits;
 }
 inline void lanes_along(float* dst, const f16* src, int64_t n) {
@@ -225,20 +227,45 @@ float dot(const float* a, const float* b, int64_t n) {
   return sum;
 }
 
-// Turns raw scores p[0..t] into softmax(scale * p); returns the log-sum-exp of the scaled scores.
-float softmax_row(float* p, int64_t t, float scale) {
-  float max = -std::numeric_limits<float>::infinity();
-#pragma omp simd reduction(max : max)
-  for (int64_t s = 0; s <= t; ++s) {
-    p[s] *= scale;
-    max = p[s] > max ? p[s] : max;
-  }
+// Sum of a vector of partial sums, in a fixed order.
+float sum_lanes(const float (&x)[kVec]) {
   float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t s = 0; s <= t; ++s) sum += p[s] = vexp(p[s] - max);
-  const float inv = 1.0f / sum;
+  for (float v : x) sum += v;
+  return sum;
+}
+
+// Turns raw scores p[0..t] into softmax(scale * p), and p[t + 1..end) into zeros, end = t + 1 rounded up to
+// whole vectors; returns the log-sum-exp of the scaled scores. The loops run whole vectors, masking keys
+// past t, and keep one partial max or sum per lane: no remainder loops and one horizontal step per row,
+// which the short rows of the first blocks would otherwise spend most of their time in.
+float softmax_row(float* p, int64_t t, float scale) {
+  const int64_t end = round_up(t + 1, kVec);
+  float part[kVec];
+  std::fill_n(part, kVec, -std::numeric_limits<float>::infinity());
+  for (int64_t s0 = 0; s0 < end; s0 += kVec) {
+    const int64_t last = t - s0;  // lanes l <= last are keys up to t
 #pragma omp simd
-  for (int64_t s = 0; s <= t; ++s) p[s] *= inv;
+    for (int64_t l = 0; l < kVec; ++l) {
+      const float x = p[s0 + l];  // read whatever is past t: selecting, not branching, keeps the loop whole
+      part[l] = l <= last && x > part[l] ? x : part[l];
+    }
+  }
+  const float max = scale * *std::max_element(part, part + kVec);  // scale > 0
+  std::fill_n(part, kVec, 0.0f);
+  for (int64_t s0 = 0; s0 < end; s0 += kVec) {
+    const int64_t last = t - s0;
+#pragma omp simd
+    for (int64_t l = 0; l < kVec; ++l) {
+      const float e = vexp(scale * p[s0 + l] - max);
+      p[s0 + l] = l <= last ? e : 0.0f;
+      part[l] += p[s0 + l];
+    }
+  }
+  const float sum = sum_lanes(part), inv = 1.0f / sum;
+  for (int64_t s0 = 0; s0 < end; s0 += kVec) {
+#pragma omp simd
+    for (int64_t l = 0; l < kVec; ++l) p[s0 + l] *= inv;
+  }
   return max + std::log(sum);
 }
 
@@ -272,7 +299,8 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
           const int64_t t = i0 + r;
           float* p = buf.s + r * d.tn;
           lse[(b * NH + h) * T_len + t] = softmax_row(p, t, scale);
-          std::fill(p + t + 1, p + n_lanes * d.pack, 0.0f);  // the masked keys the lanes reach
+          // The masked keys the lanes reach.
+          std::fill(p + std::min(round_up(t + 1, kVec), n_lanes * d.pack), p + n_lanes * d.pack, 0.0f);
           lanes_along(buf.rows + r * d.tl, p, n_lanes * d.pack);
         }
         tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, d.hs, n_lanes, false, Causal::depth, i0);
