@@ -95,7 +95,9 @@ void micro(float* C, int64_t ldc, const Lane* A, int64_t lda, const Lane* B, int
   }
 }
 
-constexpr int kMR = 4, kNV = 4;  // a 4 x 64 tile: 16 accumulators, enough to hide the product latency
+// A 6 x 64 tile: 24 accumulators (of 32 registers) hide the product latency, and each depth step loads
+// 4 vectors of B and 6 values of A for 24 products.
+constexpr int kMR = 6, kNV = 4;
 constexpr int64_t kDepth = 128;  // lanes per depth block: a 128 x 64 block of B is 32 KiB, within L1
 
 template <typename Lane>
