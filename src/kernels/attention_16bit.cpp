@@ -12,7 +12,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -129,29 +128,12 @@ int64_t scratch_floats(const Dims& d) {
   return c.used();
 }
 
-// The bits of a value as a product operand: rounded to bf16, nearest even, with subnormals flushed to zero
-// as the bf16 products read them anyway; NaN stays NaN.
-inline uint32_t bf16_bits(float x) {
-  const uint32_t u = std::bit_cast<uint32_t>(x);
-  return (u & 0x7f800000u) == 0 ? (u >> 16) & 0x8000u : round_to<bf16>(x).bits;
-}
-
-// One product lane of values a (first) and b: a bf16 pair, or a alone for fp32 lanes.
-template <typename Lane>
-inline Lane to_lane(float a, float b) {
-  if constexpr (std::is_same_v<Lane, uint32_t>) {
-    return bf16_bits(a) | bf16_bits(b) << 16;
-  } else {
-    return a;
-  }
-}
-
 // dst[j] = the lane of values x[pack * j], x[pack * j + 1]: n values, a multiple of the pack.
-template <typename Lane>
-void lanes_along(Lane* dst, const float* x, int64_t n) {
-  constexpr int64_t pack = kPack<Lane>;
-#pragma omp simd
-  for (int64_t j = 0; j < n / pack; ++j) dst[j] = to_lane<Lane>(x[pack * j], x[pack * j + pack - 1]);
+inline void lanes_along(uint32_t* dst, const float* x, int64_t n) {
+  bf16_lanes_along(dst, x, n);
+}
+inline void lanes_along(float* dst, const float* x, int64_t n) {
+  std::copy_n(x, n, dst);
 }
 
 // The same from a row of n values of storage: bf16 pairs are the row's bytes (an odd n leaves the last
@@ -179,6 +161,13 @@ inline void lanes_across(uint32_t* dst, const bf16* r0, const bf16* r1, int64_t 
 }
 inline void lanes_across(float* dst, const f16* r0, const f16* /*r1*/, int64_t n) {
   widen_n(dst, r0, n);
+}
+
+inline void lanes_across(uint32_t* dst, const float* r0, const float* r1, int64_t n) {
+  bf16_lanes_across(dst, r0, r1, n);
+}
+inline void lanes_across(float* dst, const float* r0, const float* /*r1*/, int64_t n) {
+  std::copy_n(r0, n, dst);
 }
 
 // Row i of dst (stride ld) = the lanes of rows pack * i and pack * i + 1 of src, for i < rows / pack rounded
@@ -269,6 +258,22 @@ float softmax_row(float* p, int64_t t, float scale) {
   return max + std::log(sum);
 }
 
+// Turns a row of raw scores p and of dP into P = exp(scale * p - lse) and dS = scale * P * (dP - D) for
+// keys up to t, and zeros from there to width (whole vectors). The products left both rows unwritten past
+// the diagonal: whatever is there is read and then not selected.
+void dsoftmax_row(float* p, float* dp, int64_t t, float lse, float D, float scale, int64_t width) {
+  for (int64_t c = 0; c < width; c += kVec) {
+    const int64_t last = t - c;
+#pragma omp simd
+    for (int64_t l = 0; l < kVec; ++l) {
+      const float e = vexp(scale * p[c + l] - lse);
+      const float g = scale * e * (dp[c + l] - D);
+      p[c + l] = l <= last ? e : 0.0f;
+      dp[c + l] = l <= last ? g : 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype) {
@@ -347,38 +352,16 @@ void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, co
         transpose_pairs(buf.dt, d.bl, dy, C, M, hs, buf.staging);
         tile_product(buf.s, d.tn, buf.qa, d.hl, buf.kt, d.tn, M, n, d.hl, false, Causal::columns, i0);
         tile_product(buf.dp, d.tn, buf.da, d.hl, buf.vt, d.tn, M, n, d.hl, false, Causal::columns, i0);
-        // P and dS by query pairs, zero past the diagonal and up to whole vectors (the dK^T and dV^T
-        // products read them as B, a vector at a time); dS also stays in fp32 rows, for its lanes by keys.
+        // P and dS in fp32, zero past the diagonal up to whole vectors: the dK^T and dV^T products read
+        // them (by query pairs) as B, a vector at a time.
         const int64_t width = round_up(n, kVec);
-        for (int64_t r = 0; r < M; r += d.pack) {
-          const bool pair = d.pack == 2 && r + 1 < M;  // an odd last query pairs with zeros
-          float *s0 = buf.s + r * d.tn, *s1 = pair ? s0 + d.tn : s0;
-          float *ds0 = buf.dp + r * d.tn, *ds1 = pair ? ds0 + d.tn : ds0;
-          float D[2] = {}, row_lse[2] = {};
-          int64_t last[2] = {-1, -1};  // the last key of each row; -1 for the zero partner
-          for (int64_t i = 0; i < (pair ? 2 : 1); ++i) {
-            D[i] = buf.D[r + i];
-            row_lse[i] = lse[(b * NH + h) * T_len + i0 + r + i];
-            last[i] = i0 + r + i;
-          }
-          Lane *pi = buf.pi + r / d.pack * d.tn, *si = buf.si + r / d.pack * d.tn;
-#pragma omp simd
-          for (int64_t s = 0; s < width; ++s) {
-            // Past the diagonal, the products left S and dP unwritten: whatever is there must not reach p or
-            // g.
-            const bool in0 = s <= last[0], in1 = s <= last[1];
-            const float p0 = in0 ? vexp(scale * s0[s] - row_lse[0]) : 0.0f;
-            const float p1 = in1 ? vexp(scale * s1[s] - row_lse[1]) : 0.0f;
-            const float g0 = in0 ? scale * p0 * (ds0[s] - D[0]) : 0.0f;
-            const float g1 = in1 ? scale * p1 * (ds1[s] - D[1]) : 0.0f;
-            pi[s] = to_lane<Lane>(p0, p1);
-            si[s] = to_lane<Lane>(g0, g1);
-            ds1[s] = g1;  // first: ds1 may be ds0
-            ds0[s] = g0;
-          }
-          lanes_along(buf.rows + r * d.tl, ds0, n_lanes * d.pack);
-          if (pair) lanes_along(buf.rows + (r + 1) * d.tl, ds1, n_lanes * d.pack);
+        for (int64_t r = 0; r < M; ++r) {
+          dsoftmax_row(buf.s + r * d.tn, buf.dp + r * d.tn, i0 + r, lse[(b * NH + h) * T_len + i0 + r],
+                       buf.D[r], scale, width);
+          lanes_along(buf.rows + r * d.tl, buf.dp + r * d.tn, n_lanes * d.pack);
         }
+        pair_rows(buf.pi, d.tn, buf.s, d.tn, M, width);
+        pair_rows(buf.si, d.tn, buf.dp, d.tn, M, width);
         tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, hs, n_lanes, false, Causal::depth, i0);
         for (int64_t r = 0; r < M; ++r) narrow_n(dq + (i0 + r) * C3, buf.o + r * d.hn, hs);
         tile_product(buf.dkt, d.tn, buf.qt, d.bl, buf.si, d.tn, hs, n, m_lanes, true);

@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/half.h"
+
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
@@ -177,6 +179,47 @@ inline void transpose16x16(void* dst, int64_t ld_dst, const void* src, int64_t l
 #endif
 
 }  // namespace tiles
+
+// The bits of x as a bf16 product operand: rounded to nearest even, NaN kept (quiet), and subnormals
+// flushed to signed zero, as AVX512-BF16's conversions and dot products treat them.
+inline uint32_t bf16_operand_bits(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  return (u & 0x7f800000u) == 0 ? (u >> 16) & 0x8000u : round_to<bf16>(x).bits;
+}
+
+// dst[j] = the bf16 lane (x[2j], x[2j + 1]) for j < n / 2, n even: a row of fp32 values in lanes along it.
+inline void bf16_lanes_along(uint32_t* dst, const float* x, int64_t n) {
+  int64_t j = 0;
+#ifdef __AVX512BF16__
+  for (; j + kVec <= n / 2; j += kVec) {  // one conversion rounds 32 values into 16 lanes, in order
+    const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + 2 * j + kVec), _mm512_loadu_ps(x + 2 * j));
+    _mm512_storeu_si512(dst + j, reinterpret_cast<__m512i>(v));
+  }
+#endif
+#pragma omp simd
+  for (int64_t i = j; i < n / 2; ++i)
+    dst[i] = bf16_operand_bits(x[2 * i]) | bf16_operand_bits(x[2 * i + 1]) << 16;
+}
+
+// dst[j] = the bf16 lane (lo[j], hi[j]) for j < n: two rows in lanes across them; a null hi counts as zeros.
+inline void bf16_lanes_across(uint32_t* dst, const float* lo, const float* hi, int64_t n) {
+  int64_t j = 0;
+#ifdef __AVX512BF16__
+  // The conversion puts lo's 16 values before hi's; the permutation interleaves them.
+  alignas(64) static constexpr uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                           21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
+                                                           11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i order = _mm512_load_si512(kInterleave);
+  for (; j + kVec <= n; j += kVec) {
+    const __m512 h = hi ? _mm512_loadu_ps(hi + j) : _mm512_setzero_ps();
+    const __m512bh v = _mm512_cvtne2ps_pbh(h, _mm512_loadu_ps(lo + j));
+    _mm512_storeu_si512(dst + j, _mm512_permutexvar_epi16(order, reinterpret_cast<__m512i>(v)));
+  }
+#endif
+#pragma omp simd
+  for (int64_t i = j; i < n; ++i)
+    dst[i] = bf16_operand_bits(lo[i]) | (hi ? bf16_operand_bits(hi[i]) << 16 : 0u);
+}
 
 // dst[c][r] = src[r][c] for r < rows, c < cols: 4-byte elements (lanes or floats), row strides in elements.
 template <typename X>

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_tiles.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {
@@ -275,6 +277,29 @@ TEST(KernelAttention, F16MatchesFp32) {
     SCOPED_TRACE(::testing::Message() << "T " << sh.T << " hs " << sh.hs());
     expect_attention_matches_fp32<f16>(sh, 0x1p-11, 1e-6);
   }
+}
+
+// The conversion instructions that pack P and dS into bf16 lanes give the bits of bf16_operand_bits (round
+// to nearest even, NaN quieted, subnormals to signed zero), in whole vectors and the remainder alike.
+TEST(KernelAttention, Bf16LanesMatchOperandRounding) {
+  std::vector<float> x = random_floats(70, 3);
+  const float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -0x1p-130f, 0x1p-149f,
+                            INFINITY,       -INFINITY,      NAN,        std::bit_cast<float>(0x7f800001u),
+                            3.0e38f,        -0.0f};
+  std::copy(std::begin(specials), std::end(specials), x.begin() + 3);
+  std::copy(std::begin(specials), std::end(specials), x.begin() + 41);
+  std::vector<uint32_t> along(35), across(35), alone(35);
+  bf16_lanes_along(along.data(), x.data(), 70);
+  bf16_lanes_across(across.data(), x.data(), x.data() + 35, 35);
+  bf16_lanes_across(alone.data(), x.data(), nullptr, 35);
+  for (int64_t j = 0; j < 35; ++j) {
+    EXPECT_EQ(along[j], bf16_operand_bits(x[2 * j]) | bf16_operand_bits(x[2 * j + 1]) << 16) << j;
+    EXPECT_EQ(across[j], bf16_operand_bits(x[j]) | bf16_operand_bits(x[35 + j]) << 16) << j;
+    EXPECT_EQ(alone[j], bf16_operand_bits(x[j])) << j;
+  }
+  EXPECT_EQ(bf16_operand_bits(-0x1p-130f), 0x8000u);
+  EXPECT_EQ(bf16_operand_bits(1.0f + 0x1p-8f), 0x3f80u);  // a tie, to even
+  EXPECT_EQ(bf16_operand_bits(1.0f + 0x3p-8f), 0x3f82u);
 }
 
 }  // namespace
