@@ -1,17 +1,19 @@
-// Small single-threaded matrix products for the 16-bit attention kernels: C[M,N] (+)= A[M,K] @ B[K,N] with
-// fp32 accumulation, one (batch, head) block at a time inside an OpenMP task. A library call per block would
-// cost as much as the product at these sizes (64 x 256 x 64), and oneDNN's cached primitives are not
-// thread-safe, so the attention kernels use this register-tiled loop instead.
+// Small single-threaded matrix products for the 16-bit attention kernels, C[M,N] (+)= A[M,K] @ B[K,N] with
+// fp32 accumulation, and the packing of their operands. They run one (batch, head) block at a time inside
+// an OpenMP task: a library call per block would cost as much as the product at these sizes
+// (64 x 256 x 64), and oneDNN's cached primitives are not thread-safe.
 //
 // The depth dimension is counted in lanes of 32 bits. A bf16 lane is a pair of bf16 adjacent in depth (the
 // hardware's bf16 dot product multiplies such pairs: AVX512-BF16's vdpbf16ps, 2 products per fp32 lane);
 // an fp32 lane is one value. A is row-major [M, K lanes]. B is [K lanes, N], each lane of B pairing two
 // depth values of one column ("VNNI" layout). The summation order of every C element is fixed (depth in
-// order), so results are the same whatever the blocking, thread count or causal limits.
+// order), so results are the same whatever the blocking, thread count or causal limits. Builds without
+// AVX512 (-DMEMTRAIN_NATIVE=OFF on an older CPU) take the portable loops beside each intrinsic.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -46,35 +48,37 @@ inline int64_t ceil_div(int64_t n, int64_t m) {
 
 namespace tiles {
 
-inline v16f load(const float* p) {
-  v16f v;
+// Vectors go by reference: passed or returned by value, 64-byte vectors change the calling convention
+// between AVX512 and other builds, which GCC warns about.
+inline void load(v16f& v, const float* p) {
   std::memcpy(&v, p, sizeof v);
-  return v;
 }
 
-inline void store(float* p, v16f v) {
+inline void store(float* p, const v16f& v) {
   std::memcpy(p, &v, sizeof v);
 }
 
-// acc + a . b for one lane of a (broadcast) against a vector of B lanes.
-inline v16f step(v16f acc, uint32_t a, const uint32_t* b) {
+// acc += a . b for one lane of a (broadcast) against a vector of B lanes.
+inline void step(v16f& acc, uint32_t a, const uint32_t* b) {
   v16u bv;
   std::memcpy(&bv, b, sizeof bv);
   const v16u av = v16u{} + a;
 #ifdef __AVX512BF16__
-  return reinterpret_cast<v16f>(_mm512_dpbf16_ps(
-      reinterpret_cast<__m512>(acc), reinterpret_cast<__m512bh>(av), reinterpret_cast<__m512bh>(bv)));
+  acc = reinterpret_cast<v16f>(_mm512_dpbf16_ps(reinterpret_cast<__m512>(acc), reinterpret_cast<__m512bh>(av),
+                                                reinterpret_cast<__m512bh>(bv)));
 #else
   // Without the instruction: widen both halves of each pair (a bf16 is the top half of an fp32); the
   // products are exact in fp32.
   const v16u hi = v16u{} + 0xffff0000u;
   acc += reinterpret_cast<v16f>(av & hi) * reinterpret_cast<v16f>(bv & hi);
-  return acc + reinterpret_cast<v16f>(av << 16) * reinterpret_cast<v16f>(bv << 16);
+  acc += reinterpret_cast<v16f>(av << 16) * reinterpret_cast<v16f>(bv << 16);
 #endif
 }
 
-inline v16f step(v16f acc, float a, const float* b) {
-  return acc + a * load(b);  // contracted to an FMA
+inline void step(v16f& acc, float a, const float* b) {
+  v16f bv;
+  load(bv, b);
+  acc += a * bv;  // contracted to an FMA
 }
 
 // One MR x (NV * kVec) tile of C over depth K: accumulators stay in registers.
@@ -83,19 +87,55 @@ void micro(float* C, int64_t ldc, const Lane* A, int64_t lda, const Lane* B, int
            bool accumulate) {
   v16f acc[MR][NV];
   for (int m = 0; m < MR; ++m) {
-    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? load(C + m * ldc + v * kVec) : v16f{};
+    for (int v = 0; v < NV; ++v) {
+      acc[m][v] = v16f{};
+      if (accumulate) load(acc[m][v], C + m * ldc + v * kVec);
+    }
   }
   for (int64_t k = 0; k < K; ++k) {
     const Lane* b = B + k * ldb;
     for (int m = 0; m < MR; ++m) {
       const Lane a = A[m * lda + k];
-      for (int v = 0; v < NV; ++v) acc[m][v] = step(acc[m][v], a, b + v * kVec);
+      for (int v = 0; v < NV; ++v) step(acc[m][v], a, b + v * kVec);
     }
   }
   for (int m = 0; m < MR; ++m) {
     for (int v = 0; v < NV; ++v) store(C + m * ldc + v * kVec, acc[m][v]);
   }
 }
+
+#ifdef __AVX512F__
+// dst rows 0..15 = columns 0..15 of the 16 x 16 block at src: four rounds of shuffles, each interleaving
+// twice as wide a unit (32-bit, 64-bit, then two rounds of 128-bit lanes). The shuffles are used in their
+// masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized.
+inline void transpose16x16(void* dst, int64_t ld_dst, const void* src, int64_t ld_src) {
+  constexpr __mmask16 kAll32 = 0xffff;
+  constexpr __mmask8 kAll64 = 0xff;
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(static_cast<const uint32_t*>(src) + i * ld_src);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(kAll32, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll32, r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_maskz_unpacklo_epi64(kAll64, t[i], t[i + 2]);
+    r[i + 1] = _mm512_maskz_unpackhi_epi64(kAll64, t[i], t[i + 2]);
+    r[i + 2] = _mm512_maskz_unpacklo_epi64(kAll64, t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_maskz_unpackhi_epi64(kAll64, t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 16; i += 8) {
+    for (int j = 0; j < 4; ++j) {
+      t[i + j] = _mm512_maskz_shuffle_i32x4(kAll32, r[i + j], r[i + j + 4], 0x88);
+      t[i + j + 4] = _mm512_maskz_shuffle_i32x4(kAll32, r[i + j], r[i + j + 4], 0xdd);
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_maskz_shuffle_i32x4(kAll32, t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_maskz_shuffle_i32x4(kAll32, t[j], t[j + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(static_cast<uint32_t*>(dst) + i * ld_dst, r[i]);
+}
+#endif
 
 // A 6 x 64 tile: 24 accumulators (of 32 registers) hide the product latency, and each depth step loads
 // 4 vectors of B and 6 values of A for 24 products.
@@ -143,43 +183,6 @@ void tile_product(float* C, int64_t ldc, const Lane* A, int64_t lda, const Lane*
   }
 }
 
-namespace tiles {
-
-#ifdef __AVX512F__
-// dst rows 0..15 = columns 0..15 of the 16 x 16 block at src: four rounds of shuffles, each interleaving
-// twice as wide a unit (32-bit, 64-bit, then two rounds of 128-bit lanes). The shuffles are used in their
-// masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized.
-inline void transpose16x16(void* dst, int64_t ld_dst, const void* src, int64_t ld_src) {
-  constexpr __mmask16 kAll32 = 0xffff;
-  constexpr __mmask8 kAll64 = 0xff;
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(static_cast<const uint32_t*>(src) + i * ld_src);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_maskz_unpacklo_epi32(kAll32, r[i], r[i + 1]);
-    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll32, r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_maskz_unpacklo_epi64(kAll64, t[i], t[i + 2]);
-    r[i + 1] = _mm512_maskz_unpackhi_epi64(kAll64, t[i], t[i + 2]);
-    r[i + 2] = _mm512_maskz_unpacklo_epi64(kAll64, t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_maskz_unpackhi_epi64(kAll64, t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 16; i += 8) {
-    for (int j = 0; j < 4; ++j) {
-      t[i + j] = _mm512_maskz_shuffle_i32x4(kAll32, r[i + j], r[i + j + 4], 0x88);
-      t[i + j + 4] = _mm512_maskz_shuffle_i32x4(kAll32, r[i + j], r[i + j + 4], 0xdd);
-    }
-  }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_maskz_shuffle_i32x4(kAll32, t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_maskz_shuffle_i32x4(kAll32, t[j], t[j + 8], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(static_cast<uint32_t*>(dst) + i * ld_dst, r[i]);
-}
-#endif
-
-}  // namespace tiles
-
 // The bits of x as a bf16 product operand: rounded to nearest even, NaN kept (quiet), and subnormals
 // flushed to signed zero, as AVX512-BF16's conversions and dot products treat them.
 inline uint32_t bf16_operand_bits(float x) {
@@ -225,13 +228,15 @@ inline void bf16_lanes_across(uint32_t* dst, const float* lo, const float* hi, i
 template <typename X>
 void transpose(X* dst, int64_t ld_dst, const X* src, int64_t ld_src, int64_t rows, int64_t cols) {
   static_assert(sizeof(X) == 4);
-  int64_t r0 = 0, c0 = 0;
+  int64_t r0 = 0;
 #ifdef __AVX512F__
+  const int64_t c0 = cols / 16 * 16;
   for (; r0 + 16 <= rows; r0 += 16) {
-    for (c0 = 0; c0 + 16 <= cols; c0 += 16)
-      tiles::transpose16x16(dst + c0 * ld_dst + r0, ld_dst, src + r0 * ld_src + c0, ld_src);
+    for (int64_t c = 0; c < c0; c += 16)
+      tiles::transpose16x16(dst + c * ld_dst + r0, ld_dst, src + r0 * ld_src + c, ld_src);
   }
-  // The edges, below: rows past the last whole block, and columns past it in the whole-block rows.
+  // The edges, below: rows past the last whole block, and columns past the last whole block in the rows
+  // above.
   for (int64_t r = 0; r < r0; ++r) {
     for (int64_t c = c0; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
   }
