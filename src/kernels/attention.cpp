@@ -1,7 +1,7 @@
 // Causal self-attention, flash style: forward stores only out and one log-sum-exp per query; backward
-// recomputes each probability row from Q, K and that statistic. Each (batch, head) is one task and runs its
-// queries in order, so the sums into dK and dV never depend on the thread count. 16-bit storage is upcast
-// per (batch, head) into the thread's scratch, so both storage types share the fp32 arithmetic below.
+// recomputes the probabilities from Q, K and that statistic. fp32 runs here one query row at a time; 16-bit
+// storage runs as blocked matrix products in attention_16bit.cpp. Each (batch, head) is one task and runs
+// its queries in order, so the sums into dK and dV never depend on the thread count.
 #include "kernels/attention.h"
 
 #include <omp.h>
@@ -11,83 +11,16 @@
 #include <limits>
 #include <type_traits>
 
-#include "kernels/typed_io.h"
+#include "kernels/attention_16bit.h"
 #include "kernels/vec_math.h"
 
 namespace mt::kernels {
 
 namespace {
 
-// Scratch per thread: a probability row and a score-gradient row. 16-bit storage adds the (batch, head) in
-// fp32: q, k and v upcast once rather than once per query, the dq, dk and dv accumulators (dk and dv collect
-// a term from every query, which 16-bit sums would round away), and two rows of hs for dout/out rows.
-int64_t scratch_per_thread(int64_t T, int64_t hs, DType dtype) {
-  return dtype == DType::f32 ? 2 * T : 2 * T + 6 * T * hs + 2 * hs;
-}
-
-// The calling thread's part of the scratch; the fp32 head buffers are null for fp32 storage.
-struct ThreadScratch {
-  float* p;
-  float* ds;
-  float* head;  // 3*T*hs
-  float* grad;  // 3*T*hs
-  float* rows;  // 2*hs
-};
-
-ThreadScratch thread_scratch(float* scratch, int64_t T, int64_t hs, DType dtype) {
-  float* p = scratch + omp_get_thread_num() * scratch_per_thread(T, hs, dtype);
-  if (dtype == DType::f32) return {p, p + T, nullptr, nullptr, nullptr};
-  float* head = p + 2 * T;
-  return {p, p + T, head, head + 3 * T * hs, head + 6 * T * hs};
-}
-
-// One (batch, head) as fp32 rows: row t of q starts at q + t * stride, likewise k and v.
-template <typename F>  // float or const float
-struct HeadRows {
-  F* q;
-  F* k;
-  F* v;
-  int64_t stride;
-};
-
-// q, k and v of the head whose first element is `head` (a pointer into qkv): read in place for fp32, else
-// upcast into buf.
-template <typename T>
-HeadRows<const float> load_head(const T* head, int64_t T_len, int64_t C, int64_t hs, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    return {head, head + C, head + 2 * C, 3 * C};
-  } else {
-    for (int64_t part = 0; part < 3; ++part) {
-      for (int64_t t = 0; t < T_len; ++t)
-        widen_n(buf + (part * T_len + t) * hs, head + t * 3 * C + part * C, hs);
-    }
-    return {buf, buf + T_len * hs, buf + 2 * T_len * hs, hs};
-  }
-}
-
-// Zeroed dq, dk and dv accumulators for the head at `head` in dqkv: dqkv itself for fp32, else buf.
-template <typename T>
-HeadRows<float> zeroed_grad(T* head, int64_t T_len, int64_t C, int64_t hs, float* buf) {
-  if constexpr (std::is_same_v<T, float>) {
-    for (int64_t t = 0; t < T_len; ++t) {
-      for (int64_t part = 0; part < 3; ++part) std::fill_n(head + t * 3 * C + part * C, hs, 0.0f);
-    }
-    return {head, head + C, head + 2 * C, 3 * C};
-  } else {
-    std::fill_n(buf, 3 * T_len * hs, 0.0f);
-    return {buf, buf + T_len * hs, buf + 2 * T_len * hs, hs};
-  }
-}
-
-// Rounds 16-bit accumulators (from zeroed_grad) into dqkv; fp32 ones already are dqkv.
-template <typename T>
-void store_grad(T* head, const HeadRows<float>& grad, int64_t T_len, int64_t C, int64_t hs) {
-  if constexpr (!std::is_same_v<T, float>) {
-    for (int64_t part = 0; part < 3; ++part) {
-      for (int64_t t = 0; t < T_len; ++t)
-        narrow_n(head + t * 3 * C + part * C, grad.q + (part * T_len + t) * hs, hs);
-    }
-  }
+// fp32 scratch per thread: a probability row and a score-gradient row.
+int64_t f32_scratch_per_thread(int64_t T) {
+  return 2 * T;
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -113,72 +46,93 @@ float scores(float* p, const float* q, const float* k, int64_t k_stride, int64_t
   return max;
 }
 
-}  // namespace
-
-int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype) {
-  return scratch_per_thread(T, head_size, dtype) * threads;
-}
-
-template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       float* scratch) {
+void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                 float* scratch) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      const ThreadScratch ts = thread_scratch(scratch, T_len, hs, dtype_of<T>());
-      float* p = ts.p;
-      const HeadRows<const float> x = load_head(qkv + b * T_len * C3 + h * hs, T_len, C, hs, ts.head);
+      float* p = scratch + omp_get_thread_num() * f32_scratch_per_thread(T_len);
+      const float* head = qkv + b * T_len * C3 + h * hs;
+      const float *xq = head, *xk = head + C, *xv = head + 2 * C;  // rows C3 apart
       for (int64_t t = 0; t < T_len; ++t) {
-        const float max = scores(p, x.q + t * x.stride, x.k, x.stride, t, hs, scale);
+        const float max = scores(p, xq + t * C3, xk, C3, t, hs, scale);
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t s = 0; s <= t; ++s) sum += p[s] = vexp(p[s] - max);
-        T* o_out = out + (b * T_len + t) * C + h * hs;
-        float* o = output_row(o_out, ts.rows);
+        float* o = out + (b * T_len + t) * C + h * hs;
         std::fill_n(o, hs, 0.0f);
-        for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] / sum, x.v + s * x.stride, hs);
-        store_row(o_out, o, hs);
+        for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] / sum, xv + s * C3, hs);
         lse[(b * NH + h) * T_len + t] = max + std::log(sum);
       }
     }
   }
 }
 
-template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, float* scratch) {
+void backward_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                  int64_t B, int64_t T_len, int64_t C, int64_t NH, float* scratch) {
   const int64_t hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
-      const ThreadScratch ts = thread_scratch(scratch, T_len, hs, dtype_of<T>());
-      float *p = ts.p, *ds = ts.ds;
-      const HeadRows<const float> x = load_head(qkv + b * T_len * C3 + h * hs, T_len, C, hs, ts.head);
-      T* dhead = dqkv + b * T_len * C3 + h * hs;
-      const HeadRows<float> g = zeroed_grad(dhead, T_len, C, hs, ts.grad);
+      float* p = scratch + omp_get_thread_num() * f32_scratch_per_thread(T_len);
+      float* ds = p + T_len;
+      const float* head = qkv + b * T_len * C3 + h * hs;
+      const float *xq = head, *xk = head + C, *xv = head + 2 * C;
+      float* dhead = dqkv + b * T_len * C3 + h * hs;
+      float *gq = dhead, *gk = dhead + C, *gv = dhead + 2 * C;  // accumulated in place, rows C3 apart
       for (int64_t t = 0; t < T_len; ++t) {
-        const float* q = x.q + t * x.stride;
-        const float* dy = load_row(dout + (b * T_len + t) * C + h * hs, hs, ts.rows);
-        const float* y = load_row(out + (b * T_len + t) * C + h * hs, hs, ts.rows + hs);
+        for (int64_t part = 0; part < 3; ++part) std::fill_n(dhead + t * C3 + part * C, hs, 0.0f);
+      }
+      for (int64_t t = 0; t < T_len; ++t) {
+        const float* q = xq + t * C3;
+        const float* dy = dout + (b * T_len + t) * C + h * hs;
+        const float* y = out + (b * T_len + t) * C + h * hs;
         const float row_lse = lse[(b * NH + h) * T_len + t];
-        scores(p, q, x.k, x.stride, t, hs, scale);
+        scores(p, q, xk, C3, t, hs, scale);
         // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t).
         const float d = dot(dy, y, hs);
 #pragma omp simd
         for (int64_t s = 0; s <= t; ++s) p[s] = vexp(p[s] - row_lse);
-        for (int64_t s = 0; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, x.v + s * x.stride, hs) - d);
-        float* dq = g.q + t * g.stride;
+        for (int64_t s = 0; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, xv + s * C3, hs) - d);
+        float* dq = gq + t * C3;
         for (int64_t s = 0; s <= t; ++s) {
-          axpy(dq, ds[s], x.k + s * x.stride, hs);
-          axpy(g.k + s * g.stride, ds[s], q, hs);
-          axpy(g.v + s * g.stride, p[s], dy, hs);
+          axpy(dq, ds[s], xk + s * C3, hs);
+          axpy(gk + s * C3, ds[s], q, hs);
+          axpy(gv + s * C3, p[s], dy, hs);
         }
       }
-      store_grad(dhead, g, T_len, C, hs);
     }
+  }
+}
+
+}  // namespace
+
+int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype) {
+  const int64_t per_thread =
+      dtype == DType::f32 ? f32_scratch_per_thread(T) : attention16_scratch_per_thread(T, head_size, dtype);
+  return per_thread * threads;
+}
+
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                       float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    forward_f32(out, lse, qkv, B, T_len, C, NH, scratch);
+  } else {
+    attention16_forward(out, lse, qkv, B, T_len, C, NH, scratch);
+  }
+}
+
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
+                        int64_t T_len, int64_t C, int64_t NH, float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    backward_f32(dqkv, dout, qkv, out, lse, B, T_len, C, NH, scratch);
+  } else {
+    attention16_backward(dqkv, dout, qkv, out, lse, B, T_len, C, NH, scratch);
   }
 }
 

@@ -1,9 +1,11 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 
 #include "kernels/attention.h"
+#include "kernels/attention_tiles.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {
@@ -15,16 +17,35 @@ using testing::random_floats;
 using testing::to_double;
 using testing::with_threads;
 
+// The fp32 tests' shape: one block of queries, hs not a multiple of the vector width.
 constexpr int64_t B = 2, T = 37, C = 120, NH = 5, hs = C / NH, C3 = 3 * C;
+
+struct Shape {
+  int64_t B, T, C, NH;
+  int64_t hs() const { return C / NH; }
+  int64_t C3() const { return 3 * C; }
+  int64_t qkv_size() const { return B * T * C3(); }
+  int64_t out_size() const { return B * T * C; }
+  int64_t lse_size() const { return B * NH * T; }
+};
+
+constexpr Shape kShape{B, T, C, NH};
 
 // Naive causal attention in double: the full probability matrix of every (b, h).
 struct Reference {
+  Shape sh;
   std::vector<double> out, lse, probs;  // probs[b,h,t,s]
+  std::vector<double> out_mag;          // sum_s p_ts |v_s|: what rounding the probabilities can move out by
 
-  explicit Reference(const std::vector<double>& qkv)
-      : out(B * T * C), lse(B * NH * T), probs(B * NH * T * T) {
+  Reference(const std::vector<double>& qkv, Shape shape = kShape)
+      : sh(shape),
+        out(sh.out_size()),
+        lse(sh.lse_size()),
+        probs(sh.lse_size() * sh.T),
+        out_mag(sh.out_size()) {
+    const int64_t T = sh.T, NH = sh.NH, hs = sh.hs(), C = sh.C;
     const double scale = 1 / std::sqrt(double(hs));
-    for (int64_t b = 0; b < B; ++b) {
+    for (int64_t b = 0; b < sh.B; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
         for (int64_t t = 0; t < T; ++t) {
           double* p = &probs[((b * NH + h) * T + t) * T];
@@ -38,33 +59,45 @@ struct Reference {
           for (int64_t s = 0; s <= t; ++s) p[s] = std::exp(p[s] - max) / sum;
           lse[(b * NH + h) * T + t] = max + std::log(sum);
           for (int64_t i = 0; i < hs; ++i) {
-            double o = 0;
-            for (int64_t s = 0; s <= t; ++s) o += p[s] * v(qkv, b, s, h, i);
+            double o = 0, mag = 0;
+            for (int64_t s = 0; s <= t; ++s) {
+              o += p[s] * v(qkv, b, s, h, i);
+              mag += p[s] * std::abs(v(qkv, b, s, h, i));
+            }
             out[(b * T + t) * C + h * hs + i] = o;
+            out_mag[(b * T + t) * C + h * hs + i] = mag;
           }
         }
       }
     }
   }
 
-  static int64_t at(int64_t b, int64_t t, int64_t part, int64_t h, int64_t i) {
-    return (b * T + t) * C3 + part * C + h * hs + i;
+  int64_t at(int64_t b, int64_t t, int64_t part, int64_t h, int64_t i) const {
+    return (b * sh.T + t) * sh.C3() + part * sh.C + h * sh.hs() + i;
   }
-  static double q(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) {
+  double q(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) const {
     return x[at(b, t, 0, h, i)];
   }
-  static double k(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) {
+  double k(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) const {
     return x[at(b, t, 1, h, i)];
   }
-  static double v(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) {
+  double v(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) const {
     return x[at(b, t, 2, h, i)];
   }
 
+  struct Gradient {
+    std::vector<double> dqkv;
+    // Per element of dqkv, the sum of |term| over the products' terms that round a probability (dv) or a
+    // score gradient (dq, dk) to the operand type: how far that rounding can move it.
+    std::vector<double> mag;
+  };
+
   // The analytic gradient of sum(out * dout) with respect to qkv.
-  std::vector<double> backward(const std::vector<double>& qkv, const std::vector<float>& dout) const {
+  Gradient backward(const std::vector<double>& qkv, const std::vector<float>& dout) const {
+    const int64_t T = sh.T, NH = sh.NH, hs = sh.hs(), C = sh.C;
     const double scale = 1 / std::sqrt(double(hs));
-    std::vector<double> dqkv(B * T * C3);
-    for (int64_t b = 0; b < B; ++b) {
+    Gradient g{std::vector<double>(sh.qkv_size()), std::vector<double>(sh.qkv_size())};
+    for (int64_t b = 0; b < sh.B; ++b) {
       for (int64_t h = 0; h < NH; ++h) {
         for (int64_t t = 0; t < T; ++t) {
           const double* p = &probs[((b * NH + h) * T + t) * T];
@@ -74,26 +107,29 @@ struct Reference {
           for (int64_t s = 0; s <= t; ++s) {
             for (int64_t i = 0; i < hs; ++i) {
               dp[s] += dy[i] * v(qkv, b, s, h, i);
-              dqkv[at(b, s, 2, h, i)] += p[s] * dy[i];
+              g.dqkv[at(b, s, 2, h, i)] += p[s] * dy[i];
+              g.mag[at(b, s, 2, h, i)] += p[s] * std::abs(dy[i]);
             }
             pdp += p[s] * dp[s];
           }
           for (int64_t s = 0; s <= t; ++s) {
             const double ds = p[s] * (dp[s] - pdp) * scale;
             for (int64_t i = 0; i < hs; ++i) {
-              dqkv[at(b, t, 0, h, i)] += ds * k(qkv, b, s, h, i);
-              dqkv[at(b, s, 1, h, i)] += ds * q(qkv, b, t, h, i);
+              g.dqkv[at(b, t, 0, h, i)] += ds * k(qkv, b, s, h, i);
+              g.dqkv[at(b, s, 1, h, i)] += ds * q(qkv, b, t, h, i);
+              g.mag[at(b, t, 0, h, i)] += std::abs(ds * k(qkv, b, s, h, i));
+              g.mag[at(b, s, 1, h, i)] += std::abs(ds * q(qkv, b, t, h, i));
             }
           }
         }
       }
     }
-    return dqkv;
+    return g;
   }
 };
 
-std::vector<float> scratch_for_threads(DType dtype = DType::f32) {
-  return std::vector<float>(attention_scratch_floats(T, hs, omp_get_max_threads(), dtype));
+std::vector<float> scratch_for_threads() {
+  return std::vector<float>(attention_scratch_floats(T, hs, omp_get_max_threads(), DType::f32));
 }
 
 TEST(KernelAttention, ForwardMatchesNaive) {
@@ -113,13 +149,13 @@ TEST(KernelAttention, BackwardMatchesAnalyticGradient) {
   attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, scratch.data());
   attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
                      scratch.data());
-  expect_close(dqkv, ref.backward(to_double(qkv), dout), 1e-4, 1e-4);
+  expect_close(dqkv, ref.backward(to_double(qkv), dout).dqkv, 1e-4, 1e-4);
 }
 
 TEST(KernelAttention, ReferenceGradientMatchesFiniteDifferences) {
   const auto qkv = random_floats(B * T * C3, 1, 2.0), dout = random_floats(B * T * C, 2);
   std::vector<double> x = to_double(qkv);
-  const auto analytic = Reference(x).backward(x, dout);
+  const auto analytic = Reference(x).backward(x, dout).dqkv;
   auto loss = [&](const std::vector<double>& at) {
     const Reference r(at);
     double sum = 0;
@@ -167,38 +203,57 @@ struct AttentionResult {
   std::vector<float> out, lse, dqkv;
 };
 
+// Scratch full of NaN: in a model it holds what earlier ops left, which must not reach any result.
+std::vector<float> scratch_for(const Shape& sh, DType dtype) {
+  return std::vector<float>(attention_scratch_floats(sh.T, sh.hs(), omp_get_max_threads(), dtype), NAN);
+}
+
 // Forward, then backward from the stored out, with storage type X; results as fp32.
 template <typename X>
-AttentionResult run_attention(const std::vector<float>& qkv, const std::vector<float>& dout) {
+AttentionResult run_attention(const Shape& sh, const std::vector<float>& qkv,
+                              const std::vector<float>& dout) {
   const auto qkv_x = to_storage<X>(qkv), dout_x = to_storage<X>(dout);
-  std::vector<X> out(B * T * C), dqkv(B * T * C3, round_to<X>(123.0f));  // dqkv is overwritten
-  std::vector<float> lse(B * NH * T), scratch = scratch_for_threads(dtype_of<X>());
-  attention_forward(out.data(), lse.data(), qkv_x.data(), B, T, C, NH, scratch.data());
-  attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), B, T, C, NH,
-                     scratch.data());
+  std::vector<X> out(sh.out_size()), dqkv(sh.qkv_size(), round_to<X>(123.0f));  // dqkv is overwritten
+  std::vector<float> lse(sh.lse_size()), scratch = scratch_for(sh, dtype_of<X>());
+  attention_forward(out.data(), lse.data(), qkv_x.data(), sh.B, sh.T, sh.C, sh.NH, scratch.data());
+  attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), sh.B, sh.T, sh.C,
+                     sh.NH, scratch.data());
   return {to_float(out), lse, to_float(dqkv)};
 }
 
-// The 16-bit kernels upcast each (batch, head) and run the fp32 arithmetic, accumulating dk and dv in fp32,
-// so each stored value is the fp32 kernel's result rounded once: within half an ulp of X. The fp32
-// backward gets the same stored out as the 16-bit one (its rounding is part of the input). 1, 2 and 3
-// threads must give the same bits.
+// |actual - expected| <= rtol * |expected| + mtol * mag + atol, element by element.
+void expect_within(const std::vector<float>& actual, const std::vector<double>& expected,
+                   const std::vector<double>& mag, double rtol, double mtol, double atol) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], rtol * std::abs(expected[i]) + mtol * mag[i] + atol)
+        << "at index " << i;
+  }
+}
+
+// The 16-bit kernels against the fp32 kernel on the same rounded inputs. Each stored value may differ by the
+// rounding of its own result (half an ulp of X: store_ulp, relative) and by that of the products' operands
+// (operand_ulp, relative to the reference's sum of |terms|; bf16 rounds the probabilities and score
+// gradients, f16 keeps them fp32). The fp32 backward gets the 16-bit forward's out and lse (their rounding
+// is part of its input). 1, 2 and 3 threads must give the same bits.
 template <typename X>
-void expect_attention_matches_fp32(double half_ulp) {
-  const auto qkv = to_float(to_storage<X>(random_floats(B * T * C3, 1, 2.0)));
-  const auto dout = to_float(to_storage<X>(random_floats(B * T * C, 2)));
+void expect_attention_matches_fp32(const Shape& sh, double store_ulp, double operand_ulp) {
+  const auto qkv = to_float(to_storage<X>(random_floats(sh.qkv_size(), 1, 2.0)));
+  const auto dout = to_float(to_storage<X>(random_floats(sh.out_size(), 2)));
   std::vector<AttentionResult> results;
   for (int threads : {1, 2, 3})
-    with_threads(threads, [&] { results.push_back(run_attention<X>(qkv, dout)); });
+    with_threads(threads, [&] { results.push_back(run_attention<X>(sh, qkv, dout)); });
   const AttentionResult& r = results[0];
 
-  const AttentionResult ref = run_attention<float>(qkv, dout);
-  std::vector<float> ref_dqkv(B * T * C3), scratch = scratch_for_threads();
-  attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), B, T, C, NH,
-                     scratch.data());
-  expect_close(r.out, to_double(ref.out), half_ulp, 1e-6);
-  expect_close(r.lse, to_double(ref.lse), 1e-6, 1e-6);
-  expect_close(r.dqkv, to_double(ref_dqkv), half_ulp, 1e-5);
+  const AttentionResult ref = run_attention<float>(sh, qkv, dout);
+  std::vector<float> ref_dqkv(sh.qkv_size()), scratch = scratch_for(sh, DType::f32);
+  attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), sh.B, sh.T, sh.C,
+                     sh.NH, scratch.data());
+  const Reference exact(to_double(qkv), sh);
+  expect_within(r.out, to_double(ref.out), exact.out_mag, store_ulp, operand_ulp, 1e-6);
+  expect_close(r.lse, to_double(ref.lse), 1e-6, 1e-5);
+  expect_within(r.dqkv, to_double(ref_dqkv), exact.backward(to_double(qkv), dout).mag, store_ulp, operand_ulp,
+                1e-5);
   for (int i : {1, 2}) {
     EXPECT_TRUE(bitwise_equal(results[i].out, r.out)) << "threads " << i + 1;
     EXPECT_TRUE(bitwise_equal(results[i].lse, r.lse)) << "threads " << i + 1;
@@ -206,12 +261,45 @@ void expect_attention_matches_fp32(double half_ulp) {
   }
 }
 
+// The 16-bit kernels work on blocks of 64 queries: one block; several with a short last one (hs = 64, as
+// GPT-2); an odd number of queries in the last block with an odd hs; a single position.
+const Shape kShapes16[] = {kShape, {1, 150, 128, 2}, {1, 67, 21, 3}, {2, 1, 120, 5}};
+
 TEST(KernelAttention, Bf16MatchesFp32) {
-  expect_attention_matches_fp32<bf16>(0x1p-8);
+  for (const Shape& sh : kShapes16) {
+    SCOPED_TRACE(::testing::Message() << "T " << sh.T << " hs " << sh.hs());
+    expect_attention_matches_fp32<bf16>(sh, 0x1p-8, 0x1p-8);
+  }
 }
 
 TEST(KernelAttention, F16MatchesFp32) {
-  expect_attention_matches_fp32<f16>(0x1p-11);
+  for (const Shape& sh : kShapes16) {
+    SCOPED_TRACE(::testing::Message() << "T " << sh.T << " hs " << sh.hs());
+    expect_attention_matches_fp32<f16>(sh, 0x1p-11, 1e-6);
+  }
+}
+
+// The conversion instructions that pack P and dS into bf16 lanes give the bits of bf16_operand_bits (round
+// to nearest even, NaN quieted, subnormals to signed zero), in whole vectors and the remainder alike.
+TEST(KernelAttention, Bf16LanesMatchOperandRounding) {
+  std::vector<float> x = random_floats(70, 3);
+  const float specials[] = {1.0f + 0x1p-8f, 1.0f + 0x3p-8f, -0x1p-130f, 0x1p-149f,
+                            INFINITY,       -INFINITY,      NAN,        std::bit_cast<float>(0x7f800001u),
+                            3.0e38f,        -0.0f};
+  std::copy(std::begin(specials), std::end(specials), x.begin() + 3);
+  std::copy(std::begin(specials), std::end(specials), x.begin() + 41);
+  std::vector<uint32_t> along(35), across(35), alone(35);
+  bf16_lanes_along(along.data(), x.data(), 70);
+  bf16_lanes_across(across.data(), x.data(), x.data() + 35, 35);
+  bf16_lanes_across(alone.data(), x.data(), nullptr, 35);
+  for (int64_t j = 0; j < 35; ++j) {
+    EXPECT_EQ(along[j], bf16_operand_bits(x[2 * j]) | bf16_operand_bits(x[2 * j + 1]) << 16) << j;
+    EXPECT_EQ(across[j], bf16_operand_bits(x[j]) | bf16_operand_bits(x[35 + j]) << 16) << j;
+    EXPECT_EQ(alone[j], bf16_operand_bits(x[j])) << j;
+  }
+  EXPECT_EQ(bf16_operand_bits(-0x1p-130f), 0x8000u);
+  EXPECT_EQ(bf16_operand_bits(1.0f + 0x1p-8f), 0x3f80u);  // a tie, to even
+  EXPECT_EQ(bf16_operand_bits(1.0f + 0x3p-8f), 0x3f82u);
 }
 
 }  // namespace
