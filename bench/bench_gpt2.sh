@@ -38,7 +38,8 @@ declare -A flags=(
   [torch-bf16]="--autocast bf16"
 )
 
-die() { echo "bench: $*" >&2; exit 1; }
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
 
 for c in $configs; do
   [ -n "${flags[$c]+set}" ] || die "unknown configuration '$c' in CONFIGS (known: ${!flags[*]})"
@@ -46,79 +47,6 @@ done
 [ "$steps" -gt "$skip" ] || die "STEPS ($steps) must exceed SKIP ($skip)"
 command -v jq >/dev/null || die "needs jq (apt-get install -y jq)"
 [ -x "$memtrain" ] || die "$memtrain not found, run scripts/setup.sh"
-
-# The fortune texts tokenized once into OUT/data; every run reads its training shard in order.
-prepare_data() {
-  local data="$out/data" texts=() f
-  if ! compgen -G "$data/fortunes_train_*.bin" >/dev/null; then
-    # The fortune texts, without their .dat indexes and .u8 duplicates.
-    for f in /usr/share/games/fortunes/*; do
-      case "$f" in *.dat | *.u8) ;; *) texts+=("$f") ;; esac
-    done
-    mkdir -p "$data"
-    "$memtrain" prepare "${texts[@]}" --out "$data" --name fortunes >&2
-  fi
-  shard="$(compgen -G "$data/fortunes_train_*.bin" | head -n1)"
-}
-
-load_average() { cut -d' ' -f1-3 /proc/loadavg; }
-
-# Reads {steps: [tokens/s of each timed step], ...} on stdin and adds the median and the fastest step.
-# Other jobs only ever slow a step down, so the fastest step is the least disturbed estimate; a median
-# more than 10% below it says that other jobs slowed most steps, and the run should be repeated.
-summarize() {
-  jq '.steps as $s | ($s | sort) as $o | . + {
-        tokens_per_sec: (if ($o | length) % 2 == 1 then $o[($o | length) / 2 | floor]
-                         else ($o[($o | length) / 2 - 1] + $o[($o | length) / 2]) / 2 end),
-        best_step_tokens_per_sec: ($o | max)}
-      | . + {steady: (.tokens_per_sec >= 0.9 * .best_step_tokens_per_sec)}'
-}
-
-# run_memtrain NAME: trains STEPS steps into OUT/NAME and writes the summary OUT/NAME.json.
-run_memtrain() {
-  local name="$1" dir="$out/$1" load
-  # shellcheck disable=SC2086  # the flags are words
-  set -- ${flags[$name]}
-  load="$(load_average)"
-  echo "bench: load average $load; $name: memtrain train ${*:-(fp32)}, $steps steps" >&2
-  rm -rf "$dir"
-  if ! "$memtrain" train --model gpt2 --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
-      --threads "$threads" --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" "$@" \
-      > "$dir.log" 2>&1; then
-    tail -n 5 "$dir.log" >&2
-    die "$name failed, log in $dir.log"
-  fi
-  jq -s --arg name "$name" --arg flags "$*" --arg load "$load" --argjson skip "$skip" \
-    --slurpfile memory "$dir/memory.json" \
-    '{name: $name, engine: "memtrain", flags: $flags, load_average: $load,
-      steps: [.[] | select(.step > $skip) | .tokens_per_sec],
-      step_ms: [.[] | select(.step > $skip) | .step_ms],
-      losses: [.[] | .loss],
-      peak_rss_bytes: $memory[0].peak_rss_bytes,
-      # {planned, measured}: the measured value, the bytes the run actually held.
-      model_state_bytes_per_param: ($memory[0].model_state_bytes_per_param
-                                    | if type == "object" then .measured else . end)}' \
-    "$dir/metrics.jsonl" | summarize > "$dir.json"
-}
-
-# run_torch NAME: SKIP warmup steps and STEPS-SKIP timed ones of torch_gpt2.py; summary in OUT/NAME.json.
-run_torch() {
-  local name="$1" dir="$out/$1" load
-  # shellcheck disable=SC2086
-  set -- ${flags[$name]}
-  load="$(load_average)"
-  echo "bench: load average $load; $name: torch_gpt2.py $*, $skip warmup + $((steps - skip)) timed steps" >&2
-  if ! "$python" bench/torch_gpt2.py --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
-      --warmup "$skip" --steps "$((steps - skip))" "$@" > "$dir.raw.json" 2> "$dir.log"; then
-    tail -n 5 "$dir.log" >&2
-    die "$name failed, log in $dir.log"
-  fi
-  jq --arg name "$name" --arg flags "$*" --arg load "$load" \
-    '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
-      steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
-      model_state_bytes_per_param}' \
-    "$dir.raw.json" | summarize > "$dir.json"
-}
 
 # The targets of the mixed-precision issue, each a ratio of two configurations' values. "cost" is
 # 1 - num/den. A ratio whose configurations did not both run is left out. Other jobs do not move
@@ -186,9 +114,10 @@ main() {
   mkdir -p "$out"
   prepare_data
   for c in $configs; do
+    # shellcheck disable=SC2086  # the flags are words
     case "$c" in
-      memtrain-*) run_memtrain "$c" ;;
-      torch-*) run_torch "$c" ;;
+      memtrain-*) run_memtrain "$c" ${flags[$c]} ;;
+      torch-*) run_torch "$c" ${flags[$c]} ;;
     esac
   done
   write_result

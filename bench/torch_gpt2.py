@@ -4,7 +4,9 @@
 fp32 by default; with --autocast bf16 the forward pass and the loss run under
 torch.autocast(device_type="cpu", dtype=torch.bfloat16) and backward outside it, as PyTorch's
 automatic mixed precision documents. Parameters, gradients and AdamW stay fp32 either way (bf16 needs
-no loss scaling).
+no loss scaling). With --checkpoint each transformer block runs under
+torch.utils.checkpoint.checkpoint(use_reentrant=False): the forward keeps only each block's input, and
+the backward reruns the block's forward (under the same autocast state) before its backward.
 
 Run with Debian's /usr/bin/python3 (torch 1.13). Reads one llm.c shard in order, times the steps after
 the warmup ones, and prints one JSON object on stdout.
@@ -22,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 SHARD_HEADER_INT32S = 256
 
@@ -54,8 +57,9 @@ class Block(nn.Module):
 
 
 class GPT2(nn.Module):
-    def __init__(self, vocab, positions, layers, heads, channels):
+    def __init__(self, vocab, positions, layers, heads, channels, checkpoint=False):
         super().__init__()
+        self.checkpoint = checkpoint
         self.wte = nn.Embedding(vocab, channels)
         self.wpe = nn.Embedding(positions, channels)
         self.blocks = nn.ModuleList(Block(channels, heads) for _ in range(layers))
@@ -79,7 +83,10 @@ class GPT2(nn.Module):
         t = idx.size(1)
         x = self.wte(idx) + self.wpe(torch.arange(t))
         for block in self.blocks:
-            x = block(x, self.mask)
+            if self.checkpoint:
+                x = torch.utils.checkpoint.checkpoint(block, x, self.mask, use_reentrant=False)
+            else:
+                x = block(x, self.mask)
         logits = self.ln_f(x) @ self.wte.weight.t()  # tied LM head
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
@@ -112,6 +119,12 @@ def model_state_bytes(model, opt):
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+def rss_bytes():
+    """Resident memory of this process now (/proc/self/statm: pages)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
@@ -124,11 +137,13 @@ def main():
     ap.add_argument("--vocab", type=int, default=50304, help="50257 padded like memtrain's default")
     ap.add_argument("--autocast", choices=["off", "bf16"], default="off",
                     help="bf16: forward and loss under CPU autocast to bfloat16 (default off: fp32)")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="activation checkpointing: torch.utils.checkpoint around each block (non-reentrant)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
-    model = GPT2(args.vocab, 1024, 12, 12, 768)
+    model = GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint)
     # Same optimizer settings as memtrain's defaults, so both do the same work per step.
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     data = batches(shard_tokens(args.shard), args.batch, args.seq)
@@ -137,12 +152,16 @@ def main():
     else:
         autocast = contextlib.nullcontext
 
-    step_ms, losses = [], []
+    step_ms, losses, forward_rss_growth = [], [], []
     for step in range(args.warmup + args.steps):
         x, y = next(data)
         start = time.perf_counter()
+        rss_before = rss_bytes()
         with autocast():
             loss = model(x, y)
+        # What the forward left alive for the backward, as the kernel sees it: a rough activation size (the
+        # allocator may reuse freed memory or hold on to it).
+        grown = rss_bytes() - rss_before
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -152,10 +171,12 @@ def main():
         print(f"torch step {step + 1}: loss {losses[-1]:.4f} {ms:.1f} ms", file=sys.stderr)
         if step >= args.warmup:
             step_ms.append(ms)
+            forward_rss_growth.append(grown)
 
     print(json.dumps({
         "torch_version": torch.__version__,
         "autocast": args.autocast,
+        "checkpoint": args.checkpoint,
         "threads": args.threads,
         "batch": args.batch,
         "seq": args.seq,
@@ -166,6 +187,7 @@ def main():
         "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),
         "losses": losses,
         "model_state_bytes_per_param": model_state_bytes(model, opt) / sum(p.numel() for p in model.parameters()),
+        "forward_rss_growth_bytes": statistics.median(forward_rss_growth),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }))
 

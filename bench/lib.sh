@@ -1,0 +1,109 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2154  # the variables below come from the sourcing script
+# Shell functions shared by bench_gpt2.sh and bench_recompute.sh; sourced, not run. The sourcing script sets
+#   out       where data, logs and summaries go
+#   memtrain  the memtrain binary
+#   python    a python3 with torch (Debian's /usr/bin/python3)
+#   steps, skip, threads, batch, seq   as their STEPS, SKIP, THREADS, B, T
+# and runs from the repository root.
+
+die() { echo "bench: $*" >&2; exit 1; }
+
+load_average() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# Benchmarks of other sessions (memtrain training, torch_gpt2.py) running now, one "pid command" a line.
+other_benchmarks() { pgrep -af 'memtrain train|torch_gpt2' || true; }
+
+# Waits, up to WAIT_MAX seconds (default 900), while another benchmark runs, so that two never share the
+# cores; then prints uptime. Past WAIT_MAX it goes on and says so: that run's steps are suspect.
+wait_for_quiet_machine() {
+  local waited=0 max="${WAIT_MAX:-900}" others
+  while others="$(other_benchmarks)" && [ -n "$others" ]; do
+    if [ "$waited" -ge "$max" ]; then
+      echo "bench: WARNING: still running after ${max}s of waiting, going on alongside:" >&2
+      echo "$others" | cut -c1-150 >&2
+      break
+    fi
+    [ $((waited % 60)) -eq 0 ] && { echo "bench: waiting for another benchmark to end:"; echo "$others" | cut -c1-150; } >&2
+    sleep 10
+    waited=$((waited + 10))
+  done
+  echo "bench: uptime: $(uptime)" >&2
+}
+
+# The fortune texts tokenized once into OUT/data; sets shard to the training shard every run reads in order.
+prepare_data() {
+  local data="$out/data" texts=() f
+  if ! compgen -G "$data/fortunes_train_*.bin" >/dev/null; then
+    # The fortune texts, without their .dat indexes and .u8 duplicates.
+    for f in /usr/share/games/fortunes/*; do
+      case "$f" in *.dat | *.u8) ;; *) texts+=("$f") ;; esac
+    done
+    mkdir -p "$data"
+    "$memtrain" prepare "${texts[@]}" --out "$data" --name fortunes >&2
+  fi
+  shard="$(compgen -G "$data/fortunes_train_*.bin" | head -n1)"
+}
+
+# Reads {steps: [tokens/s of each timed step], ...} on stdin and adds the median and the fastest step.
+# Other jobs only ever slow a step down, so the fastest step is the least disturbed estimate; a median
+# more than 10% below it says that other jobs slowed most steps, and the run should be repeated.
+summarize() {
+  jq '.steps as $s | ($s | sort) as $o | . + {
+        tokens_per_sec: (if ($o | length) % 2 == 1 then $o[($o | length) / 2 | floor]
+                         else ($o[($o | length) / 2 - 1] + $o[($o | length) / 2]) / 2 end),
+        best_step_tokens_per_sec: ($o | max)}
+      | . + {steady: (.tokens_per_sec >= 0.9 * .best_step_tokens_per_sec)}'
+}
+
+# run_memtrain NAME [FLAG...]: trains STEPS steps with the extra memtrain train flags into OUT/NAME and
+# writes the summary OUT/NAME.json.
+run_memtrain() {
+  local name="$1" dir="$out/$1" load
+  shift
+  wait_for_quiet_machine
+  load="$(load_average)"
+  echo "bench: load average $load; $name: memtrain train ${*:-(no flags)}, $steps steps" >&2
+  rm -rf "$dir"
+  if ! "$memtrain" train --model gpt2 --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
+      --threads "$threads" --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" "$@" \
+      > "$dir.log" 2>&1; then
+    tail -n 5 "$dir.log" >&2
+    die "$name failed, log in $dir.log"
+  fi
+  jq -s --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
+    --argjson skip "$skip" --slurpfile memory "$dir/memory.json" \
+    '{name: $name, engine: "memtrain", flags: $flags, load_average: $load, load_average_end: $load_end,
+      steps: [.[] | select(.step > $skip) | .tokens_per_sec],
+      step_ms: [.[] | select(.step > $skip) | .step_ms],
+      losses: [.[] | .loss],
+      peak_rss_bytes: $memory[0].peak_rss_bytes,
+      # The packed activation arena the plan reserves, and the sum of its tensors without lifetime packing.
+      activations_bytes: $memory[0].planned.activations,
+      activations_unpacked_bytes: $memory[0].activations_unpacked_bytes,
+      # {planned, measured}: the measured value, the bytes the run actually held.
+      model_state_bytes_per_param: ($memory[0].model_state_bytes_per_param
+                                    | if type == "object" then .measured else . end)}' \
+    "$dir/metrics.jsonl" | summarize > "$dir.json"
+}
+
+# run_torch NAME [FLAG...]: SKIP warmup steps and STEPS-SKIP timed ones of torch_gpt2.py with the extra
+# flags; summary in OUT/NAME.json.
+run_torch() {
+  local name="$1" dir="$out/$1" load
+  shift
+  wait_for_quiet_machine
+  load="$(load_average)"
+  echo "bench: load average $load; $name: torch_gpt2.py $*, $skip warmup + $((steps - skip)) timed steps" >&2
+  if ! "$python" bench/torch_gpt2.py --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
+      --warmup "$skip" --steps "$((steps - skip))" "$@" > "$dir.raw.json" 2> "$dir.log"; then
+    tail -n 5 "$dir.log" >&2
+    die "$name failed, log in $dir.log"
+  fi
+  jq --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
+    '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
+      load_average_end: $load_end,
+      steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
+      forward_rss_growth_bytes, model_state_bytes_per_param}' \
+    "$dir.raw.json" | summarize > "$dir.json"
+}
