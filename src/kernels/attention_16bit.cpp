@@ -13,9 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <type_traits>
 
 #include "kernels/attention_tiles.h"
 #include "kernels/typed_io.h"
@@ -128,7 +126,8 @@ int64_t scratch_floats(const Dims& d) {
   return c.used();
 }
 
-// dst[j] = the lane of values x[pack * j], x[pack * j + 1]: n values, a multiple of the pack.
+// dst[j] = the lane of values x[pack * j], x[pack * j + 1]: n values, a multiple of the pack; fp32 values
+// (P, dS) are rounded to bf16 operands.
 inline void lanes_along(uint32_t* dst, const float* x, int64_t n) {
   bf16_lanes_along(dst, x, n);
 }
@@ -163,6 +162,7 @@ inline void lanes_across(float* dst, const f16* r0, const f16* /*r1*/, int64_t n
   widen_n(dst, r0, n);
 }
 
+// From fp32 rows (P, dS): rounded to bf16 operands.
 inline void lanes_across(uint32_t* dst, const float* r0, const float* r1, int64_t n) {
   bf16_lanes_across(dst, r0, r1, n);
 }
