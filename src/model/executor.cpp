@@ -1,5 +1,7 @@
 #include "model/executor.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -36,6 +38,10 @@ Executor::Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory
 }
 
 double Executor::run_ops(int end, bool training, float grad_scale) {
+  // Kernels index their scratch by OpenMP thread number: more threads than planned would write past it.
+  if (omp_get_max_threads() > graph_.threads)
+    throw std::logic_error("executor: the plan sized kernel scratch for " + std::to_string(graph_.threads) +
+                           " threads, but OpenMP runs " + std::to_string(omp_get_max_threads()));
   double loss_sum = 0;
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);

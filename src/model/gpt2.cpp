@@ -1,5 +1,7 @@
 #include "model/gpt2.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -188,13 +190,16 @@ class LayerEmitter {
 
 }  // namespace
 
-Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
+Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& config) {
+  StepConfig step = config;
+  if (step.threads <= 0) step.threads = omp_get_max_threads();
   const int64_t B = step.batch, T = step.seq_len, C = spec.n_embd, L = spec.n_layer;
   const int64_t Vp = spec.padded_vocab_size;
   const std::vector<int64_t> group = full_recompute_groups(step.recompute, L);
   const bool selective = step.recompute.granularity == RecomputeGranularity::selective;
   Gpt2Graph m;
   Graph& g = m.graph;
+  g.threads = step.threads;
   Builder b(g, step.dtype);
   // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs).
   const int64_t matmul_floats = kernels::gemm_scratch_floats(step.dtype);

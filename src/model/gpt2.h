@@ -17,7 +17,7 @@ namespace mt {
 struct StepConfig {
   int64_t batch = 1;         // B, sequences per micro-batch
   int64_t seq_len = 1;       // T
-  int threads = 1;           // OpenMP threads the kernels' scratch is sized for
+  int threads = 0;           // OpenMP threads the kernels' scratch is sized for; 0: omp_get_max_threads()
   DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
   RecomputeConfig recompute = {};
 };

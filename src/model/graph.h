@@ -47,6 +47,7 @@ struct Graph {
   std::vector<Op> ops;
   // ops[loss_op] computes the loss; evaluation runs ops [0, loss_op] without gradients, training runs all.
   int loss_op = 0;
+  int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
 };
 
 // Sets first_op/last_op of every activation and workspace tensor from the ops that touch it.

@@ -41,8 +41,8 @@ struct Trained {
 
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
 Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
-  const Gpt2Graph m = build_gpt2_graph(
-      kSpec, {.batch = B, .seq_len = T, .threads = 2, .dtype = dtype, .recompute = recompute});
+  const Gpt2Graph m =
+      build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
   out.plan = make_plan(m.graph.table, policy);
