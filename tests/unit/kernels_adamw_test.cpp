@@ -19,21 +19,9 @@ using testing::bitwise_equal;
 using testing::expect_close;
 using testing::random_floats;
 using testing::to_double;
+using testing::to_float;
+using testing::to_storage;
 using testing::with_threads;
-
-template <typename T>
-std::vector<T> stored(const std::vector<float>& x) {
-  std::vector<T> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = round_to<T>(x[i]);
-  return out;
-}
-
-template <typename T>
-std::vector<float> loaded(const std::vector<T>& x) {
-  std::vector<float> out(x.size());
-  for (size_t i = 0; i < x.size(); ++i) out[i] = to_f32(x[i]);
-  return out;
-}
 
 template <typename T>
 bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
@@ -193,10 +181,10 @@ void check_against_reference(bool use_master, bool stochastic_moments) {
   const int64_t n = 1003;
   const auto w0 = random_floats(n, 1);
   std::vector<float> master = w0;
-  std::vector<P> param = stored<P>(w0);
-  std::vector<M> m = stored<M>(std::vector<float>(n)), v = m;
+  std::vector<P> param = to_storage<P>(w0);
+  std::vector<M> m = to_storage<M>(std::vector<float>(n)), v = m;
   for (int64_t step = 1; step <= 4; ++step) {
-    const std::vector<G> grad = stored<G>(random_floats(n, 10 + step, 0.1));
+    const std::vector<G> grad = to_storage<G>(random_floats(n, 10 + step, 0.1));
     const AdamWStep s{6e-4f, 0.9f, 0.95f, 1e-8f, step % 2 ? 0.1f : 0.0f, step, step == 3 ? 0.37f : 1.0f};
     const double bc1 = 1 - std::pow(double(s.beta1), step), bc2 = 1 - std::pow(double(s.beta2), step);
     std::vector<double> w_ref(n), m_ref(n), v_ref(n);
@@ -215,7 +203,7 @@ void check_against_reference(bool use_master, bool stochastic_moments) {
     expect_stored_close(v, v_ref, moment_ulps, 1e-5, 1e-12, "v");
     if (use_master) {
       expect_close(master, w_ref, 1e-6, 1e-7);
-      ASSERT_TRUE(same_bits(param, stored<P>(master))) << "param is not the master rounded to nearest";
+      ASSERT_TRUE(same_bits(param, to_storage<P>(master))) << "param is not the master rounded to nearest";
     } else if constexpr (!std::is_same_v<P, f16>) {
       expect_stored_close(param, w_ref, std::is_same_v<P, float> ? 0.0 : 1.0, 1e-6, 1e-7, "weight");
     }
@@ -260,17 +248,17 @@ TYPED_TEST(KernelAdamWLayout, SameBitsForAnyThreadCount) {
     std::vector<std::vector<float>> results;
     for (int threads : {1, 2, 3}) {
       std::vector<float> master = w0;
-      std::vector<P> param = stored<P>(w0);
-      std::vector<M> m = stored<M>(std::vector<float>(n)), v = m;
+      std::vector<P> param = to_storage<P>(w0);
+      std::vector<M> m = to_storage<M>(std::vector<float>(n)), v = m;
       for (int64_t step = 1; step <= 2; ++step) {
-        const std::vector<G> grad = stored<G>(random_floats(n, 10 + step, 0.1));
+        const std::vector<G> grad = to_storage<G>(random_floats(n, 10 + step, 0.1));
         with_threads(threads, [&] {
           adamw_update<P, G, M>(use_master ? master.data() : nullptr, param.data(), grad.data(), m.data(),
                                 v.data(), n, {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step}, {true, 7, 3});
         });
       }
       std::vector<float> all = master;
-      for (const auto& part : {loaded(param), loaded(m), loaded(v)})
+      for (const auto& part : {to_float(param), to_float(m), to_float(v)})
         all.insert(all.end(), part.begin(), part.end());
       results.push_back(std::move(all));
     }
@@ -290,13 +278,13 @@ TYPED_TEST(KernelAdamWLayout, GradMultiplierScalesGradients) {
   for (int64_t i = 0; i < n; ++i) quarter[i] = g[i] * 0.25f;
   const auto run = [&](const std::vector<float>& grad, float multiplier) {
     std::vector<float> master = random_floats(n, 1);
-    std::vector<P> param = stored<P>(master);
-    std::vector<M> m = stored<M>(std::vector<float>(n)), v = m;
-    const std::vector<G> stored_grad = stored<G>(grad);
+    std::vector<P> param = to_storage<P>(master);
+    std::vector<M> m = to_storage<M>(std::vector<float>(n)), v = m;
+    const std::vector<G> stored_grad = to_storage<G>(grad);
     adamw_update<P, G, M>(master.data(), param.data(), stored_grad.data(), m.data(), v.data(), n,
                           {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, multiplier}, {});
     std::vector<float> all = master;
-    for (const auto& part : {loaded(param), loaded(m), loaded(v)})
+    for (const auto& part : {to_float(param), to_float(m), to_float(v)})
       all.insert(all.end(), part.begin(), part.end());
     return all;
   };
@@ -309,10 +297,10 @@ struct StochasticRun {
   std::vector<bf16> param, m, v;
 };
 StochasticRun run_stochastic(uint64_t seed, bool stochastic_moments, int64_t n = 4099) {
-  StochasticRun r{stored<bf16>(random_floats(n, 1)), std::vector<bf16>(n, bf16{0}),
+  StochasticRun r{to_storage<bf16>(random_floats(n, 1)), std::vector<bf16>(n, bf16{0}),
                   std::vector<bf16>(n, bf16{0})};
   for (int64_t step = 1; step <= 2; ++step) {
-    const auto grad = stored<bf16>(random_floats(n, 10 + step, 0.1));
+    const auto grad = to_storage<bf16>(random_floats(n, 10 + step, 0.1));
     adamw_update<bf16, bf16, bf16>(nullptr, r.param.data(), grad.data(), r.m.data(), r.v.data(), n,
                                    {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step}, {stochastic_moments, seed, 0});
   }
@@ -345,8 +333,8 @@ TEST(KernelAdamW, StochasticRoundingIsReproducibleAndSeeded) {
 TEST(KernelAdamW, PiecewiseUpdateMatchesOneCall) {
   // Tensors are updated one by one with rounding.index at their offset: the bits must not depend on it.
   const int64_t n = 1000, split = 377, offset = 5000;
-  const auto w0 = stored<bf16>(random_floats(n, 1));
-  const auto grad = stored<bf16>(random_floats(n, 2, 0.1));
+  const auto w0 = to_storage<bf16>(random_floats(n, 1));
+  const auto grad = to_storage<bf16>(random_floats(n, 2, 0.1));
   const AdamWStep s{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1};
   std::vector<bf16> whole = w0, pieces = w0, m1(n, bf16{0}), v1(n, bf16{0}), m2 = m1, v2 = v1;
   adamw_update<bf16, bf16, bf16>(nullptr, whole.data(), grad.data(), m1.data(), v1.data(), n, s,
@@ -386,12 +374,12 @@ TEST(KernelAdamW, StochasticWeightsFollowUpdatesFarBelowTheirPrecision) {
   EXPECT_NEAR(mean, expected, 5 * standard_error);
   // With a master the fp32 copy carries the small steps and the bf16 weights are its nearest rounding.
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(master[i], expected, 1e-6);
-  EXPECT_TRUE(same_bits(master_param, stored<bf16>(master)));
+  EXPECT_TRUE(same_bits(master_param, to_storage<bf16>(master)));
 }
 
 TEST(KernelAdamW, SumOfSquaresBf16SameBitsForAnyThreadCount) {
   const int64_t n = 100003;
-  const auto x = stored<bf16>(random_floats(n, 3));
+  const auto x = to_storage<bf16>(random_floats(n, 3));
   double expected = 0;
   for (bf16 b : x) expected += double(to_f32(b)) * to_f32(b);
   std::vector<double> sums;
@@ -408,13 +396,13 @@ TEST(KernelAdamW, SumOfSquaresIsNonFiniteExactlyForNonFiniteInput) {
     auto x = random_floats(n, 5);
     x[n - 3] = bad;  // in the last chunk, past a vector boundary
     EXPECT_FALSE(std::isfinite(sum_of_squares(x.data(), n))) << bad;
-    const auto half = stored<bf16>(x);
+    const auto half = to_storage<bf16>(x);
     EXPECT_FALSE(std::isfinite(sum_of_squares(half.data(), n))) << bad;
   }
   // Squares are summed in double: the largest finite values do not overflow.
   const std::vector<float> large(n, std::numeric_limits<float>::max());
   EXPECT_TRUE(std::isfinite(sum_of_squares(large.data(), n)));
-  const auto large_half = stored<bf16>(std::vector<float>(n, 3e38f));
+  const auto large_half = to_storage<bf16>(std::vector<float>(n, 3e38f));
   EXPECT_TRUE(std::isfinite(sum_of_squares(large_half.data(), n)));
 }
 

@@ -15,6 +15,8 @@ using testing::bitwise_equal;
 using testing::expect_close;
 using testing::random_floats;
 using testing::to_double;
+using testing::to_float;
+using testing::to_storage;
 using testing::with_threads;
 
 // The fp32 tests' shape: one block of queries, hs not a multiple of the vector width.
@@ -182,21 +184,6 @@ TEST(KernelAttention, BackwardSameBitsForAnyThreadCount) {
   }
   EXPECT_TRUE(bitwise_equal(results[0], results[1]));
   EXPECT_TRUE(bitwise_equal(results[0], results[2]));
-}
-
-// x rounded to the storage type X, and back: to_float(to_storage<X>(x)) is what a fp32 kernel sees of it.
-template <typename X>
-std::vector<X> to_storage(const std::vector<float>& x) {
-  std::vector<X> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = round_to<X>(x[i]);
-  return y;
-}
-
-template <typename X>
-std::vector<float> to_float(const std::vector<X>& x) {
-  std::vector<float> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = to_f32(x[i]);
-  return y;
 }
 
 struct AttentionResult {
