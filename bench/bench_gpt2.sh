@@ -41,12 +41,7 @@ declare -A flags=(
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 
-for c in $configs; do
-  [ -n "${flags[$c]+set}" ] || die "unknown configuration '$c' in CONFIGS (known: ${!flags[*]})"
-done
-[ "$steps" -gt "$skip" ] || die "STEPS ($steps) must exceed SKIP ($skip)"
-command -v jq >/dev/null || die "needs jq (apt-get install -y jq)"
-[ -x "$memtrain" ] || die "$memtrain not found, run scripts/setup.sh"
+check_inputs
 
 # The targets of the mixed-precision issue, each a ratio of two configurations' values. "cost" is
 # 1 - num/den. A ratio whose configurations did not both run is left out. Other jobs do not move

@@ -54,12 +54,7 @@ declare -A flags=(
   [torch-checkpoint]="--checkpoint"
 )
 
-for c in $configs; do
-  [ -n "${flags[$c]+set}" ] || die "unknown configuration '$c' in CONFIGS (known: ${!flags[*]})"
-done
-[ "$steps" -gt "$skip" ] || die "STEPS ($steps) must exceed SKIP ($skip)"
-command -v jq >/dev/null || die "needs jq (apt-get install -y jq)"
-[ -x "$memtrain" ] || die "$memtrain not found, run scripts/setup.sh"
+check_inputs
 
 # Each run against its engine's run without recompute (time: that run's tokens/s over this one's, so 1.33
 # is a third slower), and memtrain against PyTorch for the modes that keep the same tensors: none with none,

@@ -9,6 +9,18 @@
 
 die() { echo "bench: $*" >&2; exit 1; }
 
+# The checks both benchmarks make before running anything: known configurations (the caller's `configs` and
+# `flags`), more steps than skipped ones, jq, and a built memtrain.
+check_inputs() {
+  local c
+  for c in $configs; do
+    [ -n "${flags[$c]+set}" ] || die "unknown configuration '$c' in CONFIGS (known: ${!flags[*]})"
+  done
+  [ "$steps" -gt "$skip" ] || die "STEPS ($steps) must exceed SKIP ($skip)"
+  command -v jq >/dev/null || die "needs jq (apt-get install -y jq)"
+  [ -x "$memtrain" ] || die "$memtrain not found, run scripts/setup.sh"
+}
+
 load_average() { cut -d' ' -f1-3 /proc/loadavg; }
 
 # Benchmarks of other sessions (memtrain training, torch_gpt2.py) running now, one "pid command" a line.
