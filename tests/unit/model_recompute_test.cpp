@@ -10,6 +10,7 @@
 #include "memory/plan.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model/model.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 
@@ -17,7 +18,15 @@ namespace mt {
 namespace {
 
 // Four layers, so that groups of 2 and 3 and blocks of 1 and 3 differ.
-const ModelSpec kSpec{"recompute", 4, 4, 64, 64, 256, 256, 1e-5f};
+const ModelSpec kSpec{.name = "recompute",
+                      .n_layer = 4,
+                      .n_head = 4,
+                      .n_kv_head = 4,
+                      .n_embd = 64,
+                      .intermediate_size = 256,
+                      .n_positions = 64,
+                      .vocab_size = 256,
+                      .padded_vocab_size = 256};
 constexpr int64_t B = 2, T = 32, C = 64, H = 4, L = 4;
 
 RecomputeConfig full(RecomputeMethod method, int64_t n) {
@@ -41,7 +50,7 @@ struct Trained {
 
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
 Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
-  const Gpt2Graph m =
+  const ModelGraph m =
       build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
@@ -49,7 +58,7 @@ Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
   Allocation memory(m.graph.table, out.plan);
   init_gpt2_params(kSpec, m, memory, 3);
   std::vector<ParamGroup> groups;
-  for (int id : m.params) groups.push_back({id, gpt2_decays(m.graph.table[id])});
+  for (int id : m.params) groups.push_back({id, weight_decays(m.graph.table[id])});
   AdamW optimizer({}, groups);
   Executor exec(kSpec, m.graph, memory);
   for (int step = 0; step < 2; ++step) {
@@ -119,7 +128,7 @@ TEST(ModelRecompute, KeptActivationsMatchHandCount) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(recompute_name(c.mode));
-    const Gpt2Graph m = build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .recompute = c.mode});
+    const ModelGraph m = build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .recompute = c.mode});
     EXPECT_EQ(live_at_loss(m.graph), c.kept);
     const Plan plan = make_plan(m.graph.table, {});
     EXPECT_GE(plan.activations.size, c.kept);
