@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "io/atomic_file.h"  // write_file_atomically, for the run's other files
+
 namespace mt {
 
 class MetricsLog {
@@ -20,8 +22,5 @@ class MetricsLog {
   std::string path_;
   std::FILE* file_ = nullptr;
 };
-
-// Writes text to path through a temporary file and a rename: readers see the old file or the whole new one.
-void write_file_atomically(const std::string& path, const std::string& text);
 
 }  // namespace mt

@@ -17,8 +17,8 @@
 #include "memory/report.h"
 #include "memory/timeline.h"
 #include "model/executor.h"
-#include "model/gpt2.h"
-#include "model/gpt2_weights.h"
+#include "model/model.h"
+#include "model/weights.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
 #include "train/zero_sync.h"
@@ -101,7 +101,7 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   if (c.adam.clip_grad < 0) fail_usage("--clip-grad must be 0 (off) or positive");
 }
 
-double evaluate(Executor& exec, Loader& val, const Gpt2Graph& model, Allocation& memory, int64_t iters) {
+double evaluate(Executor& exec, Loader& val, const ModelGraph& model, Allocation& memory, int64_t iters) {
   val.reset();  // the same validation windows every time, so evaluations compare
   double sum = 0;
   for (int64_t i = 0; i < iters; ++i) {
@@ -158,7 +158,7 @@ void train(const TrainConfig& cfg) {
 
   // The table: the model's tensors plus the loaders' window buffers; then the one Plan everything follows.
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
-  Gpt2Graph model = build_gpt2_graph(
+  ModelGraph model = build_model_graph(
       spec,
       {.batch = B, .seq_len = T, .threads = threads, .dtype = policy.weights, .recompute = cfg.recompute});
   const LoaderConfig train_data{B, T, cfg.shuffle, cfg.seed, static_cast<int32_t>(spec.vocab_size)};
@@ -205,9 +205,9 @@ void train(const TrainConfig& cfg) {
 
   Allocation memory(table, plan);
   if (cfg.init_from.empty())
-    init_gpt2_params(spec, model, memory, cfg.seed);
+    init_model_params(spec, model, memory, cfg.seed);
   else
-    load_gpt2_weights(cfg.init_from, spec, model, memory);
+    load_weights(cfg.init_from, spec, model, memory);
   Loader train_loader(train_shards, train_data, static_cast<uint16_t*>(memory.data(train_window)));
   std::unique_ptr<Loader> val_loader;
   if (evaluating)
@@ -215,7 +215,7 @@ void train(const TrainConfig& cfg) {
         std::make_unique<Loader>(val_shards, val_data, static_cast<uint16_t*>(memory.data(val_window)));
 
   std::vector<ParamGroup> groups;
-  for (int id : model.params) groups.push_back({id, gpt2_decays(table[id])});
+  for (int id : model.params) groups.push_back({id, weight_decays(table[id])});
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
@@ -309,7 +309,7 @@ void train(const TrainConfig& cfg) {
   }
 
   // After the last gather every rank holds the same weights: one file is enough.
-  if (!cfg.save_weights.empty() && rank == 0) save_gpt2_weights(cfg.save_weights, spec, model, memory);
+  if (!cfg.save_weights.empty() && rank == 0) save_weights(cfg.save_weights, spec, model, memory);
   CategoryBytes measured = memory.measured();
   measured[Category::comm] += comm->buffer_bytes();  // the communicator's own receive buffer
   const MemoryReport report{

@@ -17,8 +17,8 @@
 #include "memory/plan.h"
 #include "memory/precision.h"
 #include "model/executor.h"
-#include "model/gpt2.h"
-#include "model/gpt2_weights.h"
+#include "model/model.h"
+#include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
@@ -44,11 +44,11 @@ int run(int argc, char** argv) {
       model_state_policy({.precision = parse_precision(argc == 9 ? argv[8] : "fp32")});
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
   const ModelSpec spec = resolve_model(argv[1], 64);
-  Gpt2Graph model = build_gpt2_graph(
+  ModelGraph model = build_model_graph(
       spec, {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights});
   const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
-  load_gpt2_weights(argv[2], spec, model, memory);
+  load_weights(argv[2], spec, model, memory);
 
   std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
   std::ifstream in(argv[3], std::ios::binary);
@@ -81,7 +81,7 @@ int run(int argc, char** argv) {
 
   // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
   std::vector<ParamGroup> groups;
-  for (int id : model.params) groups.push_back({id, gpt2_decays(model.graph.table[id])});
+  for (int id : model.params) groups.push_back({id, weight_decays(model.graph.table[id])});
   AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
   const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
   std::vector<float> losses, norms;
