@@ -1,4 +1,4 @@
-// Runs memtrain's GPT-2 on given weights and batches and writes what the PyTorch reference compares:
+// Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the PyTorch reference compares:
 // the first batch's logits, loss and every parameter gradient, then the losses of `steps` AdamW steps.
 //   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION]
 // BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
@@ -17,6 +17,7 @@
 #include "memory/plan.h"
 #include "memory/precision.h"
 #include "model/executor.h"
+#include "model/checkpoint_layout.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
@@ -71,13 +72,9 @@ int run(int argc, char** argv) {
 
   const float loss = static_cast<float>(exec.train_step(1.0f).loss);
   out.add("loss", {1}, &loss, 1);
-  for (int id : model.params) {
-    const TensorDesc& t = model.graph.table[id];
-    const int64_t rows = t.name == "wte.weight" ? spec.vocab_size : t.shape[0];
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = rows;
-    out.add("grad." + t.name, shape, memory.grad<float>(id), t.numel() / t.shape[0] * rows);
-  }
+  // Gradients under the checkpoint's names and shapes: fused parameters split, vocabulary padding removed.
+  for (const FileTensor& f : checkpoint_tensors(spec, model))
+    out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
 
   // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
   std::vector<ParamGroup> groups;
