@@ -27,6 +27,18 @@ const ModelSpec kSpec{.name = "recompute",
                       .n_positions = 64,
                       .vocab_size = 256,
                       .padded_vocab_size = 256};
+// The same depth in the LLaMA family: grouped queries, untied head.
+const ModelSpec kLlamaSpec{.name = "recompute-llama",
+                           .arch = Arch::llama,
+                           .n_layer = 4,
+                           .n_head = 4,
+                           .n_kv_head = 2,
+                           .n_embd = 64,
+                           .intermediate_size = 160,
+                           .n_positions = 64,
+                           .vocab_size = 256,
+                           .padded_vocab_size = 256,
+                           .tied_head = false};
 constexpr int64_t B = 2, T = 32, C = 64, H = 4, L = 4;
 
 RecomputeConfig full(RecomputeMethod method, int64_t n) {
@@ -49,18 +61,18 @@ struct Trained {
 };
 
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
-Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
+Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute, DType dtype) {
   const ModelGraph m =
-      build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
+      build_model_graph(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
   out.plan = make_plan(m.graph.table, policy);
   Allocation memory(m.graph.table, out.plan);
-  init_gpt2_params(kSpec, m, memory, 3);
+  init_model_params(spec, m, memory, 3);
   std::vector<ParamGroup> groups;
   for (int id : m.params) groups.push_back({id, weight_decays(m.graph.table[id])});
   AdamW optimizer({}, groups);
-  Executor exec(kSpec, m.graph, memory);
+  Executor exec(spec, m.graph, memory);
   for (int step = 0; step < 2; ++step) {
     for (int64_t i = 0; i < B * T; ++i) {
       memory.i32(m.tokens)[i] = static_cast<int32_t>((i * 31 + step * 7) % 256);
@@ -79,17 +91,19 @@ Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
 }
 
 TEST(ModelRecompute, EveryModeIsBitwiseTheRunWithoutRecompute) {
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    const Trained reference = train_two_steps({}, dtype);
-    for (const RecomputeConfig& mode : kModes) {
-      SCOPED_TRACE(recompute_name(mode) + " " + std::string(dtype_name(dtype)));
-      const Trained run = train_two_steps(mode, dtype);
-      EXPECT_EQ(run.first_loss, reference.first_loss);
-      EXPECT_EQ(run.second_loss, reference.second_loss);
-      EXPECT_TRUE(run.grads == reference.grads) << "gradients differ";
-      EXPECT_TRUE(run.params == reference.params) << "weights differ";
-      EXPECT_EQ(run.measured.bytes, run.plan.bytes.bytes);
-      EXPECT_LT(run.plan.activations.size, reference.plan.activations.size);
+  for (const ModelSpec* spec : {&kSpec, &kLlamaSpec}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const Trained reference = train_two_steps(*spec, {}, dtype);
+      for (const RecomputeConfig& mode : kModes) {
+        SCOPED_TRACE(spec->name + " " + recompute_name(mode) + " " + std::string(dtype_name(dtype)));
+        const Trained run = train_two_steps(*spec, mode, dtype);
+        EXPECT_EQ(run.first_loss, reference.first_loss);
+        EXPECT_EQ(run.second_loss, reference.second_loss);
+        EXPECT_TRUE(run.grads == reference.grads) << "gradients differ";
+        EXPECT_TRUE(run.params == reference.params) << "weights differ";
+        EXPECT_EQ(run.measured.bytes, run.plan.bytes.bytes);
+        EXPECT_LT(run.plan.activations.size, reference.plan.activations.size);
+      }
     }
   }
 }
