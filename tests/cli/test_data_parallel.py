@@ -36,9 +36,9 @@ class DataParallel(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp_dir.cleanup()
 
-    def train(self, name, ranks, *flags):
+    def train(self, name, ranks, *flags, model="gpt2-tiny"):
         out = self.tmp / name
-        args = [MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data), "--seq-length", "32",
+        args = [MEMTRAIN, "train", "--model", model, "--data", str(self.data), "--seq-length", "32",
                 "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", str(STEPS),
                 "--eval-interval", "0", "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
         result = subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True, timeout=120)
@@ -56,6 +56,15 @@ class DataParallel(unittest.TestCase):
                     out = self.train(f"dp{stage}" + "".join(precision), 2, "--zero-stage", stage, *precision)
                     for a, b in zip(self.losses(out), single):
                         self.assertAlmostEqual(a, b, delta=tolerance * b)
+
+    def test_llama_two_ranks_follow_one_process_accumulating(self):
+        single = self.losses(self.train("llama-single", 1, "--bf16", model="llama-tiny"))
+        out = self.train("llama-dp1", 2, "--zero-stage", "1", "--bf16", model="llama-tiny")
+        for a, b in zip(self.losses(out), single):
+            self.assertAlmostEqual(a, b, delta=1e-2 * b)
+        for rank in (0, 1):
+            memory = json.loads((out / f"memory.rank{rank}.json").read_text())
+            self.assertEqual(memory["planned"], memory["measured"])
 
     def test_runs_repeat_bitwise(self):
         first = self.losses(self.train("repeat-a", 2, "--zero-stage", "1", "--bf16"))
