@@ -125,8 +125,10 @@ def rss_bytes():
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+def run_benchmark(description, make_model, add_model_args=lambda ap: None):
+    """Parses the shared flags (and the model's, by add_model_args), trains make_model(args) and prints the
+    JSON summary: the loop every PyTorch baseline of bench/ runs."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
@@ -139,11 +141,12 @@ def main():
                     help="bf16: forward and loss under CPU autocast to bfloat16 (default off: fp32)")
     ap.add_argument("--checkpoint", action="store_true",
                     help="activation checkpointing: torch.utils.checkpoint around each block (non-reentrant)")
+    add_model_args(ap)
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
-    model = GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint)
+    model = make_model(args)
     # Same optimizer settings as memtrain's defaults, so both do the same work per step.
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
     data = batches(shard_tokens(args.shard), args.batch, args.seq)
@@ -193,4 +196,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(__doc__, lambda args: GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint))

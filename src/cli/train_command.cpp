@@ -88,7 +88,8 @@ void add_train_command(CLI::App& app) {
   auto distributed_optimizer = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
-  cmd->add_option("--model", c.model, "preset name or config.json (Hugging Face GPT-2 keys)")->required();
+  cmd->add_option("--model", c.model, "preset name or a Hugging Face config.json (GPT-2 or LLaMA family)")
+      ->required();
   cmd->add_option("--data", c.data, "directory of token shards (*_train_*.bin, *_val_*.bin) or a glob")
       ->required();
   cmd->add_option("--make-vocab-size-divisible-by", c.pad_vocab_multiple, "pad the vocabulary to a multiple")
@@ -119,8 +120,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-interval", c.eval_interval, "steps between validations, 0 = off")
       ->capture_default_str();
   cmd->add_option("--eval-iters", c.eval_iters, "validation batches per evaluation")->capture_default_str();
-  cmd->add_option("--init-from", c.init_from, "start from these safetensors weights");
-  cmd->add_option("--save-weights", c.save_weights, "write the final weights as safetensors");
+  cmd->add_option(
+      "--init-from", c.init_from,
+      "start from these safetensors weights (a file, a model.safetensors.index.json or its folder)");
+  cmd->add_option("--save-weights", c.save_weights,
+                  "write the final weights as safetensors (shards beside it when it ends in .index.json)");
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report,
