@@ -63,6 +63,23 @@ def rel(a, b):
     return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
 
 
+def random_params(shapes, is_norm, seed=1234):
+    """Parameters for {name: shape}: norm weights near 1 (norm biases near 0; is_norm(name) says which are
+    norms), other biases N(0, 0.02), matrices N(0, 0.05); fp32 leaves that collect gradients."""
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in shapes.items():
+        if is_norm(name):
+            base = 1.0 if name.endswith("weight") else 0.0
+            t = base + 0.1 * torch.randn(shape, generator=gen)
+        elif name.endswith("bias"):
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            t = 0.05 * torch.randn(shape, generator=gen)
+        params[name] = t.float().requires_grad_(True)
+    return params
+
+
 def run_parity(dump, name, precision, c, config_json, params, forward):
     """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
     tol = TOLERANCES[precision]

@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from parity_common import run_parity
+from parity_common import random_params, run_parity
 
 CONFIGS = {
     # Powers of two, and a shape where nothing is: C=120 with 5 heads (hs=24), T=37, V=1003 (padded to 1024).
@@ -35,20 +35,6 @@ def gpt2_param_shapes(c):
         })
     shapes.update({"ln_f.weight": [C], "ln_f.bias": [C]})
     return shapes
-
-
-def random_params(c, gen):
-    params = {}
-    for name, shape in gpt2_param_shapes(c).items():
-        if name.startswith("ln") or ".ln_" in name:
-            base = 1.0 if name.endswith("weight") else 0.0
-            t = base + 0.1 * torch.randn(shape, generator=gen)
-        elif name.endswith("bias"):
-            t = 0.02 * torch.randn(shape, generator=gen)
-        else:
-            t = 0.05 * torch.randn(shape, generator=gen)
-        params[name] = t.float().requires_grad_(True)
-    return params
 
 
 def forward(p, c, tokens):
@@ -77,7 +63,7 @@ def main():
     dump, name = sys.argv[1], sys.argv[2]
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     c = CONFIGS[name]
-    params = random_params(c, torch.Generator().manual_seed(1234))
+    params = random_params(gpt2_param_shapes(c), lambda n: n.startswith("ln") or ".ln_" in n)
     config = {k: c[k] for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size")}
     run_parity(dump, name, precision, c, config, params, forward)
 

@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from parity_common import run_parity
+from parity_common import random_params, run_parity
 
 CONFIGS = {
     # 8 query heads on 2 KV heads, C=128, T=64, untied head.
@@ -44,19 +44,6 @@ def llama_param_shapes(c):
     if not c["tie_word_embeddings"]:
         shapes["lm_head.weight"] = [c["vocab_size"], C]
     return shapes
-
-
-def random_params(c, gen):
-    params = {}
-    for name, shape in llama_param_shapes(c).items():
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
-        elif name.endswith("bias"):
-            t = 0.02 * torch.randn(shape, generator=gen)
-        else:
-            t = 0.05 * torch.randn(shape, generator=gen)
-        params[name] = t.float().requires_grad_(True)
-    return params
 
 
 def rms_norm(x, w, eps):
@@ -108,7 +95,7 @@ def main():
     dump, name = sys.argv[1], sys.argv[2]
     precision = sys.argv[3] if len(sys.argv) > 3 else "fp32"
     c = CONFIGS[name]
-    params = random_params(c, torch.Generator().manual_seed(1234))
+    params = random_params(llama_param_shapes(c), lambda n: n.endswith("norm.weight"))
     config = {k: v for k, v in c.items() if k not in ("B", "T")}
     config["model_type"] = "llama"
     run_parity(dump, name, precision, c, config, params, forward)
