@@ -2,6 +2,7 @@
 // at their offsets, vocabulary padding left out), and save/load round trips, single-file and sharded, that
 // give back the same weights bit for bit.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
