@@ -83,20 +83,25 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
   } else {
     plan.shard_elems = plan.shard_end = n;
   }
-  if (sharding.world > 1) {
+  if (plan.stages_whole_buffers()) {
     const int64_t bucket = std::max<int64_t>(sharding.bucket_elems, sharding.world);
     plan.chunk_elems = std::min((bucket + sharding.world - 1) / sharding.world, plan.shard_elems);
-    plan.bytes[Category::comm] += (sharding.world + 1) * plan.chunk_elems * 4 + sharding.comm_internal_bytes;
+    plan.bytes[Category::comm] += (sharding.world + 1) * plan.chunk_elems * 4;
   }
+  if (sharding.world > 1) plan.bytes[Category::comm] += sharding.comm_internal_bytes;
   const int64_t s = plan.shard_elems;
-  plan.bytes[Category::params] = n * static_cast<int64_t>(dtype_size(policy.weights));
+  plan.bytes[Category::params] =
+      (sharding.shards_weights() ? s : n) * static_cast<int64_t>(dtype_size(policy.weights));
   plan.bytes[Category::master] = policy.master_weights ? s * 4 : 0;
-  plan.bytes[Category::grads] = n * static_cast<int64_t>(dtype_size(policy.grads));
+  plan.bytes[Category::grads] =
+      (sharding.shards_grads() ? s : n) * static_cast<int64_t>(dtype_size(policy.grads));
   plan.bytes[Category::optim] = 2 * s * static_cast<int64_t>(dtype_size(policy.moments));
   plan.activations = pack_arena(table, Category::activations);
   plan.workspace = pack_arena(table, Category::workspace);
+  plan.comm = pack_arena(table, Category::comm);
   plan.bytes[Category::activations] += plan.activations.size;
   plan.bytes[Category::workspace] += plan.workspace.size;
+  plan.bytes[Category::comm] += plan.comm.size;
   return plan;
 }
 

@@ -24,8 +24,9 @@ struct ModelStatePolicy {
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
 // one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world), so an uneven size pads the
 // last shard instead of being rejected. Stage 1 keeps only this rank's shard of the master weights and Adam
-// moments. Gradients and weights are exchanged in chunks of at most `bucket_elems` elements through a comm
-// staging buffer of (world + 1) chunks.
+// moments, stage 2 also of the gradients, stage 3 also of the weights. Whole buffers are exchanged in chunks
+// of at most `bucket_elems` elements through a comm staging buffer of (world + 1) chunks; stages 2 and 3
+// exchange a block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
   int world = 1;
   int rank = 0;
@@ -34,6 +35,8 @@ struct Sharding {
   int64_t comm_internal_bytes = 0;  // what the communicator itself holds for those calls
 
   bool shards_optimizer() const { return stage >= 1 && world > 1; }
+  bool shards_grads() const { return stage >= 2 && world > 1; }
+  bool shards_weights() const { return stage >= 3 && world > 1; }
 };
 
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
@@ -55,6 +58,16 @@ struct Plan {
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
   ArenaLayout workspace;
+  ArenaLayout comm;  // the step schedule's gathered weights and gradient sums (ZeRO-2/3)
+
+  // The flat parameter range whose weights (gradients) this rank's buffer holds: all parameters, or its
+  // shard when ZeRO-3 (ZeRO-2) shards them.
+  int64_t weights_begin() const { return sharding.shards_weights() ? shard_begin : 0; }
+  int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
+  int64_t grads_begin() const { return sharding.shards_grads() ? shard_begin : 0; }
+  int64_t grads_end() const { return sharding.shards_grads() ? shard_end : num_params; }
+  // Whether whole buffers go through the comm staging buffer: ZeRO-3 exchanges only blocks.
+  bool stages_whole_buffers() const { return sharding.world > 1 && !sharding.shards_weights(); }
 };
 
 // Packs the tensors of `category` that have lifetimes: largest first, each at the lowest aligned offset that

@@ -45,24 +45,25 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
 // Stores one tensor read from the file into the weights (rounded to their dtype) and this rank's part of the
 // fp32 master copy. The file's bytes pass through one tensor-sized buffer, at load time only.
 void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory, int id) {
-  const DType weights = memory.plan().policy.weights;
-  if (e.dtype == weights && !memory.master()) {
+  const Plan& plan = memory.plan();
+  const DType weights = plan.policy.weights;
+  if (e.dtype == weights && !memory.master() && !plan.sharding.shards_weights()) {
     reader.read(e, memory.data(id));
     return;
   }
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
-  const int64_t n = e.numel();
-  void* dst = memory.data(id);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = file_value(bytes.data(), e.dtype, i);
-    if (weights == DType::f32) static_cast<float*>(dst)[i] = v;
-    if (weights == DType::bf16) static_cast<bf16*>(dst)[i] = round_to<bf16>(v);
-    if (weights == DType::f16) static_cast<f16*>(dst)[i] = round_to<f16>(v);
+  const int64_t n = e.numel(), offset = memory.param_offset(id);
+  // This rank's part of the weights: all of the tensor, or its shard under ZeRO-3.
+  const int64_t first = std::max(offset, plan.weights_begin()),
+                last = std::min(offset + n, plan.weights_end());
+  for (int64_t g = first; g < last; ++g) {
+    const float v = file_value(bytes.data(), e.dtype, g - offset);
+    if (weights == DType::f32) *memory.weights_from<float>(g) = v;
+    if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(v);
+    if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(v);
   }
   if (!memory.master()) return;
-  const Plan& plan = memory.plan();
-  const int64_t offset = memory.param_offset(id);
   const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
   for (int64_t g = begin; g < end; ++g)
     memory.master()[g - plan.shard_begin] = file_value(bytes.data(), e.dtype, g - offset);

@@ -19,6 +19,7 @@
 #include "model/executor.h"
 #include "model/gpt2.h"
 #include "model/gpt2_weights.h"
+#include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
 #include "train/zero_sync.h"
@@ -56,12 +57,11 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c) {
   if (c.zero_stage < 0 || c.zero_stage > 3) fail_usage("--zero-stage must be 0, 1, 2 or 3");
-  if (c.zero_stage >= 2)
-    fail_usage(
-        "--zero-stage " + std::to_string(c.zero_stage) +
-        " is not implemented yet: stage 1 shards master weights and moments; gradient (2) and weight (3) "
-        "sharding are still to come");
   if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
+  if (c.zero_stage == 3 && !c.save_weights.empty())
+    fail_usage(
+        "--save-weights with --zero-stage 3: no rank holds whole weights to write; train with --zero-stage 2 "
+        "to save them");
   if (c.offload_optimizer == "cpu")
     fail_usage(
         "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
@@ -168,6 +168,7 @@ void train(const TrainConfig& cfg) {
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
+  const ZeroSchedule zero_schedule = add_zero_schedule(model.graph, world > 1 ? cfg.zero_stage : 0, policy.grads);
   const Sharding sharding{.world = world,
                           .rank = rank,
                           .stage = cfg.zero_stage,
@@ -227,7 +228,8 @@ void train(const TrainConfig& cfg) {
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   std::unique_ptr<MetricsLog> metrics =
       rank == 0 ? std::make_unique<MetricsLog>(cfg.out + "/metrics.jsonl") : nullptr;
-  ZeroSync sync(*comm, memory);
+  ZeroSync sync(*comm, memory, zero_schedule);
+  if (!zero_schedule.windows.empty()) exec.set_op_hooks(&sync);
   MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                                  precision_name(cfg.precision.precision),
                           .loss_op = model.graph.loss_op,
