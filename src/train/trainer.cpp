@@ -200,7 +200,7 @@ void train(const TrainConfig& cfg) {
               recompute_name(cfg.recompute).c_str(), human_bytes(plan.activations.size).c_str(),
               human_bytes(plan.activations.sum_of_tensors).c_str());
   if (plan.offload.enabled)
-    std::printf("optimizer offload: %s of master weights and moments in %s, through %s chunks\n",
+    std::printf("optimizer offload: %s of master weights and moments in %s, in chunks of %s elements\n",
                 human_bytes(plan.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
                 with_commas(plan.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
