@@ -38,8 +38,8 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
 // Stores one tensor read from the file into the weights (rounded to their dtype) and this rank's part of the
 // fp32 master copy. The file's bytes pass through one tensor-sized buffer, at load time only.
 void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory, int id) {
-  const DType weights = memory.plan().policy.weights;
   const Plan& plan = memory.plan();
+  const DType weights = plan.policy.weights;
   if (e.dtype == weights && !plan.policy.master_weights) {
     reader.read(e, memory.data(id));
     return;

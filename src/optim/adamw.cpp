@@ -53,32 +53,40 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
 
 template <typename P, typename G, typename M>
 void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
-  // Master weights and moments cover the plan's shard [begin, end) of the flat parameters, visited in windows
-  // (one in memory, chunks when offloaded); each tensor is updated where it overlaps the window. The kernel
-  // is elementwise and its rounding bits follow the flat index, so any split gives the same bits.
+  // Master weights and moments cover the plan's shard of the flat parameters, visited in windows: one in
+  // memory, chunks when offloaded. The kernel is elementwise and its rounding bits follow the flat index, so
+  // any split gives the same bits.
   const Plan& plan = memory.plan();
+  memory.optimizer_state().visit(
+      plan.shard_begin, plan.shard_end, StateAccess::update,
+      [&](const StateWindow& window) { update_window<P, G, M>(table, memory, window, lr, grad_multiplier); });
+}
+
+template <typename P, typename G, typename M>
+void AdamW::update_window(const TensorTable& table, Allocation& memory, const StateWindow& window, float lr,
+                          float grad_multiplier) {
+  // Each tensor is updated where it overlaps the window [begin, end).
+  const int64_t begin = window.begin, end = window.end;
+  M* m = static_cast<M*>(window.m);
+  M* v = static_cast<M*>(window.v);
+  float* master = window.master;
   P* weights = static_cast<P*>(memory.params());
   const G* grads = static_cast<const G*>(memory.grads());
-  memory.optimizer_state().visit(
-      plan.shard_begin, plan.shard_end, StateAccess::update, [&](const StateWindow& w) {
-        for (const ParamGroup& p : params_) {
-          const int64_t offset = memory.param_offset(p.id);
-          const int64_t first = std::max(offset, w.begin),
-                        last = std::min(offset + table[p.id].numel(), w.end);
-          if (first >= last) continue;
-          const kernels::AdamWStep s{
-              lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
-              updates_, grad_multiplier};
-          // Each update draws fresh rounding bits: the seed changes with t, the index with the flat element,
-          // so the bits do not depend on how the parameters are sharded.
-          const kernels::AdamWRounding rounding{config_.stochastic_moments,
-                                                mix64(config_.seed) ^ mix64(updates_), first};
-          const int64_t local = first - w.begin;
-          kernels::adamw_update(w.master ? w.master + local : nullptr, weights + first, grads + first,
-                                static_cast<M*>(w.m) + local, static_cast<M*>(w.v) + local, last - first, s,
-                                rounding);
-        }
-      });
+  for (const ParamGroup& p : params_) {
+    const int64_t offset = memory.param_offset(p.id);
+    const int64_t first = std::max(offset, begin), last = std::min(offset + table[p.id].numel(), end);
+    if (first >= last) continue;
+    const kernels::AdamWStep s{
+        lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
+        updates_, grad_multiplier};
+    // Each update draws fresh rounding bits: the seed changes with t, the index with the flat element, so
+    // the bits do not depend on how the parameters are sharded.
+    const kernels::AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
+                                          first};
+    const int64_t local = first - begin;
+    kernels::adamw_update(master ? master + local : nullptr, weights + first, grads + first, m + local,
+                          v + local, last - first, s, rounding);
+  }
 }
 
 }  // namespace mt

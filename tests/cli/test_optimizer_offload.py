@@ -26,6 +26,7 @@ MODES = {
     "bf16": (["--bf16"], 4, 4),
     "bf16 O2 stochastic": (["--bf16", "--o2-optimizer", "--o2-stochastic-rounding"], 4, 2),
     "fp16": (["--fp16"], 4, 4),
+    "bf16 no master": (["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"], 0, 2),
 }
 
 
