@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "memory/offloaded_state.h"
+
 namespace mt {
 
 Allocation::Allocation(const TensorTable& table, const Plan& plan)
@@ -22,6 +24,12 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
     if (t.category != Category::params && !t.has_lifetime())
       others_[id] = TrackedBuffer(tracker_, t.category, t.bytes());
   }
+  if (plan.offload.enabled)
+    optimizer_state_ = std::make_unique<OffloadedOptimizerState>(plan, master_.as<float>(),
+                                                                 adam_m_.as<void>(), adam_v_.as<void>());
+  else
+    optimizer_state_ = std::make_unique<InMemoryOptimizerState>(plan, master_.as<float>(), adam_m_.as<void>(),
+                                                                adam_v_.as<void>());
 }
 
 void* Allocation::data(int id) const {

@@ -1,14 +1,17 @@
 // Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, master weights, gradients
 // and Adam moments are one contiguous buffer each (in the dtypes of the Plan's policy) (tensors at the Plan's
-// offsets, no padding, so bytes per parameter are exact; under ZeRO only this rank's shard of some of them),
-// tensors with lifetimes live in their category's Arena, and the remaining tensors get a buffer each.
+// offsets, no padding, so bytes per parameter are exact; under ZeRO only this rank's shard of some of them;
+// master weights and moments are only the chunk slots when offloaded), tensors with lifetimes live in their
+// category's Arena, and the remaining tensors get a buffer each.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/half.h"
 #include "memory/arena.h"
+#include "memory/optimizer_state.h"
 #include "memory/plan.h"
 #include "memory/tensor_table.h"
 #include "memory/tracked.h"
@@ -58,19 +61,16 @@ class Allocation {
     bound_ = {begin, end, weights, grads};
   }
 
-  // Whole model-state buffers in the policy's dtypes: weights and gradients num_params() elements each;
-  // master weights (null without them) and Adam moments the plan's shard, element i standing for flat
-  // parameter shard_begin + i.
+  // Whole model-state buffers in the policy's dtypes, num_params() elements each. Master weights and Adam
+  // moments are reached through optimizer_state(): in memory, or in the plan's offload file.
   const Plan& plan() const { return plan_; }
   const TensorTable& table() const { return table_; }
   int64_t num_params() const { return plan_.num_params; }
   // The parameter's element offset in the flat weight and gradient buffers.
   int64_t param_offset(int param_id) const;
   void* params() const { return params_.as<void>(); }
-  float* master() const { return master_.as<float>(); }
   void* grads() const { return grads_.as<void>(); }
-  void* adam_m() const { return adam_m_.as<void>(); }
-  void* adam_v() const { return adam_v_.as<void>(); }
+  OptimizerState& optimizer_state() const { return *optimizer_state_; }
   void* comm_staging() const { return comm_.as<void>(); }  // (world + 1) chunks of 4-byte elements
 
   void begin_op(int op);
@@ -103,6 +103,7 @@ class Allocation {
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_;
   BoundBlock bound_;
+  std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, adam_m_, adam_v_
 };
 
 }  // namespace mt

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -39,6 +40,15 @@ struct Sharding {
   bool shards_weights() const { return stage >= 3 && world > 1; }
 };
 
+// Optimizer offload (--offload-optimizer nvme): this rank's master weights and Adam moments live in a file
+// under `path`, streamed through two chunk slots of `chunk_elems` elements per state (one being updated while
+// the other is read or written), so those slots are all the master and optimizer memory the rank holds.
+struct OptimizerOffload {
+  bool enabled = false;
+  std::string path;
+  int64_t chunk_elems = 0;
+};
+
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
 
 struct ArenaLayout {
@@ -53,8 +63,10 @@ struct Plan {
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
   int64_t shard_begin = 0, shard_end = 0, shard_elems = 0;  // shard_elems = S, padded; end clamped to n
   int64_t chunk_elems = 0;                                  // per-rank elements of one collective call
-  CategoryBytes bytes;                                      // planned, per category
-  int64_t num_params = 0;                                   // elements of all parameter tensors
+  OptimizerOffload offload;                                 // chunk_elems clamped to the shard when enabled
+  int64_t offloaded_bytes = 0;        // file bytes of master weights and moments when offloaded, not memory
+  CategoryBytes bytes;                // planned, per category
+  int64_t num_params = 0;             // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
   ArenaLayout workspace;
@@ -74,6 +86,10 @@ struct Plan {
 // overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category);
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {});
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {},
+               const OptimizerOffload& offload = {});
+
+// Slots per offloaded state: the chunk being updated and the one in flight.
+constexpr int64_t kOffloadSlots = 2;
 
 }  // namespace mt

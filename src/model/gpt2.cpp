@@ -367,10 +367,13 @@ void init_gpt2_params(const ModelSpec& spec, const Gpt2Graph& model, Allocation&
       if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
       if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
     }
-    // The master copy holds the exact fp32 values of this rank's part of the tensor.
+    // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
+    // offload file in chunks when offloaded).
     const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-    if (memory.master() && begin < end)
-      fill(memory.master() + (begin - plan.shard_begin), value, begin - offset, end - begin);
+    if (plan.policy.master_weights)
+      memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+        fill(w.master, value, w.begin - offset, w.end - w.begin);
+      });
   }
 }
 

@@ -53,13 +53,23 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
 
 template <typename P, typename G, typename M>
 void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
-  // Master weights and moments cover the plan's shard [begin, end) of the flat parameters; each tensor is
-  // updated where it overlaps the shard.
+  // Master weights and moments cover the plan's shard of the flat parameters, visited in windows: one in
+  // memory, chunks when offloaded. The kernel is elementwise and its rounding bits follow the flat index, so
+  // any split gives the same bits.
   const Plan& plan = memory.plan();
-  const int64_t begin = plan.shard_begin, end = plan.shard_end;
-  M* m = static_cast<M*>(memory.adam_m());
-  M* v = static_cast<M*>(memory.adam_v());
-  float* master = memory.master();
+  memory.optimizer_state().visit(
+      plan.shard_begin, plan.shard_end, StateAccess::update,
+      [&](const StateWindow& window) { update_window<P, G, M>(table, memory, window, lr, grad_multiplier); });
+}
+
+template <typename P, typename G, typename M>
+void AdamW::update_window(const TensorTable& table, Allocation& memory, const StateWindow& window, float lr,
+                          float grad_multiplier) {
+  // Each tensor is updated where it overlaps the window [begin, end).
+  const int64_t begin = window.begin, end = window.end;
+  M* m = static_cast<M*>(window.m);
+  M* v = static_cast<M*>(window.v);
+  float* master = window.master;
   for (const ParamGroup& p : params_) {
     const int64_t offset = memory.param_offset(p.id);
     const int64_t first = std::max(offset, begin), last = std::min(offset + table[p.id].numel(), end);

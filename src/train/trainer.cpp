@@ -66,9 +66,11 @@ void check_parallel_flags(const TrainConfig& c) {
     fail_usage(
         "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
         "optimizer in host memory (use none)");
-  if (c.offload_optimizer != "none")
-    fail_usage("--offload-optimizer " + c.offload_optimizer +
-               ": only none is implemented yet (nvme is to come)");
+  if (c.offload_optimizer != "none" && c.offload_optimizer != "nvme")
+    fail_usage("--offload-optimizer must be none or nvme, got " + c.offload_optimizer);
+  if (c.offload_optimizer == "nvme" && c.offload_path.empty())
+    fail_usage("--offload-optimizer nvme needs --offload-path DIR");
+  if (!(c.offload_chunk_mb > 0)) fail_usage("--offload-chunk-mb must be positive");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
@@ -168,13 +170,18 @@ void train(const TrainConfig& cfg) {
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
-  const ZeroSchedule zero_schedule = add_zero_schedule(model.graph, world > 1 ? cfg.zero_stage : 0, policy.grads);
+  const ZeroSchedule zero_schedule =
+      add_zero_schedule(model.graph, world > 1 ? cfg.zero_stage : 0, policy.grads);
   const Sharding sharding{.world = world,
                           .rank = rank,
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm->buffer_bytes()};
-  const Plan plan = make_plan(table, policy, sharding);
+  const OptimizerOffload offload{
+      .enabled = cfg.offload_optimizer == "nvme",
+      .path = cfg.offload_path,
+      .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
+  const Plan plan = make_plan(table, policy, sharding, offload);
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec.name.c_str(),
               with_commas(spec.num_parameters()).c_str(), with_commas(plan.num_params).c_str(),
@@ -194,9 +201,13 @@ void train(const TrainConfig& cfg) {
   std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
               recompute_name(cfg.recompute).c_str(), human_bytes(plan.activations.size).c_str(),
               human_bytes(plan.activations.sum_of_tensors).c_str());
+  if (plan.offload.enabled)
+    std::printf("optimizer offload: %s of master weights and moments in %s, in chunks of %s elements\n",
+                human_bytes(plan.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
+                with_commas(plan.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
-    MemoryReport planned{plan.bytes, plan.bytes,     plan.activations.size, plan.activations.sum_of_tensors,
-                         0,          plan.num_params};
+    MemoryReport planned{plan.bytes, plan.bytes,      plan.activations.size, plan.activations.sum_of_tensors,
+                         0,          plan.num_params, plan.offloaded_bytes};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model.graph.ops) op_names.push_back(op.name);
@@ -314,9 +325,13 @@ void train(const TrainConfig& cfg) {
   if (!cfg.save_weights.empty() && rank == 0) save_gpt2_weights(cfg.save_weights, spec, model, memory);
   CategoryBytes measured = memory.measured();
   measured[Category::comm] += comm->buffer_bytes();  // the communicator's own receive buffer
-  const MemoryReport report{
-      plan.bytes,       measured,       memory.activations().high_water(), plan.activations.sum_of_tensors,
-      peak_rss_bytes(), plan.num_params};
+  const MemoryReport report{plan.bytes,
+                            measured,
+                            memory.activations().high_water(),
+                            plan.activations.sum_of_tensors,
+                            peak_rss_bytes(),
+                            plan.num_params,
+                            plan.offloaded_bytes};
   std::printf("%s", format_memory_report(report).c_str());
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json =

@@ -7,34 +7,19 @@ usage: test_data_parallel.py MEMTRAIN
 import json
 import subprocess
 import sys
-import tempfile
 import unittest
 from pathlib import Path
+
+from byte_data import ByteDataTestCase
 
 MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 STEPS = 4
 
 
-def sample_text(words: int) -> str:
-    vocabulary = "the quick brown fox jumps over a lazy dog while seven small cats watch".split()
-    return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
-
-
-class DataParallel(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp_dir = tempfile.TemporaryDirectory(prefix="memtrain-dp-")
-        cls.tmp = Path(cls.tmp_dir.name)
-        text = cls.tmp / "text.txt"
-        text.write_text(sample_text(4000))
-        cls.data = cls.tmp / "data"
-        subprocess.run([MEMTRAIN, "prepare", str(text), "--tokenizer", "byte", "--out", str(cls.data)], check=True,
-                       capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp_dir.cleanup()
+class DataParallel(ByteDataTestCase):
+    MEMTRAIN = MEMTRAIN
+    PREFIX = "memtrain-dp-"
 
     def train(self, name, ranks, *flags, global_batch=4):
         out = self.tmp / name
