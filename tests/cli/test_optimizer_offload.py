@@ -38,8 +38,10 @@ class OffloadTestCase(ByteDataTestCase):
         out = self.tmp / name
         args = [MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data), "--seq-length", "32",
                 "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", str(STEPS),
-                "--eval-interval", "0", "--no-shuffle", "--threads", "1", "--out", str(out),
-                "--save-weights", str(out / "model.safetensors"), *flags]
+                "--eval-interval", "0", "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
+        # Under ZeRO-3 no rank holds whole weights to save; the losses and gradient norms still compare.
+        if "3" not in flags:
+            args += ["--save-weights", str(out / "model.safetensors")]
         return out, subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True,
                                    timeout=120)
 
@@ -59,7 +61,9 @@ class OffloadTestCase(ByteDataTestCase):
             return [(r["loss"], r["grad_norm"]) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
         self.assertEqual(len(curve(offloaded)), STEPS)
         self.assertEqual(curve(offloaded), curve(in_memory))
-        self.assertEqual((offloaded / "model.safetensors").read_bytes(), (in_memory / "model.safetensors").read_bytes())
+        saved = in_memory / "model.safetensors"
+        if saved.exists():
+            self.assertEqual((offloaded / "model.safetensors").read_bytes(), saved.read_bytes())
 
     def assert_memory(self, memory_json: Path, in_memory_json: Path, master: int, moment: int, shard: int):
         """Measured == planned; master and optimizer states are two chunk slots each, the rest as in memory;
@@ -133,14 +137,14 @@ class SingleProcess(OffloadTestCase):
 
 
 class Mpi(OffloadTestCase):
-    def test_zero_stage_1_two_ranks_are_bitwise_the_in_memory_run(self):
-        for name in ("fp32", "bf16 O2 stochastic"):
+    def test_sharded_stages_two_ranks_are_bitwise_the_in_memory_run(self):
+        for stage, name in (("1", "fp32"), ("1", "bf16 O2 stochastic"), ("2", "bf16 O2 stochastic"), ("3", "fp32")):
             flags, master, moment = MODES[name]
-            with self.subTest(name):
-                tag = "dp-" + name.replace(" ", "_")
-                in_memory = self.train(tag, "--zero-stage", "1", *flags, ranks=2)
+            with self.subTest(stage=stage, mode=name):
+                tag = f"dp{stage}-" + name.replace(" ", "_")
+                in_memory = self.train(tag, "--zero-stage", stage, *flags, ranks=2)
                 path, offload = self.offload_flags(tag)
-                offloaded = self.train(tag + "-offloaded", "--zero-stage", "1", *flags, *offload, ranks=2)
+                offloaded = self.train(tag + "-offloaded", "--zero-stage", stage, *flags, *offload, ranks=2)
                 self.assert_same_run(offloaded, in_memory)
                 num_params = json.loads((in_memory / "memory.rank0.json").read_text())["num_params"]
                 shard = (num_params + 1) // 2
@@ -148,7 +152,6 @@ class Mpi(OffloadTestCase):
                     self.assert_memory(offloaded / f"memory.rank{rank}.json", in_memory / f"memory.rank{rank}.json",
                                        master, moment, shard)
                 self.assertEqual(list(path.iterdir()), [])
-
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
