@@ -32,6 +32,7 @@ class Gpt2Blocks : public BlockEmitter {
     for (int64_t l = 0; l < spec.n_layer; ++l) {
       const std::string h = "h." + std::to_string(l) + ".";
       const int64_t C = C_;
+      b.begin_block();
       params_.push_back({b.param(h + "ln_1.weight", {C}), b.param(h + "ln_1.bias", {C}),
                          b.param(h + "attn.c_attn.weight", {C, 3 * C}),
                          b.param(h + "attn.c_attn.bias", {3 * C}), b.param(h + "attn.c_proj.weight", {C, C}),
@@ -155,6 +156,7 @@ ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
   const int wte = b.param("wte.weight", {spec.padded_vocab_size, C});
   const int wpe = b.param("wpe.weight", {spec.n_positions, C});
   Gpt2Blocks blocks(b, spec);
+  b.begin_block();
   const int lnf_w = b.param("ln_f.weight", {C}), lnf_b = b.param("ln_f.bias", {C});
 
   const int embedded = b.act("embed.out", C);

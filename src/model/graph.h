@@ -22,7 +22,7 @@ enum class OpKind {
   layernorm_backward,  // dinp += ..., grads of weight and bias  <-  dout, inp, weight, stat0, stat1
   rmsnorm_backward,    // dinp += ..., grad of weight  <-  dout, inp, weight, stat1
   linear_backward,     // dinp (=, or += with accumulate) and grads  <-  dout, inp, weight
-  rope_backward,       // dout (dqkv): dq and dk rotated back in place
+  rope_backward,       // dinp (dqkv): dq and dk rotated back in place
   attention_backward,  // dinp (dqkv)  <-  dout, inp (qkv), out, stat0, scratch
   gelu_backward,       // dinp = dout * gelu'(inp), in place when dinp == dout
   swiglu_backward,     // dinp = [dgate | dup]  <-  dout, inp

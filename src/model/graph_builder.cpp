@@ -19,7 +19,11 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
 }
 
 int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
-  const int id = tensor(name, std::move(shape), Category::params, step_.dtype);
+  const int id = m_.graph.table.add({.name = name,
+                                     .shape = std::move(shape),
+                                     .dtype = step_.dtype,
+                                     .category = Category::params,
+                                     .block = block_});
   m_.params.push_back(id);
   return id;
 }

@@ -40,6 +40,8 @@ class GraphBuilder {
   GraphBuilder(ModelGraph& model, const StepConfig& step);
 
   const StepConfig& step() const { return step_; }
+  // Parameters from here on belong to a new block (TensorDesc::block: what ZeRO-2/3 exchange together).
+  void begin_block() { ++block_; }
   int param(const std::string& name, std::vector<int64_t> shape);  // also listed in model.params
   int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype);
   int act(const std::string& name, std::vector<int64_t> shape);  // compute dtype
@@ -62,6 +64,7 @@ class GraphBuilder {
   ModelGraph& m_;
   StepConfig step_;
   int mm_ = -1;  // matrix products' conversion tiles, when the compute dtype needs them
+  int block_ = 0;
 };
 
 // One transformer block's ops. Forward tensors emitted with suffix ".recomputed" (full recompute) are new

@@ -39,13 +39,21 @@ void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
     const TensorDesc& t = model.graph.table[id];
     const InitialValues value(t, rule(t), seed);
     const int64_t offset = memory.param_offset(id), n = t.numel();
-    if (t.dtype == DType::f32) fill(memory.f32(id), value, 0, n);
-    if (t.dtype == DType::bf16) fill(memory.as<bf16>(id), value, 0, n);
-    if (t.dtype == DType::f16) fill(memory.as<f16>(id), value, 0, n);
-    // The master copy holds the exact fp32 values of this rank's part of the tensor.
+    // This rank's part of the weights: all of them, or its shard under ZeRO-3.
+    const int64_t first = std::max(offset, plan.weights_begin()),
+                  last = std::min(offset + n, plan.weights_end());
+    if (first < last) {
+      if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
+      if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
+      if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
+    }
+    // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
+    // offload file in chunks when offloaded).
     const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-    if (memory.master() && begin < end)
-      fill(memory.master() + (begin - plan.shard_begin), value, begin - offset, end - begin);
+    if (plan.policy.master_weights)
+      memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+        fill(w.master, value, w.begin - offset, w.end - w.begin);
+      });
   }
 }
 

@@ -32,6 +32,7 @@ class LlamaBlocks : public BlockEmitter {
         acts_(spec.n_layer) {
     for (int64_t l = 0; l < spec.n_layer; ++l) {
       const std::string h = prefix(l);
+      b.begin_block();
       LayerParams p;
       p.norm1 = b.param(h + "input_layernorm.weight", {C_});
       p.qkv_w = b.param(h + "self_attn.qkv_proj.weight", {QKV_, C_});
@@ -148,6 +149,7 @@ ModelGraph build_llama_graph(const ModelSpec& spec, const StepConfig& step) {
   GraphBuilder b(m, step);
   const int embed = b.param("model.embed_tokens.weight", {Vp, C});
   LlamaBlocks blocks(b, spec);
+  b.begin_block();  // the final norm and an untied head: one block, as their ops run back to back
   const int norm = b.param("model.norm.weight", {C});
   const int head = spec.tied_head ? embed : b.param("lm_head.weight", {Vp, C});
 

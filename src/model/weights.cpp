@@ -25,19 +25,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// What save writes for a parameter: the fp32 master copy when this rank holds all of it, else the weights in
-// their own dtype (a ZeRO-sharded master is spread over the ranks).
-struct WeightStorage {
-  const char* data;
-  DType dtype;
-};
-WeightStorage saved_storage(const Allocation& memory, const FileTensor& f) {
-  const Plan& plan = memory.plan();
-  if (memory.master() && !plan.sharding.shards_optimizer())
-    return {reinterpret_cast<const char*>(memory.master() + memory.param_offset(f.param) + f.offset),
-            DType::f32};
-  return {static_cast<const char*>(memory.data(f.param)) + f.offset * dtype_size(plan.policy.weights),
-          plan.policy.weights};
+// Save writes the fp32 master copy when this rank holds all of it, else the weights in their own dtype (a
+// ZeRO-sharded master is spread over the ranks).
+bool saves_master(const Plan& plan) {
+  return plan.policy.master_weights && !plan.sharding.shards_optimizer();
 }
 
 float file_value(const char* bytes, DType dtype, int64_t i) {
@@ -46,31 +37,34 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
   return reinterpret_cast<const float*>(bytes)[i];
 }
 
-// Stores one tensor read from the file into its part of the weights (rounded to their dtype) and of this
-// rank's fp32 master copy. The file's bytes pass through one tensor-sized buffer, at load time only.
+// Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
+// only this rank's shard) and of this rank's fp32 master copy. The file's bytes pass through one
+// tensor-sized buffer, at load time only.
 void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
                   const FileTensor& f) {
-  const DType weights = memory.plan().policy.weights;
-  char* dst = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
-  if (e.dtype == weights && !memory.master()) {
-    reader.read(e, dst);
+  const Plan& plan = memory.plan();
+  const DType weights = plan.policy.weights;
+  if (e.dtype == weights && !plan.policy.master_weights && !plan.sharding.shards_weights()) {
+    reader.read(e, static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights));
     return;
   }
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
-  const int64_t n = e.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = file_value(bytes.data(), e.dtype, i);
-    if (weights == DType::f32) reinterpret_cast<float*>(dst)[i] = v;
-    if (weights == DType::bf16) reinterpret_cast<bf16*>(dst)[i] = round_to<bf16>(v);
-    if (weights == DType::f16) reinterpret_cast<f16*>(dst)[i] = round_to<f16>(v);
+  const int64_t n = e.numel(), offset = memory.param_offset(f.param) + f.offset;
+  const int64_t first = std::max(offset, plan.weights_begin()),
+                last = std::min(offset + n, plan.weights_end());
+  for (int64_t g = first; g < last; ++g) {
+    const float v = file_value(bytes.data(), e.dtype, g - offset);
+    if (weights == DType::f32) *memory.weights_from<float>(g) = v;
+    if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(v);
+    if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(v);
   }
-  if (!memory.master()) return;
-  const Plan& plan = memory.plan();
-  const int64_t offset = memory.param_offset(f.param) + f.offset;
+  if (!plan.policy.master_weights) return;
   const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-  for (int64_t g = begin; g < end; ++g)
-    memory.master()[g - plan.shard_begin] = file_value(bytes.data(), e.dtype, g - offset);
+  memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+    for (int64_t g = w.begin; g < w.end; ++g)
+      w.master[g - w.begin] = file_value(bytes.data(), e.dtype, g - offset);
+  });
 }
 
 // The safetensors files behind a load path: the file itself, or an index's shards.
@@ -105,14 +99,27 @@ std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::strin
   return readers;
 }
 
-// Writes the tensors `items` (with their FileTensors `from`) into one safetensors file.
+// Writes the file tensors `from` into one safetensors file: from the master copy (streamed in the optimizer
+// state's windows, which may be offloaded) or from the weights.
 void write_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory) {
+  const bool master = saves_master(memory.plan());
+  const DType weights = memory.plan().policy.weights;
   std::vector<SafetensorsWriter::Item> items;
-  for (const FileTensor& f : from) items.push_back({f.name, saved_storage(memory, f).dtype, f.shape});
+  for (const FileTensor& f : from) items.push_back({f.name, master ? DType::f32 : weights, f.shape});
   SafetensorsWriter writer(path, items, {{"format", "pt"}});
-  for (size_t i = 0; i < from.size(); ++i)
-    writer.write_next(saved_storage(memory, from[i]).data,
-                      static_cast<uint64_t>(from[i].numel()) * dtype_size(items[i].dtype));
+  for (const FileTensor& f : from) {
+    // A file tensor is a contiguous range of its parameter (padding rows, when any, come after it).
+    if (master) {
+      const int64_t offset = memory.param_offset(f.param) + f.offset;
+      memory.optimizer_state().visit(
+          offset, offset + f.numel(), StateAccess::read_master, [&](const StateWindow& w) {
+            writer.write_part(w.master, static_cast<uint64_t>(w.end - w.begin) * 4);
+          });
+    } else {
+      writer.write_next(static_cast<const char*>(memory.data(f.param)) + f.offset * dtype_size(weights),
+                        static_cast<uint64_t>(f.numel()) * dtype_size(weights));
+    }
+  }
   writer.finish();
 }
 
@@ -162,7 +169,8 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   std::vector<std::vector<FileTensor>> shards;
   uint64_t shard_bytes = 0, total = 0;
   for (const FileTensor& f : tensors) {
-    const uint64_t bytes = static_cast<uint64_t>(f.numel()) * dtype_size(saved_storage(memory, f).dtype);
+    const uint64_t bytes = static_cast<uint64_t>(f.numel()) *
+                           (saves_master(memory.plan()) ? 4 : dtype_size(memory.plan().policy.weights));
     if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
       shards.emplace_back();
       shard_bytes = 0;

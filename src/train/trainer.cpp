@@ -19,6 +19,7 @@
 #include "model/executor.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
 #include "train/zero_sync.h"
@@ -56,19 +57,20 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c) {
   if (c.zero_stage < 0 || c.zero_stage > 3) fail_usage("--zero-stage must be 0, 1, 2 or 3");
-  if (c.zero_stage >= 2)
-    fail_usage(
-        "--zero-stage " + std::to_string(c.zero_stage) +
-        " is not implemented yet: stage 1 shards master weights and moments; gradient (2) and weight (3) "
-        "sharding are still to come");
   if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
+  if (c.zero_stage == 3 && !c.save_weights.empty())
+    fail_usage(
+        "--save-weights with --zero-stage 3: no rank holds whole weights to write; train with --zero-stage 2 "
+        "to save them");
   if (c.offload_optimizer == "cpu")
     fail_usage(
         "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
         "optimizer in host memory (use none)");
-  if (c.offload_optimizer != "none")
-    fail_usage("--offload-optimizer " + c.offload_optimizer +
-               ": only none is implemented yet (nvme is to come)");
+  if (c.offload_optimizer != "none" && c.offload_optimizer != "nvme")
+    fail_usage("--offload-optimizer must be none or nvme, got " + c.offload_optimizer);
+  if (c.offload_optimizer == "nvme" && c.offload_path.empty())
+    fail_usage("--offload-optimizer nvme needs --offload-path DIR");
+  if (!(c.offload_chunk_mb > 0)) fail_usage("--offload-chunk-mb must be positive");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
@@ -168,12 +170,18 @@ void train(const TrainConfig& cfg) {
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
+  const ZeroSchedule zero_schedule =
+      add_zero_schedule(model.graph, world > 1 ? cfg.zero_stage : 0, policy.grads);
   const Sharding sharding{.world = world,
                           .rank = rank,
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm->buffer_bytes()};
-  const Plan plan = make_plan(table, policy, sharding);
+  const OptimizerOffload offload{
+      .enabled = cfg.offload_optimizer == "nvme",
+      .path = cfg.offload_path,
+      .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
+  const Plan plan = make_plan(table, policy, sharding, offload);
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec.name.c_str(),
               with_commas(spec.num_parameters()).c_str(), with_commas(plan.num_params).c_str(),
@@ -193,9 +201,13 @@ void train(const TrainConfig& cfg) {
   std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
               recompute_name(cfg.recompute).c_str(), human_bytes(plan.activations.size).c_str(),
               human_bytes(plan.activations.sum_of_tensors).c_str());
+  if (plan.offload.enabled)
+    std::printf("optimizer offload: %s of master weights and moments in %s, in chunks of %s elements\n",
+                human_bytes(plan.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
+                with_commas(plan.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
-    MemoryReport planned{plan.bytes, plan.bytes,     plan.activations.size, plan.activations.sum_of_tensors,
-                         0,          plan.num_params};
+    MemoryReport planned{plan.bytes, plan.bytes,      plan.activations.size, plan.activations.sum_of_tensors,
+                         0,          plan.num_params, plan.offloaded_bytes};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model.graph.ops) op_names.push_back(op.name);
@@ -227,7 +239,8 @@ void train(const TrainConfig& cfg) {
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   std::unique_ptr<MetricsLog> metrics =
       rank == 0 ? std::make_unique<MetricsLog>(cfg.out + "/metrics.jsonl") : nullptr;
-  ZeroSync sync(*comm, memory);
+  ZeroSync sync(*comm, memory, zero_schedule);
+  if (!zero_schedule.windows.empty()) exec.set_op_hooks(&sync);
   MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                                  precision_name(cfg.precision.precision),
                           .loss_op = model.graph.loss_op,
@@ -312,9 +325,13 @@ void train(const TrainConfig& cfg) {
   if (!cfg.save_weights.empty() && rank == 0) save_weights(cfg.save_weights, spec, model, memory);
   CategoryBytes measured = memory.measured();
   measured[Category::comm] += comm->buffer_bytes();  // the communicator's own receive buffer
-  const MemoryReport report{
-      plan.bytes,       measured,       memory.activations().high_water(), plan.activations.sum_of_tensors,
-      peak_rss_bytes(), plan.num_params};
+  const MemoryReport report{plan.bytes,
+                            measured,
+                            memory.activations().high_water(),
+                            plan.activations.sum_of_tensors,
+                            peak_rss_bytes(),
+                            plan.num_params,
+                            plan.offloaded_bytes};
   std::printf("%s", format_memory_report(report).c_str());
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json =

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace mt {
@@ -14,9 +16,96 @@ char* bytes(void* p) {
 
 }  // namespace
 
+ZeroSync::ZeroSync(Communicator& comm, Allocation& memory, const ZeroSchedule& schedule)
+    : comm_(comm), memory_(memory), schedule_(schedule) {
+  for (const BlockWindow& window : schedule.windows) ranges_.push_back(block_range(window));
+}
+
+ZeroSync::BlockRange ZeroSync::block_range(const BlockWindow& window) const {
+  const TensorTable& table = memory_.table();
+  BlockRange range;
+  range.begin = memory_.param_offset(window.params.front());
+  range.end = range.begin;
+  for (int id : window.params) {
+    if (memory_.param_offset(id) != range.end)
+      throw std::logic_error("zero sync: block " + std::to_string(window.block) + " is not one flat range");
+    range.end += table[id].numel();
+  }
+  const Plan& p = plan();
+  for (int r = 0; r < p.sharding.world; ++r) {
+    const int64_t begin = std::max(range.begin, r * p.shard_elems);
+    const int64_t end = std::min({range.end, (r + 1) * p.shard_elems, p.num_params});
+    if (begin < end) range.parts.push_back({r, begin, end});
+  }
+  return range;
+}
+
+void ZeroSync::before(int op, bool training) {
+  const int w = schedule_.window_of_op[op];
+  if (w < 0 || op != schedule_.windows[w].first_op) return;
+  const BlockWindow& window = schedule_.windows[w];
+  const BlockRange& range = ranges_[w];
+  if (window.weights >= 0) gather_block(window, range);
+  const bool grads = training && window.grads >= 0;
+  if (grads) start_gradients(window, range);
+  memory_.bind_block(range.begin, range.end, window.weights >= 0 ? memory_.data(window.weights) : nullptr,
+                     grads ? memory_.data(window.grads) : nullptr);
+}
+
+void ZeroSync::after(int op, bool training) {
+  const int w = schedule_.window_of_op[op];
+  if (w < 0 || op != schedule_.windows[w].last_op) return;
+  const BlockWindow& window = schedule_.windows[w];
+  if (training && window.grads >= 0) reduce_block(window, ranges_[w]);
+  memory_.bind_block(0, 0, nullptr, nullptr);
+}
+
+// Each part comes from the rank whose weight shard holds it.
+void ZeroSync::gather_block(const BlockWindow& window, const BlockRange& range) {
+  const Plan& p = plan();
+  const DType dtype = p.policy.weights;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  char* block = bytes(memory_.data(window.weights));
+  for (const Part& part : range.parts) {
+    char* dst = block + (part.begin - range.begin) * size;
+    if (part.rank == p.sharding.rank)
+      std::memcpy(dst, bytes(memory_.params()) + (part.begin - p.weights_begin()) * size,
+                  (part.end - part.begin) * size);
+    comm_.broadcast(dst, part.end - part.begin, dtype, part.rank);
+  }
+}
+
+// The window's kernels add into its gradient tensor. Starting this rank's own part from its shard's running
+// sum (earlier micro-batches, earlier windows of the block) and the rest from zero makes the reduction
+// below the new running sum.
+void ZeroSync::start_gradients(const BlockWindow& window, const BlockRange& range) {
+  const Plan& p = plan();
+  const int64_t size = static_cast<int64_t>(dtype_size(p.policy.grads));
+  char* block = bytes(memory_.data(window.grads));
+  std::memset(block, 0, (range.end - range.begin) * size);
+  for (const Part& part : range.parts)
+    if (part.rank == p.sharding.rank)
+      std::memcpy(block + (part.begin - range.begin) * size,
+                  bytes(memory_.grads()) + (part.begin - p.grads_begin()) * size,
+                  (part.end - part.begin) * size);
+}
+
+void ZeroSync::reduce_block(const BlockWindow& window, const BlockRange& range) {
+  const Plan& p = plan();
+  const DType dtype = p.policy.grads;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  char* block = bytes(memory_.data(window.grads));
+  for (const Part& part : range.parts) {
+    char* send = block + (part.begin - range.begin) * size;
+    char* recv =
+        part.rank == p.sharding.rank ? bytes(memory_.grads()) + (part.begin - p.grads_begin()) * size : send;
+    comm_.reduce_sum(send, recv, part.end - part.begin, dtype, part.rank);
+  }
+}
+
 void ZeroSync::reduce_gradients() {
   const Plan& p = plan();
-  if (p.sharding.world == 1) return;
+  if (p.sharding.world == 1 || p.sharding.shards_grads()) return;
   const DType dtype = p.policy.grads;
   const int64_t size = static_cast<int64_t>(dtype_size(dtype)), n = p.num_params;
   char* grads = bytes(memory_.grads());
@@ -56,7 +145,7 @@ double ZeroSync::sum(double local) {
 
 void ZeroSync::gather_weights() {
   const Plan& p = plan();
-  if (!p.sharding.shards_optimizer()) return;
+  if (!p.sharding.shards_optimizer() || p.sharding.shards_weights()) return;
   const DType dtype = p.policy.weights;
   const int world = p.sharding.world, rank = p.sharding.rank;
   const int64_t size = static_cast<int64_t>(dtype_size(dtype)), n = p.num_params;

@@ -127,6 +127,25 @@ void check_padded_scatter_gather(Communicator& comm, uint64_t salt) {
   }
 }
 
+// Each rank in turn as the root; the others' recv stays untouched.
+template <typename T>
+void check_reduce(Communicator& comm, uint64_t salt) {
+  for (int64_t n : counts(comm.size(), dtype_of<T>())) {
+    const std::vector<T> expected = expected_sum<T>(comm.size(), n, salt + static_cast<uint64_t>(n));
+    for (int root = 0; root < comm.size(); ++root) {
+      const std::vector<T> send = rank_data<T>(comm.rank(), n, salt + static_cast<uint64_t>(n));
+      std::vector<T> recv(static_cast<std::size_t>(n), round_to<T>(-1.0f));
+      comm.reduce_sum(send.data(), recv.data(), n, dtype_of<T>(), root);
+      CHECK(same_bits(recv, comm.rank() == root
+                                ? expected
+                                : std::vector<T>(static_cast<std::size_t>(n), round_to<T>(-1.0f))));
+      std::vector<T> in_place = send;
+      comm.reduce_sum(in_place.data(), in_place.data(), n, dtype_of<T>(), root);
+      CHECK(same_bits(in_place, comm.rank() == root ? expected : send));
+    }
+  }
+}
+
 void check_broadcast(Communicator& comm) {
   const int64_t n = (int64_t{3} << 20) + 7;
   for (int root = 0; root < comm.size(); ++root) {
@@ -157,6 +176,8 @@ int run_checks() {
   check_all_reduce<bf16>(*comm, 200);
   check_padded_scatter_gather<float>(*comm, 300);
   check_padded_scatter_gather<bf16>(*comm, 400);
+  check_reduce<float>(*comm, 500);
+  check_reduce<bf16>(*comm, 600);
   check_broadcast(*comm);
   CHECK(comm->buffer_bytes() == buffer);  // no call grew it
 
@@ -164,6 +185,14 @@ int run_checks() {
   try {
     int32_t x = 0;
     comm->broadcast(&x, 1, DType::i32, ranks);
+  } catch (const std::invalid_argument&) {
+    rejected = true;
+  }
+  CHECK(rejected);
+  rejected = false;
+  try {
+    float x = 0;
+    comm->reduce_sum(&x, &x, 1, DType::f32, -1);
   } catch (const std::invalid_argument&) {
     rejected = true;
   }

@@ -76,6 +76,9 @@ TEST(DistSingle, SumsAreTheData) {
   std::vector<float> recv(4, 0.0f);
   comm->reduce_scatter_sum(f.data(), recv.data(), 4, DType::f32);
   EXPECT_EQ(recv, f);
+  std::vector<float> reduced(4, 0.0f);
+  comm->reduce_sum(f.data(), reduced.data(), 4, DType::f32, 0);
+  EXPECT_EQ(reduced, f);
 }
 
 TEST(DistSingle, GatherAndBroadcastCopyAnyDtype) {
@@ -100,6 +103,8 @@ TEST(DistSingle, RejectsBadArguments) {
   EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::f16), std::invalid_argument);
   EXPECT_THROW(comm->all_gather(&i, &i, -1, DType::i32), std::invalid_argument);
   EXPECT_THROW(comm->broadcast(&i, 1, DType::i32, 1), std::invalid_argument);
+  float x = 0;
+  EXPECT_THROW(comm->reduce_sum(&x, &x, 1, DType::f32, 1), std::invalid_argument);
 }
 
 TEST(DistSingle, UnknownBackendIsAUsageError) {
