@@ -1,7 +1,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # the variables below come from the sourcing script
-# Shell functions shared by bench_gpt2.sh, bench_recompute.sh and bench_llama.sh; sourced, not run. The
-# sourcing script sets
+# Shell functions shared by the bench_*.sh scripts; sourced, not run. The sourcing script sets
 #   out       where data, logs and summaries go
 #   model     memtrain's --model (default gpt2)
 #   torch_script  the PyTorch baseline and its model flags (default bench/torch_gpt2.py)

@@ -52,9 +52,12 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Finalized(&finalized), "MPI_Finalized");
     if (initialized || finalized)
       throw std::runtime_error("MPI was initialised before: one MPI communicator per process");
-    // Only the calling thread talks to MPI; OpenMP threads inside kernels never do.
+    // One thread at a time talks to MPI: the caller, or the worker of an AsyncCommunicator around this one
+    // (never both at once); OpenMP threads inside kernels never do.
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw std::runtime_error("this MPI library cannot serve collectives from a worker thread");
     // Errors come back as codes, which become exceptions, instead of aborting inside MPI.
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");

@@ -14,7 +14,6 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
       adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
       adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
-      comm_(tracker_, Category::comm, (plan.sharding.world + 1) * plan.chunk_elems * 4),
       others_(table.size()),
       activations_(table, plan.activations, Category::activations),
       workspace_(table, plan.workspace, Category::workspace),

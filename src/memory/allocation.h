@@ -71,7 +71,6 @@ class Allocation {
   void* params() const { return params_.as<void>(); }
   void* grads() const { return grads_.as<void>(); }
   OptimizerState& optimizer_state() const { return *optimizer_state_; }
-  void* comm_staging() const { return comm_.as<void>(); }  // (world + 1) chunks of 4-byte elements
 
   void begin_op(int op);
   void end_op(int op);
@@ -99,7 +98,7 @@ class Allocation {
   const TensorTable& table_;
   const Plan& plan_;
   MemoryTracker tracker_;
-  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, comm_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_;
   BoundBlock bound_;

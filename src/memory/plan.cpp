@@ -84,11 +84,6 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
   } else {
     plan.shard_elems = plan.shard_end = n;
   }
-  if (plan.stages_whole_buffers()) {
-    const int64_t bucket = std::max<int64_t>(sharding.bucket_elems, sharding.world);
-    plan.chunk_elems = std::min((bucket + sharding.world - 1) / sharding.world, plan.shard_elems);
-    plan.bytes[Category::comm] += (sharding.world + 1) * plan.chunk_elems * 4;
-  }
   if (sharding.world > 1) plan.bytes[Category::comm] += sharding.comm_internal_bytes;
   const int64_t master_size = policy.master_weights ? 4 : 0;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(policy.moments));

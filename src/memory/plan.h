@@ -25,14 +25,14 @@ struct ModelStatePolicy {
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
 // one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world), so an uneven size pads the
 // last shard instead of being rejected. Stage 1 keeps only this rank's shard of the master weights and Adam
-// moments, stage 2 also of the gradients, stage 3 also of the weights. Whole buffers are exchanged in chunks
-// of at most `bucket_elems` elements through a comm staging buffer of (world + 1) chunks; stages 2 and 3
-// exchange a block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
+// moments, stage 2 also of the gradients, stage 3 also of the weights. Buffers are exchanged in place in
+// collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a block at a time through the comm
+// tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
   int world = 1;
   int rank = 0;
   int stage = 0;
-  int64_t bucket_elems = 0;         // elements per collective call (all ranks together)
+  int64_t bucket_elems = 0;         // elements per collective call
   int64_t comm_internal_bytes = 0;  // what the communicator itself holds for those calls
 
   bool shards_optimizer() const { return stage >= 1 && world > 1; }
@@ -62,7 +62,6 @@ struct Plan {
   Sharding sharding;
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
   int64_t shard_begin = 0, shard_end = 0, shard_elems = 0;  // shard_elems = S, padded; end clamped to n
-  int64_t chunk_elems = 0;                                  // per-rank elements of one collective call
   OptimizerOffload offload;                                 // chunk_elems clamped to the shard when enabled
   int64_t offloaded_bytes = 0;        // file bytes of master weights and moments when offloaded, not memory
   CategoryBytes bytes;                // planned, per category
@@ -78,8 +77,6 @@ struct Plan {
   int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
   int64_t grads_begin() const { return sharding.shards_grads() ? shard_begin : 0; }
   int64_t grads_end() const { return sharding.shards_grads() ? shard_end : num_params; }
-  // Whether whole buffers go through the comm staging buffer: ZeRO-3 exchanges only blocks.
-  bool stages_whole_buffers() const { return sharding.world > 1 && !sharding.shards_weights(); }
 };
 
 // Packs the tensors of `category` that have lifetimes: largest first, each at the lowest aligned offset that

@@ -52,6 +52,7 @@ double Executor::run_ops(int end, bool training, float grad_scale) {
     if (hooks_) hooks_->after(i, training);
     memory_.end_op(i);
   }
+  if (hooks_) hooks_->end_pass();
   return loss_sum;
 }
 
@@ -75,6 +76,7 @@ void Executor::forward_logits(float* out) {
   memory_.begin_op(graph_.loss_op);  // binds the head's input (and ZeRO-3 weights) as the loss op would
   if (hooks_) hooks_->before(graph_.loss_op, /*training=*/false);
   (this->*logits_)(head, out);
+  if (hooks_) hooks_->end_pass();
   memory_.reset_arenas();
 }
 

@@ -15,12 +15,14 @@
 namespace mt {
 
 // Work done around an op's kernel that is not the kernel: ZeRO's gathers and reductions of a block. before()
-// runs once the op's tensors are bound, after() before the tensors it was the last to use are released.
+// runs once the op's tensors are bound, after() before the tensors it was the last to use are released, and
+// end_pass() when a pass (training step or evaluation) has run its last op, before the arenas are reset.
 class OpHooks {
  public:
   virtual ~OpHooks() = default;
   virtual void before(int op, bool training) = 0;
   virtual void after(int op, bool training) = 0;
+  virtual void end_pass() = 0;
 };
 
 struct StepResult {

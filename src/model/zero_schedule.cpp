@@ -55,40 +55,43 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
   ZeroSchedule schedule;
   schedule.stage = stage;
   schedule.window_of_op.assign(graph.ops.size(), -1);
-  if (stage < 2) return schedule;
   TensorTable& table = graph.table;
   const std::map<int, std::vector<int>> blocks = params_by_block(table);
-  std::vector<bool> window_writes;
+  std::vector<BlockWindow>& windows = schedule.windows;
   for (int i = 0; i < static_cast<int>(graph.ops.size()); ++i) {
     const int block = block_of(table, graph.ops[i]);
     if (block < 0) continue;
-    if (schedule.windows.empty() || schedule.windows.back().block != block) {
-      schedule.windows.push_back({.block = block, .first_op = i, .last_op = i, .params = blocks.at(block)});
-      window_writes.push_back(false);
-    }
-    schedule.windows.back().last_op = i;
-    if (writes_gradients(graph.ops[i].kind)) window_writes.back() = true;
-    schedule.window_of_op[i] = static_cast<int>(schedule.windows.size()) - 1;
+    if (windows.empty() || windows.back().block != block)
+      windows.push_back({.block = block, .first_op = i, .last_op = i, .params = blocks.at(block)});
+    windows.back().last_op = i;
+    if (writes_gradients(graph.ops[i].kind)) windows.back().writes_grads = true;
+    schedule.window_of_op[i] = static_cast<int>(windows.size()) - 1;
   }
-  for (size_t w = 0; w < schedule.windows.size(); ++w) {
-    BlockWindow& window = schedule.windows[w];
+  std::map<int, int> last_grads;  // block -> its last window that writes gradients
+  for (int w = 0; w < static_cast<int>(windows.size()); ++w)
+    if (windows[w].writes_grads) last_grads[windows[w].block] = w;
+  for (const auto& [block, w] : last_grads) windows[w].last_grads_of_block = true;
+  if (stage < 2) return schedule;
+
+  const int last_op = static_cast<int>(graph.ops.size()) - 1;
+  for (size_t w = 0; w < windows.size(); ++w) {
+    BlockWindow& window = windows[w];
     const int64_t n = block_numel(table, window.params);
     const std::string name = "zero.block" + std::to_string(window.block) + ".window" + std::to_string(w);
-    const DType weights = table[window.params.front()].dtype;
     if (stage >= 3)
       window.weights = table.add({.name = name + ".weights",
                                   .shape = {n},
-                                  .dtype = weights,
+                                  .dtype = table[window.params.front()].dtype,
                                   .category = Category::comm,
-                                  .first_op = window.first_op,
+                                  .first_op = w > 0 ? windows[w - 1].first_op : window.first_op,
                                   .last_op = window.last_op});
-    if (window_writes[w])
+    if (window.writes_grads)
       window.grads = table.add({.name = name + ".grads",
                                 .shape = {n},
                                 .dtype = grads,
                                 .category = Category::comm,
                                 .first_op = window.first_op,
-                                .last_op = window.last_op});
+                                .last_op = w + 1 < windows.size() ? windows[w + 1].last_op : last_op});
   }
   return schedule;
 }

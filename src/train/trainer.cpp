@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "data/loader.h"
+#include "dist/async_communicator.h"
 #include "kernels/matmul.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
@@ -135,8 +136,9 @@ void save_memory_timeline(const MemoryTimeline& timeline, const TrainConfig& cfg
 
 void train(const TrainConfig& cfg) {
   check_parallel_flags(cfg);
-  const std::unique_ptr<Communicator> comm = make_communicator(cfg.dist_backend);
-  const int world = comm->size(), rank = comm->rank();
+  // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
+  AsyncCommunicator comm(make_communicator(cfg.dist_backend));
+  const int world = comm.size(), rank = comm.rank();
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
   if (rank != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(rank));
@@ -176,7 +178,7 @@ void train(const TrainConfig& cfg) {
                           .rank = rank,
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
-                          .comm_internal_bytes = comm->buffer_bytes()};
+                          .comm_internal_bytes = comm.buffer_bytes()};
   const OptimizerOffload offload{
       .enabled = cfg.offload_optimizer == "nvme",
       .path = cfg.offload_path,
@@ -239,8 +241,8 @@ void train(const TrainConfig& cfg) {
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   std::unique_ptr<MetricsLog> metrics =
       rank == 0 ? std::make_unique<MetricsLog>(cfg.out + "/metrics.jsonl") : nullptr;
-  ZeroSync sync(*comm, memory, zero_schedule);
-  if (!zero_schedule.windows.empty()) exec.set_op_hooks(&sync);
+  ZeroSync sync(comm, memory, zero_schedule);
+  if (world > 1) exec.set_op_hooks(&sync);
   MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                                  precision_name(cfg.precision.precision),
                           .loss_op = model.graph.loss_op,
@@ -268,6 +270,7 @@ void train(const TrainConfig& cfg) {
         exec.set_op_observer([&](int op) {
           timeline.points.push_back({op, model.graph.ops[op].name, memory.live()});
         });
+      sync.set_final_micro_batch(micro == accum - 1);
       loss += exec.train_step(loss_scale / static_cast<float>(accum * world)).loss;
       if (record) {
         exec.set_op_observer({});
@@ -289,6 +292,8 @@ void train(const TrainConfig& cfg) {
     if (scaler) scaler->update(update.skipped);
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const double exposed_comm_seconds = sync.take_exposed_seconds();
+    const double busy_comm_seconds = comm.take_busy_seconds();
     const double tokens_per_sec = static_cast<double>(accum * world * B * T) / (step_ms / 1000.0);
 
     const bool eval_now = evaluating && (step % cfg.eval_interval == 0 || step == cfg.train_iters);
@@ -302,6 +307,11 @@ void train(const TrainConfig& cfg) {
         {"grad_norm", update.skipped ? nlohmann::json(nullptr) : nlohmann::json(update.grad_norm)},
         {"step_ms", step_ms},
         {"tokens_per_sec", tokens_per_sec}};
+    if (world > 1) {
+      // The exchanges' time on the worker, and the part of it the step waited for (not hidden by kernels).
+      record["comm_ms"] = busy_comm_seconds * 1000.0;
+      record["comm_exposed_ms"] = exposed_comm_seconds * 1000.0;
+    }
     if (scaler) {
       record["loss_scale"] = scaler->scale();
       record["skipped"] = update.skipped;
@@ -313,6 +323,8 @@ void train(const TrainConfig& cfg) {
       std::printf(" | scale %g%s", scaler->scale(), update.skipped ? " (overflow: step skipped)" : "");
     if (eval_now) {
       const double val_loss = evaluate(exec, *val_loader, model, memory, cfg.eval_iters);
+      sync.take_exposed_seconds();  // evaluation's gathers are not the next step's
+      comm.take_busy_seconds();
       record["val_loss"] = val_loss;
       std::printf(" | val loss %.4f", val_loss);
     }
@@ -324,7 +336,7 @@ void train(const TrainConfig& cfg) {
   // After the last gather every rank holds the same weights: one file is enough.
   if (!cfg.save_weights.empty() && rank == 0) save_weights(cfg.save_weights, spec, model, memory);
   CategoryBytes measured = memory.measured();
-  measured[Category::comm] += comm->buffer_bytes();  // the communicator's own receive buffer
+  measured[Category::comm] += comm.buffer_bytes();  // the communicator's own receive buffer
   const MemoryReport report{plan.bytes,
                             measured,
                             memory.activations().high_water(),
