@@ -24,9 +24,7 @@ class ConfigReader {
     if (!config_.contains(key)) fail("missing key \"" + std::string(key) + "\"");
     return positive(key);
   }
-  int64_t dim_or(const char* key, int64_t fallback) const {
-    return config_.contains(key) && !config_.at(key).is_null() ? positive(key) : fallback;
-  }
+  int64_t dim_or(const char* key, int64_t fallback) const { return present(key) ? positive(key) : fallback; }
   float number_or(const char* key, float fallback) const {
     if (!config_.contains(key)) return fallback;
     const nlohmann::json& v = config_.at(key);
@@ -43,6 +41,7 @@ class ConfigReader {
     if (!config_.at(key).is_string()) fail(quoted(key) + " must be a string");
     return config_.at(key).get<std::string>();
   }
+  bool present(const char* key) const { return config_.contains(key) && !config_.at(key).is_null(); }
   [[noreturn]] void fail(const std::string& what) const { fail_usage("--model " + path_ + ": " + what); }
 
  private:
@@ -85,6 +84,8 @@ ModelSpec llama_config(const ConfigReader& r, const std::string& model_type) {
   if (s.n_embd % s.n_head == 0 && r.dim_or("head_dim", s.n_embd / s.n_head) != s.n_embd / s.n_head)
     r.fail("\"head_dim\" other than hidden_size / num_attention_heads is not supported");
   if (r.text_or("hidden_act", "silu") != "silu") r.fail("\"hidden_act\" must be silu (SwiGLU)");
+  // Scaled rotary frequencies (LLaMA 3.1's "llama3", YaRN, ...) would train a different model: refuse them.
+  if (r.present("rope_scaling")) r.fail("\"rope_scaling\" is not supported (plain rotary embeddings only)");
   return s;
 }
 

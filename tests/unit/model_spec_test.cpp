@@ -81,6 +81,11 @@ TEST_F(ModelConfigFile, BadShapesAreUsageErrors) {
                              1),
                Error);
   EXPECT_THROW(resolve_model(write(R"({"model_type": "bert", "hidden_size": 64})"), 1), Error);
+  EXPECT_THROW(resolve_model(write(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 1, "max_position_embeddings": 64, "vocab_size": 100,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})"),
+                             1),
+               Error);
   EXPECT_THROW(resolve_model(write(R"({"model_type": "llama", "hidden_size": 64})"), 1), Error);
 }
 
