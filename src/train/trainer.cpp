@@ -241,7 +241,7 @@ void train(const TrainConfig& cfg) {
   if (ec) fail_data("--out " + cfg.out + ": cannot create directory: " + ec.message());
   std::unique_ptr<MetricsLog> metrics =
       rank == 0 ? std::make_unique<MetricsLog>(cfg.out + "/metrics.jsonl") : nullptr;
-  ZeroSync sync(comm, memory, zero_schedule);
+  ZeroSync sync(comm, memory, zero_schedule, cfg.overlap_comm);
   if (world > 1) exec.set_op_hooks(&sync);
   MemoryTimeline timeline{.run = spec.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                                  precision_name(cfg.precision.precision),
