@@ -1,0 +1,74 @@
+#include "train/train_flags.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+
+namespace mt {
+
+int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
+  if (c.grad_accum_steps < 0) fail_usage("--grad-accum-steps must be positive");
+  if (c.global_batch < 0) fail_usage("--global-batch-size must be positive");
+  const int64_t per_step = c.micro_batch * data_parallel;
+  if (c.global_batch == 0) return std::max<int64_t>(c.grad_accum_steps, 1);
+  if (c.global_batch % per_step != 0)
+    fail_usage("--global-batch-size " + std::to_string(c.global_batch) + " is not divisible by micro-batch " +
+               std::to_string(c.micro_batch) + " x data-parallel size " + std::to_string(data_parallel));
+  const int64_t k = c.global_batch / per_step;
+  if (c.grad_accum_steps != 0 && c.grad_accum_steps != k)
+    fail_usage("--grad-accum-steps " + std::to_string(c.grad_accum_steps) +
+               " disagrees with --global-batch-size " + std::to_string(c.global_batch) + " (" +
+               std::to_string(k) + " micro-batches of " + std::to_string(c.micro_batch) + ")");
+  return k;
+}
+
+void check_parallel_flags(const TrainConfig& c) {
+  if (c.zero_stage < 0 || c.zero_stage > 3) fail_usage("--zero-stage must be 0, 1, 2 or 3");
+  if (c.zero_stage >= 2)
+    fail_usage(
+        "--zero-stage " + std::to_string(c.zero_stage) +
+        " is not implemented yet: stage 1 shards master weights and moments; gradient (2) and weight (3) "
+        "sharding are still to come");
+  if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
+  if (c.offload_optimizer == "cpu")
+    fail_usage(
+        "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
+        "optimizer in host memory (use none)");
+  if (c.offload_optimizer != "none")
+    fail_usage("--offload-optimizer " + c.offload_optimizer +
+               ": only none is implemented yet (nvme is to come)");
+}
+
+void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
+  if (c.train_iters <= 0) fail_usage("--train-iters must be a positive number of steps");
+  if (c.micro_batch <= 0) fail_usage("--micro-batch-size must be positive");
+  check_precision(c.precision);
+  if (c.static_loss_scale != 0 && c.precision.precision != Precision::fp16)
+    fail_usage("--loss-scale needs --fp16 (bf16 and fp32 train without loss scaling)");
+  if (c.static_loss_scale < 0) fail_usage("--loss-scale must be positive");
+  const LossScalerConfig& s = c.loss_scaler;
+  if (!(s.min_scale > 0)) fail_usage("--min-loss-scale must be positive");
+  if (!(s.initial_scale >= s.min_scale) || !std::isfinite(s.initial_scale))
+    fail_usage("--initial-loss-scale must be finite and at least --min-loss-scale");
+  if (s.window <= 0) fail_usage("--loss-scale-window must be positive");
+  if (s.hysteresis <= 0) fail_usage("--hysteresis must be positive");
+  if (seq_len <= 0) fail_usage("--seq-length must be positive");
+  if (seq_len > spec.n_positions)
+    fail_usage("--seq-length " + std::to_string(seq_len) + " exceeds the model's " +
+               std::to_string(spec.n_positions) + " positions (n_positions)");
+  if (c.log_interval <= 0) fail_usage("--log-interval must be positive");
+  if (c.eval_interval < 0) fail_usage("--eval-interval must be 0 (off) or positive");
+  if (c.eval_interval > 0 && c.eval_iters <= 0) fail_usage("--eval-iters must be positive when evaluating");
+  if (c.threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
+  if (c.lr < 0 || c.min_lr < 0 || c.min_lr > c.lr)
+    fail_usage("--lr and --min-lr must satisfy 0 <= min-lr <= lr");
+  if (c.warmup_iters < 0) fail_usage("--lr-warmup-iters must not be negative");
+  if (c.adam.beta1 < 0 || c.adam.beta1 >= 1 || c.adam.beta2 < 0 || c.adam.beta2 >= 1)
+    fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
+  if (c.adam.eps <= 0) fail_usage("--adam-eps must be positive");
+  if (c.adam.clip_grad < 0) fail_usage("--clip-grad must be 0 (off) or positive");
+}
+
+}  // namespace mt
