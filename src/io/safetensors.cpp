@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace mt {
@@ -207,7 +208,16 @@ const TensorEntry* SafetensorsReader::find(const std::string& name) const {
 }
 
 void SafetensorsReader::read(const TensorEntry& entry, void* dst) const {
-  if (int err = pread_all(fd_, dst, entry.bytes(), data_start_ + entry.begin)) {
+  read_part(entry, 0, entry.bytes(), dst);
+}
+
+void SafetensorsReader::read_part(const TensorEntry& entry, uint64_t offset, uint64_t bytes,
+                                  void* dst) const {
+  if (offset > entry.bytes() || bytes > entry.bytes() - offset) {
+    fail_data(path_ + ": reading bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes) + ") of " +
+              quoted(entry.name) + ", which holds " + std::to_string(entry.bytes()));
+  }
+  if (int err = pread_all(fd_, dst, bytes, data_start_ + entry.begin + offset)) {
     fail_data(path_ + ": reading " + quoted(entry.name) + ": " + io_error(err));
   }
 }
@@ -243,12 +253,21 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
 
   fd_ = open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail_data(path + ": cannot create " + tmp_path_ + ": " + std::strerror(errno));
-  int err = write_all(fd_, len_bytes, 8);
-  if (!err) err = write_all(fd_, text.data(), text.size());
-  if (err) {
+  try {
+    append(len_bytes, 8, "header");
+    append(text.data(), text.size(), "header");
+  } catch (...) {
     discard();
-    fail_data(path + ": writing header: " + std::strerror(err));
+    throw;
   }
+}
+
+void SafetensorsWriter::append(const void* data, uint64_t bytes, const std::string& what) {
+  if (int err = write_all(fd_, data, bytes)) {
+    fail_data(path_ + ": writing " + what + ": " + std::strerror(err));
+  }
+  crc_ = mt::crc32c(data, bytes, crc_);
+  bytes_written_ += bytes;
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -272,9 +291,7 @@ void SafetensorsWriter::write_next(const void* data, uint64_t bytes) {
               shape_str(item.shape) + " = " + std::to_string(expected) + " bytes, got " +
               std::to_string(bytes));
   }
-  if (int err = write_all(fd_, data, bytes)) {
-    fail_data(path_ + ": writing " + quoted(item.name) + ": " + std::strerror(err));
-  }
+  append(data, bytes, quoted(item.name));
   ++next_;
 }
 

@@ -38,6 +38,8 @@ class SafetensorsReader {
 
   // Reads one tensor's bytes into dst, which must hold exactly entry.end - entry.begin bytes.
   void read(const TensorEntry& entry, void* dst) const;
+  // Reads bytes [offset, offset + bytes) of one tensor's data into dst (a data error if outside it).
+  void read_part(const TensorEntry& entry, uint64_t offset, uint64_t bytes, void* dst) const;
 
  private:
   std::string path_;
@@ -66,9 +68,13 @@ class SafetensorsWriter {
   // Appends the next tensor's bytes (items in order; the byte count must match dtype x shape).
   void write_next(const void* data, uint64_t bytes);
   void finish();
+  // The whole file as written so far (header included): its size and CRC-32C, for a manifest.
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint32_t crc32c() const { return crc_; }
 
  private:
   void discard();  // closes and removes the temporary file
+  void append(const void* data, uint64_t bytes, const std::string& what);  // writes and checksums
 
   std::string path_;
   std::string tmp_path_;
@@ -76,6 +82,8 @@ class SafetensorsWriter {
   std::vector<Item> items_;
   size_t next_ = 0;
   bool finished_ = false;
+  uint64_t bytes_written_ = 0;
+  uint32_t crc_ = 0;
 };
 
 }  // namespace mt

@@ -40,8 +40,19 @@ struct TrainConfig {
   int64_t log_interval = 1;
   int64_t eval_interval = 100;  // 0: no evaluation
   int64_t eval_iters = 10;
-  std::string init_from;       // safetensors to start from
-  std::string save_weights;    // safetensors to write at the end
+  std::string init_from;     // safetensors to start from
+  std::string save_weights;  // safetensors to write at the end
+  // Checkpoints (src/ckpt): saved into `save` every `save_interval` steps (0: only at the end or on a stop
+  // signal), the newest `keep_checkpoints` kept (0: all); --exit-interval N saves and stops at multiples of
+  // N.
+  std::string save;
+  int64_t save_interval = 0;
+  int keep_checkpoints = 0;
+  int64_t exit_interval = 0;
+  std::string load;    // a checkpoint, or a save directory (its newest checkpoint that verifies)
+  std::string resume;  // "auto": the newest verifying checkpoint in `save`, or a fresh start without one
+  // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
+  int64_t verify_resume = 0;
   std::string out = "run";     // metrics.jsonl and memory.json
   int threads = 0;             // 0: every core
   bool memory_report = false;  // print the plan and the largest activations before training

@@ -71,4 +71,25 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   if (c.adam.clip_grad < 0) fail_usage("--clip-grad must be 0 (off) or positive");
 }
 
+void check_checkpoint_flags(const TrainConfig& c) {
+  if (c.save_interval < 0) fail_usage("--save-interval must be 0 (only at the end) or positive");
+  if (c.keep_checkpoints < 0) fail_usage("--keep-checkpoints must be 0 (all) or positive");
+  if (c.exit_interval < 0) fail_usage("--exit-interval must be positive");
+  if (c.save.empty() && c.save_interval > 0) fail_usage("--save-interval needs --save DIR");
+  if (c.save.empty() && c.exit_interval > 0)
+    fail_usage("--exit-interval saves before it exits: it needs --save DIR");
+  if (!c.resume.empty() && c.resume != "auto")
+    fail_usage("--resume " + c.resume + ": only auto is known (or --load DIR for a given checkpoint)");
+  if (c.resume == "auto" && c.save.empty())
+    fail_usage("--resume auto looks in the --save directory: give --save");
+  if (!c.resume.empty() && !c.load.empty()) fail_usage("--resume auto and --load exclude each other");
+  if (c.verify_resume < 0) fail_usage("--verify-resume must be a positive number of steps");
+  if (c.verify_resume > 0 && c.verify_resume >= c.train_iters)
+    fail_usage("--verify-resume " + std::to_string(c.verify_resume) + " must be below --train-iters " +
+               std::to_string(c.train_iters) + " (steps after the save are what it compares)");
+  if (c.verify_resume > 0 && (!c.load.empty() || !c.resume.empty() || !c.save.empty()))
+    fail_usage(
+        "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
+}
+
 }  // namespace mt

@@ -15,6 +15,9 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel);
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c);
 
+// --save, --load, --resume, --exit-interval and --verify-resume: values and combinations.
+void check_checkpoint_flags(const TrainConfig& c);
+
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,7 +14,9 @@
 #include "kernels/matmul.h"
 #include "memory/report.h"
 #include "model/gpt2_weights.h"
+#include "train/signals.h"
 #include "train/train_flags.h"
+#include "train/verify_resume.h"
 
 namespace mt {
 
@@ -66,6 +69,13 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
       table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
   const int val_window =
       evaluating_ ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
+  // Checkpoints stream tensors straight from the model states; reading files back to checksum them goes
+  // through this buffer, at most one tensor (and 1 MiB) in size.
+  if (!cfg.save.empty() || !cfg.load.empty() || !cfg.resume.empty() || cfg.verify_resume > 0) {
+    int64_t largest = 1;
+    for (int id : model_.params) largest = std::max(largest, table[id].numel());
+    checkpoint_stream_ = table.add({"checkpoint.stream", {std::min<int64_t>(largest, 1 << 18)}, DType::f32});
+  }
   const Sharding sharding{.world = world_,
                           .rank = rank_,
                           .stage = cfg.zero_stage,
@@ -129,11 +139,11 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
                .points = {}};
 }
 
-void Trainer::open_outputs() {
+void Trainer::open_outputs(int64_t resumed_step) {
   std::error_code ec;
   std::filesystem::create_directories(cfg_.out, ec);
   if (ec) fail_data("--out " + cfg_.out + ": cannot create directory: " + ec.message());
-  if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.out + "/metrics.jsonl");
+  if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.out + "/metrics.jsonl", resumed_step);
 }
 
 StepOutcome Trainer::step(int64_t step) {
@@ -264,19 +274,49 @@ void Trainer::save_memory_timeline() {
               human_bytes(peak.live.total()).c_str(), peak.name.c_str(), written.c_str());
 }
 
+// The step loop with its checkpoint hooks: resume before it, a save after a step when due, and a stop
+// (signal or --exit-interval) that saves and ends the run normally.
+void run_training(const TrainConfig& cfg, Communicator& comm) {
+  Trainer trainer(cfg, comm);
+  const int64_t resumed = cfg.load.empty() && cfg.resume.empty() ? 0 : trainer.resume();
+  // Only now, with every input read and checked, does the run write anything.
+  trainer.open_outputs(resumed);
+  catch_stop_signals();
+  int64_t last_saved = resumed;
+  for (int64_t step = resumed + 1; step <= cfg.train_iters; ++step) {
+    const StepOutcome outcome = trainer.step(step);
+    trainer.log(step, outcome);
+    const bool signalled = trainer.any_rank(stop_requested());
+    const bool exit_now = cfg.exit_interval > 0 && step % cfg.exit_interval == 0;
+    const bool save_now = (cfg.save_interval > 0 && step % cfg.save_interval == 0) || step == cfg.train_iters;
+    if (!cfg.save.empty() && (save_now || signalled || exit_now)) {
+      trainer.save(cfg.save, step, outcome);
+      last_saved = step;
+    }
+    if (signalled || exit_now) {
+      const std::string saved = cfg.save.empty() ? " (no --save: nothing saved)"
+                                                 : ", checkpoint of step " + std::to_string(last_saved);
+      std::printf("%s after step %lld%s\n", signalled ? "stopping on a signal" : "--exit-interval reached",
+                  static_cast<long long>(step), saved.c_str());
+      break;
+    }
+  }
+  trainer.finish();
+}
+
 void train(const TrainConfig& cfg) {
   check_parallel_flags(cfg);
+  check_checkpoint_flags(cfg);
   const std::unique_ptr<Communicator> comm = make_communicator(cfg.dist_backend);
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
   if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm->rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
   if (cfg.threads > 0 || comm->size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
-  Trainer trainer(cfg, *comm);
-  // Only now, with every input read and checked, does the run write anything.
-  trainer.open_outputs();
-  for (int64_t step = 1; step <= cfg.train_iters; ++step) trainer.log(step, trainer.step(step));
-  trainer.finish();
+  if (cfg.verify_resume > 0)
+    verify_resume(cfg, *comm);
+  else
+    run_training(cfg, *comm);
 }
 
 }  // namespace mt

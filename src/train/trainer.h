@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "ckpt/state.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "memory/allocation.h"
@@ -38,8 +40,21 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Creates the --out directory and metrics.jsonl (rank 0): the first thing the run writes.
-  void open_outputs();
+  // Resumes from --load or --resume auto: restores the model states, optimizer, loss scaler and data cursor.
+  // Returns the step the checkpoint was taken after, 0 when starting fresh.
+  int64_t resume();
+  int64_t resume_from(const std::string& checkpoint_dir);
+  // Collective: saves a checkpoint of the state after `step` into save_dir; returns its directory.
+  std::string save(const std::string& save_dir, int64_t step, const StepOutcome& outcome);
+  // A checksum of every rank's model states, the optimizer's update count, the loss scaler and the data
+  // cursor: equal on two runs only if they hold the same bits.
+  uint32_t state_hash();
+  // Whether any rank was asked to stop (all ranks get the same answer).
+  bool any_rank(bool local);
+
+  // Creates the --out directory and metrics.jsonl (rank 0): the first thing the run writes. Resuming after
+  // step `resumed_step`, metrics.jsonl keeps the records up to it.
+  void open_outputs(int64_t resumed_step = 0);
   // Runs optimizer step `step` (1-based): micro-batches, gradient exchange, update, loss scaler.
   StepOutcome step(int64_t step);
   // Prints the progress line and appends to metrics.jsonl when the step is logged (evaluating when due).
@@ -50,6 +65,9 @@ class Trainer {
  private:
   double evaluate();
   void save_memory_timeline();
+  ckpt::CheckpointState checkpoint_state(int64_t step, const StepOutcome& outcome) const;
+  // The planned buffer that checkpoint files are checksummed through.
+  std::span<char> checkpoint_stream() const;
 
   const TrainConfig& cfg_;
   Communicator& comm_;
@@ -69,6 +87,7 @@ class Trainer {
   std::unique_ptr<ZeroSync> sync_;
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
+  int checkpoint_stream_ = -1;  // table id; -1 without checkpoints
 };
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
