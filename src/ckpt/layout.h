@@ -20,7 +20,7 @@ inline constexpr const char* kModelFile = "model.safetensors";
 std::string checkpoint_name(int64_t step);  // "step_00000012"
 // ".step_00000012.tmp" while being written, ".step_00000012.old" while a new copy replaces it.
 std::string hidden_name(int64_t step, const char* suffix);
-std::string rank_file_name(int rank);       // "rank0.safetensors"
+std::string rank_file_name(int rank);  // "rank0.safetensors"
 
 // The elements [begin, end) of the flat parameters that rank `rank` of `world` writes: the same ceil(n /
 // world) split as ZeRO's shards, whatever the stage, so every element is written exactly once.

@@ -60,17 +60,26 @@ void remove_all_or_fail(const fs::path& path) {
   if (ec) fail_data(path.string() + ": cannot remove: " + ec.message());
 }
 
-// Temporary directories of saves that never finished (a crash, a kill).
-void remove_unfinished(const std::string& save_dir) {
-  static const std::regex temporary(R"(\.step_\d+\.(tmp|old))");
-  for (const auto& entry : fs::directory_iterator(save_dir))
-    if (std::regex_match(entry.path().filename().string(), temporary)) remove_all_or_fail(entry.path());
-}
-
 void rename_or_fail(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::rename(from, to, ec);
   if (ec) fail_data(to.string() + ": cannot rename from " + from.string() + ": " + ec.message());
+}
+
+// What a save cut short leaves: a temporary directory (removed), or a checkpoint moved aside for its
+// replacement that never arrived (moved back).
+void clean_up_unfinished(const std::string& save_dir) {
+  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old))");
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, match, unfinished)) continue;
+    const fs::path original = fs::path(save_dir) / match[1].str();
+    if (match[2] == "old" && !fs::exists(original))
+      rename_or_fail(entry.path(), original);
+    else
+      remove_all_or_fail(entry.path());
+  }
 }
 
 }  // namespace
@@ -84,7 +93,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     std::error_code ec;
     fs::create_directories(save_dir, ec);
     if (ec) fail_data("--save " + save_dir + ": cannot create directory: " + ec.message());
-    remove_unfinished(save_dir);
+    clean_up_unfinished(save_dir);
     fs::create_directory(tmp_dir, ec);
     if (ec) fail_data(tmp_dir.string() + ": cannot create: " + ec.message());
   }
