@@ -2,7 +2,7 @@
 // written first as .step_00000012.tmp and renamed when complete. Inside:
 //   rank{r}.safetensors  rank r's range of the flat parameters: weights, fp32 master, Adam m and v, each in
 //                        its own dtype (1-D tensors "weights", "master", "adam_m", "adam_v")
-//   model.safetensors    the weights with Hugging Face names (written by rank 0)
+//   model.safetensors    the weights with Hugging Face names (each rank writes its range into place)
 //   state.json           step, optimizer, loss scaler, data cursor, random streams, config, run, metrics
 //   manifest.json        every file above with its size and CRC-32C; written last
 #pragma once

@@ -20,7 +20,8 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-// CRC-32C and size of a whole file, read in buffer-sized chunks.
+}  // namespace
+
 ManifestFile checksum_file(const std::string& path, const std::string& name, std::span<char> buffer) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_data(path + ": cannot open: " + std::strerror(errno));
@@ -40,8 +41,6 @@ ManifestFile checksum_file(const std::string& path, const std::string& name, std
   close(fd);
   return file;
 }
-
-}  // namespace
 
 ManifestFile write_synced(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = dir + "/" + name;

@@ -22,6 +22,9 @@ struct Manifest {
   std::vector<ManifestFile> files;
 };
 
+// The size and CRC-32C of the file at path (its manifest entry `name`), read through `buffer`.
+ManifestFile checksum_file(const std::string& path, const std::string& name, std::span<char> buffer);
+
 // Writes text to path, fsynced, and returns its entry for the manifest.
 ManifestFile write_synced(const std::string& dir, const std::string& name, const std::string& text);
 

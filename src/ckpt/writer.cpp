@@ -1,6 +1,12 @@
 #include "ckpt/writer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <stdexcept>
@@ -40,18 +46,53 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, i
   return {name, writer.bytes_written(), writer.crc32c()};
 }
 
-// The weights with Hugging Face names, in their own dtype, straight from rank 0's weight buffer.
-ManifestFile write_model_file(const std::string& dir, const CheckpointLayout& layout,
-                              const Allocation& memory) {
+// model.safetensors is written by every rank together: rank 0 lays the file out (header, full size), then
+// each rank writes the weights of its save range into their places, straight from its weight buffer (so
+// under ZeRO-3, where a rank holds only its shard of the weights, nothing changes).
+SafetensorsLayout model_file_layout(const std::string& path, const CheckpointLayout& layout) {
   std::vector<SafetensorsWriter::Item> items;
   for (const CheckpointTensor& t : layout.tensors) items.push_back({t.name, layout.weights, t.shape});
-  SafetensorsWriter writer(dir + "/" + kModelFile, items, {{"format", "pt"}});
+  return safetensors_layout(path, items, {{"format", "pt"}});
+}
+
+void create_model_file(const std::string& path, const SafetensorsLayout& file) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_data(path + ": cannot create: " + std::strerror(errno));
+  const bool ok =
+      pwrite(fd, file.header.data(), file.header.size(), 0) == static_cast<ssize_t>(file.header.size()) &&
+      ftruncate(fd, static_cast<off_t>(file.file_size)) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write its header: " + std::strerror(err));
+}
+
+void write_model_part(const std::string& path, const SafetensorsLayout& file, const CheckpointLayout& layout,
+                      const Allocation& memory, FlatRange range) {
+  const FlatBuffer weights = flat_buffers(memory).front();
+  if (range.begin < weights.range.begin || range.end > weights.range.end)
+    throw std::logic_error("checkpoint: this rank does not hold the weights of its save range");
   const int64_t size = static_cast<int64_t>(dtype_size(layout.weights));
-  for (const CheckpointTensor& t : layout.tensors)
-    writer.write_next(static_cast<const char*>(memory.params()) + t.offset * size,
-                      static_cast<uint64_t>(t.numel() * size));
-  writer.finish();
-  return {kModelFile, writer.bytes_written(), writer.crc32c()};
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail_data(path + ": cannot open: " + std::strerror(errno));
+  bool ok = true;
+  for (size_t i = 0; i < layout.tensors.size() && ok; ++i) {
+    const CheckpointTensor& t = layout.tensors[i];
+    const int64_t first = std::max(t.offset, range.begin), last = std::min(t.offset + t.numel(), range.end);
+    if (first >= last) continue;
+    const char* src = weights.data + (first - weights.range.begin) * size;
+    uint64_t left = static_cast<uint64_t>((last - first) * size);
+    off_t at = static_cast<off_t>(file.tensor_offset[i] + static_cast<uint64_t>((first - t.offset) * size));
+    while (left > 0 && ok) {
+      const ssize_t n = pwrite(fd, src, left, at);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) src += n, left -= static_cast<uint64_t>(n), at += n;
+    }
+  }
+  ok = ok && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write weights: " + std::strerror(err));
 }
 
 void remove_all_or_fail(const fs::path& path) {
@@ -85,7 +126,7 @@ void clean_up_unfinished(const std::string& save_dir) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const Allocation& memory, Communicator& comm, int keep) {
+                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream) {
   const int world = comm.size(), rank = comm.rank();
   const fs::path final_dir = fs::path(save_dir) / checkpoint_name(state.step);
   const fs::path tmp_dir = fs::path(save_dir) / hidden_name(state.step, "tmp");
@@ -97,9 +138,15 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     fs::create_directory(tmp_dir, ec);
     if (ec) fail_data(tmp_dir.string() + ": cannot create: " + ec.message());
   }
+  const std::string model_path = (tmp_dir / kModelFile).string();
+  const SafetensorsLayout model_file = model_file_layout(model_path, state.layout);
+  if (rank == 0) create_model_file(model_path, model_file);
   comm.barrier();
   const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, world, rank);
-  // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53).
+  write_model_part(model_path, model_file, state.layout, memory,
+                   save_range(memory.num_params(), world, rank));
+  // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53). Every rank has written all
+  // its parts once this returns.
   const double sent[2] = {static_cast<double>(mine.bytes), static_cast<double>(mine.crc32c)};
   std::vector<double> received(2 * world);
   comm.all_gather(sent, received.data(), 2, DType::f64);
@@ -108,7 +155,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     for (int r = 0; r < world; ++r)
       manifest.files.push_back({rank_file_name(r), static_cast<uint64_t>(received[2 * r]),
                                 static_cast<uint32_t>(received[2 * r + 1])});
-    manifest.files.push_back(write_model_file(tmp_dir.string(), state.layout, memory));
+    manifest.files.push_back(checksum_file(model_path, kModelFile, stream));
     manifest.files.push_back(write_synced(tmp_dir.string(), kStateFile, to_json(state).dump(2) + "\n"));
     write_manifest(tmp_dir.string(), manifest);
     sync_directory(tmp_dir.string());

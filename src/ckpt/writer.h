@@ -3,6 +3,7 @@
 // leaves the previous checkpoints intact and at most a temporary directory, which the next save removes.
 #pragma once
 
+#include <span>
 #include <string>
 
 #include "ckpt/state.h"
@@ -12,10 +13,10 @@
 namespace mt::ckpt {
 
 // Collective: every rank calls it with the same state. Each rank streams its save range of the model states
-// from `memory` (no copy); rank 0 adds model.safetensors (Hugging Face names, from its weights), state.json
-// and the manifest, renames, then keeps the newest `keep` checkpoints (0: all). Returns the checkpoint's
-// directory.
+// from `memory` (no copy) into its rank file and its part of model.safetensors; rank 0 checksums
+// model.safetensors through `stream` (the plan's checkpoint buffer), adds state.json and the manifest,
+// renames, then keeps the newest `keep` checkpoints (0: all). Returns the checkpoint's directory.
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const Allocation& memory, Communicator& comm, int keep);
+                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream);
 
 }  // namespace mt::ckpt

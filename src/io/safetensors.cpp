@@ -222,14 +222,15 @@ void SafetensorsReader::read_part(const TensorEntry& entry, uint64_t offset, uin
   }
 }
 
-SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Item>& items,
-                                     const std::map<std::string, std::string>& metadata)
-    : path_(path), tmp_path_(path + ".tmp." + std::to_string(getpid())), items_(items) {
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     const std::vector<SafetensorsWriter::Item>& items,
+                                     const std::map<std::string, std::string>& metadata) {
   // Keys in data order, so the header reads like the file's layout.
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const Item& item : items) {
+  std::vector<uint64_t> data_offsets;
+  for (const SafetensorsWriter::Item& item : items) {
     const std::string where = path + ": " + quoted(item.name);
     if (item.name == "__metadata__" || header.contains(item.name))
       fail_data(where + ": duplicate or reserved name");
@@ -238,6 +239,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
     header[item.name] = {{"dtype", dtype_name(item.dtype)},
                          {"shape", item.shape},
                          {"data_offsets", {offset, offset + *bytes}}};
+    data_offsets.push_back(offset);
     offset += *bytes;
   }
   std::string text;
@@ -248,14 +250,22 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
   }
   // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
   text.append((8 - text.size() % 8) % 8, ' ');
-  unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  SafetensorsLayout layout;
+  for (int i = 0; i < 8; ++i) layout.header += static_cast<char>(text.size() >> (8 * i));
+  layout.header += text;
+  for (uint64_t o : data_offsets) layout.tensor_offset.push_back(layout.header.size() + o);
+  layout.file_size = layout.header.size() + offset;
+  return layout;
+}
 
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Item>& items,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_path_(path + ".tmp." + std::to_string(getpid())), items_(items) {
+  const SafetensorsLayout layout = safetensors_layout(path, items, metadata);
   fd_ = open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail_data(path + ": cannot create " + tmp_path_ + ": " + std::strerror(errno));
   try {
-    append(len_bytes, 8, "header");
-    append(text.data(), text.size(), "header");
+    append(layout.header.data(), layout.header.size(), "header");
   } catch (...) {
     discard();
     throw;

@@ -86,4 +86,16 @@ class SafetensorsWriter {
   uint32_t crc_ = 0;
 };
 
+// Where a safetensors file puts everything, known before any byte is written (so that several writers can
+// each fill their own part of one file): the header (length field, JSON, padding) and each item's offset.
+struct SafetensorsLayout {
+  std::string header;                   // the file's first bytes
+  std::vector<uint64_t> tensor_offset;  // per item, from the start of the file
+  uint64_t file_size = 0;
+};
+// Data errors name `path` for duplicate names or impossible shapes.
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     const std::vector<SafetensorsWriter::Item>& items,
+                                     const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace mt

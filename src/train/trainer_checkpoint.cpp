@@ -78,7 +78,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
 
 std::string Trainer::save(const std::string& save_dir, int64_t step, const StepOutcome& outcome) {
   const std::string dir = ckpt::save_checkpoint(save_dir, checkpoint_state(step, outcome), *memory_, comm_,
-                                                cfg_.keep_checkpoints);
+                                                cfg_.keep_checkpoints, checkpoint_stream());
   std::printf("saved checkpoint %s\n", dir.c_str());
   std::fflush(stdout);
   return dir;
