@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # shellcheck disable=SC2154  # the variables below come from the sourcing script
-# Shell functions shared by bench_gpt2.sh and bench_recompute.sh; sourced, not run. The sourcing script sets
+# Shell functions shared by the bench_*.sh scripts; sourced, not run. The sourcing script sets
 #   out       where data, logs and summaries go
 #   memtrain  the memtrain binary
 #   python    a python3 with torch (Debian's /usr/bin/python3)

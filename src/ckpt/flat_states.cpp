@@ -6,16 +6,22 @@
 
 namespace mt::ckpt {
 
-std::vector<FlatBuffer> flat_buffers(const Allocation& memory) {
+HeldWeights held_weights(const Allocation& memory) {
   const Plan& plan = memory.plan();
-  const FlatRange all{0, plan.num_params}, shard{plan.shard_begin, plan.shard_end};
-  std::vector<FlatBuffer> buffers = {
-      {"weights", static_cast<char*>(memory.params()), plan.policy.weights, all}};
-  if (memory.master())
-    buffers.push_back({"master", reinterpret_cast<char*>(memory.master()), DType::f32, shard});
-  buffers.push_back({"adam_m", static_cast<char*>(memory.adam_m()), plan.policy.moments, shard});
-  buffers.push_back({"adam_v", static_cast<char*>(memory.adam_v()), plan.policy.moments, shard});
-  return buffers;
+  return {
+      static_cast<char*>(memory.params()), plan.policy.weights, {plan.weights_begin(), plan.weights_end()}};
+}
+
+std::vector<StateTensor> state_tensors(const Plan& plan) {
+  std::vector<StateTensor> tensors;
+  if (plan.policy.master_weights)
+    tensors.push_back(
+        {"master", DType::f32, [](const StateWindow& w) { return reinterpret_cast<char*>(w.master); }});
+  tensors.push_back(
+      {"adam_m", plan.policy.moments, [](const StateWindow& w) { return static_cast<char*>(w.m); }});
+  tensors.push_back(
+      {"adam_v", plan.policy.moments, [](const StateWindow& w) { return static_cast<char*>(w.v); }});
+  return tensors;
 }
 
 RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout) {

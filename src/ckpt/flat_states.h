@@ -1,7 +1,8 @@
 // The model states a checkpoint stores, as ranges of the flat parameters (the Plan's numbering): the
-// weights, the fp32 master copy and Adam's moments, each held by this rank over its own range (all of it, or
-// its ZeRO shard), and the rank files that hold them on disk. Resharding is range intersection: any rank
-// reads the overlap of its ranges with each saved rank's range.
+// weights this rank holds (all of them, or its ZeRO-3 shard), and the optimizer state of its shard (fp32
+// master weights and Adam's moments, in memory or offloaded, reached through OptimizerState windows). Also
+// the rank files that hold them on disk. Resharding is range intersection: any rank reads the overlap of its
+// ranges with each saved rank's range.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +17,25 @@
 
 namespace mt::ckpt {
 
-struct FlatBuffer {
-  std::string name;  // "weights", "master", "adam_m", "adam_v": the tensor name in the rank files
-  char* data;        // element i is flat parameter begin + i
+// The rank files' tensor of the weights.
+inline constexpr const char* kWeightsTensor = "weights";
+
+// This rank's weight buffer: element i is flat parameter range.begin + i.
+struct HeldWeights {
+  char* data;
   DType dtype;
   FlatRange range;
 };
+HeldWeights held_weights(const Allocation& memory);
 
-// This rank's model-state buffers, as its Plan lays them out (no master without master weights).
-std::vector<FlatBuffer> flat_buffers(const Allocation& memory);
+// One optimizer-state tensor of the rank files ("master", "adam_m", "adam_v") and where a window holds it.
+struct StateTensor {
+  std::string name;
+  DType dtype;
+  char* (*in_window)(const StateWindow& window);
+};
+// The policy's optimizer-state tensors: master (when there are master weights), adam_m, adam_v.
+std::vector<StateTensor> state_tensors(const Plan& plan);
 
 // The rank files of one checkpoint, open for reading.
 class RankFiles {

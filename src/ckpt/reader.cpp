@@ -59,7 +59,14 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
                std::string(dtype_name(plan.policy.moments)) +
                " (--precision, --o2-optimizer or --no-master-weights differ)");
   const RankFiles files(checkpoint_dir, layout);
-  for (const FlatBuffer& b : flat_buffers(memory)) files.read(b.name, b.dtype, b.range, b.data);
+  const HeldWeights weights = held_weights(memory);
+  files.read(kWeightsTensor, weights.dtype, weights.range, weights.data);
+  const std::vector<StateTensor> states = state_tensors(plan);
+  memory.optimizer_state().visit(plan.shard_begin, plan.shard_end, StateAccess::write_all,
+                                 [&](const StateWindow& w) {
+                                   for (const StateTensor& t : states)
+                                     files.read(t.name, t.dtype, {w.begin, w.end}, t.in_window(w));
+                                 });
 }
 
 }  // namespace mt::ckpt

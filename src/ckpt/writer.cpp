@@ -23,25 +23,31 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// This rank's save range of every model-state buffer, streamed from memory.
+// This rank's save range of the weights and the optimizer state, streamed from memory (or from the offload
+// file, through its chunk slots): no copy.
 ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, int world, int rank) {
   const FlatRange range = save_range(memory.num_params(), world, rank);
-  std::vector<SafetensorsWriter::Item> items;
-  std::vector<const char*> sources;
-  for (const FlatBuffer& b : flat_buffers(memory)) {
-    if (range.begin < b.range.begin || range.end > b.range.end)
-      throw std::logic_error("checkpoint: rank " + std::to_string(rank) +
-                             " does not hold its save range of " + b.name);
-    items.push_back({b.name, b.dtype, {range.size()}});
-    sources.push_back(b.data + (range.begin - b.range.begin) * static_cast<int64_t>(dtype_size(b.dtype)));
-  }
+  const HeldWeights weights = held_weights(memory);
+  if (range.begin < weights.range.begin || range.end > weights.range.end)
+    throw std::logic_error("checkpoint: rank " + std::to_string(rank) +
+                           " does not hold the weights of its range");
+  const std::vector<StateTensor> states = state_tensors(memory.plan());
+  std::vector<SafetensorsWriter::Item> items = {{kWeightsTensor, weights.dtype, {range.size()}}};
+  for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {range.size()}});
   const std::string name = rank_file_name(rank);
   SafetensorsWriter writer(dir + "/" + name, items,
                            {{"range_begin", std::to_string(range.begin)},
                             {"range_end", std::to_string(range.end)},
                             {"num_params", std::to_string(memory.num_params())}});
-  for (size_t i = 0; i < items.size(); ++i)
-    writer.write_next(sources[i], static_cast<uint64_t>(range.size()) * dtype_size(items[i].dtype));
+  const int64_t size = static_cast<int64_t>(dtype_size(weights.dtype));
+  writer.write_next(weights.data + (range.begin - weights.range.begin) * size,
+                    static_cast<uint64_t>(range.size() * size));
+  for (const StateTensor& t : states) {
+    const StateAccess access = t.name == "master" ? StateAccess::read_master : StateAccess::read_all;
+    memory.optimizer_state().visit(range.begin, range.end, access, [&](const StateWindow& w) {
+      writer.write_part(t.in_window(w), static_cast<uint64_t>(w.end - w.begin) * dtype_size(t.dtype));
+    });
+  }
   writer.finish();
   return {name, writer.bytes_written(), writer.crc32c()};
 }
@@ -68,7 +74,7 @@ void create_model_file(const std::string& path, const SafetensorsLayout& file) {
 
 void write_model_part(const std::string& path, const SafetensorsLayout& file, const CheckpointLayout& layout,
                       const Allocation& memory, FlatRange range) {
-  const FlatBuffer weights = flat_buffers(memory).front();
+  const HeldWeights weights = held_weights(memory);
   if (range.begin < weights.range.begin || range.end > weights.range.end)
     throw std::logic_error("checkpoint: this rank does not hold the weights of its save range");
   const int64_t size = static_cast<int64_t>(dtype_size(layout.weights));

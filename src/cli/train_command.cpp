@@ -34,8 +34,13 @@ void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_co
   cmd.add_flag("--use-distributed-optimizer", distributed_optimizer, "same as --zero-stage 1");
   cmd.add_option("--bucket-size-mb", c.bucket_size_mb, "MiB per gradient/weight exchange")
       ->capture_default_str();
-  cmd.add_option("--offload-optimizer", c.offload_optimizer, "none (nvme: not yet)")->capture_default_str();
+  cmd.add_option("--offload-optimizer", c.offload_optimizer,
+                 "none, or nvme: master weights and Adam moments in files under --offload-path")
+      ->capture_default_str();
   cmd.add_option("--offload-path", c.offload_path, "directory for offloaded optimizer states");
+  cmd.add_option("--offload-chunk-mb", c.offload_chunk_mb,
+                 "offloaded states stream in chunks of this many MiB of fp32 elements (two held per state)")
+      ->capture_default_str();
   cmd.add_option("--deepspeed-config", deepspeed_config,
                  "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags");
 }

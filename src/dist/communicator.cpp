@@ -17,6 +17,11 @@ void check_count(int64_t count, const char* operation) {
   if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
 }
 
+void check_root(int root, const char* operation) {
+  if (root != 0)
+    throw std::invalid_argument(std::string(operation) + ": root " + std::to_string(root) + " of 1 rank");
+}
+
 // One rank: sums are the data itself, gathers and scatters copy.
 class SingleCommunicator final : public Communicator {
  public:
@@ -33,13 +38,19 @@ class SingleCommunicator final : public Communicator {
     check_sum_dtype(dtype, "reduce_scatter_sum");
     copy(send, recv, count, dtype);
   }
+  void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) override {
+    check_count(count, "reduce_sum");
+    check_sum_dtype(dtype, "reduce_sum");
+    check_root(root, "reduce_sum");
+    copy(send, recv, count, dtype);
+  }
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     check_count(count, "all_gather");
     copy(send, recv, count, dtype);
   }
   void broadcast(void*, int64_t count, DType, int root) override {
     check_count(count, "broadcast");
-    if (root != 0) throw std::invalid_argument("broadcast: root " + std::to_string(root) + " of 1 rank");
+    check_root(root, "broadcast");
   }
   void barrier() override {}
   int64_t buffer_bytes() const override { return 0; }

@@ -28,6 +28,10 @@ class Communicator {
   // recv[count] = sum over ranks r of send_r[rank()*count, (rank()+1)*count): send holds size()*count
   // elements. recv may be send + rank()*count (in place); otherwise the two must not overlap.
   virtual void reduce_scatter_sum(const void* send, void* recv, int64_t count, DType dtype) = 0;
+  // On root: recv[count] = sum over ranks of send[count]; recv is not touched on the other ranks. recv may be
+  // send (in place); otherwise the two must not overlap. ZeRO-2 reduces a block's gradients to the rank
+  // that owns each part of it.
+  virtual void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) = 0;
   // recv[size()*count] = the concatenation of every rank's send[count], in rank order. send may alias recv +
   // rank()*count; otherwise the two must not overlap.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;

@@ -52,9 +52,12 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Finalized(&finalized), "MPI_Finalized");
     if (initialized || finalized)
       throw std::runtime_error("MPI was initialised before: one MPI communicator per process");
-    // Only the calling thread talks to MPI; OpenMP threads inside kernels never do.
+    // One thread at a time talks to MPI: the caller, or the worker of an AsyncCommunicator around this one
+    // (never both at once); OpenMP threads inside kernels never do.
     int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    if (provided < MPI_THREAD_SERIALIZED)
+      throw std::runtime_error("this MPI library cannot serve collectives from a worker thread");
     // Errors come back as codes, which become exceptions, instead of aborting inside MPI.
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
@@ -111,6 +114,25 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) override {
+    check_count(count, "reduce_sum");
+    check_sum_dtype(dtype, "reduce_sum");
+    check_root(root, "reduce_sum");
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    const auto* in = static_cast<const std::byte*>(send);
+    auto* out = static_cast<std::byte*>(recv);
+    const int64_t round = kRoundBytes / es;
+    for (int64_t o = 0; o < count; o += round) {
+      const int64_t n = std::min(round, count - o);
+      if (rank_ != root) {
+        check(MPI_Send(in + o * es, static_cast<int>(n * es), MPI_BYTE, root, 0, MPI_COMM_WORLD), "MPI_Send");
+        continue;
+      }
+      receive_round(n * es);
+      sum_round(in + o * es, out + o * es, n, dtype);
+    }
+  }
+
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
     check_count(count, "all_gather");
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
@@ -128,10 +150,7 @@ class MpiCommunicator final : public Communicator {
 
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
     check_count(count, "broadcast");
-    if (root < 0 || root >= size_) {
-      throw std::invalid_argument("broadcast: root " + std::to_string(root) + " of " + std::to_string(size_) +
-                                  " ranks");
-    }
+    check_root(root, "broadcast");
     auto* bytes = static_cast<std::byte*>(data);
     const int64_t total = count * static_cast<int64_t>(dtype_size(dtype));
     for (int64_t o = 0; o < total; o += kBroadcastBytes) {
@@ -145,6 +164,23 @@ class MpiCommunicator final : public Communicator {
  private:
   // Where peer p's contribution to this rank's chunk lands during a sum.
   std::byte* slot(int p) { return buffer_.data() + (p < rank_ ? p : p - 1) * kRoundBytes; }
+
+  void check_root(int root, const char* operation) const {
+    if (root < 0 || root >= size_)
+      throw std::invalid_argument(std::string(operation) + ": root " + std::to_string(root) + " of " +
+                                  std::to_string(size_) + " ranks");
+  }
+
+  // The root of a reduce: every peer's next `bytes` into its slot.
+  void receive_round(int64_t bytes) {
+    std::size_t r = 0;
+    for (int p = 0; p < size_; ++p) {
+      if (p == rank_) continue;
+      check(MPI_Irecv(slot(p), static_cast<int>(bytes), MPI_BYTE, p, 0, MPI_COMM_WORLD, &requests_[r++]),
+            "MPI_Irecv");
+    }
+    check(MPI_Waitall(static_cast<int>(r), requests_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  }
 
   // Sends send_of(p) to and receives recv_of(p) from every peer p, and waits for all of it.
   template <typename SendOf, typename RecvOf>

@@ -291,18 +291,33 @@ void SafetensorsWriter::discard() {
 }
 
 void SafetensorsWriter::write_next(const void* data, uint64_t bytes) {
+  if (!finished_ && next_ < items_.size()) {
+    const Item& item = items_[next_];
+    const uint64_t expected = *tensor_bytes(item.dtype, item.shape);
+    if (written_ != 0 || bytes != expected)
+      fail_data(path_ + ": " + quoted(item.name) + " is " + std::string(dtype_name(item.dtype)) + " " +
+                shape_str(item.shape) + " = " + std::to_string(expected) + " bytes, got " +
+                std::to_string(bytes));
+  }
+  write_part(data, bytes);
+}
+
+void SafetensorsWriter::write_part(const void* data, uint64_t bytes) {
   if (finished_ || next_ == items_.size()) {
     fail_data(path_ + ": write_next after all " + std::to_string(items_.size()) + " tensors were written");
   }
   const Item& item = items_[next_];
   const uint64_t expected = *tensor_bytes(item.dtype, item.shape);
-  if (bytes != expected) {
-    fail_data(path_ + ": " + quoted(item.name) + " is " + std::string(dtype_name(item.dtype)) + " " +
-              shape_str(item.shape) + " = " + std::to_string(expected) + " bytes, got " +
-              std::to_string(bytes));
+  if (bytes > expected - written_) {
+    fail_data(path_ + ": " + quoted(item.name) + " is " + std::to_string(expected) + " bytes, " +
+              std::to_string(written_) + " written, got " + std::to_string(bytes) + " more");
   }
   append(data, bytes, quoted(item.name));
-  ++next_;
+  written_ += bytes;
+  if (written_ == expected) {
+    ++next_;
+    written_ = 0;
+  }
 }
 
 void SafetensorsWriter::finish() {

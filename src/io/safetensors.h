@@ -67,6 +67,9 @@ class SafetensorsWriter {
 
   // Appends the next tensor's bytes (items in order; the byte count must match dtype x shape).
   void write_next(const void* data, uint64_t bytes);
+  // Appends the next bytes of the current tensor, which is complete once all its bytes are written: a tensor
+  // can be streamed in pieces.
+  void write_part(const void* data, uint64_t bytes);
   void finish();
   // The whole file as written so far (header included): its size and CRC-32C, for a manifest.
   uint64_t bytes_written() const { return bytes_written_; }
@@ -81,6 +84,7 @@ class SafetensorsWriter {
   int fd_ = -1;
   std::vector<Item> items_;
   size_t next_ = 0;
+  uint64_t written_ = 0;  // bytes of items_[next_] written so far
   bool finished_ = false;
   uint64_t bytes_written_ = 0;
   uint32_t crc_ = 0;

@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "memory/offloaded_state.h"
+
 namespace mt {
 
 Allocation::Allocation(const TensorTable& table, const Plan& plan)
@@ -12,24 +14,49 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
       adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
       adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
-      comm_(tracker_, Category::comm, (plan.sharding.world + 1) * plan.chunk_elems * 4),
       others_(table.size()),
       activations_(table, plan.activations, Category::activations),
-      workspace_(table, plan.workspace, Category::workspace) {
+      workspace_(table, plan.workspace, Category::workspace),
+      comm_arena_(table, plan.comm, Category::comm) {
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != Category::params && !t.has_lifetime())
       others_[id] = TrackedBuffer(tracker_, t.category, t.bytes());
   }
+  if (plan.offload.enabled)
+    optimizer_state_ = std::make_unique<OffloadedOptimizerState>(plan, master_.as<float>(),
+                                                                 adam_m_.as<void>(), adam_v_.as<void>());
+  else
+    optimizer_state_ = std::make_unique<InMemoryOptimizerState>(plan, master_.as<float>(), adam_m_.as<void>(),
+                                                                adam_v_.as<void>());
 }
 
 void* Allocation::data(int id) const {
   const TensorDesc& t = table_[id];
-  if (t.category == Category::params)
+  if (t.category == Category::params) {
+    if (plan_.sharding.shards_weights()) return in_bound_block(bound_.weights, id, dtype_size(t.dtype));
     return params_.as<char>() + param_offset(id) * static_cast<int64_t>(dtype_size(t.dtype));
-  if (t.has_lifetime())
-    return t.category == Category::activations ? activations_.data(id) : workspace_.data(id);
+  }
+  if (t.has_lifetime()) {
+    if (t.category == Category::activations) return activations_.data(id);
+    return t.category == Category::workspace ? workspace_.data(id) : comm_arena_.data(id);
+  }
   return others_[id].as<void>();
+}
+
+void* Allocation::in_bound_block(void* base, int param_id, size_t element_size) const {
+  const int64_t offset = param_offset(param_id);
+  if (!base || offset < bound_.begin || offset + table_[param_id].numel() > bound_.end)
+    throw std::logic_error("allocation: " + table_[param_id].name +
+                           " is used outside the window of its block (ZeRO schedule bug)");
+  return static_cast<char*>(base) + (offset - bound_.begin) * static_cast<int64_t>(element_size);
+}
+
+int64_t Allocation::held_index(int64_t flat, int64_t begin, int64_t end, const char* what) const {
+  if (flat < begin || flat > end)
+    throw std::logic_error("allocation: flat element " + std::to_string(flat) + " is outside this rank's " +
+                           what + " [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
+  return flat - begin;
 }
 
 int64_t Allocation::param_offset(int param_id) const {
@@ -40,29 +67,35 @@ int64_t Allocation::param_offset(int param_id) const {
 
 void Allocation::check_dtype(DType actual, DType requested, int id) const {
   if (actual != requested)
-    throw std::logic_error("allocation: " + table_[id].name + " is " + std::string(dtype_name(actual)) +
-                           ", accessed as " + std::string(dtype_name(requested)));
+    throw std::logic_error(
+        "allocation: " + (id >= 0 ? table_[id].name : std::string("a model-state buffer")) + " is " +
+        std::string(dtype_name(actual)) + ", accessed as " + std::string(dtype_name(requested)));
 }
 
 void Allocation::begin_op(int op) {
   activations_.begin_op(op);
   workspace_.begin_op(op);
+  comm_arena_.begin_op(op);
 }
 
 void Allocation::end_op(int op) {
   activations_.end_op(op);
   workspace_.end_op(op);
+  comm_arena_.end_op(op);
 }
 
 void Allocation::reset_arenas() {
   activations_.reset();
   workspace_.reset();
+  comm_arena_.reset();
+  bound_ = {};
 }
 
 CategoryBytes Allocation::measured() const {
   CategoryBytes bytes = tracker_.peak();
   bytes[Category::activations] += activations_.high_water();
   bytes[Category::workspace] += workspace_.high_water();
+  bytes[Category::comm] += comm_arena_.high_water();
   return bytes;
 }
 
@@ -70,6 +103,7 @@ CategoryBytes Allocation::live() const {
   CategoryBytes bytes = tracker_.held();
   bytes[Category::activations] += activations_.live_bytes();
   bytes[Category::workspace] += workspace_.live_bytes();
+  bytes[Category::comm] += comm_arena_.live_bytes();
   return bytes;
 }
 

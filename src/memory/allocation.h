@@ -1,14 +1,17 @@
 // Allocation: the trainer's memory, exactly as the Plan lays it out. Parameters, master weights, gradients
 // and Adam moments are one contiguous buffer each (in the dtypes of the Plan's policy) (tensors at the Plan's
-// offsets, no padding, so bytes per parameter are exact), tensors with lifetimes live in their category's
-// Arena, and the remaining tensors get a buffer each.
+// offsets, no padding, so bytes per parameter are exact; under ZeRO only this rank's shard of some of them;
+// master weights and moments are only the chunk slots when offloaded), tensors with lifetimes live in their
+// category's Arena, and the remaining tensors get a buffer each.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/half.h"
 #include "memory/arena.h"
+#include "memory/optimizer_state.h"
 #include "memory/plan.h"
 #include "memory/tensor_table.h"
 #include "memory/tracked.h"
@@ -32,26 +35,42 @@ class Allocation {
     check_dtype(table_[id].dtype, DType::i32, id);
     return static_cast<int32_t*>(data(id));
   }
-  // A parameter's gradient (G = the policy's gradient dtype).
+  // A parameter's gradient (G = the policy's gradient dtype); under ZeRO-2 the bound block's gradient sum.
   template <typename G>
   G* grad(int param_id) const {
     check_dtype(plan_.policy.grads, dtype_of<G>(), param_id);
+    if (plan_.sharding.shards_grads())
+      return static_cast<G*>(in_bound_block(bound_.grads, param_id, sizeof(G)));
     return grads_.as<G>() + param_offset(param_id);
   }
+  // Element `flat` of the flat weights or gradients, which must lie in the range this rank's buffer holds
+  // (Plan::weights_begin/grads_begin, end included as a one-past pointer).
+  template <typename T>
+  T* weights_from(int64_t flat) const {
+    check_dtype(plan_.policy.weights, dtype_of<T>(), -1);
+    return params_.as<T>() + held_index(flat, plan_.weights_begin(), plan_.weights_end(), "weights");
+  }
+  template <typename G>
+  G* grads_from(int64_t flat) const {
+    check_dtype(plan_.policy.grads, dtype_of<G>(), -1);
+    return grads_.as<G>() + held_index(flat, plan_.grads_begin(), plan_.grads_end(), "gradients");
+  }
+  // ZeRO-2/3: while a block's window runs, the weights (stage 3) and gradients (stage 2) of the parameters in
+  // the flat range [begin, end) are these comm tensors. Null leaves that kind unbound.
+  void bind_block(int64_t begin, int64_t end, void* weights, void* grads) {
+    bound_ = {begin, end, weights, grads};
+  }
 
-  // Whole model-state buffers in the policy's dtypes: weights and gradients num_params() elements each;
-  // master weights (null without them) and Adam moments the plan's shard, element i standing for flat
-  // parameter shard_begin + i.
+  // Whole model-state buffers in the policy's dtypes, num_params() elements each. Master weights and Adam
+  // moments are reached through optimizer_state(): in memory, or in the plan's offload file.
   const Plan& plan() const { return plan_; }
+  const TensorTable& table() const { return table_; }
   int64_t num_params() const { return plan_.num_params; }
   // The parameter's element offset in the flat weight and gradient buffers.
   int64_t param_offset(int param_id) const;
   void* params() const { return params_.as<void>(); }
-  float* master() const { return master_.as<float>(); }
   void* grads() const { return grads_.as<void>(); }
-  void* adam_m() const { return adam_m_.as<void>(); }
-  void* adam_v() const { return adam_v_.as<void>(); }
-  void* comm_staging() const { return comm_.as<void>(); }  // (world + 1) chunks of 4-byte elements
+  OptimizerState& optimizer_state() const { return *optimizer_state_; }
 
   void begin_op(int op);
   void end_op(int op);
@@ -65,14 +84,25 @@ class Allocation {
   const Arena& workspace() const { return workspace_; }
 
  private:
+  struct BoundBlock {
+    int64_t begin = 0, end = 0;
+    void* weights = nullptr;
+    void* grads = nullptr;
+  };
+
   void check_dtype(DType actual, DType requested, int id) const;
+  // The parameter's place in the bound block's `base`; throws when the block is not bound (a schedule bug).
+  void* in_bound_block(void* base, int param_id, size_t element_size) const;
+  int64_t held_index(int64_t flat, int64_t begin, int64_t end, const char* what) const;
 
   const TensorTable& table_;
   const Plan& plan_;
   MemoryTracker tracker_;
-  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, comm_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
-  Arena activations_, workspace_;
+  Arena activations_, workspace_, comm_arena_;
+  BoundBlock bound_;
+  std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, adam_m_, adam_v_
 };
 
 }  // namespace mt

@@ -57,7 +57,8 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
   return layout;
 }
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding) {
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding,
+               const OptimizerOffload& offload) {
   Plan plan;
   plan.policy = policy;
   plan.sharding = sharding;
@@ -83,20 +84,30 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
   } else {
     plan.shard_elems = plan.shard_end = n;
   }
-  if (sharding.world > 1) {
-    const int64_t bucket = std::max<int64_t>(sharding.bucket_elems, sharding.world);
-    plan.chunk_elems = std::min((bucket + sharding.world - 1) / sharding.world, plan.shard_elems);
-    plan.bytes[Category::comm] += (sharding.world + 1) * plan.chunk_elems * 4 + sharding.comm_internal_bytes;
+  if (sharding.world > 1) plan.bytes[Category::comm] += sharding.comm_internal_bytes;
+  const int64_t master_size = policy.master_weights ? 4 : 0;
+  const int64_t moment_size = static_cast<int64_t>(dtype_size(policy.moments));
+  // Held in memory: the whole shard, or the offload's chunk slots with the shard in the file.
+  int64_t s = plan.shard_elems;
+  if (offload.enabled) {
+    if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
+    plan.offload = offload;
+    plan.offload.chunk_elems = std::min(offload.chunk_elems, std::max<int64_t>(plan.shard_elems, 1));
+    plan.offloaded_bytes = plan.shard_elems * (master_size + 2 * moment_size);
+    s = kOffloadSlots * plan.offload.chunk_elems;
   }
-  const int64_t s = plan.shard_elems;
-  plan.bytes[Category::params] = n * static_cast<int64_t>(dtype_size(policy.weights));
-  plan.bytes[Category::master] = policy.master_weights ? s * 4 : 0;
-  plan.bytes[Category::grads] = n * static_cast<int64_t>(dtype_size(policy.grads));
-  plan.bytes[Category::optim] = 2 * s * static_cast<int64_t>(dtype_size(policy.moments));
+  plan.bytes[Category::params] =
+      (sharding.shards_weights() ? plan.shard_elems : n) * static_cast<int64_t>(dtype_size(policy.weights));
+  plan.bytes[Category::master] = s * master_size;
+  plan.bytes[Category::grads] =
+      (sharding.shards_grads() ? plan.shard_elems : n) * static_cast<int64_t>(dtype_size(policy.grads));
+  plan.bytes[Category::optim] = 2 * s * moment_size;
   plan.activations = pack_arena(table, Category::activations);
   plan.workspace = pack_arena(table, Category::workspace);
+  plan.comm = pack_arena(table, Category::comm);
   plan.bytes[Category::activations] += plan.activations.size;
   plan.bytes[Category::workspace] += plan.workspace.size;
+  plan.bytes[Category::comm] += plan.comm.size;
   return plan;
 }
 

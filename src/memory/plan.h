@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/dtype.h"
@@ -24,16 +25,28 @@ struct ModelStatePolicy {
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
 // one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world), so an uneven size pads the
 // last shard instead of being rejected. Stage 1 keeps only this rank's shard of the master weights and Adam
-// moments. Gradients and weights are exchanged in chunks of at most `bucket_elems` elements through a comm
-// staging buffer of (world + 1) chunks.
+// moments, stage 2 also of the gradients, stage 3 also of the weights. Buffers are exchanged in place in
+// collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a block at a time through the comm
+// tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
   int world = 1;
   int rank = 0;
   int stage = 0;
-  int64_t bucket_elems = 0;         // elements per collective call (all ranks together)
+  int64_t bucket_elems = 0;         // elements per collective call
   int64_t comm_internal_bytes = 0;  // what the communicator itself holds for those calls
 
   bool shards_optimizer() const { return stage >= 1 && world > 1; }
+  bool shards_grads() const { return stage >= 2 && world > 1; }
+  bool shards_weights() const { return stage >= 3 && world > 1; }
+};
+
+// Optimizer offload (--offload-optimizer nvme): this rank's master weights and Adam moments live in a file
+// under `path`, streamed through two chunk slots of `chunk_elems` elements per state (one being updated while
+// the other is read or written), so those slots are all the master and optimizer memory the rank holds.
+struct OptimizerOffload {
+  bool enabled = false;
+  std::string path;
+  int64_t chunk_elems = 0;
 };
 
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
@@ -49,18 +62,31 @@ struct Plan {
   Sharding sharding;
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
   int64_t shard_begin = 0, shard_end = 0, shard_elems = 0;  // shard_elems = S, padded; end clamped to n
-  int64_t chunk_elems = 0;                                  // per-rank elements of one collective call
-  CategoryBytes bytes;                                      // planned, per category
-  int64_t num_params = 0;                                   // elements of all parameter tensors
+  OptimizerOffload offload;                                 // chunk_elems clamped to the shard when enabled
+  int64_t offloaded_bytes = 0;        // file bytes of master weights and moments when offloaded, not memory
+  CategoryBytes bytes;                // planned, per category
+  int64_t num_params = 0;             // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
   ArenaLayout workspace;
+  ArenaLayout comm;  // the step schedule's gathered weights and gradient sums (ZeRO-2/3)
+
+  // The flat parameter range whose weights (gradients) this rank's buffer holds: all parameters, or its
+  // shard when ZeRO-3 (ZeRO-2) shards them.
+  int64_t weights_begin() const { return sharding.shards_weights() ? shard_begin : 0; }
+  int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
+  int64_t grads_begin() const { return sharding.shards_grads() ? shard_begin : 0; }
+  int64_t grads_end() const { return sharding.shards_grads() ? shard_end : num_params; }
 };
 
 // Packs the tensors of `category` that have lifetimes: largest first, each at the lowest aligned offset that
 // overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category);
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {});
+Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {},
+               const OptimizerOffload& offload = {});
+
+// Slots per offloaded state: the chunk being updated and the one in flight.
+constexpr int64_t kOffloadSlots = 2;
 
 }  // namespace mt

@@ -57,6 +57,9 @@ std::string format_memory_report(const MemoryReport& r) {
       << " planned\n";
   out << "activation arena peak " << human_bytes(r.arena_peak_bytes)
       << " (tensors without lifetime packing: " << human_bytes(r.activations_sum_bytes) << ")\n";
+  if (r.offloaded_bytes > 0)
+    out << "optimizer offload file " << human_bytes(r.offloaded_bytes)
+        << " (master weights and moments on disk, not memory)\n";
   if (r.peak_rss_bytes > 0)
     out << "process peak RSS " << human_bytes(r.peak_rss_bytes)
         << " (includes code, libraries and their buffers)\n";
@@ -123,6 +126,7 @@ nlohmann::json memory_report_json(const MemoryReport& r) {
           {"activations_unpacked_bytes", r.activations_sum_bytes},
           {"peak_rss_bytes", r.peak_rss_bytes},
           {"num_params", r.num_params},
+          {"offloaded_optimizer_file_bytes", r.offloaded_bytes},
           {"model_state_bytes_per_param",
            {{"planned", model_state_bytes_per_param(r.planned, r.num_params)},
             {"measured", model_state_bytes_per_param(r.measured, r.num_params)}}}};

@@ -20,7 +20,8 @@ struct MemoryReport {
   int64_t arena_peak_bytes = 0;       // activation arena high-water mark
   int64_t activations_sum_bytes = 0;  // what the activations would take without lifetime packing
   int64_t peak_rss_bytes = 0;
-  int64_t num_params = 0;  // elements of the parameter buffers, for bytes per parameter
+  int64_t num_params = 0;       // elements of the parameter buffers, for bytes per parameter
+  int64_t offloaded_bytes = 0;  // master weights and moments in the offload file: disk, not memory
 };
 
 // Weights + master + gradients + optimizer states, per parameter element.

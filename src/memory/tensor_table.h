@@ -20,6 +20,9 @@ struct TensorDesc {
   // Inclusive op range in which the tensor is live; -1 for tensors held for the whole run.
   int first_op = -1;
   int last_op = -1;
+  // Parameters: the block (an embedding, a layer, a final norm) whose weights ZeRO-3 gathers together and
+  // whose gradients ZeRO-2 reduces together; a model's blocks are consecutive in the table. -1 otherwise.
+  int block = -1;
 
   int64_t numel() const;
   int64_t bytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype)); }

@@ -45,10 +45,13 @@ double Executor::run_ops(int end, bool training, float grad_scale) {
   double loss_sum = 0;
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
+    if (hooks_) hooks_->before(i, training);
     (this->*run_op_)(graph_.ops[i], training, grad_scale, loss_sum);
     if (observer_) observer_(i);
+    if (hooks_) hooks_->after(i, training);
     memory_.end_op(i);
   }
+  if (hooks_) hooks_->end_pass();
   return loss_sum;
 }
 
@@ -69,8 +72,10 @@ StepResult Executor::eval_step() {
 void Executor::forward_logits(float* out) {
   run_ops(graph_.loss_op, /*training=*/false, 0.0f);
   const Op& head = graph_.ops[graph_.loss_op];
-  memory_.begin_op(graph_.loss_op);  // binds the head's input as the loss op would
+  memory_.begin_op(graph_.loss_op);  // binds the head's input (and ZeRO-3 weights) as the loss op would
+  if (hooks_) hooks_->before(graph_.loss_op, /*training=*/false);
   (this->*logits_)(head, out);
+  if (hooks_) hooks_->end_pass();
   memory_.reset_arenas();
 }
 

@@ -12,6 +12,17 @@
 
 namespace mt {
 
+// Work done around an op's kernel that is not the kernel: ZeRO's gathers and reductions of a block. before()
+// runs once the op's tensors are bound, after() before the tensors it was the last to use are released, and
+// end_pass() when a pass (training step or evaluation) has run its last op, before the arenas are reset.
+class OpHooks {
+ public:
+  virtual ~OpHooks() = default;
+  virtual void before(int op, bool training) = 0;
+  virtual void after(int op, bool training) = 0;
+  virtual void end_pass() = 0;
+};
+
 struct StepResult {
   double loss = 0;  // mean cross-entropy over the batch's positions
 };
@@ -30,6 +41,8 @@ class Executor {
   // Called with each op's index after its kernel ran and before the tensors it was the last to use are
   // released: the moment its inputs, outputs and scratch are all held. An empty function turns it off.
   void set_op_observer(std::function<void(int op)> observer) { observer_ = std::move(observer); }
+  // Null: no hooks. The hooks must outlive the executor's runs.
+  void set_op_hooks(OpHooks* hooks) { hooks_ = hooks; }
 
  private:
   using RunOp = void (Executor::*)(const Op& op, bool training, float grad_scale, double& loss_sum);
@@ -51,6 +64,7 @@ class Executor {
   RunOp run_op_;
   void (Executor::*logits_)(const Op& head, float* out);
   std::function<void(int op)> observer_;
+  OpHooks* hooks_ = nullptr;
 };
 
 }  // namespace mt

@@ -21,8 +21,14 @@ class Builder {
  public:
   Builder(Graph& g, DType dtype) : g_(g), dtype_(dtype) {}
 
+  // Parameters from here on belong to a new block (see TensorDesc::block).
+  void begin_block() { ++block_; }
   int param(const std::string& name, std::vector<int64_t> shape) {
-    return g_.table.add({name, std::move(shape), dtype_, Category::params});
+    return g_.table.add({.name = name,
+                         .shape = std::move(shape),
+                         .dtype = dtype_,
+                         .category = Category::params,
+                         .block = block_});
   }
   int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype) {
     return g_.table.add({name, std::move(shape), dtype, c});
@@ -41,6 +47,7 @@ class Builder {
  private:
   Graph& g_;
   DType dtype_;
+  int block_ = 0;
 };
 
 struct LayerParams {
@@ -215,6 +222,7 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& config) {
   std::vector<LayerParams> lp(L);
   for (int64_t l = 0; l < L; ++l) {
     const std::string h = "h." + std::to_string(l) + ".";
+    b.begin_block();
     lp[l] = {b.param(h + "ln_1.weight", {C}),
              b.param(h + "ln_1.bias", {C}),
              b.param(h + "attn.c_attn.weight", {C, 3 * C}),
@@ -231,6 +239,7 @@ Gpt2Graph build_gpt2_graph(const ModelSpec& spec, const StepConfig& config) {
     m.params.insert(m.params.end(), {p.ln1_w, p.ln1_b, p.attn_w, p.attn_b, p.proj_w, p.proj_b, p.ln2_w,
                                      p.ln2_b, p.fc_w, p.fc_b, p.fcproj_w, p.fcproj_b});
   }
+  b.begin_block();
   const int lnf_w = b.param("ln_f.weight", {C}), lnf_b = b.param("ln_f.bias", {C});
   m.params.insert(m.params.end(), {lnf_w, lnf_b});
 
@@ -350,13 +359,21 @@ void init_gpt2_params(const ModelSpec& spec, const Gpt2Graph& model, Allocation&
     const TensorDesc& t = model.graph.table[id];
     const InitialValues value(t, spec, seed);
     const int64_t offset = memory.param_offset(id), n = t.numel();
-    if (t.dtype == DType::f32) fill(memory.f32(id), value, 0, n);
-    if (t.dtype == DType::bf16) fill(memory.as<bf16>(id), value, 0, n);
-    if (t.dtype == DType::f16) fill(memory.as<f16>(id), value, 0, n);
-    // The master copy holds the exact fp32 values of this rank's part of the tensor.
+    // This rank's part of the weights: all of them, or its shard under ZeRO-3.
+    const int64_t first = std::max(offset, plan.weights_begin()),
+                  last = std::min(offset + n, plan.weights_end());
+    if (first < last) {
+      if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
+      if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
+      if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
+    }
+    // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
+    // offload file in chunks when offloaded).
     const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-    if (memory.master() && begin < end)
-      fill(memory.master() + (begin - plan.shard_begin), value, begin - offset, end - begin);
+    if (plan.policy.master_weights)
+      memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+        fill(w.master, value, w.begin - offset, w.end - w.begin);
+      });
   }
 }
 

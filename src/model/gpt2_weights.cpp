@@ -17,17 +17,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// What save writes for a parameter: the fp32 master copy when this rank holds all of it, else the weights in
-// their own dtype (a ZeRO-sharded master is spread over the ranks).
-struct WeightStorage {
-  const void* data;
-  DType dtype;
-};
-WeightStorage saved_storage(const Allocation& memory, int id) {
-  const Plan& plan = memory.plan();
-  if (memory.master() && !plan.sharding.shards_optimizer())
-    return {memory.master() + memory.param_offset(id), DType::f32};
-  return {memory.data(id), plan.policy.weights};
+// Save writes the fp32 master copy when this rank holds all of it, else the weights in their own dtype (a
+// ZeRO-sharded master is spread over the ranks).
+bool saves_master(const Plan& plan) {
+  return plan.policy.master_weights && !plan.sharding.shards_optimizer();
 }
 
 float file_value(const char* bytes, DType dtype, int64_t i) {
@@ -39,27 +32,30 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
 // Stores one tensor read from the file into the weights (rounded to their dtype) and this rank's part of the
 // fp32 master copy. The file's bytes pass through one tensor-sized buffer, at load time only.
 void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory, int id) {
-  const DType weights = memory.plan().policy.weights;
-  if (e.dtype == weights && !memory.master()) {
+  const Plan& plan = memory.plan();
+  const DType weights = plan.policy.weights;
+  if (e.dtype == weights && !plan.policy.master_weights && !plan.sharding.shards_weights()) {
     reader.read(e, memory.data(id));
     return;
   }
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
-  const int64_t n = e.numel();
-  void* dst = memory.data(id);
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = file_value(bytes.data(), e.dtype, i);
-    if (weights == DType::f32) static_cast<float*>(dst)[i] = v;
-    if (weights == DType::bf16) static_cast<bf16*>(dst)[i] = round_to<bf16>(v);
-    if (weights == DType::f16) static_cast<f16*>(dst)[i] = round_to<f16>(v);
+  const int64_t n = e.numel(), offset = memory.param_offset(id);
+  // This rank's part of the weights: all of the tensor, or its shard under ZeRO-3.
+  const int64_t first = std::max(offset, plan.weights_begin()),
+                last = std::min(offset + n, plan.weights_end());
+  for (int64_t g = first; g < last; ++g) {
+    const float v = file_value(bytes.data(), e.dtype, g - offset);
+    if (weights == DType::f32) *memory.weights_from<float>(g) = v;
+    if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(v);
+    if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(v);
   }
-  if (!memory.master()) return;
-  const Plan& plan = memory.plan();
-  const int64_t offset = memory.param_offset(id);
+  if (!plan.policy.master_weights) return;
   const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-  for (int64_t g = begin; g < end; ++g)
-    memory.master()[g - plan.shard_begin] = file_value(bytes.data(), e.dtype, g - offset);
+  memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+    for (int64_t g = w.begin; g < w.end; ++g)
+      w.master[g - w.begin] = file_value(bytes.data(), e.dtype, g - offset);
+  });
 }
 
 bool ignored_name(const std::string& name) {
@@ -104,17 +100,27 @@ void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
 
 void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        const Allocation& memory) {
+  const bool master = saves_master(memory.plan());
   std::vector<SafetensorsWriter::Item> items;
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    items.push_back({t.name, saved_storage(memory, id).dtype, gpt2_file_shape(spec, t)});
+    items.push_back({t.name, master ? DType::f32 : t.dtype, gpt2_file_shape(spec, t)});
   }
   SafetensorsWriter writer(path, items, {{"format", "pt"}});
   for (size_t i = 0; i < items.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : items[i].shape) numel *= d;
-    writer.write_next(saved_storage(memory, model.params[i]).data,
-                      static_cast<uint64_t>(numel) * dtype_size(items[i].dtype));
+    const int id = model.params[i];
+    // The file's rows are the tensor's first ones (the padding rows come last): a prefix of the tensor.
+    if (master) {
+      const int64_t offset = memory.param_offset(id);
+      memory.optimizer_state().visit(
+          offset, offset + numel, StateAccess::read_master, [&](const StateWindow& w) {
+            writer.write_part(w.master, static_cast<uint64_t>(w.end - w.begin) * 4);
+          });
+    } else {
+      writer.write_next(memory.data(id), static_cast<uint64_t>(numel) * dtype_size(items[i].dtype));
+    }
   }
   writer.finish();
 }

@@ -16,8 +16,8 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
   // One fixed-order reduction over this rank's contiguous gradient range: the same norm for any thread count.
   const int64_t begin = plan.shard_begin, n = plan.shard_end - plan.shard_begin;
   const double local_sq = policy.grads == DType::bf16
-                              ? kernels::sum_of_squares(static_cast<const bf16*>(memory.grads()) + begin, n)
-                              : kernels::sum_of_squares(static_cast<const float*>(memory.grads()) + begin, n);
+                              ? kernels::sum_of_squares(memory.grads_from<bf16>(begin), n)
+                              : kernels::sum_of_squares(memory.grads_from<float>(begin), n);
   const double norm = std::sqrt(global_sum(local_sq)) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
   float multiplier = 1.0f / loss_scale;
@@ -53,15 +53,23 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
 
 template <typename P, typename G, typename M>
 void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
-  // Master weights and moments cover the plan's shard [begin, end) of the flat parameters; each tensor is
-  // updated where it overlaps the shard.
+  // Master weights and moments cover the plan's shard of the flat parameters, visited in windows: one in
+  // memory, chunks when offloaded. The kernel is elementwise and its rounding bits follow the flat index, so
+  // any split gives the same bits.
   const Plan& plan = memory.plan();
-  const int64_t begin = plan.shard_begin, end = plan.shard_end;
-  M* m = static_cast<M*>(memory.adam_m());
-  M* v = static_cast<M*>(memory.adam_v());
-  float* master = memory.master();
-  P* weights = static_cast<P*>(memory.params());
-  const G* grads = static_cast<const G*>(memory.grads());
+  memory.optimizer_state().visit(
+      plan.shard_begin, plan.shard_end, StateAccess::update,
+      [&](const StateWindow& window) { update_window<P, G, M>(table, memory, window, lr, grad_multiplier); });
+}
+
+template <typename P, typename G, typename M>
+void AdamW::update_window(const TensorTable& table, Allocation& memory, const StateWindow& window, float lr,
+                          float grad_multiplier) {
+  // Each tensor is updated where it overlaps the window [begin, end).
+  const int64_t begin = window.begin, end = window.end;
+  M* m = static_cast<M*>(window.m);
+  M* v = static_cast<M*>(window.v);
+  float* master = window.master;
   for (const ParamGroup& p : params_) {
     const int64_t offset = memory.param_offset(p.id);
     const int64_t first = std::max(offset, begin), last = std::min(offset + table[p.id].numel(), end);
@@ -74,8 +82,8 @@ void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float
     const kernels::AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
                                           first};
     const int64_t local = first - begin;
-    kernels::adamw_update(master ? master + local : nullptr, weights + first, grads + first, m + local,
-                          v + local, last - first, s, rounding);
+    kernels::adamw_update(master ? master + local : nullptr, memory.weights_from<P>(first),
+                          memory.grads_from<G>(first), m + local, v + local, last - first, s, rounding);
   }
 }
 

@@ -53,6 +53,9 @@ class AdamW {
  private:
   template <typename P, typename G, typename M>
   void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
+  template <typename P, typename G, typename M>
+  void update_window(const TensorTable& table, Allocation& memory, const StateWindow& window, float lr,
+                     float grad_multiplier);
 
   AdamWConfig config_;
   std::vector<ParamGroup> params_;

@@ -26,19 +26,20 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
 
 void check_parallel_flags(const TrainConfig& c) {
   if (c.zero_stage < 0 || c.zero_stage > 3) fail_usage("--zero-stage must be 0, 1, 2 or 3");
-  if (c.zero_stage >= 2)
-    fail_usage(
-        "--zero-stage " + std::to_string(c.zero_stage) +
-        " is not implemented yet: stage 1 shards master weights and moments; gradient (2) and weight (3) "
-        "sharding are still to come");
   if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
+  if (c.zero_stage == 3 && !c.save_weights.empty())
+    fail_usage(
+        "--save-weights with --zero-stage 3: no rank holds whole weights to write; train with --zero-stage 2 "
+        "to save them");
   if (c.offload_optimizer == "cpu")
     fail_usage(
         "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
         "optimizer in host memory (use none)");
-  if (c.offload_optimizer != "none")
-    fail_usage("--offload-optimizer " + c.offload_optimizer +
-               ": only none is implemented yet (nvme is to come)");
+  if (c.offload_optimizer != "none" && c.offload_optimizer != "nvme")
+    fail_usage("--offload-optimizer must be none or nvme, got " + c.offload_optimizer);
+  if (c.offload_optimizer == "nvme" && c.offload_path.empty())
+    fail_usage("--offload-optimizer nvme needs --offload-path DIR");
+  if (!(c.offload_chunk_mb > 0)) fail_usage("--offload-chunk-mb must be positive");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {

@@ -40,7 +40,7 @@ std::unique_ptr<LossScaler> make_loss_scaler(const TrainConfig& cfg) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
+Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
     : cfg_(cfg),
       comm_(comm),
       world_(comm.size()),
@@ -76,12 +76,17 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
     for (int id : model_.params) largest = std::max(largest, table[id].numel());
     checkpoint_stream_ = table.add({"checkpoint.stream", {std::min<int64_t>(largest, 1 << 18)}, DType::f32});
   }
+  zero_schedule_ = add_zero_schedule(model_.graph, world_ > 1 ? cfg.zero_stage : 0, policy.grads);
   const Sharding sharding{.world = world_,
                           .rank = rank_,
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm.buffer_bytes()};
-  plan_ = make_plan(table, policy, sharding);
+  const OptimizerOffload offload{
+      .enabled = cfg.offload_optimizer == "nvme",
+      .path = cfg.offload_path,
+      .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
+  plan_ = make_plan(table, policy, sharding, offload);
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
               with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
@@ -101,10 +106,14 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
   std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
               recompute_name(cfg.recompute).c_str(), human_bytes(plan_.activations.size).c_str(),
               human_bytes(plan_.activations.sum_of_tensors).c_str());
+  if (plan_.offload.enabled)
+    std::printf("optimizer offload: %s of master weights and moments in %s, in chunks of %s elements\n",
+                human_bytes(plan_.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
+                with_commas(plan_.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
     MemoryReport planned{
-        plan_.bytes, plan_.bytes,     plan_.activations.size, plan_.activations.sum_of_tensors,
-        0,           plan_.num_params};
+        plan_.bytes, plan_.bytes,      plan_.activations.size, plan_.activations.sum_of_tensors,
+        0,           plan_.num_params, plan_.offloaded_bytes};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model_.graph.ops) op_names.push_back(op.name);
@@ -131,7 +140,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& comm)
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
-  sync_ = std::make_unique<ZeroSync>(comm, memory);
+  sync_ = std::make_unique<ZeroSync>(comm, memory, zero_schedule_);
+  if (world_ > 1) exec_->set_op_hooks(sync_.get());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                       precision_name(cfg.precision.precision),
                .loss_op = model_.graph.loss_op,
@@ -168,6 +178,7 @@ StepOutcome Trainer::step(int64_t step) {
       exec_->set_op_observer([&](int op) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
+    sync_->set_final_micro_batch(micro == accum_ - 1);
     out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_)).loss;
     if (record) {
       exec_->set_op_observer({});
@@ -188,6 +199,8 @@ StepOutcome Trainer::step(int64_t step) {
               precision_name(cfg_.precision.precision) + "; try a lower --lr)");
   if (scaler_) scaler_->update(out.update.skipped);
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.comm_exposed_ms = sync_->take_exposed_seconds() * 1000.0;
+  out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
       static_cast<double>(accum_ * world_ * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
   return out;
@@ -206,6 +219,11 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
       {"grad_norm", update.skipped ? nlohmann::json(nullptr) : nlohmann::json(update.grad_norm)},
       {"step_ms", outcome.step_ms},
       {"tokens_per_sec", outcome.tokens_per_sec}};
+  if (world_ > 1) {
+    // The exchanges' time on the worker, and the part of it the step waited for (not hidden by kernels).
+    record["comm_ms"] = outcome.comm_busy_ms;
+    record["comm_exposed_ms"] = outcome.comm_exposed_ms;
+  }
   if (scaler_) {
     record["loss_scale"] = scaler_->scale();
     record["skipped"] = update.skipped;
@@ -218,6 +236,8 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
     std::printf(" | scale %g%s", scaler_->scale(), update.skipped ? " (overflow: step skipped)" : "");
   if (eval_now) {
     const double val_loss = evaluate();
+    sync_->take_exposed_seconds();  // evaluation's gathers are not the next step's
+    comm_.take_busy_seconds();
     record["val_loss"] = val_loss;
     std::printf(" | val loss %.4f", val_loss);
   }
@@ -236,7 +256,8 @@ void Trainer::finish() {
                             memory_->activations().high_water(),
                             plan_.activations.sum_of_tensors,
                             peak_rss_bytes(),
-                            plan_.num_params};
+                            plan_.num_params,
+                            plan_.offloaded_bytes};
   std::printf("%s", format_memory_report(report).c_str());
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json = cfg_.out + (world_ > 1 ? "/memory.rank" + std::to_string(rank_) + ".json"
@@ -276,12 +297,11 @@ void Trainer::save_memory_timeline() {
 
 // The step loop with its checkpoint hooks: resume before it, a save after a step when due, and a stop
 // (signal or --exit-interval) that saves and ends the run normally.
-void run_training(const TrainConfig& cfg, Communicator& comm) {
+void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   Trainer trainer(cfg, comm);
   const int64_t resumed = cfg.load.empty() && cfg.resume.empty() ? 0 : trainer.resume();
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);
-  catch_stop_signals();
   int64_t last_saved = resumed;
   for (int64_t step = resumed + 1; step <= cfg.train_iters; ++step) {
     const StepOutcome outcome = trainer.step(step);
@@ -307,16 +327,18 @@ void run_training(const TrainConfig& cfg, Communicator& comm) {
 void train(const TrainConfig& cfg) {
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
-  const std::unique_ptr<Communicator> comm = make_communicator(cfg.dist_backend);
+  catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
+  // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
+  AsyncCommunicator comm(make_communicator(cfg.dist_backend));
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
-  if (comm->rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-    fail_data("cannot silence rank " + std::to_string(comm->rank()));
+  if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  if (cfg.threads > 0 || comm->size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
+  if (cfg.threads > 0 || comm.size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
   if (cfg.verify_resume > 0)
-    verify_resume(cfg, *comm);
+    verify_resume(cfg, comm);
   else
-    run_training(cfg, *comm);
+    run_training(cfg, comm);
 }
 
 }  // namespace mt

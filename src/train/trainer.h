@@ -10,12 +10,13 @@
 
 #include "ckpt/state.h"
 #include "data/loader.h"
-#include "dist/communicator.h"
+#include "dist/async_communicator.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/timeline.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
 #include "train/train_config.h"
@@ -30,13 +31,15 @@ struct StepOutcome {
   OptimizerStepResult update;
   double step_ms = 0;
   double tokens_per_sec = 0;
+  // Data parallel: the exchanges' time on the communicator's worker, and the part the step waited for.
+  double comm_busy_ms = 0, comm_exposed_ms = 0;
 };
 
 class Trainer {
  public:
   // Resolves the model, checks the flags, plans and allocates the memory, and initialises or loads the
   // weights. Writes nothing: every bad input is an mt::Error before any file changes.
-  Trainer(const TrainConfig& config, Communicator& comm);
+  Trainer(const TrainConfig& config, AsyncCommunicator& comm);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -70,7 +73,7 @@ class Trainer {
   std::span<char> checkpoint_stream() const;
 
   const TrainConfig& cfg_;
-  Communicator& comm_;
+  AsyncCommunicator& comm_;
   const int world_, rank_;
   const ModelSpec spec_;
   const int64_t seq_len_;
@@ -79,6 +82,7 @@ class Trainer {
   const LrSchedule schedule_;
   const bool evaluating_;
   Gpt2Graph model_;
+  ZeroSchedule zero_schedule_;
   Plan plan_;
   std::unique_ptr<Allocation> memory_;
   std::unique_ptr<Loader> train_loader_, val_loader_;

@@ -124,9 +124,14 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
 }
 
 uint32_t Trainer::state_hash() {
-  uint32_t crc = 0;
-  for (const ckpt::FlatBuffer& b : ckpt::flat_buffers(*memory_))
-    crc = crc32c(b.data, static_cast<size_t>(b.range.size()) * dtype_size(b.dtype), crc);
+  const ckpt::HeldWeights weights = ckpt::held_weights(*memory_);
+  uint32_t crc = crc32c(weights.data, static_cast<size_t>(weights.range.size()) * dtype_size(weights.dtype));
+  const std::vector<ckpt::StateTensor> states = ckpt::state_tensors(plan_);
+  memory_->optimizer_state().visit(
+      plan_.shard_begin, plan_.shard_end, StateAccess::read_all, [&](const StateWindow& w) {
+        for (const ckpt::StateTensor& t : states)
+          crc = crc32c(t.in_window(w), static_cast<size_t>(w.end - w.begin) * dtype_size(t.dtype), crc);
+      });
   const LoaderCursor cursor = train_loader_->cursor();
   const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};
   crc = crc32c(counters, sizeof counters, crc);

@@ -24,7 +24,7 @@ bool bitwise_equal(double a, double b) {
 
 }  // namespace
 
-void verify_resume(const TrainConfig& cfg, Communicator& comm) {
+void verify_resume(const TrainConfig& cfg, AsyncCommunicator& comm) {
   const int64_t k = cfg.verify_resume;
   const std::string save_dir = cfg.out + "/verify-resume";
   std::string checkpoint;

@@ -4,11 +4,11 @@
 // the final model states, optimizer, loss scaler and data cursor; a mismatch is a data error (exit 1).
 #pragma once
 
-#include "dist/communicator.h"
+#include "dist/async_communicator.h"
 #include "train/train_config.h"
 
 namespace mt {
 
-void verify_resume(const TrainConfig& config, Communicator& comm);
+void verify_resume(const TrainConfig& config, AsyncCommunicator& comm);
 
 }  // namespace mt

@@ -1,8 +1,10 @@
 #include "train/zero_sync.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
-#include <vector>
+#include <stdexcept>
+#include <string>
 
 namespace mt {
 
@@ -12,41 +14,185 @@ char* bytes(void* p) {
   return static_cast<char*>(p);
 }
 
+// Adds the seconds of its scope to a counter.
+class ScopeTimer {
+ public:
+  explicit ScopeTimer(double& seconds) : seconds_(seconds), start_(std::chrono::steady_clock::now()) {}
+  ~ScopeTimer() {
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  double& seconds_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
-void ZeroSync::reduce_gradients() {
-  const Plan& p = plan();
-  if (p.sharding.world == 1) return;
-  const DType dtype = p.policy.grads;
-  const int64_t size = static_cast<int64_t>(dtype_size(dtype)), n = p.num_params;
-  char* grads = bytes(memory_.grads());
-  if (!p.sharding.shards_optimizer()) {
-    const int64_t bucket = p.chunk_elems * p.sharding.world;
-    for (int64_t off = 0; off < n; off += bucket)
-      comm_.all_reduce_sum(grads + off * size, std::min(bucket, n - off), dtype);
-    return;
+ZeroSync::ZeroSync(AsyncCommunicator& comm, Allocation& memory, const ZeroSchedule& schedule)
+    : comm_(comm),
+      memory_(memory),
+      schedule_(schedule),
+      gathers_(schedule.windows.size(), 0),
+      reductions_(schedule.windows.size(), 0) {
+  for (const BlockWindow& window : schedule.windows) ranges_.push_back(block_range(window));
+}
+
+ZeroSync::BlockRange ZeroSync::block_range(const BlockWindow& window) const {
+  const TensorTable& table = memory_.table();
+  BlockRange range;
+  range.begin = memory_.param_offset(window.params.front());
+  range.end = range.begin;
+  for (int id : window.params) {
+    if (memory_.param_offset(id) != range.end)
+      throw std::logic_error("zero sync: block " + std::to_string(window.block) + " is not one flat range");
+    range.end += table[id].numel();
   }
-  // Chunk j of every rank's shard is packed side by side, zero past the last parameter, then
-  // reduce-scattered: this rank receives the sum of its own chunk j.
-  const int world = p.sharding.world, rank = p.sharding.rank;
-  const int64_t S = p.shard_elems, c = p.chunk_elems;
-  char* staging = bytes(memory_.comm_staging());
-  char* recv = staging + world * c * size;
-  for (int64_t j0 = 0; j0 < S; j0 += c) {
-    const int64_t cj = std::min(c, S - j0);
-    for (int r = 0; r < world; ++r) {
-      const int64_t first = r * S + j0, avail = std::clamp<int64_t>(n - first, 0, cj);
-      char* dst = staging + r * cj * size;
-      if (avail > 0) std::memcpy(dst, grads + first * size, avail * size);
-      std::memset(dst + avail * size, 0, (cj - avail) * size);
-    }
-    comm_.reduce_scatter_sum(staging, recv, cj, dtype);
-    const int64_t first = rank * S + j0, avail = std::clamp<int64_t>(n - first, 0, cj);
-    if (avail > 0) std::memcpy(grads + first * size, recv, avail * size);
+  const Plan& p = plan();
+  for (int r = 0; r < p.sharding.world; ++r) {
+    const int64_t begin = std::max(range.begin, r * p.shard_elems);
+    const int64_t end = std::min({range.end, (r + 1) * p.shard_elems, p.num_params});
+    if (begin < end) range.parts.push_back({r, begin, end});
+  }
+  return range;
+}
+
+void ZeroSync::wait(AsyncCommunicator::Ticket& ticket) {
+  if (ticket == 0) return;
+  const ScopeTimer timer(exposed_seconds_);
+  comm_.wait(ticket);
+  ticket = 0;
+}
+
+double ZeroSync::take_exposed_seconds() {
+  const double seconds = exposed_seconds_;
+  exposed_seconds_ = 0;
+  return seconds;
+}
+
+void ZeroSync::before(int op, bool training) {
+  const int w = schedule_.window_of_op[op];
+  if (w < 0 || op != schedule_.windows[w].first_op) return;
+  const BlockWindow& window = schedule_.windows[w];
+  const int windows = static_cast<int>(schedule_.windows.size());
+  if (window.weights >= 0) {
+    if (gathers_[w] == 0) gathers_[w] = start_gather(w);  // the pass's first window: nothing prefetched it
+    wait(gathers_[w]);
+    if (w + 1 < windows) gathers_[w + 1] = start_gather(w + 1);  // its tensor is live from now on
+  }
+  // The previous window's reduction had this window to run; its gradient tensor ends with this window.
+  const bool grads = training && window.grads >= 0;
+  if (grads) start_gradients(w);
+  const BlockRange& range = ranges_[w];
+  memory_.bind_block(range.begin, range.end, window.weights >= 0 ? memory_.data(window.weights) : nullptr,
+                     grads ? memory_.data(window.grads) : nullptr);
+}
+
+void ZeroSync::after(int op, bool training) {
+  const int w = schedule_.window_of_op[op];
+  if (w < 0 || op != schedule_.windows[w].last_op) return;
+  const BlockWindow& window = schedule_.windows[w];
+  memory_.bind_block(0, 0, nullptr, nullptr);
+  if (w > 0) wait(reductions_[w - 1]);  // its gradient tensor is released with this op
+  if (!training) return;
+  if (window.grads >= 0) {
+    reductions_[w] = start_reduce(w);
+    if (w + 1 == static_cast<int>(schedule_.windows.size())) wait(reductions_[w]);  // no next window
+  } else if (schedule_.stage < 2 && window.last_grads_of_block && final_micro_batch_) {
+    start_whole_block_reduce(w);  // waited for by reduce_gradients()
   }
 }
 
+void ZeroSync::end_pass() {
+  // An evaluation stops at the loss: a prefetch may still be writing into a tensor the arenas release now.
+  for (AsyncCommunicator::Ticket& t : gathers_) wait(t);
+  for (AsyncCommunicator::Ticket& t : reductions_) wait(t);
+}
+
+// Each part comes from the rank whose weight shard holds it.
+AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
+  const BlockRange& range = ranges_[w];
+  char* block = bytes(memory_.data(schedule_.windows[w].weights));
+  const Plan& p = plan();
+  const DType dtype = p.policy.weights;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  const char* shard = bytes(memory_.params());
+  const int64_t shard_begin = p.weights_begin();
+  const int rank = p.sharding.rank;
+  return comm_.start([=, &range](Communicator& c) {
+    for (const Part& part : range.parts) {
+      char* dst = block + (part.begin - range.begin) * size;
+      if (part.rank == rank)
+        std::memcpy(dst, shard + (part.begin - shard_begin) * size, (part.end - part.begin) * size);
+      c.broadcast(dst, part.end - part.begin, dtype, part.rank);
+    }
+  });
+}
+
+// The window's kernels add into its gradient tensor. Starting this rank's own part from its shard's running
+// sum (earlier micro-batches, earlier windows of the block) and the rest from zero makes the reduction the
+// new running sum.
+void ZeroSync::start_gradients(int w) {
+  const BlockRange& range = ranges_[w];
+  const Plan& p = plan();
+  const int64_t size = static_cast<int64_t>(dtype_size(p.policy.grads));
+  char* block = bytes(memory_.data(schedule_.windows[w].grads));
+  std::memset(block, 0, (range.end - range.begin) * size);
+  for (const Part& part : range.parts)
+    if (part.rank == p.sharding.rank)
+      std::memcpy(block + (part.begin - range.begin) * size,
+                  bytes(memory_.grads()) + (part.begin - p.grads_begin()) * size,
+                  (part.end - part.begin) * size);
+}
+
+AsyncCommunicator::Ticket ZeroSync::start_reduce(int w) {
+  const BlockRange& range = ranges_[w];
+  char* block = bytes(memory_.data(schedule_.windows[w].grads));
+  const Plan& p = plan();
+  const DType dtype = p.policy.grads;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  char* shard = bytes(memory_.grads());
+  const int64_t shard_begin = p.grads_begin();
+  const int rank = p.sharding.rank;
+  return comm_.start([=, &range](Communicator& c) {
+    for (const Part& part : range.parts) {
+      char* send = block + (part.begin - range.begin) * size;
+      char* recv = part.rank == rank ? shard + (part.begin - shard_begin) * size : send;
+      c.reduce_sum(send, recv, part.end - part.begin, dtype, part.rank);
+    }
+  });
+}
+
+// Stages 0 and 1 keep whole gradient buffers: a block's range is summed in place, in chunks of the bucket.
+AsyncCommunicator::Ticket ZeroSync::start_whole_block_reduce(int w) {
+  const BlockRange& range = ranges_[w];
+  const Plan& p = plan();
+  const DType dtype = p.policy.grads;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bucket = std::max<int64_t>(p.sharding.bucket_elems, 1);
+  char* grads = bytes(memory_.grads());
+  const bool all_reduce = !p.sharding.shards_optimizer();
+  return comm_.start([=, &range](Communicator& c) {
+    for (const Part& part : range.parts) {
+      for (int64_t b = part.begin; b < part.end; b += bucket) {
+        char* data = grads + b * size;
+        const int64_t n = std::min(bucket, part.end - b);
+        if (all_reduce)
+          c.all_reduce_sum(data, n, dtype);
+        else
+          c.reduce_sum(data, data, n, dtype, part.rank);
+      }
+    }
+  });
+}
+
+void ZeroSync::reduce_gradients() {
+  const ScopeTimer timer(exposed_seconds_);
+  comm_.wait_all();
+}
+
 double ZeroSync::sum(double local) {
+  const ScopeTimer timer(exposed_seconds_);
   std::vector<double> all(plan().sharding.world);
   comm_.all_gather(&local, all.data(), 1, DType::f64);
   double total = 0;
@@ -54,26 +200,20 @@ double ZeroSync::sum(double local) {
   return total;
 }
 
+// Every rank's shard, broadcast from its owner in place, in chunks of the bucket.
 void ZeroSync::gather_weights() {
   const Plan& p = plan();
-  if (!p.sharding.shards_optimizer()) return;
+  if (!p.sharding.shards_optimizer() || p.sharding.shards_weights()) return;
+  const ScopeTimer timer(exposed_seconds_);
   const DType dtype = p.policy.weights;
-  const int world = p.sharding.world, rank = p.sharding.rank;
-  const int64_t size = static_cast<int64_t>(dtype_size(dtype)), n = p.num_params;
-  const int64_t S = p.shard_elems, c = p.chunk_elems;
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t bucket = std::max<int64_t>(p.sharding.bucket_elems, 1);
   char* weights = bytes(memory_.params());
-  char* staging = bytes(memory_.comm_staging());
-  char* send = staging + world * c * size;
-  for (int64_t j0 = 0; j0 < S; j0 += c) {
-    const int64_t cj = std::min(c, S - j0);
-    const int64_t first = rank * S + j0, avail = std::clamp<int64_t>(n - first, 0, cj);
-    if (avail > 0) std::memcpy(send, weights + first * size, avail * size);
-    std::memset(send + avail * size, 0, (cj - avail) * size);
-    comm_.all_gather(send, staging, cj, dtype);
-    for (int r = 0; r < world; ++r) {
-      const int64_t dst = r * S + j0, got = std::clamp<int64_t>(n - dst, 0, cj);
-      if (got > 0) std::memcpy(weights + dst * size, staging + r * cj * size, got * size);
-    }
+  for (int r = 0; r < p.sharding.world; ++r) {
+    const int64_t begin = std::min(r * p.shard_elems, p.num_params);
+    const int64_t end = std::min(begin + p.shard_elems, p.num_params);
+    for (int64_t b = begin; b < end; b += bucket)
+      comm_.broadcast(weights + b * size, std::min(bucket, end - b), dtype, r);
   }
 }
 

@@ -6,16 +6,16 @@ corrupt, truncated, missing and foreign files; inspect, export and --verify-resu
 usage: test_checkpoint.py MEMTRAIN
 """
 import json
-import os
 import random
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 from pathlib import Path
+
+from byte_data import ByteDataTestCase
 
 MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
@@ -23,25 +23,9 @@ N = 3  # steps before the save; runs are 2N steps
 COMPARED = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
 
 
-def sample_text(words: int) -> str:
-    vocabulary = "the quick brown fox jumps over a lazy dog while seven small cats watch".split()
-    return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
-
-
-class Checkpoint(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp_dir = tempfile.TemporaryDirectory(prefix="memtrain-ckpt-")
-        cls.tmp = Path(cls.tmp_dir.name)
-        text = cls.tmp / "text.txt"
-        text.write_text(sample_text(6000))
-        cls.data = cls.tmp / "data"
-        subprocess.run([MEMTRAIN, "prepare", str(text), "--tokenizer", "byte", "--out", str(cls.data)], check=True,
-                       capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp_dir.cleanup()
+class Checkpoint(ByteDataTestCase):
+    MEMTRAIN = MEMTRAIN
+    PREFIX = "memtrain-ckpt-"
 
     def run_memtrain(self, *args, ranks=1, expect=0):
         result = subprocess.run((MPIRUN if ranks == 2 else []) + [MEMTRAIN, *args], capture_output=True, text=True,
@@ -90,6 +74,11 @@ class Checkpoint(unittest.TestCase):
                          (straight / final / "model.safetensors").read_bytes())
         return straight
 
+    def offload_dir(self):
+        path = self.tmp / "offload"
+        path.mkdir(exist_ok=True)
+        return path
+
     def test_resume_is_bitwise_in_every_mode(self):
         modes = {
             "fp32": [],
@@ -98,6 +87,8 @@ class Checkpoint(unittest.TestCase):
             "bf16-no-master": ["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"],
             "recompute": ["--recompute-granularity", "full", "--recompute-num-layers", "1"],
             "accumulation": ["--global-batch-size", "6"],
+            "offload": ["--bf16", "--offload-optimizer", "nvme", "--offload-path", str(self.offload_dir()),
+                        "--offload-chunk-mb", "0.01"],
             "no-shuffle-warmup": ["--no-shuffle", "--lr-warmup-iters", "2"],
         }
         for name, flags in modes.items():
@@ -114,24 +105,21 @@ class Checkpoint(unittest.TestCase):
         self.assertTrue(any(not r["skipped"] for r in records[N:]), records)
 
     def test_zero_stages_resume_bitwise_on_two_ranks(self):
-        for stage in ("0", "1", "2", "3"):
-            with self.subTest(stage=stage):
-                probe = self.train(self.tmp / f"probe{stage}", "--zero-stage", stage, "--global-batch-size", "4",
-                                   ranks=2, iters=1, expect=None)
-                if probe.returncode == 2 and "not implemented" in probe.stderr:
-                    self.skipTest(f"the trainer refuses --zero-stage {stage} (not implemented yet)")
-                self.assertEqual(probe.returncode, 0, probe.stderr)
-                self.assert_bitwise(f"zero{stage}", ["--zero-stage", stage, "--global-batch-size", "4", "--bf16"],
-                                    ranks=2)
+        offload = ["--offload-optimizer", "nvme", "--offload-path", str(self.offload_dir())]
+        for stage, extra in (("0", []), ("1", []), ("2", []), ("3", []), ("1", offload), ("3", offload)):
+            with self.subTest(stage=stage, offload=bool(extra)):
+                self.assert_bitwise(f"zero{stage}{'-offload' if extra else ''}",
+                                    ["--zero-stage", stage, "--global-batch-size", "4", "--bf16", *extra], ranks=2)
 
     def test_resume_across_world_sizes(self):
         batch = ["--global-batch-size", "4"]
         reference = self.tmp / "world-reference"
         self.train(reference, *batch)
         expected = [r["loss"] for r in self.records(reference)]
-        for name, ranks, resume_ranks in (("2to1", 2, 1), ("1to2", 1, 2)):
+        for name, ranks, resume_ranks, stage in (("2to1", 2, 1, "1"), ("1to2", 1, 2, "1"), ("2to1-stage3", 2, 1, "3"),
+                                                 ("1to2-stage2", 1, 2, "2")):
             with self.subTest(case=name):
-                flags = [*batch, "--zero-stage", "1"]
+                flags = [*batch, "--zero-stage", stage]
                 _, split = self.uninterrupted_and_resumed(name, flags if ranks == 2 else batch, ranks, resume_ranks,
                                                           flags if resume_ranks == 2 else batch)
                 losses = [r["loss"] for r in self.records(split)]

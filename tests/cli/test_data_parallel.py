@@ -1,5 +1,5 @@
 """Data parallelism through the command line, under mpirun: N = 2 ranks with micro-batch b follow one process
-accumulating 2 micro-batches of b (ZeRO stages 0 and 1, fp32 and bf16), repeat bitwise, and every rank's
+accumulating 2 micro-batches of b (ZeRO stages 0 to 3, fp32 and bf16), repeat bitwise, and every rank's
 memory.rank{r}.json shows measured == planned and the per-parameter bytes of its stage.
 
 usage: test_data_parallel.py MEMTRAIN
@@ -7,40 +7,25 @@ usage: test_data_parallel.py MEMTRAIN
 import json
 import subprocess
 import sys
-import tempfile
 import unittest
 from pathlib import Path
+
+from byte_data import ByteDataTestCase
 
 MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 STEPS = 4
 
 
-def sample_text(words: int) -> str:
-    vocabulary = "the quick brown fox jumps over a lazy dog while seven small cats watch".split()
-    return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
+class DataParallel(ByteDataTestCase):
+    MEMTRAIN = MEMTRAIN
+    PREFIX = "memtrain-dp-"
 
-
-class DataParallel(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp_dir = tempfile.TemporaryDirectory(prefix="memtrain-dp-")
-        cls.tmp = Path(cls.tmp_dir.name)
-        text = cls.tmp / "text.txt"
-        text.write_text(sample_text(4000))
-        cls.data = cls.tmp / "data"
-        subprocess.run([MEMTRAIN, "prepare", str(text), "--tokenizer", "byte", "--out", str(cls.data)], check=True,
-                       capture_output=True)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.tmp_dir.cleanup()
-
-    def train(self, name, ranks, *flags):
+    def train(self, name, ranks, *flags, global_batch=4):
         out = self.tmp / name
         args = [MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data), "--seq-length", "32",
-                "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", str(STEPS),
-                "--eval-interval", "0", "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
+                "--micro-batch-size", "2", "--global-batch-size", str(global_batch), "--train-iters", str(STEPS),
+                *([] if "--eval-interval" in flags else ["--eval-interval", "0"]), "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
         result = subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True, timeout=120)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         return out
@@ -51,35 +36,55 @@ class DataParallel(unittest.TestCase):
     def test_two_ranks_follow_one_process_accumulating(self):
         for precision, tolerance in (([], 1e-5), (["--bf16"], 1e-2)):
             single = self.losses(self.train("single" + "".join(precision), 1, *precision))
-            for stage in ("0", "1"):
+            for stage in ("0", "1", "2", "3"):
                 with self.subTest(precision=precision, stage=stage):
                     out = self.train(f"dp{stage}" + "".join(precision), 2, "--zero-stage", stage, *precision)
-                    for a, b in zip(self.losses(out), single):
+                    losses = self.losses(out)
+                    self.assertEqual(len(losses), len(single))
+                    for a, b in zip(losses, single):
                         self.assertAlmostEqual(a, b, delta=tolerance * b)
 
+    def test_sharded_stages_follow_one_process_with_accumulation_and_recompute(self):
+        # Two micro-batches per rank: the windows of stages 2 and 3 add each one into the running shard sums;
+        # full recompute reruns forward ops inside backward windows, gathering their block again.
+        flags = ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                 "--recompute-num-layers", "1", "--eval-interval", "2", "--eval-iters", "2"]
+        single = self.losses(self.train("single-accum", 1, *flags, global_batch=8))
+        for stage in ("2", "3"):
+            with self.subTest(stage=stage):
+                out = self.train(f"accum{stage}", 2, "--zero-stage", stage, *flags, global_batch=8)
+                for a, b in zip(self.losses(out), single):
+                    self.assertAlmostEqual(a, b, delta=1e-5 * b)
+
     def test_runs_repeat_bitwise(self):
-        first = self.losses(self.train("repeat-a", 2, "--zero-stage", "1", "--bf16"))
-        second = self.losses(self.train("repeat-b", 2, "--zero-stage", "1", "--bf16"))
-        self.assertEqual(first, second)
+        for stage in ("1", "2", "3"):
+            with self.subTest(stage=stage):
+                first = self.losses(self.train(f"repeat-a{stage}", 2, "--zero-stage", stage, "--bf16"))
+                second = self.losses(self.train(f"repeat-b{stage}", 2, "--zero-stage", stage, "--bf16"))
+                self.assertEqual(first, second)
 
     def test_every_rank_measures_its_plan(self):
-        out = self.train("memory", 2, "--zero-stage", "1", "--bf16")
-        per_param = []
-        for rank in (0, 1):
-            memory = json.loads((out / f"memory.rank{rank}.json").read_text())
-            self.assertEqual(memory["planned"], memory["measured"])
-            per_param.append(memory["model_state_bytes_per_param"]["planned"])
-        # bf16 with fp32 master and Adam at stage 1: 2 weights + 4 gradients + (4 + 8) / 2 sharded, plus the
-        # padding of an uneven last shard.
-        for b in per_param:
-            self.assertAlmostEqual(b, 6 + 12 / 2, delta=1e-3)
+        # bf16 with fp32 master and Adam: 2 weights + 4 gradients + 4 master + 8 moments, of which stage 1
+        # shards master and moments, stage 2 also gradients, stage 3 everything (N = 2), plus the padding of
+        # an uneven last shard.
+        expected = {"0": 18, "1": 6 + 12 / 2, "2": 2 + 16 / 2, "3": 18 / 2}
+        for stage, bytes_per_param in expected.items():
+            out = self.train(f"memory{stage}", 2, "--zero-stage", stage, "--bf16")
+            for rank in (0, 1):
+                with self.subTest(stage=stage, rank=rank):
+                    memory = json.loads((out / f"memory.rank{rank}.json").read_text())
+                    self.assertEqual(memory["planned"], memory["measured"])
+                    self.assertAlmostEqual(memory["model_state_bytes_per_param"]["planned"], bytes_per_param,
+                                           delta=1e-3)
 
-    def test_unimplemented_stage_is_a_usage_error(self):
+    def test_saving_whole_weights_under_stage_3_is_a_usage_error(self):
+        out = self.tmp / "s3-save"
         result = subprocess.run([MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data),
-                                 "--train-iters", "1", "--zero-stage", "2", "--out", str(self.tmp / "s2")],
-                                capture_output=True, text=True, timeout=60)
+                                 "--train-iters", "1", "--zero-stage", "3", "--save-weights", str(out / "w.st"),
+                                 "--out", str(out)], capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertIn("--zero-stage 2", result.stderr)
+        self.assertIn("--zero-stage 3", result.stderr)
+        self.assertFalse(out.exists())
 
 
 if __name__ == "__main__":

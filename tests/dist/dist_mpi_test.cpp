@@ -1,4 +1,5 @@
-// The MPI communicator, run by CTest under mpirun with 1, 2 and 3 ranks (tests/dist/CMakeLists.txt). Every
+// The MPI communicator, run by CTest under mpirun with 1, 2 and 3 ranks (tests/dist/CMakeLists.txt), behind
+// the AsyncCommunicator the trainer puts around it, so every collective runs on its worker thread. Every
 // rank computes all ranks' data itself, so it knows the exact bits each collective must give.
 //
 //   dist_mpi_test               every check; a failed check prints its rank and line and exits 1
@@ -8,6 +9,7 @@
 
 #include <bit>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -20,6 +22,7 @@
 
 #include "core/half.h"
 #include "core/rng.h"
+#include "dist/async_communicator.h"
 #include "dist/communicator.h"
 
 namespace mt {
@@ -127,6 +130,25 @@ void check_padded_scatter_gather(Communicator& comm, uint64_t salt) {
   }
 }
 
+// Each rank in turn as the root; the others' recv stays untouched.
+template <typename T>
+void check_reduce(Communicator& comm, uint64_t salt) {
+  for (int64_t n : counts(comm.size(), dtype_of<T>())) {
+    const std::vector<T> expected = expected_sum<T>(comm.size(), n, salt + static_cast<uint64_t>(n));
+    for (int root = 0; root < comm.size(); ++root) {
+      const std::vector<T> send = rank_data<T>(comm.rank(), n, salt + static_cast<uint64_t>(n));
+      std::vector<T> recv(static_cast<std::size_t>(n), round_to<T>(-1.0f));
+      comm.reduce_sum(send.data(), recv.data(), n, dtype_of<T>(), root);
+      CHECK(same_bits(recv, comm.rank() == root
+                                ? expected
+                                : std::vector<T>(static_cast<std::size_t>(n), round_to<T>(-1.0f))));
+      std::vector<T> in_place = send;
+      comm.reduce_sum(in_place.data(), in_place.data(), n, dtype_of<T>(), root);
+      CHECK(same_bits(in_place, comm.rank() == root ? expected : send));
+    }
+  }
+}
+
 void check_broadcast(Communicator& comm) {
   const int64_t n = (int64_t{3} << 20) + 7;
   for (int root = 0; root < comm.size(); ++root) {
@@ -141,8 +163,27 @@ void check_broadcast(Communicator& comm) {
   }
 }
 
+// Collectives queued back to back while this thread computes: each gives the bits of its blocking form.
+void check_overlap(AsyncCommunicator& comm, uint64_t salt) {
+  const int64_t n = 100000;
+  std::vector<float> a = rank_data<float>(comm.rank(), n, salt),
+                     b = rank_data<float>(comm.rank(), n, salt + 1);
+  const AsyncCommunicator::Ticket first =
+      comm.start([&](Communicator& c) { c.all_reduce_sum(a.data(), n, DType::f32); });
+  const AsyncCommunicator::Ticket second =
+      comm.start([&](Communicator& c) { c.reduce_sum(b.data(), b.data(), n, DType::f32, comm.size() - 1); });
+  CHECK(second == first + 1);
+  double busy = 0;
+  for (int64_t i = 0; i < n; ++i) busy += std::sqrt(static_cast<double>(i));
+  CHECK(busy > 0);
+  comm.wait(second);
+  CHECK(same_bits(a, expected_sum<float>(comm.size(), n, salt)));
+  if (comm.rank() == comm.size() - 1) CHECK(same_bits(b, expected_sum<float>(comm.size(), n, salt + 1)));
+  CHECK(comm.take_busy_seconds() > 0);
+}
+
 int run_checks() {
-  const auto comm = make_communicator("mpi");
+  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator("mpi"));
   g_rank = comm->rank();
   const int ranks = comm->size();
   CHECK(comm->backend() == "mpi");
@@ -157,13 +198,24 @@ int run_checks() {
   check_all_reduce<bf16>(*comm, 200);
   check_padded_scatter_gather<float>(*comm, 300);
   check_padded_scatter_gather<bf16>(*comm, 400);
+  check_reduce<float>(*comm, 500);
+  check_reduce<bf16>(*comm, 600);
   check_broadcast(*comm);
+  check_overlap(*comm, 700);
   CHECK(comm->buffer_bytes() == buffer);  // no call grew it
 
   bool rejected = false;
   try {
     int32_t x = 0;
     comm->broadcast(&x, 1, DType::i32, ranks);
+  } catch (const std::invalid_argument&) {
+    rejected = true;
+  }
+  CHECK(rejected);
+  rejected = false;
+  try {
+    float x = 0;
+    comm->reduce_sum(&x, &x, 1, DType::f32, -1);
   } catch (const std::invalid_argument&) {
     rejected = true;
   }
@@ -181,7 +233,7 @@ int run_checks() {
 
 // The last rank fails; the others wait in a collective that can never complete. mpirun must end the job.
 int run_failure(const std::string& mode) {
-  const auto comm = make_communicator("mpi");
+  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator("mpi"));
   g_rank = comm->rank();
   std::vector<float> data(1000, 1.0f);
   if (comm->rank() == comm->size() - 1) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "dist/async_communicator.h"
 #include "dist/communicator.h"
 #include "dist/local_sum.h"
 
@@ -76,6 +77,9 @@ TEST(DistSingle, SumsAreTheData) {
   std::vector<float> recv(4, 0.0f);
   comm->reduce_scatter_sum(f.data(), recv.data(), 4, DType::f32);
   EXPECT_EQ(recv, f);
+  std::vector<float> reduced(4, 0.0f);
+  comm->reduce_sum(f.data(), reduced.data(), 4, DType::f32, 0);
+  EXPECT_EQ(reduced, f);
 }
 
 TEST(DistSingle, GatherAndBroadcastCopyAnyDtype) {
@@ -100,6 +104,8 @@ TEST(DistSingle, RejectsBadArguments) {
   EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::f16), std::invalid_argument);
   EXPECT_THROW(comm->all_gather(&i, &i, -1, DType::i32), std::invalid_argument);
   EXPECT_THROW(comm->broadcast(&i, 1, DType::i32, 1), std::invalid_argument);
+  float x = 0;
+  EXPECT_THROW(comm->reduce_sum(&x, &x, 1, DType::f32, 1), std::invalid_argument);
 }
 
 TEST(DistSingle, UnknownBackendIsAUsageError) {
@@ -152,6 +158,35 @@ TEST(DistLocalSum, ResultIsIndependentOfThreadsAndMayOverwriteAPart) {
   sum_in_rank_order(parts, a.data(), n, DType::f32);
   EXPECT_EQ(a, expected);
   EXPECT_THROW(sum_in_rank_order(parts, a.data(), n, DType::i32), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mt
+
+namespace mt {
+namespace {
+
+// Work runs in submission order on the worker; a failure comes back from the wait that covers it, once.
+TEST(DistAsync, RunsInOrderAndRethrowsEachFailureOnce) {
+  AsyncCommunicator comm(make_communicator("single"));
+  std::vector<int> order;
+  const auto first = comm.start([&](Communicator&) { order.push_back(1); });
+  const auto failing = comm.start([](Communicator& c) {
+    int32_t i = 0;
+    c.all_reduce_sum(&i, 1, DType::i32);  // not a summable dtype
+  });
+  const auto last = comm.start([&](Communicator&) { order.push_back(3); });
+  EXPECT_EQ(failing, first + 1);
+  comm.wait(first);
+  EXPECT_THROW(comm.wait(last), std::invalid_argument);
+  EXPECT_NO_THROW(comm.wait(last));
+  EXPECT_EQ(order, (std::vector<int>{1, 3}));
+  std::vector<float> f = {1.0f, 2.0f}, recv(2);
+  comm.reduce_sum(f.data(), recv.data(), 2, DType::f32, 0);  // the blocking form: start + wait
+  EXPECT_EQ(recv, f);
+  EXPECT_THROW(comm.broadcast(f.data(), 2, DType::f32, 1), std::invalid_argument);
+  EXPECT_GE(comm.take_busy_seconds(), 0.0);
+  EXPECT_EQ(comm.size(), 1);
 }
 
 }  // namespace

@@ -241,6 +241,28 @@ TEST_F(Safetensors, ReadFailsWhenFileShrinks) {
                     "reading tensor \"a\": unexpected end of file");
 }
 
+TEST_F(Safetensors, TensorsStreamedInPartsEqualWholeWrites) {
+  const std::vector<float> a = {1, 2, 3, 4, 5, 6, 7}, b = {8, 9};
+  const std::vector<SafetensorsWriter::Item> items = {{"a", DType::f32, {7}}, {"b", DType::f32, {2}}};
+  {
+    SafetensorsWriter whole(file("whole.safetensors"), items);
+    whole.write_next(a.data(), 28);
+    whole.write_next(b.data(), 8);
+    whole.finish();
+  }
+  SafetensorsWriter parts(file("parts.safetensors"), items);
+  parts.write_part(a.data(), 12);  // uneven pieces: 3 + 3 + 1 floats
+  parts.write_part(a.data() + 3, 12);
+  expect_data_error([&] { parts.write_next(a.data(), 28); }, file("parts.safetensors"),
+                    "tensor \"a\" is F32 [7] = 28 bytes, got 28");  // whole writes only between tensors
+  expect_data_error([&] { parts.write_part(a.data(), 8); }, file("parts.safetensors"),
+                    "tensor \"a\" is 28 bytes, 24 written, got 8 more");
+  parts.write_part(a.data() + 6, 4);
+  parts.write_part(b.data(), 8);
+  parts.finish();
+  EXPECT_EQ(read_bytes(file("parts.safetensors")), read_bytes(file("whole.safetensors")));
+}
+
 TEST_F(Safetensors, WriterMisuseIsAnError) {
   const std::string path = file("misuse.safetensors");
   const float v[2] = {1, 2};

@@ -1,0 +1,56 @@
+// The optimizer state of this rank's shard [shard_begin, shard_end) of the flat parameters: fp32 master
+// weights (when the policy has them) and Adam moments m, v. It is held in memory or offloaded to a file
+// (memory/offloaded_state.h); either way code reaches it through windows of consecutive flat parameters, so
+// the optimizer step, initialisation, loading and saving are the same code for both.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "memory/plan.h"
+
+namespace mt {
+
+// Element 0 of each pointer stands for flat parameter `begin`.
+struct StateWindow {
+  int64_t begin = 0, end = 0;
+  float* master = nullptr;  // null without master weights
+  void* m = nullptr;        // moments in the policy's dtype
+  void* v = nullptr;
+};
+
+// What a visit touches. An offloaded state reads only what the visit reads and writes back only what it
+// writes.
+enum class StateAccess {
+  read_master,   // saving, rounding into the weights
+  write_master,  // initialisation, loading: every master value of the range is overwritten
+  update,        // the optimizer step: master weights and moments read and written
+  read_all,      // saving a checkpoint: master weights and moments read, nothing written back
+  write_all,     // loading a checkpoint: master weights and moments overwritten, nothing read
+};
+
+class OptimizerState {
+ public:
+  using Visitor = std::function<void(const StateWindow&)>;
+  virtual ~OptimizerState() = default;
+  // Calls visit for consecutive windows covering [begin, end), which must lie in the plan's shard.
+  virtual void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) = 0;
+};
+
+// The whole shard in memory: one window. master (null without), m and v hold the shard.
+class InMemoryOptimizerState : public OptimizerState {
+ public:
+  InMemoryOptimizerState(const Plan& plan, float* master, void* m, void* v)
+      : plan_(plan), master_(master), m_(static_cast<char*>(m)), v_(static_cast<char*>(v)) {}
+  void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) override;
+
+ private:
+  const Plan& plan_;
+  float* master_;
+  char *m_, *v_;
+};
+
+// Checks that [begin, end) lies in the plan's shard (a bug otherwise, not bad input).
+void check_in_shard(const Plan& plan, int64_t begin, int64_t end);
+
+}  // namespace mt

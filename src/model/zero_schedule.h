@@ -1,0 +1,37 @@
+// ZeRO's exchanges as part of the step schedule. The ops run in windows: maximal runs of consecutive ops
+// whose parameters all belong to one block (an embedding, a layer, the final norm; ops without parameters
+// do not end a window). Stages 0 and 1 exchange a block's gradients after its last window of the step's
+// backward, while the backward of earlier blocks goes on. Under stage 3 a window reads its block's weights
+// from a comm tensor gathered during the window before (prefetch); under stages 2 and 3 a window whose ops
+// write gradients sums them in a comm tensor that is reduced to the ranks owning each part of the block
+// during the window after. Both are TensorTable entries with lifetimes, so the Plan packs them by offset like
+// activations, and the estimate counts them exactly.
+#pragma once
+
+#include <vector>
+
+#include "model/graph.h"
+
+namespace mt {
+
+struct BlockWindow {
+  int block = -1;
+  int first_op = 0, last_op = 0;
+  std::vector<int> params;           // the block's parameters, consecutive in the flat parameter buffer
+  bool writes_grads = false;         // an op of the window writes gradients of the block
+  bool last_grads_of_block = false;  // and no later window does
+  int weights = -1;  // stage 3: the block's gathered weights (comm), live from the previous window's start
+  int grads = -1;    // stages 2, 3 and writes_grads: their sum (comm), live until the next window's end
+};
+
+struct ZeroSchedule {
+  int stage = 0;
+  std::vector<BlockWindow> windows;
+  std::vector<int> window_of_op;  // per op: its window, or -1 for an op outside every window
+};
+
+// The windows of the graph's ops; for stages 2 and 3 also their comm tensors (weights in the parameters'
+// dtype, gradients in `grads`), added to the graph's table.
+ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads);
+
+}  // namespace mt
