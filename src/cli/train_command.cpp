@@ -29,8 +29,11 @@ void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_co
   cmd.add_option("--dist-backend", c.dist_backend, "auto (MPI under mpirun), single or mpi")
       ->capture_default_str();
   cmd.add_option("--zero-stage", c.zero_stage,
-                 "ZeRO stage: 0 replicated, 1 shards master weights and moments")
+                 "ZeRO stage: 0 replicated, 1 shards master weights and moments, 2 also gradients, 3 also "
+                 "weights")
       ->capture_default_str();
+  cmd.add_flag("--overlap-comm,!--no-overlap-comm", c.overlap_comm,
+               "run the exchanges on a worker thread while the kernels go on (default on)");
   cmd.add_flag("--use-distributed-optimizer", distributed_optimizer, "same as --zero-stage 1");
   cmd.add_option("--bucket-size-mb", c.bucket_size_mb, "MiB per gradient/weight exchange")
       ->capture_default_str();

@@ -30,9 +30,10 @@ struct TrainConfig {
   LossScalerConfig loss_scaler;  // fp16 only
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
-  std::string dist_backend = "auto";       // auto, single or mpi
-  int zero_stage = 0;                      // 0-3
-  double bucket_size_mb = 25;              // gradient and weight exchanges in chunks of this many MiB
+  std::string dist_backend = "auto";  // auto, single or mpi
+  int zero_stage = 0;                 // 0-3
+  double bucket_size_mb = 25;         // gradient and weight exchanges in chunks of this many MiB
+  bool overlap_comm = true;  // exchanges run alongside the kernels; off: each one is waited for at once
   std::string offload_optimizer = "none";  // none or nvme
   std::string offload_path;                // nvme: directory for this run's optimizer-state files
   double offload_chunk_mb = 4;             // nvme: chunk of fp32 elements streamed per I/O, in MiB

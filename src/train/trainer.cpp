@@ -140,7 +140,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
-  sync_ = std::make_unique<ZeroSync>(comm, memory, zero_schedule_);
+  sync_ = std::make_unique<ZeroSync>(comm, memory, zero_schedule_, cfg.overlap_comm);
   if (world_ > 1) exec_->set_op_hooks(sync_.get());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                       precision_name(cfg.precision.precision),
