@@ -106,10 +106,13 @@ class Checkpoint(ByteDataTestCase):
 
     def test_zero_stages_resume_bitwise_on_two_ranks(self):
         offload = ["--offload-optimizer", "nvme", "--offload-path", str(self.offload_dir())]
-        for stage, extra in (("0", []), ("1", []), ("2", []), ("3", []), ("1", offload), ("3", offload)):
-            with self.subTest(stage=stage, offload=bool(extra)):
-                self.assert_bitwise(f"zero{stage}{'-offload' if extra else ''}",
-                                    ["--zero-stage", stage, "--global-batch-size", "4", "--bf16", *extra], ranks=2)
+        fp16 = ["--fp16", "--initial-loss-scale", "16777216", "--loss-scale-window", "2"]
+        cases = {"0": ["--bf16"], "1": ["--bf16"], "2": ["--bf16"], "3": ["--bf16"], "1-offload": ["--bf16", *offload],
+                 "3-offload": ["--bf16", *offload], "2-fp16": fp16, "3-no-overlap": ["--bf16", "--no-overlap-comm"]}
+        for name, flags in cases.items():
+            with self.subTest(case=name):
+                self.assert_bitwise(f"zero{name}", ["--zero-stage", name[0], "--global-batch-size", "4", *flags],
+                                    ranks=2)
 
     def test_resume_across_world_sizes(self):
         batch = ["--global-batch-size", "4"]
@@ -158,6 +161,7 @@ class Checkpoint(ByteDataTestCase):
             self.assertGreaterEqual(step, newest)  # a kill never destroys the last complete save
             newest = step
         self.assertEqual(kills, 20)
+        self.assertLessEqual(len(list(save.glob("step_*"))), 3)  # --keep-checkpoints 3
         finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
         self.assertEqual(finished.returncode, 0, finished.stderr)
         self.assertEqual(self.records(out), self.records(reference))
