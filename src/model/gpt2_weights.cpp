@@ -11,12 +11,6 @@ namespace mt {
 
 namespace {
 
-// The shape a parameter has in the file: the embedding without its padding rows.
-std::vector<int64_t> file_shape(const ModelSpec& spec, const TensorDesc& t) {
-  if (t.name == "wte.weight") return {spec.vocab_size, spec.n_embd};
-  return t.shape;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -71,6 +65,11 @@ bool ignored_name(const std::string& name) {
 
 }  // namespace
 
+std::vector<int64_t> gpt2_file_shape(const ModelSpec& spec, const TensorDesc& t) {
+  if (t.name == "wte.weight") return {spec.vocab_size, spec.n_embd};
+  return t.shape;
+}
+
 void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        Allocation& memory) {
   const SafetensorsReader reader(path);
@@ -85,7 +84,7 @@ void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
     const auto it = by_name.find(t.name);
     if (it == by_name.end()) fail_data(path + ": missing tensor " + t.name);
     const TensorEntry& e = *it->second;
-    const std::vector<int64_t> expected = file_shape(spec, t);
+    const std::vector<int64_t> expected = gpt2_file_shape(spec, t);
     if (e.shape != expected)
       fail_data(path + ": tensor " + t.name + " has shape " + shape_text(e.shape) + ", expected " +
                 shape_text(expected));
@@ -105,7 +104,7 @@ void save_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt
   std::vector<SafetensorsWriter::Item> items;
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    items.push_back({t.name, master ? DType::f32 : t.dtype, file_shape(spec, t)});
+    items.push_back({t.name, master ? DType::f32 : t.dtype, gpt2_file_shape(spec, t)});
   }
   SafetensorsWriter writer(path, items, {{"format", "pt"}});
   for (size_t i = 0; i < items.size(); ++i) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "memory/allocation.h"
 #include "model/gpt2.h"
@@ -14,6 +15,10 @@ namespace mt {
 // tensor is a data error naming the file and the tensor.
 void load_gpt2_weights(const std::string& path, const ModelSpec& spec, const Gpt2Graph& model,
                        Allocation& memory);
+
+// The shape a parameter has in a Hugging Face file: the embedding without its padding rows, which follow the
+// file's rows in the table tensor (so the file's elements are a prefix of the tensor's).
+std::vector<int64_t> gpt2_file_shape(const ModelSpec& spec, const TensorDesc& t);
 
 // Writes every parameter (vocabulary padding removed), atomically: the fp32 master copy when there is one,
 // else the weights in their own dtype (also under ZeRO, where the master copy is sharded).

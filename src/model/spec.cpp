@@ -88,4 +88,16 @@ ModelSpec resolve_model(const std::string& model, int64_t pad_vocab_multiple) {
   return spec;
 }
 
+nlohmann::json hf_config_json(const ModelSpec& spec) {
+  return {{"model_type", "gpt2"},
+          {"architectures", {"GPT2LMHeadModel"}},
+          {"n_layer", spec.n_layer},
+          {"n_head", spec.n_head},
+          {"n_embd", spec.n_embd},
+          {"n_positions", spec.n_positions},
+          {"n_ctx", spec.n_positions},
+          {"vocab_size", spec.vocab_size},
+          {"layer_norm_epsilon", spec.ln_eps}};
+}
+
 }  // namespace mt

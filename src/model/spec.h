@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -29,5 +30,8 @@ struct ModelSpec {
 ModelSpec resolve_model(const std::string& model, int64_t pad_vocab_multiple);
 
 std::vector<std::string> preset_names();
+
+// The spec as a Hugging Face GPT-2 config.json (which --model reads back to the same spec, padding aside).
+nlohmann::json hf_config_json(const ModelSpec& spec);
 
 }  // namespace mt
