@@ -4,6 +4,7 @@
 # parameter, planned total, peak RSS, and the run's tokens/s and the share of step time spent in the
 # data-parallel exchanges. Run from anywhere after scripts/setup.sh.
 #   STAGES     ZeRO stages to run, in order (default "0 1 2 3")
+#   OVERLAP    on, off, or "on off": exchanges alongside the kernels, or each waited for (default "on off")
 #   RANKS      data-parallel ranks (default 2)
 #   PRECISION  fp32 or bf16 (default bf16)
 #   STEPS      steps per run; the first SKIP are warmup, left out of the medians (default 4)
@@ -17,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stages="${STAGES:-0 1 2 3}"
+overlaps="${OVERLAP:-on off}"
 ranks="${RANKS:-2}"
 precision="${PRECISION:-bf16}"
 steps="${STEPS:-4}"
@@ -39,27 +41,29 @@ command -v mpirun >/dev/null || die "mpirun not found (run scripts/setup.sh)"
 configs="" && declare -A flags=()  # check_inputs' configuration checks: none here
 check_inputs
 
-# run_stage K: STEPS steps at ZeRO stage K into OUT/stageK; summary in OUT/stageK.json.
+# run_stage K on|off: STEPS steps at ZeRO stage K into OUT/stageK-on|off; summary in OUT/stageK-on|off.json.
 run_stage() {
-  local name="stage$1" dir="$out/stage$1" load
+  local name="stage$1-$2" dir="$out/stage$1-$2" load overlap_flag=--overlap-comm
+  [ "$2" = on ] || overlap_flag=--no-overlap-comm
   wait_for_quiet_machine
   load="$(load_average)"
-  echo "bench: load average $load; $name: mpirun -np $ranks memtrain train --zero-stage $1, $steps steps" >&2
+  echo "bench: load average $load; $name: mpirun -np $ranks memtrain train --zero-stage $1 $overlap_flag" >&2
   rm -rf "$dir"
   if ! mpirun --allow-run-as-root --oversubscribe -np "$ranks" "$memtrain" train --model gpt2 \
       --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" --threads "$threads" \
-      --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" --zero-stage "$1" \
+      --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" --zero-stage "$1" "$overlap_flag" \
       "${precision_flags[@]}" > "$dir.log" 2>&1; then
     tail -n 5 "$dir.log" >&2
     die "$name failed, log in $dir.log"
   fi
   jq -s '.' "$dir"/memory.rank*.json > "$dir/ranks.json"
-  jq -s --arg name "$name" --argjson stage "$1" --arg load "$load" --arg load_end "$(load_average)" \
-    --argjson skip "$skip" --slurpfile ranks "$dir/ranks.json" '
+  jq -s --arg name "$name" --argjson stage "$1" --arg overlap "$2" --arg load "$load" \
+    --arg load_end "$(load_average)" --argjson skip "$skip" --slurpfile ranks "$dir/ranks.json" '
     [.[] | select(.step > $skip)] as $timed
-    | {name: $name, stage: $stage, load_average: $load, load_average_end: $load_end,
+    | {name: $name, stage: $stage, overlap: $overlap, load_average: $load, load_average_end: $load_end,
        steps: [$timed[] | .tokens_per_sec],
        comm_share: (($timed | map(.comm_ms) | add) / ($timed | map(.step_ms) | add)),
+       exposed_comm_share: (($timed | map(.comm_exposed_ms) | add) / ($timed | map(.step_ms) | add)),
        losses: [.[] | .loss],
        ranks: [$ranks[0][] | {planned_bytes: (.planned | add), measured_equals_planned: (.planned == .measured),
                               model_state_bytes_per_param: .model_state_bytes_per_param.measured,
@@ -69,28 +73,29 @@ run_stage() {
 
 print_table() {
   local files=()
-  for s in $stages; do files+=("$out/stage$s.json"); done
+  for s in $stages; do for o in $overlaps; do files+=("$out/stage$s-$o.json"); done; done
   jq -s '.' "${files[@]}" > "$out/result.json"
   echo
-  { printf 'stage\trank\tstates B/param\tplanned MiB\tcomm MiB\tpeak RSS MiB\tmeasured == planned\ttokens/s\tcomm share\tsteady\tload avg\n'
+  { printf 'stage\toverlap\trank\tstates B/param\tplanned MiB\tcomm MiB\tpeak RSS MiB\tmeasured == planned\ttokens/s\tcomm share\texposed\tsteady\tload avg\n'
     jq -r 'def mib: . / 1048576 | . * 10 | round / 10;
       .[] | . as $r | range(0; .ranks | length) as $i | .ranks[$i] as $k
-      | [$r.stage, $i, ($k.model_state_bytes_per_param * 100 | round / 100), ($k.planned_bytes | mib),
+      | [$r.stage, $r.overlap, $i, ($k.model_state_bytes_per_param * 100 | round / 100), ($k.planned_bytes | mib),
          ($k.planned.comm | mib), ($k.peak_rss_bytes | mib), $k.measured_equals_planned,
          ($r.tokens_per_sec | round), ($r.comm_share * 100 | round | tostring + "%"),
+         ($r.exposed_comm_share * 100 | round | tostring + "%"),
          (if $r.steady then "yes" else "NO" end), "\($r.load_average) -> \($r.load_average_end)"] | @tsv' \
       "$out/result.json"
   } | column -t -s $'\t'
   echo
   echo "($precision, $ranks ranks x $threads thread(s), B=$batch per rank, T=$seq; tokens/s: all ranks, median of"
-  echo " steps $((skip + 1))-$steps; comm share: time in the data-parallel exchanges over step time, rank 0;"
-  echo " details in $out)"
+  echo " steps $((skip + 1))-$steps; comm share: rank 0's time in the data-parallel exchanges (on the comm"
+  echo " worker) over step time; exposed: the part the step waited for, not hidden by kernels; details in $out)"
 }
 
 main() {
   mkdir -p "$out"
   prepare_data
-  for s in $stages; do run_stage "$s"; done
+  for s in $stages; do for o in $overlaps; do run_stage "$s" "$o"; done; done
   print_table
 }
 

@@ -29,8 +29,11 @@ void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_co
   cmd.add_option("--dist-backend", c.dist_backend, "auto (MPI under mpirun), single or mpi")
       ->capture_default_str();
   cmd.add_option("--zero-stage", c.zero_stage,
-                 "ZeRO stage: 0 replicated, 1 shards master weights and moments")
+                 "ZeRO stage: 0 replicated, 1 shards master weights and moments, 2 also gradients, 3 also "
+                 "weights")
       ->capture_default_str();
+  cmd.add_flag("--overlap-comm,!--no-overlap-comm", c.overlap_comm,
+               "run the exchanges on a worker thread while the kernels go on (default on)");
   cmd.add_flag("--use-distributed-optimizer", distributed_optimizer, "same as --zero-stage 1");
   cmd.add_option("--bucket-size-mb", c.bucket_size_mb, "MiB per gradient/weight exchange")
       ->capture_default_str();
@@ -43,6 +46,23 @@ void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_co
       ->capture_default_str();
   cmd.add_option("--deepspeed-config", deepspeed_config,
                  "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags");
+}
+
+void add_checkpoint_flags(CLI::App& cmd, TrainConfig& c) {
+  cmd.add_option("--save", c.save, "directory of checkpoints (one step_N directory each)");
+  cmd.add_option("--save-interval", c.save_interval, "steps between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  cmd.add_option("--keep-checkpoints", c.keep_checkpoints, "keep the newest K checkpoints, 0 = all")
+      ->capture_default_str();
+  cmd.add_option("--exit-interval", c.exit_interval, "save and exit 0 when the step is a multiple of N");
+  cmd.add_option(
+      "--load", c.load,
+      "resume from a checkpoint directory, or the newest verifying checkpoint of a --save directory");
+  cmd.add_option("--resume", c.resume, "auto: resume from the newest verifying checkpoint in --save, if any");
+  cmd.add_option(
+      "--verify-resume", c.verify_resume,
+      "train K steps, save, reload into a fresh trainer and check that the remaining steps' losses "
+      "and the final state match the uninterrupted run");
 }
 
 struct PrecisionFlags {
@@ -130,6 +150,7 @@ void add_train_command(CLI::App& app) {
       "start from these safetensors weights (a file, a model.safetensors.index.json or its folder)");
   cmd->add_option("--save-weights", c.save_weights,
                   "write the final weights as safetensors (shards beside it when it ends in .index.json)");
+  add_checkpoint_flags(*cmd, c);
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report,

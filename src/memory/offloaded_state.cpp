@@ -77,7 +77,7 @@ void OffloadedOptimizerState::transfer(Direction direction, StateAccess access, 
   const StateWindow w = window(begin, end, slot);
   const bool write = direction == Direction::write;
   if (master_) move_all(fd_, write, reinterpret_cast<char*>(w.master), n * 4, local * 4, file_);
-  if (access != StateAccess::update) return;
+  if (access == StateAccess::read_master || access == StateAccess::write_master) return;
   const int64_t moments = shard * moment_size_;
   move_all(fd_, write, static_cast<char*>(w.m), n * moment_size_, master_bytes + local * moment_size_, file_);
   move_all(fd_, write, static_cast<char*>(w.v), n * moment_size_,
@@ -87,7 +87,8 @@ void OffloadedOptimizerState::transfer(Direction direction, StateAccess access, 
 void OffloadedOptimizerState::visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) {
   check_in_shard(plan_, begin, end);
   if (begin >= end) return;
-  const bool reads = access != StateAccess::write_master, writes = access != StateAccess::read_master;
+  const bool reads = access != StateAccess::write_master && access != StateAccess::write_all;
+  const bool writes = access != StateAccess::read_master && access != StateAccess::read_all;
   const int64_t chunk = plan_.offload.chunk_elems, count = (end - begin + chunk - 1) / chunk;
   const auto chunk_begin = [&](int64_t i) { return begin + i * chunk; };
   const auto chunk_end = [&](int64_t i) { return std::min(end, begin + (i + 1) * chunk); };

@@ -116,4 +116,31 @@ ModelSpec read_model_config(const std::string& path) {
   return llama_config(r, model_type);
 }
 
+nlohmann::json hf_config_json(const ModelSpec& spec) {
+  if (spec.arch == Arch::gpt2)
+    return {{"model_type", "gpt2"},
+            {"architectures", {"GPT2LMHeadModel"}},
+            {"n_layer", spec.n_layer},
+            {"n_head", spec.n_head},
+            {"n_embd", spec.n_embd},
+            {"n_positions", spec.n_positions},
+            {"n_ctx", spec.n_positions},
+            {"vocab_size", spec.vocab_size},
+            {"layer_norm_epsilon", spec.ln_eps}};
+  return {{"model_type", "llama"},
+          {"architectures", {"LlamaForCausalLM"}},
+          {"num_hidden_layers", spec.n_layer},
+          {"num_attention_heads", spec.n_head},
+          {"num_key_value_heads", spec.n_kv_head},
+          {"hidden_size", spec.n_embd},
+          {"intermediate_size", spec.intermediate_size},
+          {"max_position_embeddings", spec.n_positions},
+          {"vocab_size", spec.vocab_size},
+          {"rms_norm_eps", spec.ln_eps},
+          {"rope_theta", spec.rope_theta},
+          {"tie_word_embeddings", spec.tied_head},
+          {"attention_bias", spec.qkv_bias},
+          {"hidden_act", "silu"}};
+}
+
 }  // namespace mt

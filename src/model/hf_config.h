@@ -1,6 +1,8 @@
-// Reads a model's shape from a JSON config: GPT-2's keys, or Hugging Face's LLaMA-family config.json.
+// A model's shape as a JSON config: GPT-2's keys, or Hugging Face's LLaMA-family config.json; read and
+// written.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "model/spec.h"
@@ -13,5 +15,9 @@ namespace mt {
 // tie_word_embeddings (default false), attention_bias (Qwen2: true). Errors are usage errors naming the file.
 // The result has no name and no padded vocabulary yet.
 ModelSpec read_model_config(const std::string& path);
+
+// The spec as a Hugging Face config.json, GPT2LMHeadModel or LlamaForCausalLM, which read_model_config reads
+// back to the same spec (name and vocabulary padding aside).
+nlohmann::json hf_config_json(const ModelSpec& spec);
 
 }  // namespace mt

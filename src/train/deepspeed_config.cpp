@@ -41,6 +41,7 @@ void apply_deepspeed_config(const std::string& path, TrainConfig& c) {
   if (j.contains("zero_optimization")) {
     const json& z = j["zero_optimization"];
     read(z, "stage", c.zero_stage, path, "zero_optimization.");
+    read(z, "overlap_comm", c.overlap_comm, path, "zero_optimization.");
     int64_t bucket_elems = 0;
     read(z, "reduce_bucket_size", bucket_elems, path, "zero_optimization.");
     if (bucket_elems > 0) c.bucket_size_mb = static_cast<double>(bucket_elems) * 4 / (1 << 20);

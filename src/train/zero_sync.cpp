@@ -29,10 +29,11 @@ class ScopeTimer {
 
 }  // namespace
 
-ZeroSync::ZeroSync(AsyncCommunicator& comm, Allocation& memory, const ZeroSchedule& schedule)
+ZeroSync::ZeroSync(AsyncCommunicator& comm, Allocation& memory, const ZeroSchedule& schedule, bool overlap)
     : comm_(comm),
       memory_(memory),
       schedule_(schedule),
+      overlap_(overlap),
       gathers_(schedule.windows.size(), 0),
       reductions_(schedule.windows.size(), 0) {
   for (const BlockWindow& window : schedule.windows) ranges_.push_back(block_range(window));
@@ -64,6 +65,11 @@ void ZeroSync::wait(AsyncCommunicator::Ticket& ticket) {
   ticket = 0;
 }
 
+AsyncCommunicator::Ticket ZeroSync::started(AsyncCommunicator::Ticket ticket) {
+  if (!overlap_) wait(ticket);
+  return ticket;
+}
+
 double ZeroSync::take_exposed_seconds() {
   const double seconds = exposed_seconds_;
   exposed_seconds_ = 0;
@@ -78,7 +84,7 @@ void ZeroSync::before(int op, bool training) {
   if (window.weights >= 0) {
     if (gathers_[w] == 0) gathers_[w] = start_gather(w);  // the pass's first window: nothing prefetched it
     wait(gathers_[w]);
-    if (w + 1 < windows) gathers_[w + 1] = start_gather(w + 1);  // its tensor is live from now on
+    if (overlap_ && w + 1 < windows) gathers_[w + 1] = start_gather(w + 1);  // its tensor is live from now on
   }
   // The previous window's reduction had this window to run; its gradient tensor ends with this window.
   const bool grads = training && window.grads >= 0;
@@ -119,14 +125,14 @@ AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
   const char* shard = bytes(memory_.params());
   const int64_t shard_begin = p.weights_begin();
   const int rank = p.sharding.rank;
-  return comm_.start([=, &range](Communicator& c) {
+  return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
       char* dst = block + (part.begin - range.begin) * size;
       if (part.rank == rank)
         std::memcpy(dst, shard + (part.begin - shard_begin) * size, (part.end - part.begin) * size);
       c.broadcast(dst, part.end - part.begin, dtype, part.rank);
     }
-  });
+  }));
 }
 
 // The window's kernels add into its gradient tensor. Starting this rank's own part from its shard's running
@@ -154,13 +160,13 @@ AsyncCommunicator::Ticket ZeroSync::start_reduce(int w) {
   char* shard = bytes(memory_.grads());
   const int64_t shard_begin = p.grads_begin();
   const int rank = p.sharding.rank;
-  return comm_.start([=, &range](Communicator& c) {
+  return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
       char* send = block + (part.begin - range.begin) * size;
       char* recv = part.rank == rank ? shard + (part.begin - shard_begin) * size : send;
       c.reduce_sum(send, recv, part.end - part.begin, dtype, part.rank);
     }
-  });
+  }));
 }
 
 // Stages 0 and 1 keep whole gradient buffers: a block's range is summed in place, in chunks of the bucket.
@@ -172,7 +178,7 @@ AsyncCommunicator::Ticket ZeroSync::start_whole_block_reduce(int w) {
   const int64_t bucket = std::max<int64_t>(p.sharding.bucket_elems, 1);
   char* grads = bytes(memory_.grads());
   const bool all_reduce = !p.sharding.shards_optimizer();
-  return comm_.start([=, &range](Communicator& c) {
+  return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
       for (int64_t b = part.begin; b < part.end; b += bucket) {
         char* data = grads + b * size;
@@ -183,7 +189,7 @@ AsyncCommunicator::Ticket ZeroSync::start_whole_block_reduce(int w) {
           c.reduce_sum(data, data, n, dtype, part.rank);
       }
     }
-  });
+  }));
 }
 
 void ZeroSync::reduce_gradients() {

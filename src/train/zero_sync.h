@@ -21,7 +21,8 @@ namespace mt {
 
 class ZeroSync final : public OpHooks {
  public:
-  ZeroSync(AsyncCommunicator& comm, Allocation& memory, const ZeroSchedule& schedule);
+  // Without overlap every exchange is waited for as soon as it starts, as on a machine with no core to spare.
+  ZeroSync(AsyncCommunicator& comm, Allocation& memory, const ZeroSchedule& schedule, bool overlap);
 
   // Whether the micro-batch about to run is the step's last: stages 0 and 1 exchange gradients only then.
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
@@ -53,16 +54,19 @@ class ZeroSync final : public OpHooks {
 
   const Plan& plan() const { return memory_.plan(); }
   BlockRange block_range(const BlockWindow& window) const;
-  // Each queues the window's exchange on the worker and returns its ticket.
+  // Each queues the window's exchange on the worker and returns its ticket (0 when already waited for).
   AsyncCommunicator::Ticket start_gather(int window);
   AsyncCommunicator::Ticket start_reduce(int window);
   AsyncCommunicator::Ticket start_whole_block_reduce(int window);
   void start_gradients(int window);
   void wait(AsyncCommunicator::Ticket& ticket);
+  // The ticket of work just started, or 0 after waiting for it when exchanges do not overlap.
+  AsyncCommunicator::Ticket started(AsyncCommunicator::Ticket ticket);
 
   AsyncCommunicator& comm_;
   Allocation& memory_;
   const ZeroSchedule& schedule_;
+  bool overlap_;
   std::vector<BlockRange> ranges_;  // per window
   // Per window: the pending gather of its weights (stage 3) and reduction of its gradients (stages 2, 3).
   std::vector<AsyncCommunicator::Ticket> gathers_, reductions_;

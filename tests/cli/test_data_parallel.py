@@ -67,12 +67,15 @@ class DataParallel(ByteDataTestCase):
                     memory = json.loads((out / f"memory.rank{rank}.json").read_text())
                     self.assertEqual(memory["planned"], memory["measured"])
 
-    def test_runs_repeat_bitwise(self):
-        for stage in ("1", "2", "3"):
+    def test_runs_repeat_bitwise_with_or_without_overlap(self):
+        for stage in ("0", "1", "2", "3"):
             with self.subTest(stage=stage):
                 first = self.losses(self.train(f"repeat-a{stage}", 2, "--zero-stage", stage, "--bf16"))
                 second = self.losses(self.train(f"repeat-b{stage}", 2, "--zero-stage", stage, "--bf16"))
+                waited = self.losses(self.train(f"repeat-c{stage}", 2, "--zero-stage", stage, "--bf16",
+                                                "--no-overlap-comm"))
                 self.assertEqual(first, second)
+                self.assertEqual(first, waited)
 
     def test_every_rank_measures_its_plan(self):
         # bf16 with fp32 master and Adam: 2 weights + 4 gradients + 4 master + 8 moments, of which stage 1

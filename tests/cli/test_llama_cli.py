@@ -1,8 +1,9 @@
 """End-to-end tests of the LLaMA family on the command line: llama-tiny (2 layers, 4 query heads on 2 KV heads,
 C=64, untied head, vocabulary 256) trains on byte tokens with measured == planned memory in every precision and
 recompute mode; its weights round-trip through Hugging Face safetensors, single-file and sharded with
-model.safetensors.index.json, including shards written here by hand with torch; a Hugging Face config.json
-selects the architecture; bad LLaMA shapes are one-line usage errors.
+model.safetensors.index.json, including shards written here by hand with torch; checkpoints resume bitwise and
+export Hugging Face files; a Hugging Face config.json selects the architecture; bad LLaMA shapes are one-line
+usage errors.
 
 Runs the binary named by MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout.
 """
@@ -134,6 +135,31 @@ class LlamaRuns(cli.CliTestCase):
         for name, t in tensors.items():
             shard = cli.read_safetensors(resharded / index["weight_map"][name])
             self.assertEqual(shard[name], (list(t.shape), t.numpy().tobytes()), name)
+
+    def test_checkpoint_resumes_bitwise_and_exports_hugging_face_files(self):
+        """A run stopped after step 3 and resumed from its checkpoint logs the uninterrupted run's losses; the
+        exported model.safetensors and config.json start a new run with the same weights (LLaMA names)."""
+        common = {"train_iters": 6, "bf16": True}
+        whole = self.train(out=self.tmp / "whole", **common)
+        self.assertEqual(whole.returncode, 0, whole.stderr)
+        run, save = self.tmp / "run", self.tmp / "run" / "save"
+        first = self.train(out=run, save=save, save_interval=3, exit_interval=3, **common)
+        self.assertEqual(first.returncode, 0, first.stderr)
+        resumed = self.train(out=run, save=save, save_interval=3, resume="auto", **common)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr)
+        self.assertEqual([r["loss"] for r in cli.read_metrics(run)],
+                         [r["loss"] for r in cli.read_metrics(self.tmp / "whole")])
+
+        exported = self.tmp / "hf"
+        result = cli.memtrain("export", save, "--out", exported)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads((exported / "config.json").read_text())["num_key_value_heads"], 2)
+        self.assertIn("model.layers.1.mlp.up_proj.weight", cli.read_safetensors(exported / "model.safetensors"))
+        saved = self.tmp / "saved.safetensors"
+        again = self.train(model=exported / "config.json", init_from=exported, lr=0, save_weights=saved,
+                           out=self.tmp / "again")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertEqual(cli.read_safetensors(saved), cli.read_safetensors(exported / "model.safetensors"))
 
     def test_missing_shard_tensor_names_it(self):
         tensors = hf_llama_tensors(torch.Generator().manual_seed(7))

@@ -1,5 +1,6 @@
-// Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the PyTorch reference compares:
-// the first batch's logits, loss and every parameter gradient, then the losses of `steps` AdamW steps.
+// Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the
+// PyTorch reference compares: the first batch's logits, loss and every parameter gradient, then the losses of
+// `steps` AdamW steps.
 //   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION]
 // BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
 // (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
@@ -16,8 +17,8 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
-#include "model/executor.h"
 #include "model/checkpoint_layout.h"
+#include "model/executor.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
