@@ -8,6 +8,7 @@
 #include "memory/plan.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model_test_util.h"
 
 namespace mt {
 namespace {
@@ -98,15 +99,7 @@ TEST(MemoryArena, LiveBytesCountBoundTensorsByAlignedSize) {
 // statistics; backward adds 10 B*T*C of activation gradients per layer (fc 4, ln_2 1, attention out 1, qkv 3,
 // ln_1 1).
 TEST(MemoryPlan, Gpt2ActivationsMatchHandCount) {
-  ModelSpec spec{.name = "hand",
-                 .n_layer = 3,
-                 .n_head = 4,
-                 .n_kv_head = 4,
-                 .n_embd = 64,
-                 .intermediate_size = 256,
-                 .n_positions = 64,
-                 .vocab_size = 256,
-                 .padded_vocab_size = 256};
+  ModelSpec spec = testing::small_gpt2_spec(3);
   const int64_t B = 2, T = 32, C = 64, H = 4, L = 3, BT = B * T;
   const ModelGraph m = build_gpt2_graph(spec, {.batch = B, .seq_len = T});
   const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});

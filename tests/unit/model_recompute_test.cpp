@@ -12,21 +12,14 @@
 #include "model/gpt2.h"
 #include "model/model.h"
 #include "model/recompute.h"
+#include "model_test_util.h"
 #include "optim/adamw.h"
 
 namespace mt {
 namespace {
 
 // Four layers, so that groups of 2 and 3 and blocks of 1 and 3 differ.
-const ModelSpec kSpec{.name = "recompute",
-                      .n_layer = 4,
-                      .n_head = 4,
-                      .n_kv_head = 4,
-                      .n_embd = 64,
-                      .intermediate_size = 256,
-                      .n_positions = 64,
-                      .vocab_size = 256,
-                      .padded_vocab_size = 256};
+const ModelSpec kSpec = testing::small_gpt2_spec(4);
 // The same depth in the LLaMA family: grouped queries, untied head.
 const ModelSpec kLlamaSpec{.name = "recompute-llama",
                            .arch = Arch::llama,

@@ -6,6 +6,7 @@
 #include "memory/plan.h"
 #include "model/gpt2.h"
 #include "model/zero_schedule.h"
+#include "model_test_util.h"
 
 namespace mt {
 namespace {
@@ -13,15 +14,7 @@ namespace {
 // Hand count for GPT-2 with L layers: forward windows embed, L layers, ln_f; then the head (wte again),
 // ln_f's backward, L layers and the embedding's backward.
 TEST(ZeroSchedule, Gpt2WindowsFollowTheBlocks) {
-  ModelSpec spec{.name = "hand",
-                 .n_layer = 3,
-                 .n_head = 4,
-                 .n_kv_head = 4,
-                 .n_embd = 64,
-                 .intermediate_size = 256,
-                 .n_positions = 64,
-                 .vocab_size = 256,
-                 .padded_vocab_size = 256};
+  ModelSpec spec = testing::small_gpt2_spec(3);
   ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const ZeroSchedule s = add_zero_schedule(m.graph, 3, DType::f32);
   const int L = 3;
