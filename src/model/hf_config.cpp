@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -76,6 +77,10 @@ ModelSpec llama_config(const ConfigReader& r, const std::string& model_type) {
   s.n_embd = r.dim("hidden_size");
   s.intermediate_size = r.dim("intermediate_size");
   s.n_positions = r.dim("max_position_embeddings");
+  // Sliding-window attention (Mistral v0.1) equals full causal attention on sequences no longer than the
+  // window: the window bounds the sequence length instead.
+  if (r.present("sliding_window") && r.flag_or("use_sliding_window", true))
+    s.n_positions = std::min(s.n_positions, r.dim("sliding_window"));
   s.vocab_size = r.dim("vocab_size");
   s.ln_eps = r.number_or("rms_norm_eps", 1e-6f);
   s.rope_theta = r.number_or("rope_theta", 10000.0f);

@@ -74,6 +74,17 @@ TEST_F(ModelConfigFile, Qwen2HasQkvBiasesAndArchKeySelectsLlama) {
   EXPECT_EQ(s.num_parameters(), 100 * 64 + 64 + (64 + 3 * 64 * 64 + 64 * 64 + 64 + 3 * 64 * 128));
 }
 
+TEST_F(ModelConfigFile, SlidingWindowBoundsTheSequence) {
+  const std::string keys = R"("hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+      "num_hidden_layers": 1, "max_position_embeddings": 32768, "vocab_size": 100, "sliding_window": 4096)";
+  EXPECT_EQ(resolve_model(write("{\"model_type\": \"mistral\", " + keys + "}"), 1).n_positions, 4096);
+  // Qwen2 names the window but does not use it.
+  EXPECT_EQ(
+      resolve_model(write("{\"model_type\": \"qwen2\", \"use_sliding_window\": false, " + keys + "}"), 1)
+          .n_positions,
+      32768);
+}
+
 TEST_F(ModelConfigFile, BadShapesAreUsageErrors) {
   EXPECT_THROW(resolve_model(write(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
       "num_attention_heads": 4, "num_hidden_layers": 1, "num_key_value_heads": 3,
