@@ -59,7 +59,8 @@ const std::map<std::string, ModelSpec>& presets() {
       {"llama3-8b", llama({32, 32, 8, 4096, 14336, 8192, 128256, 1e-5f, 5e5f})},
       {"llama3-70b", llama({80, 64, 8, 8192, 28672, 8192, 128256, 1e-5f, 5e5f})},
       {"qwen2.5-7b", llama({28, 28, 4, 3584, 18944, 32768, 152064, 1e-6f, 1e6f, false, true})},
-      {"mistral-7b", llama({32, 32, 8, 4096, 14336, 32768, 32000, 1e-5f, 1e4f})},
+      // Mistral 7B v0.1 attends within a 4096-token window: full attention is the same up to 4096 positions.
+      {"mistral-7b", llama({32, 32, 8, 4096, 14336, 4096, 32000, 1e-5f, 1e4f})},
       // GQA (2 query heads per key/value head) at test and demo sizes; the demo one reads GPT-2 BPE tokens.
       {"llama-tiny", llama({2, 4, 2, 64, 176, 128, 256, 1e-5f, 1e4f})},
       {"llama-demo", llama({4, 4, 2, 128, 352, 256, 50257, 1e-5f, 1e4f})},
