@@ -25,8 +25,9 @@ check_inputs() {
 
 load_average() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# Benchmarks of other sessions (memtrain training, torch_gpt2.py) running now, one "pid command" a line.
-other_benchmarks() { pgrep -af 'memtrain train|torch_gpt2|torch_llama' || true; }
+# Benchmarks of other sessions (memtrain training, any bench/torch_*.py baseline) running now, one "pid command" a
+# line.
+other_benchmarks() { pgrep -af 'memtrain train|bench/torch_' || true; }
 
 # Waits, up to WAIT_MAX seconds (default 900), while another benchmark runs, so that two never share the
 # cores; then prints uptime. Past WAIT_MAX it goes on and says so: that run's steps are suspect.
