@@ -161,9 +161,12 @@ class Checkpoint(ByteDataTestCase):
             self.assertGreaterEqual(step, newest)  # a kill never destroys the last complete save
             newest = step
         self.assertEqual(kills, 20)
-        self.assertLessEqual(len(list(save.glob("step_*"))), 3)  # --keep-checkpoints 3
+        # A kill between a save's rename and the pruning of old checkpoints leaves one extra; the next
+        # completed save prunes it.
+        self.assertLessEqual(len(list(save.glob("step_*"))), 4)
         finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
         self.assertEqual(finished.returncode, 0, finished.stderr)
+        self.assertEqual(len(list(save.glob("step_*"))), 3)  # --keep-checkpoints 3
         self.assertEqual(self.records(out), self.records(reference))
         final = f"ckpt/step_{iters:08d}/rank0.safetensors"
         self.assertEqual((out / final).read_bytes(), (reference / final).read_bytes())
