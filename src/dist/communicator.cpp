@@ -72,6 +72,10 @@ int launched_ranks() {
 
 }  // namespace
 
+int64_t mpi_buffer_bytes(int world) {
+  return (world - 1) * kMpiRoundBytes;
+}
+
 std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
   if (backend != "auto" && backend != "single" && backend != "mpi") {
     fail_usage("--dist-backend: unknown backend '" + backend + "' (auto, single or mpi)");

@@ -20,10 +20,6 @@
 namespace mt {
 namespace {
 
-// One round of a collective moves at most this many bytes between two ranks. A sum holds one round from every
-// peer at once, so the receive buffer is (size - 1) * kRoundBytes, allocated once. 4 and 16 MiB were no
-// faster on 16 and 64 MiB all-reduces.
-constexpr int64_t kRoundBytes = int64_t{1} << 20;
 // Waiting for messages: this many polls back to back, then a pause between polls (see wait_all).
 constexpr int kBusyPolls = 64;
 constexpr std::chrono::microseconds kPollPause{20};
@@ -67,7 +63,7 @@ class MpiCommunicator final : public Communicator {
     check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
-    buffer_.resize(static_cast<std::size_t>((size_ - 1) * kRoundBytes));
+    buffer_.resize(static_cast<std::size_t>(mpi_buffer_bytes(size_)));
     requests_.resize(static_cast<std::size_t>(2 * (size_ - 1)));
     parts_.resize(static_cast<std::size_t>(size_));
   }
@@ -89,7 +85,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     auto* base = static_cast<std::byte*>(data);
     // Windows of size() rounds: each rank sums one chunk of the window, then every rank gathers every chunk.
-    const int64_t window = size_ * (kRoundBytes / es);
+    const int64_t window = size_ * (kMpiRoundBytes / es);
     for (int64_t w = 0; w < count; w += window) {
       const int64_t n = std::min(window, count - w), chunk = (n + size_ - 1) / size_;
       auto chunk_of = [&](int p) {
@@ -110,7 +106,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
-    const int64_t round = kRoundBytes / es;
+    const int64_t round = kMpiRoundBytes / es;
     for (int64_t o = 0; o < count; o += round) {
       const int64_t n = std::min(round, count - o);
       auto to_peer = [&](int p) { return Piece{in + (p * count + o) * es, n * es}; };
@@ -126,7 +122,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
-    const int64_t round = kRoundBytes / es;
+    const int64_t round = kMpiRoundBytes / es;
     for (int64_t o = 0; o < count; o += round) {
       const int64_t n = std::min(round, count - o);
       if (rank_ != root) {
@@ -145,7 +141,7 @@ class MpiCommunicator final : public Communicator {
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
-    const int64_t round = kRoundBytes / es;
+    const int64_t round = kMpiRoundBytes / es;
     for (int64_t o = 0; o < count; o += round) {
       const int64_t n = std::min(round, count - o);
       auto from_peer = [&](int p) { return Piece{out + (p * count + o) * es, n * es}; };
@@ -178,7 +174,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   // Where peer p's contribution to this rank's chunk lands during a sum.
-  std::byte* slot(int p) { return buffer_.data() + (p < rank_ ? p : p - 1) * kRoundBytes; }
+  std::byte* slot(int p) { return buffer_.data() + (p < rank_ ? p : p - 1) * kMpiRoundBytes; }
 
   void check_root(int root, const char* operation) const {
     if (root < 0 || root >= size_)

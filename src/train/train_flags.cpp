@@ -29,7 +29,8 @@ void check_parallel_flags(const TrainConfig& c) {
   if (!(c.bucket_size_mb > 0)) fail_usage("--bucket-size-mb must be positive");
   if (c.zero_stage == 3 && !c.save_weights.empty())
     fail_usage(
-        "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every rank "
+        "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every "
+        "rank "
         "writes its part of the checkpoint's model.safetensors) and `memtrain export`");
   if (c.offload_optimizer == "cpu")
     fail_usage(

@@ -46,9 +46,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       comm_(comm),
       world_(comm.size()),
       rank_(comm.rank()),
-      spec_(resolve_model(cfg.model, cfg.pad_vocab_multiple)),
-      seq_len_(cfg.seq_len != 0 ? cfg.seq_len : spec_.n_positions),
-      accum_((check_flags(cfg, spec_, seq_len_), accumulation_steps(cfg, world_))),
+      run_(plan_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, parse_decay_style(cfg.decay_style)},
       evaluating_(cfg.eval_interval > 0) {
@@ -57,37 +55,8 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
   const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
   const std::vector<std::string> val_shards =
       evaluating_ ? find_shards(cfg.data, "val") : std::vector<std::string>{};
-
-  // The table: the model's tensors plus the loaders' window buffers; then the one Plan everything follows.
-  const ModelStatePolicy policy = model_state_policy(cfg.precision);
-  model_ = build_model_graph(
-      spec_,
-      {.batch = B, .seq_len = T, .threads = threads, .dtype = policy.weights, .recompute = cfg.recompute});
-  const LoaderConfig train_data{B, T, cfg.shuffle, cfg.seed, static_cast<int32_t>(spec_.vocab_size)};
-  const LoaderConfig val_data{B, T, false, cfg.seed, static_cast<int32_t>(spec_.vocab_size)};
-  TensorTable& table = model_.graph.table;
-  const int train_window =
-      table.add({"loader.train.window", {Loader::window_tokens(train_data)}, DType::u16});
-  const int val_window =
-      evaluating_ ? table.add({"loader.val.window", {Loader::window_tokens(val_data)}, DType::u16}) : -1;
-  // Checkpoints stream tensors straight from the model states; reading files back to checksum them goes
-  // through this buffer, at most one tensor (and 1 MiB) in size.
-  if (!cfg.save.empty() || !cfg.load.empty() || !cfg.resume.empty() || cfg.verify_resume > 0) {
-    int64_t largest = 1;
-    for (int id : model_.params) largest = std::max(largest, table[id].numel());
-    checkpoint_stream_ = table.add({"checkpoint.stream", {std::min<int64_t>(largest, 1 << 18)}, DType::f32});
-  }
-  zero_schedule_ = add_zero_schedule(model_.graph, world_ > 1 ? cfg.zero_stage : 0, policy.grads);
-  const Sharding sharding{.world = world_,
-                          .rank = rank_,
-                          .stage = cfg.zero_stage,
-                          .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
-                          .comm_internal_bytes = comm.buffer_bytes()};
-  const OptimizerOffload offload{
-      .enabled = cfg.offload_optimizer == "nvme",
-      .path = cfg.offload_path,
-      .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
-  plan_ = make_plan(table, policy, sharding, offload);
+  const ModelStatePolicy& policy = plan_.policy;
+  const TensorTable& table = model_.graph.table;
 
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
               with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
@@ -128,11 +97,11 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
     init_model_params(spec_, model_, memory, cfg.seed);
   else
     load_weights(cfg.init_from, spec_, model_, memory);
-  train_loader_ =
-      std::make_unique<Loader>(train_shards, train_data, static_cast<uint16_t*>(memory.data(train_window)));
+  train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data,
+                                           static_cast<uint16_t*>(memory.data(run_.train_window)));
   if (evaluating_)
-    val_loader_ =
-        std::make_unique<Loader>(val_shards, val_data, static_cast<uint16_t*>(memory.data(val_window)));
+    val_loader_ = std::make_unique<Loader>(val_shards, run_.val_data,
+                                           static_cast<uint16_t*>(memory.data(run_.val_window)));
 
   std::vector<ParamGroup> groups;
   for (int id : model_.params) groups.push_back({id, weight_decays(table[id])});

@@ -19,6 +19,7 @@
 #include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
+#include "train/run_plan.h"
 #include "train/train_config.h"
 #include "train/zero_sync.h"
 
@@ -75,15 +76,16 @@ class Trainer {
   const TrainConfig& cfg_;
   AsyncCommunicator& comm_;
   const int world_, rank_;
-  const ModelSpec spec_;
-  const int64_t seq_len_;
-  const int64_t accum_;
+  RunPlan run_;  // the table and plan the allocation below refers to: never moved after construction
+  const ModelSpec& spec_ = run_.spec;
+  const int64_t& seq_len_ = run_.seq_len;
+  const int64_t& accum_ = run_.accum;
+  ModelGraph& model_ = run_.model;
+  const ZeroSchedule& zero_schedule_ = run_.zero;
+  const Plan& plan_ = run_.plan;
   std::unique_ptr<LossScaler> scaler_;
   const LrSchedule schedule_;
   const bool evaluating_;
-  ModelGraph model_;
-  ZeroSchedule zero_schedule_;
-  Plan plan_;
   std::unique_ptr<Allocation> memory_;
   std::unique_ptr<Loader> train_loader_, val_loader_;
   std::unique_ptr<AdamW> optimizer_;
@@ -91,7 +93,6 @@ class Trainer {
   std::unique_ptr<ZeroSync> sync_;
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
-  int checkpoint_stream_ = -1;  // table id; -1 without checkpoints
 };
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).

@@ -46,8 +46,8 @@ nlohmann::json run_settings(const TrainConfig& c, int64_t seq_len, int64_t sampl
 }  // namespace
 
 std::span<char> Trainer::checkpoint_stream() const {
-  return {static_cast<char*>(memory_->data(checkpoint_stream_)),
-          static_cast<size_t>(model_.graph.table[checkpoint_stream_].bytes())};
+  return {static_cast<char*>(memory_->data(run_.checkpoint_stream)),
+          static_cast<size_t>(model_.graph.table[run_.checkpoint_stream].bytes())};
 }
 
 ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome& outcome) const {
