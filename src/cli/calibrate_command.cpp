@@ -1,0 +1,37 @@
+// `memtrain calibrate`: this machine's rates into a hardware profile JSON for `memtrain plan --profile`.
+#include <omp.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "plan/calibrate.h"
+
+namespace mt::cli {
+
+void add_calibrate_command(CLI::App& app) {
+  auto out = std::make_shared<std::string>("profile.json");
+  auto options = std::make_shared<CalibrateOptions>();
+  auto threads = std::make_shared<int>(0);
+  CLI::App* cmd = app.add_subcommand(
+      "calibrate", "measure matrix-product rates, memory, MPI and disk bandwidth into a hardware profile");
+  cmd->add_option("--out", *out, "the profile JSON to write")->capture_default_str();
+  cmd->add_option("--scratch-dir", options->scratch_dir, "directory for the disk test (an --offload-path)")
+      ->capture_default_str();
+  cmd->add_option("--threads", *threads, "OpenMP threads, 0 = all cores (one per rank under mpirun)")
+      ->capture_default_str();
+  cmd->callback([out, options, threads] {
+    std::unique_ptr<Communicator> comm = make_communicator("auto");
+    if (*threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
+    if (*threads > 0 || comm->size() > 1) omp_set_num_threads(*threads > 0 ? *threads : 1);
+    const HardwareProfile profile = calibrate(*comm, *options);
+    if (comm->rank() != 0) return;
+    const std::string text = hardware_profile_json(profile).dump(2) + "\n";
+    std::ofstream file(*out);
+    if (!(file << text)) fail_data("--out " + *out + ": cannot write");
+    std::printf("%s", text.c_str());
+  });
+}
+
+}  // namespace mt::cli

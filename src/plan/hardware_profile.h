@@ -1,0 +1,47 @@
+// What the cost model needs to know about a machine: matrix-product rates per dtype and shape class, memory,
+// MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h); without a profile the planner
+// uses default_hardware_profile(), a 2-core AVX-512 machine's numbers, so a ranking still comes out.
+#pragma once
+
+#include <array>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+namespace mt {
+
+// Matrix products by size: the rate of a product depends mostly on how much work each call has.
+enum class ShapeClass { small, medium, large };
+constexpr int kNumShapeClasses = 3;
+constexpr std::array<ShapeClass, kNumShapeClasses> kAllShapeClasses = {ShapeClass::small, ShapeClass::medium,
+                                                                       ShapeClass::large};
+std::string shape_class_name(ShapeClass c);
+// The class of an M x K by K x N product: by the geometric mean of its dimensions.
+ShapeClass shape_class(int64_t M, int64_t N, int64_t K);
+
+struct GemmRates {
+  std::array<double, kNumShapeClasses> gflops{};  // per ShapeClass
+  double operator[](ShapeClass c) const { return gflops[static_cast<int>(c)]; }
+  double& operator[](ShapeClass c) { return gflops[static_cast<int>(c)]; }
+};
+
+struct HardwareProfile {
+  std::string source;  // "default" or the file it was read from
+  int threads = 1;     // OpenMP threads the rates were measured with
+  GemmRates fp32, bf16;
+  double memory_gbps = 0;          // streaming read + write bandwidth, GB/s (1e9 bytes)
+  std::optional<double> mpi_gbps;  // between two ranks; absent when not measured under mpirun
+  double disk_gbps = 0;            // sequential write + read of the offload directory
+
+  // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate.
+  const GemmRates& gemm(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
+};
+
+// Measured here (bench/README.md: 2 cores, AVX-512, 2 threads); used when no --profile is given.
+HardwareProfile default_hardware_profile();
+
+nlohmann::json hardware_profile_json(const HardwareProfile& profile);
+// Data error naming the file for a missing file or missing keys.
+HardwareProfile load_hardware_profile(const std::string& path);
+
+}  // namespace mt
