@@ -1,0 +1,142 @@
+#include "plan/cost_model.h"
+
+#include <algorithm>
+
+namespace mt {
+
+namespace {
+
+// Work of the ops of one micro-batch's forward and backward.
+struct OpWork {
+  double flops = 0;
+  double matmul_s = 0, attention_s = 0, elementwise_s = 0;
+};
+
+// bf16 products have their own rate; f16 ones are converted and run as fp32 (kernels/matmul.h).
+const GemmRates& rates_for(const HardwareProfile& profile, DType dtype) {
+  return profile.gemm(dtype == DType::bf16);
+}
+
+void add_product(OpWork& w, const HardwareProfile& profile, DType dtype, int64_t M, int64_t N, int64_t K,
+                 double times) {
+  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) * times;
+  w.flops += flops;
+  w.matmul_s += flops / (rates_for(profile, dtype)[shape_class(M, N, K)] * 1e9);
+}
+
+double operand_bytes(const TensorTable& table, const Op& op) {
+  double bytes = 0;
+  for (int id : op.operands())
+    if (id >= 0) bytes += static_cast<double>(table[id].bytes());
+  return bytes;
+}
+
+OpWork micro_batch_work(const Graph& graph, const ModelSpec& spec, const HardwareProfile& profile) {
+  const TensorTable& table = graph.table;
+  OpWork w;
+  for (const Op& op : graph.ops) {
+    switch (op.kind) {
+      case OpKind::linear:
+      case OpKind::linear_backward: {
+        const TensorDesc& weight = table[op.weight];
+        const int64_t n_in = op.weight_out_in ? weight.shape[1] : weight.shape[0];
+        const int64_t n_out = op.weight_out_in ? weight.shape[0] : weight.shape[1];
+        const int64_t M = table[op.inp].numel() / n_in;
+        // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
+        const double products = op.kind == OpKind::linear ? 1 : (op.dinp >= 0 ? 2 : 1);
+        add_product(w, profile, weight.dtype, M, n_out, n_in, products);
+        break;
+      }
+      case OpKind::lm_head_loss: {
+        const TensorDesc& weight = table[op.weight];  // [Vp, C]
+        const int64_t M = table[op.inp].numel() / weight.shape[1];
+        // Logits chunk by chunk, then in training the input's and the weight's gradient.
+        const double products = op.dinp >= 0 ? 3 : 1;
+        add_product(w, profile, weight.dtype, std::min(M, kLogitsChunkRows), weight.shape[0], weight.shape[1],
+                    products * static_cast<double>(M) / static_cast<double>(std::min(M, kLogitsChunkRows)));
+        break;
+      }
+      case OpKind::attention:
+      case OpKind::attention_backward: {
+        // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
+        // dQ and dK.
+        const TensorDesc& qkv = table[op.inp];
+        const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
+        const double products = op.kind == OpKind::attention ? 2 : 5;
+        const double flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
+                             static_cast<double>(T) * static_cast<double>(hd) / 2;
+        w.flops += flops;
+        w.attention_s += flops / (rates_for(profile, qkv.dtype)[shape_class(T, T, hd)] * 1e9);
+        break;
+      }
+      case OpKind::embedding:
+      case OpKind::embedding_backward: {
+        // Only the batch's rows of the table are touched: as many as the activation's.
+        const int act = op.kind == OpKind::embedding ? op.out : op.dout;
+        w.elementwise_s += 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
+        break;
+      }
+      default:
+        w.elementwise_s += operand_bytes(table, op) / (profile.memory_gbps * 1e9);
+    }
+  }
+  return w;
+}
+
+// Bytes one rank sends and receives per step for the ZeRO stage's exchanges (ring algorithms: an all-reduce
+// moves 2 (N-1)/N of the buffer, a reduce-scatter or all-gather (N-1)/N).
+double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
+  if (world < 2) return 0;
+  const double ring = static_cast<double>(world - 1) / world;
+  const double n = static_cast<double>(plan.num_params);
+  const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
+  const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
+  switch (stage) {
+    case 0:
+      return 2 * grads * ring;  // all-reduce once per step
+    case 1:
+      return (grads + weights) * ring;  // reduce to owners, gather the updated weights
+    case 2:
+      return (accum * grads + weights) * ring;  // every micro-batch's windows reduced to owners
+    default:                                    // and each window's weights gathered twice a pass
+      return (accum * grads + 2 * accum * weights) * ring;
+  }
+}
+
+}  // namespace
+
+StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int world,
+                           const HardwareProfile& profile) {
+  const Plan& plan = run.plan;
+  const OpWork w = micro_batch_work(run.model.graph, run.spec, profile);
+  const double accum = static_cast<double>(run.accum);
+  StepCost c;
+  c.flops = w.flops * accum;
+  c.matmul_s = w.matmul_s * accum;
+  c.attention_s = w.attention_s * accum;
+  c.elementwise_s = w.elementwise_s * accum;
+  // AdamW reads gradients, master weights and moments of this rank's shard, writes the last two and the
+  // weights: the shard's share of gradients and weights, all of master and moments (or their file's bytes).
+  const double shard = plan.num_params > 0 ? static_cast<double>(plan.shard_elems) / plan.num_params : 1;
+  const double states = plan.offload.enabled
+                            ? static_cast<double>(plan.offloaded_bytes)
+                            : static_cast<double>(plan.bytes[Category::master] + plan.bytes[Category::optim]);
+  const double grads = static_cast<double>(plan.bytes[Category::grads]) *
+                       (plan.sharding.shards_grads() ? 1 : std::min(shard, 1.0));
+  const double weights = static_cast<double>(plan.bytes[Category::params]) *
+                         (plan.sharding.shards_weights() ? 1 : std::min(shard, 1.0));
+  c.optimizer_s = (2 * states + grads + weights) / (profile.memory_gbps * 1e9);
+  if (plan.offload.enabled)
+    c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
+  const double mpi_gbps = profile.mpi_gbps ? *profile.mpi_gbps : *default_hardware_profile().mpi_gbps;
+  c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (mpi_gbps * 1e9);
+  // Overlapped exchanges hide behind the backward's kernels, about half of the compute.
+  const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
+  c.comm_exposed_s = config.overlap_comm ? std::max(0.0, c.comm_s - compute_s / 2) : c.comm_s;
+  c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.offload_s;
+  const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * world;
+  c.tokens_per_sec = tokens / c.step_s;
+  return c;
+}
+
+}  // namespace mt

@@ -1,0 +1,29 @@
+// Predicted step time of a planned run on a HardwareProfile. The graph's ops are what the step runs
+// (recompute's re-run forward ops are ops of it too), so their FLOPs and bytes are the work: matrix products
+// and the LM head at the calibrated GEMM rate of their dtype and shape class, attention's products likewise,
+// every other op's operand bytes at the memory bandwidth; then the optimizer's pass over this rank's model
+// states, the ZeRO stage's exchanges at the MPI bandwidth and the offload file's traffic at the disk's.
+#pragma once
+
+#include <cstdint>
+
+#include "plan/hardware_profile.h"
+#include "train/run_plan.h"
+
+namespace mt {
+
+struct StepCost {
+  double flops = 0;  // per optimizer step on this rank: matrix products and attention, recompute included
+  double matmul_s = 0, attention_s = 0, elementwise_s = 0;  // all micro-batches of the step
+  double optimizer_s = 0;
+  double comm_s = 0;          // the exchanges' time at the MPI bandwidth
+  double comm_exposed_s = 0;  // the part the step waits for (all of it without --overlap-comm)
+  double offload_s = 0;       // master weights and moments through the offload file
+  double step_s = 0;          // the prediction
+  double tokens_per_sec = 0;  // over all ranks
+};
+
+StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int world,
+                           const HardwareProfile& profile);
+
+}  // namespace mt

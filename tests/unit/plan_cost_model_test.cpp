@@ -1,0 +1,81 @@
+// The cost model's FLOPs against Megatron's count for GPT-2 (Narayanan et al. 2021, appendix): the matrix
+// products of one layer's forward are 24 B T C^2 (qkv 6, projection 2, MLP 16) and the LM head's 2 B T C V;
+// a backward takes twice its forward, and full recompute reruns each layer's forward once more.
+#include <gtest/gtest.h>
+
+#include "dist/communicator.h"
+#include "plan/cost_model.h"
+
+namespace mt {
+namespace {
+
+TrainConfig gpt2_tiny(int64_t B, int64_t T, RecomputeConfig recompute) {
+  TrainConfig c;
+  c.model = "gpt2-tiny";
+  c.train_iters = 1;
+  c.micro_batch = B;
+  c.seq_len = T;
+  c.recompute = recompute;
+  c.threads = 1;
+  return c;
+}
+
+StepCost cost_of(const TrainConfig& c) {
+  return predict_step_cost(plan_run(c, 1, 0, 1, 0), c, 1, default_hardware_profile());
+}
+
+// Causal attention: QK^T and PV over half the T x T scores forward; the backward recomputes the scores and
+// takes dP, dV, dQ and dK: 5 products.
+double attention_flops(double B, double T, double C, double L, double passes) {
+  return passes * 2 * B * T * T * C / 2 * L;
+}
+
+TEST(CostModel, FlopsFollowMegatronsCount) {
+  const double B = 2, T = 64, C = 64, L = 2, Vp = 256;
+  const double matmuls = 72 * B * T * L * C * C + 6 * B * T * C * Vp;
+  EXPECT_DOUBLE_EQ(cost_of(gpt2_tiny(2, 64, {})).flops, matmuls + attention_flops(B, T, C, L, 2 + 5));
+  const RecomputeConfig full{.granularity = RecomputeGranularity::full, .method = RecomputeMethod::uniform};
+  EXPECT_DOUBLE_EQ(cost_of(gpt2_tiny(2, 64, full)).flops,
+                   matmuls + 24 * B * T * L * C * C + attention_flops(B, T, C, L, 2 + 5 + 2));
+  // Selective recompute reruns only elementwise ops: no extra FLOPs, more memory traffic.
+  const StepCost selective = cost_of(gpt2_tiny(2, 64, {.granularity = RecomputeGranularity::selective}));
+  EXPECT_DOUBLE_EQ(selective.flops, matmuls + attention_flops(B, T, C, L, 2 + 5));
+  EXPECT_GT(selective.elementwise_s, cost_of(gpt2_tiny(2, 64, {})).elementwise_s);
+}
+
+TEST(CostModel, AccumulationScalesComputeNotTheOptimizer) {
+  TrainConfig one = gpt2_tiny(2, 64, {});
+  TrainConfig four = one;
+  four.grad_accum_steps = 4;
+  const StepCost a = cost_of(one), b = cost_of(four);
+  EXPECT_DOUBLE_EQ(b.flops, 4 * a.flops);
+  EXPECT_DOUBLE_EQ(b.optimizer_s, a.optimizer_s);
+  EXPECT_NEAR(b.tokens_per_sec / a.tokens_per_sec, 4 * a.step_s / b.step_s, 1e-9);
+}
+
+TEST(CostModel, CommunicationPerZeroStage) {
+  // Ring volumes over 4 ranks, fp32 gradients and weights (4 bytes each): stage 0 all-reduces the gradients
+  // (2 (N-1)/N), stage 1 reduces them and gathers the weights, stage 3 also gathers weights forward and back.
+  TrainConfig c = gpt2_tiny(1, 64, {});
+  c.overlap_comm = false;
+  HardwareProfile profile = default_hardware_profile();
+  profile.mpi_gbps = 1;
+  std::vector<double> seconds;
+  int64_t params = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    const RunPlan run = plan_run(c, 4, 0, 1, mpi_buffer_bytes(4));
+    params = run.plan.num_params;
+    const StepCost cost = predict_step_cost(run, c, 4, profile);
+    EXPECT_DOUBLE_EQ(cost.comm_exposed_s, cost.comm_s);
+    seconds.push_back(cost.comm_s);
+  }
+  const double bytes = 4.0 * static_cast<double>(params) * 3 / 4 / 1e9;
+  EXPECT_DOUBLE_EQ(seconds[0], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[1], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[2], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[3], 3 * bytes);
+}
+
+}  // namespace
+}  // namespace mt
