@@ -1,0 +1,86 @@
+// `memtrain plan`: the fastest configurations that fit, with their `memtrain train` command lines.
+#include <chrono>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "memory/report.h"
+#include "plan/planner.h"
+
+namespace mt::cli {
+
+namespace {
+
+struct PlanFlags {
+  std::string device_memory, profile;
+  int top = 5;
+};
+
+void print_plan(const PlanRequest& request, const PlanResult& result, int top, double seconds) {
+  std::printf("%d rank%s x %s | global batch %lld | hardware profile: %s (%d threads)\n", request.ranks,
+              request.ranks == 1 ? "" : "s", human_bytes(request.device_memory).c_str(),
+              static_cast<long long>(request.base.global_batch), request.profile.source.c_str(),
+              request.profile.threads);
+  std::printf("planned %lld configurations in %.2f s; %zu fit\n",
+              static_cast<long long>(result.candidates_planned), seconds, result.fitting.size());
+  if (result.fitting.empty())
+    throw Error(ErrorKind::no_fit, "no configuration fits in " + human_bytes(request.device_memory) +
+                                       " per rank; more ranks or --device-memory");
+  for (int i = 0; i < top && i < static_cast<int>(result.fitting.size()); ++i) {
+    const PlanCandidate& c = result.fitting[static_cast<size_t>(i)];
+    std::printf(
+        "\n#%d  %s\n    per rank %s = %lld B (model states %s, activations %s, workspace %s, comm %s) | "
+        "predicted %.0f tokens/s, %.3f s/step\n    %s\n",
+        i + 1, describe_config(c.config).c_str(), human_bytes(c.rank_bytes).c_str(),
+        static_cast<long long>(c.rank_bytes),
+        human_bytes(c.bytes[Category::params] + c.bytes[Category::master] + c.bytes[Category::grads] +
+                    c.bytes[Category::optim])
+            .c_str(),
+        human_bytes(c.bytes[Category::activations]).c_str(),
+        human_bytes(c.bytes[Category::workspace]).c_str(), human_bytes(c.bytes[Category::comm]).c_str(),
+        c.cost.tokens_per_sec, c.cost.step_s, train_command_line(c.config, request.ranks).c_str());
+  }
+  if (!result.notes.empty()) std::printf("\nadvice:\n");
+  for (const std::string& note : result.notes) std::printf("  %s\n", note.c_str());
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto request = std::make_shared<PlanRequest>();
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "search precision, O2, ZeRO, recompute, micro-batch and offload for the fastest runs that fit");
+  TrainConfig& c = request->base;
+  c.data = "DATA";
+  c.train_iters = 1000;
+  cmd->add_option("--model", c.model, "preset name or a Hugging Face config.json")->required();
+  cmd->add_option("--ranks", request->ranks, "data-parallel ranks")->capture_default_str();
+  cmd->add_option("--device-memory", flags->device_memory, "memory per rank: 80GiB, 24GB, bytes")->required();
+  cmd->add_option("--global-batch-size", c.global_batch, "sequences per optimizer step")->required();
+  cmd->add_option("--seq-length", c.seq_len, "sequence length T (default: the model's positions)");
+  cmd->add_option("--profile", flags->profile,
+                  "hardware profile from `memtrain calibrate` (default: this project's 2-core machine)");
+  cmd->add_option("--offload-path", c.offload_path, "also try optimizer offload into this directory");
+  cmd->add_option("--threads", c.threads, "OpenMP threads per rank in the command lines (0: train's default)")
+      ->capture_default_str();
+  cmd->add_option("--top", flags->top, "configurations to print")->capture_default_str();
+  cmd->add_option("--data", c.data, "--data of the printed command lines")->capture_default_str();
+  cmd->add_option("--train-iters", c.train_iters, "--train-iters of the printed command lines")
+      ->capture_default_str();
+  cmd->callback([request, flags] {
+    const std::optional<int64_t> bytes = parse_bytes(flags->device_memory);
+    if (!bytes || *bytes <= 0)
+      fail_usage("--device-memory " + flags->device_memory + ": expected a size such as 80GiB or 24GB");
+    request->device_memory = *bytes;
+    request->profile =
+        flags->profile.empty() ? default_hardware_profile() : load_hardware_profile(flags->profile);
+    const auto start = std::chrono::steady_clock::now();
+    const PlanResult result = search_plans(*request);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    print_plan(*request, result, flags->top, seconds);
+  });
+}
+
+}  // namespace mt::cli

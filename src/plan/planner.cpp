@@ -1,0 +1,247 @@
+#include "plan/planner.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "model/spec.h"
+
+namespace mt {
+
+namespace {
+
+// The precision settings worth trying, in the order of the usual advice: fp32, bf16, then bf16's O2 savings
+// (moments, then gradients, then both), fp16 last. --no-master-weights is left out: it changes how the
+// weights are updated (stochastic rounding), not only where bytes go.
+std::vector<PrecisionConfig> precision_choices() {
+  const auto bf16 = [](bool optimizer, bool gradient) {
+    return PrecisionConfig{.precision = Precision::bf16, .o2_optimizer = optimizer, .o2_gradient = gradient};
+  };
+  return {{.precision = Precision::fp32},
+          bf16(false, false),
+          bf16(true, false),
+          bf16(false, true),
+          bf16(true, true),
+          {.precision = Precision::fp16}};
+}
+
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
+  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
+}
+
+// The candidates of one (precision, stage, offload, micro-batch) that fit, least recompute first: none if it
+// fits, else selective if it fits, the fewest block layers that fit, and uniform 1 when no block count does.
+// Memory falls as more layers are recomputed, so the fewest is found by bisection.
+class GroupSearch {
+ public:
+  GroupSearch(const PlanRequest& request, PlanResult& result) : request_(request), result_(result) {}
+
+  // False when not even full recompute of every layer fits: a larger micro-batch will not either.
+  bool search(TrainConfig config, int64_t n_layer) {
+    config.recompute = {};
+    if (try_add(config)) return true;
+    config.recompute = {.granularity = RecomputeGranularity::selective};
+    const bool selective = try_add(config);
+    config.recompute = full_recompute(RecomputeMethod::block, n_layer);
+    if (!fits(config)) {
+      config.recompute = full_recompute(RecomputeMethod::uniform, 1);
+      return try_add(config) || selective;
+    }
+    int64_t lo = 1, hi = n_layer;  // block `hi` fits; find the smallest that does
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      config.recompute = full_recompute(RecomputeMethod::block, mid);
+      if (fits(config))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    config.recompute = full_recompute(RecomputeMethod::block, hi);
+    return try_add(config);
+  }
+
+  bool fits(const TrainConfig& config) { return plan(config).rank_bytes <= request_.device_memory; }
+
+ private:
+  PlanCandidate plan(const TrainConfig& config) {
+    ++result_.candidates_planned;
+    return plan_candidate(config, request_.ranks, request_.profile);
+  }
+  bool try_add(const TrainConfig& config) {
+    PlanCandidate c = plan(config);
+    if (c.rank_bytes > request_.device_memory) return false;
+    result_.fitting.push_back(std::move(c));
+    return true;
+  }
+
+  const PlanRequest& request_;
+  PlanResult& result_;
+};
+
+bool is_plain(const PrecisionConfig& p) {
+  return !p.o2_optimizer && !p.o2_gradient;
+}
+
+const PlanCandidate* fastest(const std::vector<PlanCandidate>& ranked, auto&& pred) {
+  auto it = std::find_if(ranked.begin(), ranked.end(), pred);
+  return it == ranked.end() ? nullptr : &*it;
+}
+
+std::string tokens_per_sec(const PlanCandidate& c) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f tokens/s", c.cost.tokens_per_sec);
+  return text;
+}
+
+// The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
+// overflow; recompute only as many layers as needed.
+std::vector<std::string> advice_notes(const std::vector<PlanCandidate>& ranked) {
+  std::vector<std::string> notes;
+  if (ranked.empty()) return notes;
+  const PlanCandidate& top = ranked.front();
+  const PlanCandidate* bf16 =
+      fastest(ranked, [](const PlanCandidate& c) { return c.config.precision.precision == Precision::bf16; });
+  const PlanCandidate* fp16 =
+      fastest(ranked, [](const PlanCandidate& c) { return c.config.precision.precision == Precision::fp16; });
+  if (bf16 && fp16)
+    notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
+                    tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) +
+                    "; same bytes, but fp16 products run as fp32 on this CPU)");
+
+  // O2 optimizer first: at the top configuration's stage, when plain bf16 needs recompute to fit.
+  const auto same_stage = [&](const PlanCandidate& c) {
+    return c.config.zero_stage == top.config.zero_stage;
+  };
+  const PlanCandidate* plain_bare = fastest(ranked, [&](const PlanCandidate& c) {
+    return same_stage(c) && c.config.precision.precision == Precision::bf16 && is_plain(c.config.precision) &&
+           c.config.recompute.granularity == RecomputeGranularity::none;
+  });
+  const PlanCandidate* plain_recompute = fastest(ranked, [&](const PlanCandidate& c) {
+    return same_stage(c) && c.config.precision.precision == Precision::bf16 && is_plain(c.config.precision) &&
+           c.config.recompute.granularity != RecomputeGranularity::none;
+  });
+  const PlanCandidate* o2 = fastest(ranked, [&](const PlanCandidate& c) {
+    return same_stage(c) && c.config.precision.o2_optimizer && !c.config.precision.o2_gradient;
+  });
+  if (!plain_bare && plain_recompute && o2)
+    notes.push_back(std::string(o2 < plain_recompute ? "agrees" : "DISAGREES") +
+                    ": O2 optimizer first when bf16's model states leave too little room (ZeRO " +
+                    std::to_string(top.config.zero_stage) + ": --o2-optimizer " + tokens_per_sec(*o2) +
+                    ", plain bf16 with " + recompute_name(plain_recompute->config.recompute) + " " +
+                    tokens_per_sec(*plain_recompute) + ")");
+
+  // Recompute no more than needed: the search keeps only the fewest layers that fit per micro-batch, so a
+  // top configuration recomputing more than another of the same flags does so for a larger micro-batch.
+  if (top.config.recompute.granularity != RecomputeGranularity::none) {
+    const PlanCandidate* less = fastest(ranked, [&](const PlanCandidate& c) {
+      return &c != &top && c.config.precision.precision == top.config.precision.precision &&
+             c.config.precision.o2_optimizer == top.config.precision.o2_optimizer &&
+             c.config.precision.o2_gradient == top.config.precision.o2_gradient &&
+             c.config.zero_stage == top.config.zero_stage &&
+             c.config.offload_optimizer == top.config.offload_optimizer &&
+             c.config.micro_batch < top.config.micro_batch;
+    });
+    if (less)
+      notes.push_back(
+          "DISAGREES: recompute only as many layers as needed: the top configuration recomputes "
+          "more (" +
+          recompute_name(top.config.recompute) + ") to fit micro-batch " +
+          std::to_string(top.config.micro_batch) + ", predicted faster than micro-batch " +
+          std::to_string(less->config.micro_batch) + " with " + recompute_name(less->config.recompute) +
+          " (" + tokens_per_sec(*less) + ")");
+    else
+      notes.push_back("agrees: recompute only as many layers as needed (" +
+                      recompute_name(top.config.recompute) + " is the least that fits at micro-batch " +
+                      std::to_string(top.config.micro_batch) + ")");
+  }
+  return notes;
+}
+
+}  // namespace
+
+PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile) {
+  // As `memtrain train` runs: one thread per rank under mpirun unless --threads says otherwise.
+  const int threads = config.threads > 0 ? config.threads : ranks > 1 ? 1 : omp_get_max_threads();
+  const RunPlan run = plan_run(config, ranks, 0, threads, mpi_buffer_bytes(ranks));
+  PlanCandidate c{
+      .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
+  c.cost = predict_step_cost(run, config, ranks, profile);
+  return c;
+}
+
+PlanResult search_plans(const PlanRequest& request) {
+  const TrainConfig& base = request.base;
+  if (request.ranks < 1) fail_usage("--ranks must be positive");
+  if (request.device_memory <= 0) fail_usage("--device-memory must be positive");
+  if (base.global_batch <= 0 || base.global_batch % request.ranks != 0)
+    fail_usage("--global-batch-size must be a positive multiple of --ranks");
+  const ModelSpec spec = resolve_model(base.model, base.pad_vocab_multiple);
+  const int64_t per_rank = base.global_batch / request.ranks;
+
+  PlanResult result;
+  GroupSearch group(request, result);
+  std::vector<int> stages = {0};
+  if (request.ranks > 1) stages = {0, 1, 2, 3};
+  std::vector<std::string> offloads = {"none"};
+  if (!base.offload_path.empty()) offloads.push_back("nvme");
+  for (const PrecisionConfig& precision : precision_choices())
+    for (int stage : stages)
+      for (const std::string& offload : offloads) {
+        TrainConfig config = base;
+        config.precision = precision;
+        config.zero_stage = stage;
+        config.offload_optimizer = offload;
+        for (int64_t micro = 1; micro <= per_rank; ++micro) {
+          if (per_rank % micro != 0) continue;
+          config.micro_batch = micro;
+          if (!group.search(config, spec.n_layer)) break;
+        }
+      }
+  std::stable_sort(
+      result.fitting.begin(), result.fitting.end(),
+      [](const PlanCandidate& a, const PlanCandidate& b) { return a.cost.step_s < b.cost.step_s; });
+  result.notes = advice_notes(result.fitting);
+  return result;
+}
+
+std::string describe_config(const TrainConfig& c) {
+  const PrecisionConfig& p = c.precision;
+  std::string s = precision_name(p.precision);
+  if (p.o2_optimizer) s += " +O2-opt";
+  if (p.o2_gradient) s += " +O2-grad";
+  if (!p.master_weights) s += " -master";
+  s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
+  s += ", micro-batch " + std::to_string(c.micro_batch);
+  if (c.offload_optimizer != "none") s += ", offload " + c.offload_optimizer;
+  return s;
+}
+
+std::string train_command_line(const TrainConfig& c, int ranks) {
+  std::string s = ranks > 1 ? "mpirun -np " + std::to_string(ranks) + " memtrain train" : "memtrain train";
+  s += " --model " + c.model + " --data " + c.data + " --train-iters " + std::to_string(c.train_iters);
+  if (c.seq_len > 0) s += " --seq-length " + std::to_string(c.seq_len);
+  s += " --micro-batch-size " + std::to_string(c.micro_batch);
+  s += " --global-batch-size " + std::to_string(c.global_batch);
+  const PrecisionConfig& p = c.precision;
+  if (p.precision != Precision::fp32) s += " --" + precision_name(p.precision);
+  if (p.o2_optimizer) s += " --o2-optimizer";
+  if (p.o2_gradient) s += " --o2-gradient";
+  if (!p.master_weights) s += " --no-master-weights";
+  if (c.zero_stage > 0) s += " --zero-stage " + std::to_string(c.zero_stage);
+  const RecomputeConfig& r = c.recompute;
+  if (r.granularity == RecomputeGranularity::selective) s += " --recompute-granularity selective";
+  if (r.granularity == RecomputeGranularity::full)
+    s += std::string(" --recompute-granularity full --recompute-method ") +
+         (r.method == RecomputeMethod::block ? "block" : "uniform") + " --recompute-num-layers " +
+         std::to_string(r.num_layers);
+  if (c.offload_optimizer != "none")
+    s += " --offload-optimizer " + c.offload_optimizer + " --offload-path " + c.offload_path;
+  if (c.eval_interval != 100) s += " --eval-interval " + std::to_string(c.eval_interval);
+  if (c.threads > 0) s += " --threads " + std::to_string(c.threads);
+  return s;
+}
+
+}  // namespace mt
