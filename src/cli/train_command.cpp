@@ -1,6 +1,8 @@
 // `memtrain train`: Megatron-style flags onto TrainConfig.
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/units.h"
+#include "plan/oom_doctor.h"
 #include "train/deepspeed_config.h"
 #include "train/trainer.h"
 
@@ -111,6 +113,7 @@ void add_train_command(CLI::App& app) {
   auto recompute = std::make_shared<RecomputeFlags>();
   auto deepspeed_config = std::make_shared<std::string>();
   auto distributed_optimizer = std::make_shared<bool>(false);
+  auto memory_limit = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
   cmd->add_option("--model", c.model, "preset name or a Hugging Face config.json (GPT-2 or LLaMA family)")
@@ -153,6 +156,9 @@ void add_train_command(CLI::App& app) {
   add_checkpoint_flags(*cmd, c);
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
+  cmd->add_option("--memory-limit", *memory_limit,
+                  "refuse to start when a rank's plan exceeds SIZE (80GiB, 24GB, bytes), naming changes "
+                  "that fit; default: the machine's available memory shared by its ranks");
   cmd->add_flag("--memory-report", c.memory_report,
                 "print the memory plan and the ten largest activations with their lifetimes before training");
   CLI::Option* timeline =
@@ -163,20 +169,27 @@ void add_train_command(CLI::App& app) {
              "(CSV if it ends in .csv, else JSON)")
           ->expected(0, 1)
           ->type_name("[FILE]");
-  cmd->callback([config, precision, recompute, timeline, deepspeed_config, distributed_optimizer] {
-    config->precision.precision = resolve_precision(*precision);
-    if (*distributed_optimizer) {
-      if (config->zero_stage > 1)
-        fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
-      config->zero_stage = 1;
-    }
-    if (!deepspeed_config->empty()) apply_deepspeed_config(*deepspeed_config, *config);
-    config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,
-                                        recompute->activations);
-    if (timeline->count() > 0 && config->memory_timeline.empty())
-      config->memory_timeline = config->out + "/memory_timeline.json";
-    train(*config);
-  });
+  cmd->callback(
+      [config, precision, recompute, timeline, deepspeed_config, distributed_optimizer, memory_limit] {
+        if (!memory_limit->empty()) {
+          const std::optional<int64_t> bytes = parse_bytes(*memory_limit);
+          if (!bytes || *bytes <= 0)
+            fail_usage("--memory-limit " + *memory_limit + ": expected a size such as 80GiB, 24GB or 4096");
+          config->memory_limit = *bytes;
+        }
+        config->precision.precision = resolve_precision(*precision);
+        if (*distributed_optimizer) {
+          if (config->zero_stage > 1)
+            fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
+          config->zero_stage = 1;
+        }
+        if (!deepspeed_config->empty()) apply_deepspeed_config(*deepspeed_config, *config);
+        config->recompute = parse_recompute(recompute->granularity, recompute->method, recompute->num_layers,
+                                            recompute->activations);
+        if (timeline->count() > 0 && config->memory_timeline.empty())
+          config->memory_timeline = config->out + "/memory_timeline.json";
+        train(*config, check_memory_fit);
+      });
 }
 
 }  // namespace mt::cli

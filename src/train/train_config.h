@@ -55,8 +55,10 @@ struct TrainConfig {
   std::string resume;  // "auto": the newest verifying checkpoint in `save`, or a fresh start without one
   // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
   int64_t verify_resume = 0;
-  std::string out = "run";     // metrics.jsonl and memory.json
-  int threads = 0;             // 0: every core
+  std::string out = "run";  // metrics.jsonl and memory.json
+  int threads = 0;          // 0: every core
+  // Bytes one rank may plan (--memory-limit); 0: the machine's available memory shared by its ranks.
+  int64_t memory_limit = 0;
   bool memory_report = false;  // print the plan and the largest activations before training
   // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
   // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).

@@ -294,7 +294,7 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   trainer.finish();
 }
 
-void train(const TrainConfig& cfg) {
+void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
@@ -305,6 +305,8 @@ void train(const TrainConfig& cfg) {
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
   if (cfg.threads > 0 || comm.size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
+  if (check_fit)
+    check_fit(plan_run(cfg, comm.size(), 0, omp_get_max_threads(), comm.buffer_bytes()), cfg, comm.size());
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm);
   else

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,7 +96,11 @@ class Trainer {
   MemoryTimeline timeline_;
 };
 
+// Judges rank 0's plan (the largest shard) of a run of `world` ranks before anything is allocated; throws
+// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/plan/ for `memtrain train`).
+using MemoryFitCheck = std::function<void(const RunPlan& rank0_plan, const TrainConfig& config, int world)>;
+
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
-void train(const TrainConfig& config);
+void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});
 
 }  // namespace mt

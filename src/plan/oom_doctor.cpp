@@ -1,0 +1,144 @@
+#include "plan/oom_doctor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "core/error.h"
+#include "memory/report.h"
+#include "plan/planner.h"
+
+namespace mt {
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+namespace {
+
+// One change of flags: what a user adds to the command line and what it does to the configuration.
+struct Change {
+  std::string flags;
+  std::function<void(TrainConfig&)> apply;
+};
+
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
+  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
+}
+
+std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer) {
+  std::vector<Change> changes;
+  const PrecisionConfig& p = c.precision;
+  if (p.precision == Precision::fp32)
+    changes.push_back({"add --bf16", [](TrainConfig& t) { t.precision.precision = Precision::bf16; }});
+  if (p.precision == Precision::bf16 && !p.o2_optimizer)
+    changes.push_back({"add --o2-optimizer", [](TrainConfig& t) { t.precision.o2_optimizer = true; }});
+  if (p.precision == Precision::bf16 && !p.o2_gradient)
+    changes.push_back({"add --o2-gradient", [](TrainConfig& t) { t.precision.o2_gradient = true; }});
+  for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
+    changes.push_back(
+        {"use --zero-stage " + std::to_string(stage), [stage](TrainConfig& t) { t.zero_stage = stage; }});
+  if (c.recompute.granularity == RecomputeGranularity::none)
+    changes.push_back({"use --recompute-granularity selective", [](TrainConfig& t) {
+                         t.recompute = {.granularity = RecomputeGranularity::selective};
+                       }});
+  for (int64_t layers = 1; layers <= n_layer; layers *= 2)
+    changes.push_back({"use --recompute-granularity full --recompute-method block --recompute-num-layers " +
+                           std::to_string(std::min(layers, n_layer)),
+                       [layers, n_layer](TrainConfig& t) {
+                         t.recompute = full_recompute(RecomputeMethod::block, std::min(layers, n_layer));
+                       }});
+  changes.push_back({"use --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+                     [](TrainConfig& t) { t.recompute = full_recompute(RecomputeMethod::uniform, 1); }});
+  // A smaller micro-batch with the same sequences per step: more accumulation, said the way the run said it.
+  const int64_t per_rank =
+      c.global_batch > 0 ? c.global_batch / world : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
+  for (int64_t micro = c.micro_batch / 2; micro >= 1; micro /= 2) {
+    if (per_rank % micro != 0) continue;
+    const std::string batch = c.global_batch > 0 ? " --global-batch-size " + std::to_string(c.global_batch)
+                                                 : " --grad-accum-steps " + std::to_string(per_rank / micro);
+    changes.push_back({"use --micro-batch-size " + std::to_string(micro) + batch,
+                       [micro, per_rank, global = c.global_batch](TrainConfig& t) {
+                         t.micro_batch = micro;
+                         if (global == 0) t.grad_accum_steps = per_rank / micro;
+                       }});
+  }
+  if (c.offload_optimizer != "nvme") {
+    const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
+    changes.push_back({"use --offload-optimizer nvme --offload-path " + path, [path](TrainConfig& t) {
+                         t.offload_optimizer = "nvme";
+                         t.offload_path = path;
+                       }});
+  }
+  return changes;
+}
+
+}  // namespace
+
+std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
+  const HardwareProfile profile = default_hardware_profile();
+  const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
+  const std::vector<Change> changes = candidate_changes(config, world, n_layer);
+  std::vector<FitChange> fitting;
+  const auto consider = [&](const std::string& flags, const TrainConfig& changed) {
+    try {
+      const PlanCandidate c = plan_candidate(changed, world, profile);
+      if (c.rank_bytes <= limit) fitting.push_back({flags, c.rank_bytes, c.cost.step_s});
+    } catch (const Error&) {
+      // A change this configuration does not allow (say, a micro-batch the batch does not divide into).
+    }
+  };
+  for (const Change& change : changes) {
+    TrainConfig changed = config;
+    change.apply(changed);
+    consider(change.flags, changed);
+  }
+  for (size_t i = 0; fitting.empty() && i < changes.size(); ++i)
+    for (size_t j = i + 1; j < changes.size(); ++j) {
+      TrainConfig changed = config;
+      changes[i].apply(changed);
+      changes[j].apply(changed);
+      consider(changes[i].flags + " and " + changes[j].flags, changed);
+    }
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const FitChange& a, const FitChange& b) { return a.step_s < b.step_s; });
+  return fitting;
+}
+
+void check_memory_fit(const RunPlan& rank0_plan, const TrainConfig& config, int world) {
+  const int64_t available = available_memory_bytes();
+  const int64_t limit = config.memory_limit > 0 ? config.memory_limit : available / std::max(world, 1);
+  if (limit <= 0) return;  // unknown: nothing to compare with
+  const Plan& plan = rank0_plan.plan;
+  const int64_t total = plan.bytes.total();
+  if (total <= limit) return;
+  const std::string source = config.memory_limit > 0 ? "--memory-limit" : "this machine's available memory";
+  std::printf("memory plan per rank: %s, over %s (%s)\n", human_bytes(total).c_str(),
+              human_bytes(limit).c_str(), source.c_str());
+  for (Category c : kAllCategories)
+    std::printf("  %-18s %14lld  %11s  %5.1f%%\n", std::string(category_title(c)).c_str(),
+                static_cast<long long>(plan.bytes[c]), human_bytes(plan.bytes[c]).c_str(),
+                100.0 * static_cast<double>(plan.bytes[c]) / static_cast<double>(total));
+  std::printf("  %-18s %14lld  %11s\n", "total", static_cast<long long>(total), human_bytes(total).c_str());
+  const std::vector<FitChange> changes = changes_that_fit(config, world, limit);
+  std::ostringstream advice;
+  for (size_t i = 0; i < changes.size() && i < 3; ++i)
+    advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes);
+  if (changes.empty())
+    std::printf("no change of one or two flag groups fits; `memtrain plan` searches them all\n");
+  else
+    std::printf("changes that fit, fastest first: %s\n", advice.str().c_str());
+  throw Error(ErrorKind::no_fit,
+              "the plan needs " + human_bytes(total) + " per rank, over " + source + " (" +
+                  human_bytes(limit) + ")" +
+                  (changes.empty() ? "" : ": " + advice.str().substr(0, advice.str().find(';'))));
+}
+
+}  // namespace mt
