@@ -9,5 +9,7 @@ void add_train_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_checkpoint_commands(CLI::App& app);  // inspect, export
+void add_plan_command(CLI::App& app);
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace mt::cli

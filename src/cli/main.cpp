@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   mt::cli::add_prepare_command(app);
   mt::cli::add_report_command(app);
   mt::cli::add_checkpoint_commands(app);
+  mt::cli::add_plan_command(app);
+  mt::cli::add_calibrate_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

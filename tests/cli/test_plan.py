@@ -1,0 +1,100 @@
+"""`memtrain plan` and the OOM doctor end to end, on gpt2-tiny.
+
+plan: the listed configurations are sorted by their own predicted time, each fits the device memory, and each
+printed command line parses as `memtrain train` flags whose plan is the listed per-rank bytes (checked by running it
+with --memory-limit 1 B, which the OOM doctor refuses after printing the plan's total).
+OOM doctor: an oversize run is refused with exit 3 and changes that fit; the first change then trains a step with
+measured == planned, within the limit.
+"""
+import json
+import re
+import shlex
+import subprocess
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from byte_data import ByteDataTestCase  # noqa: E402
+
+FLAGS = ["--model", "gpt2-tiny", "--seq-length", "64", "--threads", "1"]
+
+
+def with_change(args, change):
+    """args with the change's flags: a flag it names loses its old value, the others are appended."""
+    named = {word for word in change if word.startswith("--")}
+    kept, skip_value = [], False
+    for word in map(str, args):
+        if skip_value and not word.startswith("--"):
+            skip_value = False
+            continue
+        skip_value = word in named
+        if not skip_value:
+            kept.append(word)
+    return kept + change
+
+
+class PlanTest(ByteDataTestCase):
+    PREFIX = "memtrain-plan-"
+
+    def run_memtrain(self, *args):
+        return subprocess.run([self.MEMTRAIN, *map(str, args)], capture_output=True, text=True, timeout=120)
+
+    def refused_total(self, args):
+        """The per-rank total the OOM doctor prints when refusing `args` at a 1-byte limit."""
+        result = self.run_memtrain("train", *args, "--memory-limit", "1")
+        self.assertEqual(result.returncode, 3, result.stderr)
+        return int(re.search(r"^  total\s+(\d+)", result.stdout, re.M).group(1))
+
+    def test_plan_lists_fitting_configurations_in_predicted_order(self):
+        limit = 5 << 20
+        result = self.run_memtrain("plan", *FLAGS, "--device-memory", f"{limit}B", "--global-batch-size", 8,
+                                   "--top", 20, "--data", self.data)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*?, ([\d.]+) s/step\n\s+(memtrain train .*)\n",
+                             result.stdout)
+        self.assertGreaterEqual(len(entries), 3, result.stdout)
+        steps = [float(step) for _, step, _ in entries]
+        self.assertEqual(steps, sorted(steps))
+        for planned, _, command in entries:
+            self.assertLessEqual(int(planned), limit)
+            args = shlex.split(command)[2:]
+            self.assertEqual(self.refused_total(args), int(planned), command)
+        self.assertIn("agrees: bf16 before fp16", result.stdout)
+
+    def test_plan_rejects_bad_sizes(self):
+        result = self.run_memtrain("plan", "--model", "gpt2-tiny", "--device-memory", "80 parsecs",
+                                   "--global-batch-size", 8)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--device-memory", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+
+    def test_oom_doctor_refuses_and_its_suggestion_fits(self):
+        out = self.tmp / "doctor"
+        args = [*FLAGS, "--data", self.data, "--micro-batch-size", 8, "--train-iters", 1, "--eval-interval", 0,
+                "--out", out]
+        total = self.refused_total(args)
+        limit = total * 2 // 3
+        refused = self.run_memtrain("train", *args, "--memory-limit", limit)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        self.assertIn("--memory-limit", refused.stderr)
+        self.assertFalse((out / "memory.json").exists())
+        change = re.search(r"changes that fit, fastest first: (add|use) (.*?): -", refused.stdout)
+        self.assertIsNotNone(change, refused.stdout)
+        fixed = self.run_memtrain("train", *with_change(args, shlex.split(change.group(2))), "--memory-limit",
+                                  limit)
+        self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
+        memory = json.loads((out / "memory.json").read_text())
+        self.assertEqual(memory["planned"], memory["measured"])
+        self.assertLessEqual(sum(memory["planned"].values()), limit)
+
+    def test_memory_limit_must_be_a_size(self):
+        result = self.run_memtrain("train", *FLAGS, "--data", self.data, "--train-iters", 1, "--memory-limit",
+                                   "lots")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--memory-limit", result.stderr)
+
+
+if __name__ == "__main__":
+    PlanTest.MEMTRAIN = sys.argv.pop(1)
+    unittest.main()
