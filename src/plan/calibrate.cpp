@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/attention.h"
 #include "kernels/matmul.h"
 
 namespace mt {
@@ -70,6 +71,24 @@ double gemm_gflops(GemmShape s, double budget) {
                             scratch.data());
   });
   return 2.0 * static_cast<double>(s.M * s.N * s.K) / seconds / 1e9;
+}
+
+// The attention kernels' forward and backward at a GPT-2 layer's shape (12 heads of 64, T = 256): causal
+// FLOPs (2 products forward, 5 backward over half the scores) per second.
+template <typename T>
+double attention_gflops(double budget) {
+  const int64_t B = 1, Tn = 256, C = 768, NH = 12;
+  const size_t rows = static_cast<size_t>(B * Tn);
+  std::vector<T> qkv(rows * 3 * C, T(0.01f)), out(rows * C), dout(rows * C, T(0.01f)), dqkv(rows * 3 * C);
+  std::vector<float> lse(rows * NH);
+  std::vector<float> scratch(static_cast<size_t>(kernels::attention_scratch_floats(
+      Tn, C / NH, omp_get_max_threads(), std::is_same_v<T, float> ? DType::f32 : DType::bf16)));
+  const double seconds = best_seconds(budget, [&] {
+    kernels::attention_forward<T>(out.data(), lse.data(), qkv.data(), B, Tn, C, NH, NH, scratch.data());
+    kernels::attention_backward<T>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, NH,
+                                   NH, scratch.data());
+  });
+  return 7.0 * static_cast<double>(B * Tn * Tn * C) / seconds / 1e9;
 }
 
 // A scaled add over arrays far larger than the caches, on all threads, as the elementwise kernels run:
@@ -139,6 +158,8 @@ HardwareProfile calibrate(Communicator& comm, const CalibrateOptions& options) {
     p.fp32[c] = gemm_gflops<float>(representative_shape(c), options.seconds_per_test);
     p.bf16[c] = gemm_gflops<bf16>(representative_shape(c), options.seconds_per_test);
   }
+  p.attention_gflops = {attention_gflops<float>(options.seconds_per_test),
+                        attention_gflops<bf16>(options.seconds_per_test)};
   p.memory_gbps = memory_gbps(options.seconds_per_test);
   p.mpi_gbps = mpi_gbps(comm, options.seconds_per_test);
   p.disk_gbps = disk_gbps(options.scratch_dir);

@@ -59,14 +59,14 @@ OpWork micro_batch_work(const Graph& graph, const ModelSpec& spec, const Hardwar
       case OpKind::attention:
       case OpKind::attention_backward: {
         // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
-        // dQ and dK.
+        // dQ and dK; at the attention kernels' calibrated rate.
         const TensorDesc& qkv = table[op.inp];
         const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
         const double products = op.kind == OpKind::attention ? 2 : 5;
         const double flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
                              static_cast<double>(T) * static_cast<double>(hd) / 2;
         w.flops += flops;
-        w.attention_s += flops / (rates_for(profile, qkv.dtype)[shape_class(T, T, hd)] * 1e9);
+        w.attention_s += flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
         break;
       }
       case OpKind::embedding:

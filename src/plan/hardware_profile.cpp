@@ -32,6 +32,7 @@ HardwareProfile default_hardware_profile() {
   p.threads = 2;
   p.fp32.gflops = {60, 90, 100};
   p.bf16.gflops = {120, 180, 200};
+  p.attention_gflops = {20, 20};
   p.memory_gbps = 10;
   p.mpi_gbps = 5;
   p.disk_gbps = 1;
@@ -49,10 +50,12 @@ nlohmann::json rates_json(const GemmRates& rates) {
 }  // namespace
 
 nlohmann::json hardware_profile_json(const HardwareProfile& p) {
-  nlohmann::json j = {{"threads", p.threads},
-                      {"gemm_gflops", {{"fp32", rates_json(p.fp32)}, {"bf16", rates_json(p.bf16)}}},
-                      {"memory_gbps", p.memory_gbps},
-                      {"disk_gbps", p.disk_gbps}};
+  nlohmann::json j = {
+      {"threads", p.threads},
+      {"gemm_gflops", {{"fp32", rates_json(p.fp32)}, {"bf16", rates_json(p.bf16)}}},
+      {"attention_gflops", {{"fp32", p.attention_gflops[0]}, {"16bit", p.attention_gflops[1]}}},
+      {"memory_gbps", p.memory_gbps},
+      {"disk_gbps", p.disk_gbps}};
   j["mpi_gbps"] = p.mpi_gbps ? nlohmann::json(*p.mpi_gbps) : nlohmann::json(nullptr);
   return j;
 }
@@ -69,13 +72,16 @@ HardwareProfile load_hardware_profile(const std::string& path) {
       p.fp32[c] = j.at("gemm_gflops").at("fp32").at(shape_class_name(c)).get<double>();
       p.bf16[c] = j.at("gemm_gflops").at("bf16").at(shape_class_name(c)).get<double>();
     }
+    p.attention_gflops = {j.at("attention_gflops").at("fp32").get<double>(),
+                          j.at("attention_gflops").at("16bit").get<double>()};
     p.memory_gbps = j.at("memory_gbps").get<double>();
     p.disk_gbps = j.at("disk_gbps").get<double>();
     if (!j.at("mpi_gbps").is_null()) p.mpi_gbps = j.at("mpi_gbps").get<double>();
   } catch (const nlohmann::json::exception& e) {
     fail_data("--profile " + path + ": not a memtrain hardware profile (" + e.what() + ")");
   }
-  bool positive = p.threads > 0 && p.memory_gbps > 0 && p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
+  bool positive = p.threads > 0 && p.attention_gflops[0] > 0 && p.attention_gflops[1] > 0 &&
+                  p.memory_gbps > 0 && p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
   for (ShapeClass c : kAllShapeClasses) positive = positive && p.fp32[c] > 0 && p.bf16[c] > 0;
   if (!positive) fail_data("--profile " + path + ": rates and bandwidths must be positive");
   return p;

@@ -29,12 +29,16 @@ struct HardwareProfile {
   std::string source;  // "default" or the file it was read from
   int threads = 1;     // OpenMP threads the rates were measured with
   GemmRates fp32, bf16;
+  // The attention kernels' forward + backward, causal FLOPs per second (not a GEMM: blocked, with softmax);
+  // [0] fp32 storage, [1] 16-bit storage.
+  std::array<double, 2> attention_gflops{};
   double memory_gbps = 0;          // streaming read + write bandwidth, GB/s (1e9 bytes)
   std::optional<double> mpi_gbps;  // between two ranks; absent when not measured under mpirun
   double disk_gbps = 0;            // sequential write + read of the offload directory
 
   // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate.
   const GemmRates& gemm(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
+  double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
 };
 
 // Measured here (bench/README.md: 2 cores, AVX-512, 2 threads); used when no --profile is given.
