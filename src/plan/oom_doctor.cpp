@@ -36,12 +36,23 @@ RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
 std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer) {
   std::vector<Change> changes;
   const PrecisionConfig& p = c.precision;
-  if (p.precision == Precision::fp32)
-    changes.push_back({"add --bf16", [](TrainConfig& t) { t.precision.precision = Precision::bf16; }});
-  if (p.precision == Precision::bf16 && !p.o2_optimizer)
-    changes.push_back({"add --o2-optimizer", [](TrainConfig& t) { t.precision.o2_optimizer = true; }});
-  if (p.precision == Precision::bf16 && !p.o2_gradient)
-    changes.push_back({"add --o2-gradient", [](TrainConfig& t) { t.precision.o2_gradient = true; }});
+  // bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
+  if (p.precision == Precision::fp32 || p.precision == Precision::bf16) {
+    const std::string bf16 = p.precision == Precision::fp32 ? " --bf16" : "";
+    if (!bf16.empty())
+      changes.push_back({"add" + bf16, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }});
+    if (!p.o2_optimizer)
+      changes.push_back({"add" + bf16 + " --o2-optimizer", [](TrainConfig& t) {
+                           t.precision.precision = Precision::bf16;
+                           t.precision.o2_optimizer = true;
+                         }});
+    if (!p.o2_gradient)
+      changes.push_back(
+          {"add" + bf16 + (p.o2_optimizer ? "" : " --o2-optimizer") + " --o2-gradient", [](TrainConfig& t) {
+             t.precision.precision = Precision::bf16;
+             t.precision.o2_optimizer = t.precision.o2_gradient = true;
+           }});
+  }
   for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
     changes.push_back(
         {"use --zero-stage " + std::to_string(stage), [stage](TrainConfig& t) { t.zero_stage = stage; }});
@@ -100,7 +111,8 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
     change.apply(changed);
     consider(change.flags, changed);
   }
-  for (size_t i = 0; fitting.empty() && i < changes.size(); ++i)
+  const bool one_suffices = !fitting.empty();
+  for (size_t i = 0; !one_suffices && i < changes.size(); ++i)
     for (size_t j = i + 1; j < changes.size(); ++j) {
       TrainConfig changed = config;
       changes[i].apply(changed);
