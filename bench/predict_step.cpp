@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     c.precision.o2_optimizer = c.precision.o2_gradient = precision == "bf16-o2";
     const size_t dash = recompute.find('-');
     c.recompute = dash == std::string::npos
-                      ? mt::parse_recompute(recompute, "", 0, false)
+                      ? mt::parse_recompute(recompute == "none" ? "" : recompute, "", 0, false)
                       : mt::parse_recompute("full", recompute.substr(0, dash),
                                             std::stoll(recompute.substr(dash + 1)), false);
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);

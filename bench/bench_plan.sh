@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The cost model against measured steps: calibrates this machine (memtrain calibrate), trains GPT-2 124M in
+# several configurations for a few steps each, and prints per configuration the measured median step time,
+# the cost model's prediction from the profile (bench/predict_step) and the error, then whether the predicted
+# ranking of the three fastest matches the measured one. Run from anywhere after scripts/setup.sh.
+#   CONFIGS    which runs, in order (default: all below)
+#   STEPS      steps per run; the first SKIP are warmup, left out of the medians (default 4)
+#   SKIP       leading steps left out (default 1)
+#   THREADS    threads for calibration and every run (default 2)
+#   B, T       micro-batch size and sequence length (default 4, 256)
+#   OUT        where data, logs and results go (default: under TMPDIR)
+#   MEMTRAIN   the memtrain binary (default build/memtrain); PREDICT the predict_step binary (build/bench/predict_step)
+#   WAIT_MAX   seconds to wait before each run while another benchmark runs (default 120)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+steps="${STEPS:-4}"
+skip="${SKIP:-1}"
+threads="${THREADS:-2}"
+batch="${B:-4}"
+seq="${T:-256}"
+out="${OUT:-${TMPDIR:-/tmp}/memtrain-bench-plan}"
+memtrain="${MEMTRAIN:-build/memtrain}"
+predict="${PREDICT:-build/bench/predict_step}"
+export WAIT_MAX="${WAIT_MAX:-120}"
+model=gpt2
+
+# NAME -> "PRECISION RECOMPUTE ACCUM" as predict_step takes them; train_flags turns them into memtrain's.
+declare -A spec=(
+  [fp32]="fp32 none 1"
+  [bf16]="bf16 none 1"
+  [bf16-o2]="bf16-o2 none 1"
+  [bf16-selective]="bf16 selective 1"
+  [bf16-full1]="bf16 uniform-1 1"
+  [fp32-full1]="fp32 uniform-1 1"
+  [bf16-block6]="bf16 block-6 1"
+  [bf16-accum2]="bf16 none 2"
+)
+train_flags() {
+  local precision="$1" recompute="$2" accum="$3"
+  case "$precision" in
+    bf16) echo -n "--bf16 " ;;
+    bf16-o2) echo -n "--bf16 --o2-optimizer --o2-gradient " ;;
+  esac
+  case "$recompute" in
+    none) ;;
+    selective) echo -n "--recompute-granularity selective " ;;
+    *) echo -n "--recompute-granularity full --recompute-method ${recompute%-*} --recompute-num-layers ${recompute#*-} " ;;
+  esac
+  echo "--grad-accum-steps $accum"
+}
+configs="${CONFIGS:-fp32 bf16 bf16-o2 bf16-selective bf16-full1 fp32-full1 bf16-block6 bf16-accum2}"
+configs="${configs//,/ }"
+
+# shellcheck source=bench/lib.sh
+source bench/lib.sh
+declare -A flags
+for c in "${!spec[@]}"; do
+  # shellcheck disable=SC2086  # the spec's words are train_flags' arguments
+  flags[$c]="$(train_flags ${spec[$c]})"
+done
+check_inputs
+[ -x "$predict" ] || die "$predict not found: ninja -C build predict_step"
+
+mkdir -p "$out"
+prepare_data
+wait_for_quiet_machine
+"$memtrain" calibrate --threads "$threads" --scratch-dir "$out" --out "$out/profile.json" >&2
+
+rows=()
+for c in $configs; do
+  # shellcheck disable=SC2086  # flags are words
+  run_memtrain "$c" ${flags[$c]}
+  # shellcheck disable=SC2086
+  read -r precision recompute accum <<< "${spec[$c]}"
+  "$predict" "$out/profile.json" "$model" "$batch" "$seq" "$threads" "$accum" "$precision" "$recompute" > "$out/$c.predicted.json"
+  rows+=("$(jq -c --slurpfile p "$out/$c.predicted.json" --arg name "$c" \
+    '{name: $name, flags, load_average, measured_ms: (.step_ms | sort | .[length / 2 | floor]),
+      predicted_ms: $p[0].step_ms, predicted: $p[0]}
+     | . + {error: ((.predicted_ms - .measured_ms) / .measured_ms)}' "$out/$c.json")")
+done
+
+printf '%s\n' "${rows[@]}" | jq -s '
+  {configs: ., within_25_percent: (map(select(.error | fabs <= 0.25)) | length),
+   measured_top3: (sort_by(.measured_ms) | .[:3] | map(.name)),
+   predicted_top3: (sort_by(.predicted_ms) | .[:3] | map(.name))}
+  | . + {top3_match: (.measured_top3 == .predicted_top3)}' > "$out/result.json"
+
+jq -r '.configs[] | "\(.name)\t measured \(.measured_ms | floor) ms\t predicted \(.predicted_ms | floor) ms\t error \(.error * 100 | round)%\t (load \(.load_average))"' "$out/result.json"
+jq -r '"within 25%: \(.within_25_percent) of \(.configs | length); top 3 measured \(.measured_top3), predicted \(.predicted_top3): \(if .top3_match then "match" else "DIFFER" end)"' "$out/result.json"
+echo "bench: results in $out/result.json" >&2
