@@ -30,12 +30,12 @@ HardwareProfile default_hardware_profile() {
   HardwareProfile p;
   p.source = "default";
   p.threads = 2;
-  p.fp32.gflops = {60, 90, 100};
-  p.bf16.gflops = {120, 180, 200};
-  p.attention_gflops = {20, 20};
-  p.memory_gbps = 10;
-  p.mpi_gbps = 5;
-  p.disk_gbps = 1;
+  p.fp32.gflops = {507.0, 484.0, 115.0};
+  p.bf16.gflops = {843.0, 901.0, 307.0};
+  p.attention_gflops = {14.2, 386.0};
+  p.memory_gbps = 33.6;
+  p.mpi_gbps = 2.19;  // two ranks on this machine, under mpirun
+  p.disk_gbps = 0.482;
   return p;
 }
 

@@ -1,6 +1,7 @@
 // What the cost model needs to know about a machine: matrix-product rates per dtype and shape class, memory,
 // MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h); without a profile the planner
-// uses default_hardware_profile(), a 2-core AVX-512 machine's numbers, so a ranking still comes out.
+// uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's numbers, so a ranking still comes
+// out.
 #pragma once
 
 #include <array>
@@ -41,7 +42,8 @@ struct HardwareProfile {
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
 };
 
-// Measured here (bench/README.md: 2 cores, AVX-512, 2 threads); used when no --profile is given.
+// `memtrain calibrate --threads 2` on this project's 2-core machine (bench/README.md, "Cost model"; MPI
+// between two ranks under mpirun), rounded to 3 digits; used when no --profile is given.
 HardwareProfile default_hardware_profile();
 
 nlohmann::json hardware_profile_json(const HardwareProfile& profile);

@@ -1,0 +1,58 @@
+// Hardware profiles: what `memtrain calibrate` writes, `memtrain plan --profile` reads back unchanged; a file
+// that is not a profile is one data error naming it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "plan/hardware_profile.h"
+
+namespace mt {
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(HardwareProfile, RoundTripsThroughJson) {
+  HardwareProfile p = default_hardware_profile();
+  p.mpi_gbps.reset();  // a profile calibrated outside mpirun
+  p.bf16[ShapeClass::medium] = 123.5;
+  const std::string path = write_temp("memtrain-profile-test.json", hardware_profile_json(p).dump());
+  const HardwareProfile q = load_hardware_profile(path);
+  EXPECT_EQ(q.source, path);
+  EXPECT_EQ(hardware_profile_json(q), hardware_profile_json(p));
+  EXPECT_FALSE(q.mpi_gbps.has_value());
+  std::filesystem::remove(path);
+}
+
+TEST(HardwareProfile, RejectsWhatIsNotAProfile) {
+  nlohmann::json j = hardware_profile_json(default_hardware_profile());
+  j.erase("memory_gbps");
+  const std::string missing = write_temp("memtrain-profile-missing.json", j.dump());
+  j = hardware_profile_json(default_hardware_profile());
+  j["disk_gbps"] = 0;
+  const std::string zero = write_temp("memtrain-profile-zero.json", j.dump());
+  for (const std::string& path : {missing, zero, std::string("/nonexistent/profile.json")}) {
+    try {
+      load_hardware_profile(path);
+      ADD_FAILURE() << path << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data);
+      EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(HardwareProfile, ShapeClassesByProductSize) {
+  EXPECT_EQ(shape_class(256, 256, 64), ShapeClass::small);
+  EXPECT_EQ(shape_class(1024, 768, 768), ShapeClass::medium);
+  EXPECT_EQ(shape_class(2048, 3072, 768), ShapeClass::large);
+}
+
+}  // namespace
+}  // namespace mt
