@@ -29,10 +29,6 @@ struct Change {
   std::function<void(TrainConfig&)> apply;
 };
 
-RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
-  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
-}
-
 std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer) {
   std::vector<Change> changes;
   const PrecisionConfig& p = c.precision;

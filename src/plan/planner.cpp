@@ -28,10 +28,6 @@ std::vector<PrecisionConfig> precision_choices() {
           {.precision = Precision::fp16}};
 }
 
-RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
-  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
-}
-
 // The candidates of one (precision, stage, offload, micro-batch) that fit, least recompute first: none if it
 // fits, else selective if it fits, the fewest block layers that fit, and uniform 1 when no block count does.
 // Memory falls as more layers are recomputed, so the fewest is found by bisection.
@@ -161,6 +157,10 @@ std::vector<std::string> advice_notes(const std::vector<PlanCandidate>& ranked) 
 }
 
 }  // namespace
+
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
+  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
+}
 
 PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile) {
   // As `memtrain train` runs: one thread per rank under mpirun unless --threads says otherwise.

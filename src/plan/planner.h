@@ -36,6 +36,8 @@ struct PlanResult {
 
 PlanResult search_plans(const PlanRequest& request);
 
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
+
 // Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use.
 PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile);
 
