@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -23,47 +24,50 @@ int64_t available_memory_bytes() {
 
 namespace {
 
-// One change of flags: what a user adds to the command line and what it does to the configuration.
-struct Change {
-  std::string flags;
-  std::function<void(TrainConfig&)> apply;
-};
+// One change of flags: what it does to the configuration, returning what the user adds to the command line.
+using Change = std::function<std::string(TrainConfig&)>;
 
-std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer) {
+// A change whose flags do not depend on the configuration it is applied to.
+Change fixed(std::string flags, std::function<void(TrainConfig&)> apply) {
+  return [flags = std::move(flags), apply = std::move(apply)](TrainConfig& t) {
+    apply(t);
+    return flags;
+  };
+}
+
+// Block recompute comes last: in a pair it is applied after the other change, and bisects for the fewest
+// layers with which that changed configuration fits.
+std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer,
+                                      const std::function<bool(const TrainConfig&)>& fits) {
   std::vector<Change> changes;
   const PrecisionConfig& p = c.precision;
   // bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
   if (p.precision == Precision::fp32 || p.precision == Precision::bf16) {
     const std::string bf16 = p.precision == Precision::fp32 ? " --bf16" : "";
     if (!bf16.empty())
-      changes.push_back({"add" + bf16, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }});
+      changes.push_back(fixed("add" + bf16, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
     if (!p.o2_optimizer)
-      changes.push_back({"add" + bf16 + " --o2-optimizer", [](TrainConfig& t) {
-                           t.precision.precision = Precision::bf16;
-                           t.precision.o2_optimizer = true;
-                         }});
+      changes.push_back(fixed("add" + bf16 + " --o2-optimizer", [](TrainConfig& t) {
+        t.precision.precision = Precision::bf16;
+        t.precision.o2_optimizer = true;
+      }));
     if (!p.o2_gradient)
-      changes.push_back(
-          {"add" + bf16 + (p.o2_optimizer ? "" : " --o2-optimizer") + " --o2-gradient", [](TrainConfig& t) {
-             t.precision.precision = Precision::bf16;
-             t.precision.o2_optimizer = t.precision.o2_gradient = true;
-           }});
+      changes.push_back(fixed("add" + bf16 + (p.o2_optimizer ? "" : " --o2-optimizer") + " --o2-gradient",
+                              [](TrainConfig& t) {
+                                t.precision.precision = Precision::bf16;
+                                t.precision.o2_optimizer = t.precision.o2_gradient = true;
+                              }));
   }
   for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
-    changes.push_back(
-        {"use --zero-stage " + std::to_string(stage), [stage](TrainConfig& t) { t.zero_stage = stage; }});
+    changes.push_back(fixed("use --zero-stage " + std::to_string(stage),
+                            [stage](TrainConfig& t) { t.zero_stage = stage; }));
   if (c.recompute.granularity == RecomputeGranularity::none)
-    changes.push_back({"use --recompute-granularity selective", [](TrainConfig& t) {
-                         t.recompute = {.granularity = RecomputeGranularity::selective};
-                       }});
-  for (int64_t layers = 1; layers <= n_layer; layers *= 2)
-    changes.push_back({"use --recompute-granularity full --recompute-method block --recompute-num-layers " +
-                           std::to_string(std::min(layers, n_layer)),
-                       [layers, n_layer](TrainConfig& t) {
-                         t.recompute = full_recompute(RecomputeMethod::block, std::min(layers, n_layer));
-                       }});
-  changes.push_back({"use --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-                     [](TrainConfig& t) { t.recompute = full_recompute(RecomputeMethod::uniform, 1); }});
+    changes.push_back(fixed("use --recompute-granularity selective", [](TrainConfig& t) {
+      t.recompute = {.granularity = RecomputeGranularity::selective};
+    }));
+  changes.push_back(
+      fixed("use --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
+            [](TrainConfig& t) { t.recompute = full_recompute(RecomputeMethod::uniform, 1); }));
   // A smaller micro-batch with the same sequences per step: more accumulation, said the way the run said it.
   const int64_t per_rank =
       c.global_batch > 0 ? c.global_batch / world : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
@@ -71,19 +75,25 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
     if (per_rank % micro != 0) continue;
     const std::string batch = c.global_batch > 0 ? " --global-batch-size " + std::to_string(c.global_batch)
                                                  : " --grad-accum-steps " + std::to_string(per_rank / micro);
-    changes.push_back({"use --micro-batch-size " + std::to_string(micro) + batch,
-                       [micro, per_rank, global = c.global_batch](TrainConfig& t) {
-                         t.micro_batch = micro;
-                         if (global == 0) t.grad_accum_steps = per_rank / micro;
-                       }});
+    changes.push_back(fixed("use --micro-batch-size " + std::to_string(micro) + batch,
+                            [micro, per_rank, global = c.global_batch](TrainConfig& t) {
+                              t.micro_batch = micro;
+                              if (global == 0) t.grad_accum_steps = per_rank / micro;
+                            }));
   }
   if (c.offload_optimizer != "nvme") {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
-    changes.push_back({"use --offload-optimizer nvme --offload-path " + path, [path](TrainConfig& t) {
-                         t.offload_optimizer = "nvme";
-                         t.offload_path = path;
-                       }});
+    changes.push_back(fixed("use --offload-optimizer nvme --offload-path " + path, [path](TrainConfig& t) {
+      t.offload_optimizer = "nvme";
+      t.offload_path = path;
+    }));
   }
+  changes.push_back([n_layer, fits](TrainConfig& t) {
+    const int64_t layers = fewest_block_layers(t, n_layer, fits);
+    t.recompute = full_recompute(RecomputeMethod::block, layers > 0 ? layers : n_layer);
+    return "use --recompute-granularity full --recompute-method block --recompute-num-layers " +
+           std::to_string(t.recompute.num_layers);
+  });
   return changes;
 }
 
@@ -92,28 +102,37 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
   const HardwareProfile profile = default_hardware_profile();
   const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
-  const std::vector<Change> changes = candidate_changes(config, world, n_layer);
+  // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
+  // nowhere.
+  const auto planned = [&](const TrainConfig& changed) -> std::optional<PlanCandidate> {
+    try {
+      return plan_candidate(changed, world, profile);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  };
+  const auto fits = [&](const TrainConfig& changed) {
+    const std::optional<PlanCandidate> c = planned(changed);
+    return c && c->rank_bytes <= limit;
+  };
+  const std::vector<Change> changes = candidate_changes(config, world, n_layer, fits);
   std::vector<FitChange> fitting;
   const auto consider = [&](const std::string& flags, const TrainConfig& changed) {
-    try {
-      const PlanCandidate c = plan_candidate(changed, world, profile);
-      if (c.rank_bytes <= limit) fitting.push_back({flags, c.rank_bytes, c.cost.step_s});
-    } catch (const Error&) {
-      // A change this configuration does not allow (say, a micro-batch the batch does not divide into).
-    }
+    const std::optional<PlanCandidate> c = planned(changed);
+    if (c && c->rank_bytes <= limit) fitting.push_back({flags, c->rank_bytes, c->cost.step_s});
   };
   for (const Change& change : changes) {
     TrainConfig changed = config;
-    change.apply(changed);
-    consider(change.flags, changed);
+    const std::string flags = change(changed);
+    consider(flags, changed);
   }
   const bool one_suffices = !fitting.empty();
   for (size_t i = 0; !one_suffices && i < changes.size(); ++i)
     for (size_t j = i + 1; j < changes.size(); ++j) {
       TrainConfig changed = config;
-      changes[i].apply(changed);
-      changes[j].apply(changed);
-      consider(changes[i].flags + " and " + changes[j].flags, changed);
+      const std::string first = changes[i](changed);
+      const std::string second = changes[j](changed);
+      consider(first + " and " + second, changed);
     }
   std::stable_sort(fitting.begin(), fitting.end(),
                    [](const FitChange& a, const FitChange& b) { return a.step_s < b.step_s; });

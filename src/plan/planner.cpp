@@ -41,21 +41,13 @@ class GroupSearch {
     if (try_add(config)) return true;
     config.recompute = {.granularity = RecomputeGranularity::selective};
     const bool selective = try_add(config);
-    config.recompute = full_recompute(RecomputeMethod::block, n_layer);
-    if (!fits(config)) {
+    const int64_t layers =
+        fewest_block_layers(config, n_layer, [this](const TrainConfig& c) { return fits(c); });
+    if (layers == 0) {
       config.recompute = full_recompute(RecomputeMethod::uniform, 1);
       return try_add(config) || selective;
     }
-    int64_t lo = 1, hi = n_layer;  // block `hi` fits; find the smallest that does
-    while (lo < hi) {
-      const int64_t mid = (lo + hi) / 2;
-      config.recompute = full_recompute(RecomputeMethod::block, mid);
-      if (fits(config))
-        hi = mid;
-      else
-        lo = mid + 1;
-    }
-    config.recompute = full_recompute(RecomputeMethod::block, hi);
+    config.recompute = full_recompute(RecomputeMethod::block, layers);
     return try_add(config);
   }
 
@@ -160,6 +152,22 @@ std::vector<std::string> advice_notes(const std::vector<PlanCandidate>& ranked) 
 
 RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
   return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
+}
+
+int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
+                            const std::function<bool(const TrainConfig&)>& fits) {
+  config.recompute = full_recompute(RecomputeMethod::block, n_layer);
+  if (!fits(config)) return 0;
+  int64_t lo = 1, hi = n_layer;  // block `hi` fits; find the smallest that does
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    config.recompute = full_recompute(RecomputeMethod::block, mid);
+    if (fits(config))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return hi;
 }
 
 PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,11 @@ struct PlanResult {
 PlanResult search_plans(const PlanRequest& request);
 
 RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
+
+// The fewest layers of full block recompute with which `config` fits, or 0 when not even all n_layer do.
+// Memory falls as layers are added, so by bisection.
+int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
+                            const std::function<bool(const TrainConfig&)>& fits);
 
 // Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use.
 PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile);
