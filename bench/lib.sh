@@ -23,8 +23,9 @@ check_inputs() {
 
 load_average() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# Benchmarks of other sessions (memtrain training, torch_gpt2.py) running now, one "pid command" a line.
-other_benchmarks() { pgrep -af 'memtrain train|torch_gpt2' || true; }
+# Benchmarks of other sessions (memtrain training, torch_gpt2.py, torch_zero.py) running now, one "pid command"
+# a line.
+other_benchmarks() { pgrep -af 'memtrain train|torch_(gpt2|zero)' || true; }
 
 # Waits, up to WAIT_MAX seconds (default 900), while another benchmark runs, so that two never share the
 # cores; then prints uptime. Past WAIT_MAX it goes on and says so: that run's steps are suspect.
@@ -99,23 +100,32 @@ run_memtrain() {
     "$dir/metrics.jsonl" | summarize > "$dir.json"
 }
 
-# run_torch NAME [FLAG...]: SKIP warmup steps and STEPS-SKIP timed ones of torch_gpt2.py with the extra
-# flags; summary in OUT/NAME.json.
-run_torch() {
-  local name="$1" dir="$out/$1" load
+# launch_torch NAME COMMAND...: after a quiet machine, runs COMMAND (a launcher, if any, then a torch script
+# and its own flags) with the shared flags (shard, batch shape, threads, SKIP warmup and STEPS-SKIP timed
+# steps) appended; its JSON in OUT/NAME.raw.json, its log in OUT/NAME.log. Sets load to the load average at
+# its start.
+launch_torch() {
+  local name="$1" dir="$out/$1"
   shift
   wait_for_quiet_machine
   load="$(load_average)"
-  echo "bench: load average $load; $name: torch_gpt2.py $*, $skip warmup + $((steps - skip)) timed steps" >&2
-  if ! "$python" bench/torch_gpt2.py --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
-      --warmup "$skip" --steps "$((steps - skip))" "$@" > "$dir.raw.json" 2> "$dir.log"; then
+  echo "bench: load average $load; $name: $*, $skip warmup + $((steps - skip)) timed steps" >&2
+  if ! "$@" --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
+      --warmup "$skip" --steps "$((steps - skip))" > "$dir.raw.json" 2> "$dir.log"; then
     tail -n 5 "$dir.log" >&2
     die "$name failed, log in $dir.log"
   fi
+}
+
+# run_torch NAME [FLAG...]: torch_gpt2.py with the extra flags; summary in OUT/NAME.json.
+run_torch() {
+  local name="$1" load
+  shift
+  launch_torch "$name" "$python" bench/torch_gpt2.py "$@"
   jq --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
       load_average_end: $load_end,
       steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
       forward_rss_growth_bytes, model_state_bytes_per_param}' \
-    "$dir.raw.json" | summarize > "$dir.json"
+    "$out/$name.raw.json" | summarize > "$out/$name.json"
 }
