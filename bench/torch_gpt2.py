@@ -187,6 +187,20 @@ def train(model, opt, data, args):
     return step_ms, losses, forward_rss_growth
 
 
+def run_settings(args):
+    """The settings a run's JSON summary starts with."""
+    return {
+        "torch_version": torch.__version__,
+        "autocast": args.autocast,
+        "checkpoint": args.checkpoint,
+        "threads": args.threads,
+        "batch": args.batch,
+        "seq": args.seq,
+        "warmup_steps": args.warmup,
+        "timed_steps": args.steps,
+    }
+
+
 def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -202,14 +216,7 @@ def main():
     step_ms, losses, forward_rss_growth = train(model, opt, data, args)
 
     print(json.dumps({
-        "torch_version": torch.__version__,
-        "autocast": args.autocast,
-        "checkpoint": args.checkpoint,
-        "threads": args.threads,
-        "batch": args.batch,
-        "seq": args.seq,
-        "warmup_steps": args.warmup,
-        "timed_steps": args.steps,
+        **run_settings(args),
         "step_ms": step_ms,
         "step_ms_median": statistics.median(step_ms),
         "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),

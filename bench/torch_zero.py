@@ -53,15 +53,9 @@ def main():
                                    "model_state_bytes_per_param": torch_gpt2.model_state_bytes_per_param(model, opt)})
     if rank == 0:
         print(json.dumps({
-            "torch_version": torch.__version__,
+            **torch_gpt2.run_settings(args),
             "mode": args.mode,
             "world": world,
-            "autocast": args.autocast,
-            "threads": args.threads,
-            "batch": args.batch,
-            "seq": args.seq,
-            "warmup_steps": args.warmup,
-            "timed_steps": args.steps,
             "step_ms": step_ms,
             "losses": (mean_losses / world).tolist(),
             "ranks": ranks,
