@@ -43,80 +43,16 @@ source bench/lib.sh
 
 check_inputs
 
-# The targets of the mixed-precision issue, each a ratio of two configurations' values. "cost" is
-# 1 - num/den. A ratio whose configurations did not both run is left out. Other jobs do not move
-# peak RSS, so the RSS ratio is steady whatever the steps did.
-write_result() {
-  local files=()
-  for c in $configs; do files+=("$out/$c.json"); done
-  jq -s --argjson steps "$steps" --argjson skip "$skip" --argjson threads "$threads" \
-    --argjson batch "$batch" --argjson seq "$seq" '
-    (map({(.name): .}) | add) as $c
-    | def value(f; $r): ($c[$r.num] | f) / ($c[$r.den] | f) | if $r.cost then 1 - . else . end;
-      def pass($r; $v): if $r.op == ">=" then $v >= $r.target elif $r.op == "<" then $v < $r.target
-                        else $v <= $r.target end;
-    {settings: {model: "gpt2", batch: $batch, seq: $seq, threads: $threads, steps: $steps,
-                warmup_steps: $skip},
-     configs: $c,
-     targets: [
-       {name: "memtrain bf16 / PyTorch bf16 tokens/s", num: "memtrain-bf16", den: "torch-bf16",
-        op: ">=", target: 1.6, goal: 2.0},
-       {name: "memtrain bf16 / memtrain fp32 tokens/s", num: "memtrain-bf16", den: "memtrain-fp32",
-        op: ">=", target: 1.6},
-       {name: "O2 cost = 1 - bf16+O2 / bf16 tokens/s", num: "memtrain-bf16-o2", den: "memtrain-bf16",
-        cost: true, op: "<", target: 0.03},
-       {name: "peak RSS memtrain bf16 / PyTorch bf16", num: "memtrain-bf16", den: "torch-bf16",
-        rss: true, op: "<=", target: 0.7}]
-     | map(select($c[.num] and $c[.den])
-           | . as $r
-           | if .rss then . + {value: value(.peak_rss_bytes; $r)}
-             else . + {value: value(.tokens_per_sec; $r),
-                       best_step_value: value(.best_step_tokens_per_sec; $r)} end
-           | . + {pass: pass($r; .value), steady: (.rss or ($c[$r.num].steady and $c[$r.den].steady))})}' \
-    "${files[@]}" > "$out/result.json"
-}
+# The targets of the mixed-precision issue, each a ratio of two configurations' values (write_result in lib.sh).
+# Other jobs do not move peak RSS, so the RSS ratio is steady whatever the steps did.
+targets='[
+  {name: "memtrain bf16 / PyTorch bf16 tokens/s", num: "memtrain-bf16", den: "torch-bf16",
+   op: ">=", target: 1.6, goal: 2.0},
+  {name: "memtrain bf16 / memtrain fp32 tokens/s", num: "memtrain-bf16", den: "memtrain-fp32",
+   op: ">=", target: 1.6},
+  {name: "O2 cost = 1 - bf16+O2 / bf16 tokens/s", num: "memtrain-bf16-o2", den: "memtrain-bf16",
+   cost: true, op: "<", target: 0.03},
+  {name: "peak RSS memtrain bf16 / PyTorch bf16", num: "memtrain-bf16", den: "torch-bf16",
+   rss: true, op: "<=", target: 0.7}]'
 
-print_table() {
-  local r="$out/result.json"
-  echo
-  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\tsteady\tpeak RSS (GiB)\tstate B/param\tloss first -> last\n'
-    jq -r '.configs[] | [.name, (if .flags == "" then "-" else .flags end), .load_average,
-        (.tokens_per_sec * 10 | round / 10), (.best_step_tokens_per_sec * 10 | round / 10),
-        (if .steady then "yes" else "NO" end),
-        (.peak_rss_bytes / 1073741824 * 100 | round / 100),
-        (.model_state_bytes_per_param // "?" | if type == "number" then . * 100 | round / 100 else . end),
-        "\(.losses[0] * 100 | round / 100) -> \(.losses[-1] * 100 | round / 100)"] | @tsv' "$r"
-  } | column -t -s $'\t'
-  echo
-  if [ "$(jq '.targets | length' "$r")" -eq 0 ]; then
-    echo "(no target has both of its configurations in CONFIGS)"
-    return
-  fi
-  { printf 'target\tmedian\tbest-step\ttarget\tresult\n'
-    jq -r '.targets[] | [.name, (.value * 1000 | round / 1000),
-        (.best_step_value // "-" | if type == "number" then . * 1000 | round / 1000 else . end),
-        "\(.op) \(.target)\(if .goal then " (goal \(.goal))" else "" end)",
-        (if .pass then "PASS" else "MISS" end) + (if .steady then "" else " (unsteady)" end)] | @tsv' "$r"
-  } | column -t -s $'\t'
-  echo
-  echo "(tokens/s: median of steps $((skip + 1))-$steps; best-step: the fastest of them; steady: the median"
-  echo " within 10% of the best step, else other jobs slowed most steps and the run should be repeated;"
-  echo " PASS/MISS judged on the medians, (unsteady) when a configuration behind it was not steady;"
-  echo " details in $out)"
-}
-
-main() {
-  mkdir -p "$out"
-  prepare_data
-  for c in $configs; do
-    # shellcheck disable=SC2086  # the flags are words
-    case "$c" in
-      memtrain-*) run_memtrain "$c" ${flags[$c]} ;;
-      torch-*) run_torch "$c" ${flags[$c]} ;;
-    esac
-  done
-  write_result
-  print_table
-}
-
-main
+run_configs

@@ -2,6 +2,8 @@
 # shellcheck disable=SC2154  # the variables below come from the sourcing script
 # Shell functions shared by the bench_*.sh scripts; sourced, not run. The sourcing script sets
 #   out       where data, logs and summaries go
+#   model     memtrain's --model (default gpt2)
+#   torch_script  the PyTorch baseline and its model flags (default bench/torch_gpt2.py)
 #   memtrain  the memtrain binary
 #   python    a python3 with torch (Debian's /usr/bin/python3)
 #   steps, skip, threads, batch, seq   as their STEPS, SKIP, THREADS, B, T
@@ -23,9 +25,9 @@ check_inputs() {
 
 load_average() { cut -d' ' -f1-3 /proc/loadavg; }
 
-# Benchmarks of other sessions (memtrain training, torch_gpt2.py, torch_zero.py) running now, one "pid command"
-# a line.
-other_benchmarks() { pgrep -af 'memtrain train|torch_(gpt2|zero)' || true; }
+# Benchmarks of other sessions (memtrain training, any bench/torch_*.py baseline) running now, one "pid command" a
+# line.
+other_benchmarks() { pgrep -af 'memtrain train|bench/torch_' || true; }
 
 # Waits, up to WAIT_MAX seconds (default 900), while another benchmark runs, so that two never share the
 # cores; then prints uptime. Past WAIT_MAX it goes on and says so: that run's steps are suspect.
@@ -78,7 +80,7 @@ run_memtrain() {
   load="$(load_average)"
   echo "bench: load average $load; $name: memtrain train ${*:-(no flags)}, $steps steps" >&2
   rm -rf "$dir"
-  if ! "$memtrain" train --model gpt2 --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
+  if ! "$memtrain" train --model "${model:-gpt2}" --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
       --threads "$threads" --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" "$@" \
       > "$dir.log" 2>&1; then
     tail -n 5 "$dir.log" >&2
@@ -117,15 +119,86 @@ launch_torch() {
   fi
 }
 
-# run_torch NAME [FLAG...]: torch_gpt2.py with the extra flags; summary in OUT/NAME.json.
+# run_torch NAME [FLAG...]: the PyTorch baseline (torch_script) with the extra flags; summary in OUT/NAME.json.
 run_torch() {
   local name="$1" load
   shift
-  launch_torch "$name" "$python" bench/torch_gpt2.py "$@"
+  # shellcheck disable=SC2086  # the script's model flags are words
+  launch_torch "$name" "$python" ${torch_script:-bench/torch_gpt2.py} "$@"
   jq --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
       load_average_end: $load_end,
       steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
       forward_rss_growth_bytes, model_state_bytes_per_param}' \
     "$out/$name.raw.json" | summarize > "$out/$name.json"
+}
+
+# OUT/result.json: the settings, every configuration's summary, and the caller's `targets` (a jq array of
+# {name, num, den, op, target[, goal][, cost][, rss]}), each a ratio of two configurations' values: tokens/s,
+# or peak RSS with rss; "cost" is 1 - num/den. A ratio whose configurations did not both run is left out.
+write_result() {
+  local files=()
+  for c in $configs; do files+=("$out/$c.json"); done
+  jq -s --argjson steps "$steps" --argjson skip "$skip" --argjson threads "$threads" \
+    --argjson batch "$batch" --argjson seq "$seq" --arg model "${model:-gpt2}" '
+    (map({(.name): .}) | add) as $c
+    | def value(f; $r): ($c[$r.num] | f) / ($c[$r.den] | f) | if $r.cost then 1 - . else . end;
+      def pass($r; $v): if $r.op == ">=" then $v >= $r.target elif $r.op == "<" then $v < $r.target
+                        else $v <= $r.target end;
+    {settings: {model: $model, batch: $batch, seq: $seq, threads: $threads, steps: $steps,
+                warmup_steps: $skip},
+     configs: $c,
+     targets: '"$targets"'
+     | map(select($c[.num] and $c[.den])
+           | . as $r
+           | if .rss then . + {value: value(.peak_rss_bytes; $r)}
+             else . + {value: value(.tokens_per_sec; $r),
+                       best_step_value: value(.best_step_tokens_per_sec; $r)} end
+           | . + {pass: pass($r; .value), steady: (.rss or ($c[$r.num].steady and $c[$r.den].steady))})}' \
+    "${files[@]}" > "$out/result.json"
+}
+
+print_table() {
+  local r="$out/result.json"
+  echo
+  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\tsteady\tpeak RSS (GiB)\tstate B/param\tloss first -> last\n'
+    jq -r '.configs[] | [.name, (if .flags == "" then "-" else .flags end), .load_average,
+        (.tokens_per_sec * 10 | round / 10), (.best_step_tokens_per_sec * 10 | round / 10),
+        (if .steady then "yes" else "NO" end),
+        (.peak_rss_bytes / 1073741824 * 100 | round / 100),
+        (.model_state_bytes_per_param // "?" | if type == "number" then . * 100 | round / 100 else . end),
+        "\(.losses[0] * 100 | round / 100) -> \(.losses[-1] * 100 | round / 100)"] | @tsv' "$r"
+  } | column -t -s $'\t'
+  echo
+  if [ "$(jq '.targets | length' "$r")" -eq 0 ]; then
+    echo "(no target has both of its configurations in CONFIGS)"
+    return
+  fi
+  { printf 'target\tmedian\tbest-step\ttarget\tresult\n'
+    jq -r '.targets[] | [.name, (.value * 1000 | round / 1000),
+        (.best_step_value // "-" | if type == "number" then . * 1000 | round / 1000 else . end),
+        "\(.op) \(.target)\(if .goal then " (goal \(.goal))" else "" end)",
+        (if .pass then "PASS" else "MISS" end) + (if .steady then "" else " (unsteady)" end)] | @tsv' "$r"
+  } | column -t -s $'\t'
+  echo
+  echo "(tokens/s: median of steps $((skip + 1))-$steps; best-step: the fastest of them; steady: the median"
+  echo " within 10% of the best step, else other jobs slowed most steps and the run should be repeated;"
+  echo " PASS/MISS judged on the medians, (unsteady) when a configuration behind it was not steady;"
+  echo " details in $out)"
+}
+
+# Runs every configuration of CONFIGS (memtrain-* through run_memtrain, torch-* through run_torch, with their
+# `flags`), then writes OUT/result.json and prints the tables.
+run_configs() {
+  mkdir -p "$out"
+  prepare_data
+  for c in $configs; do
+    # shellcheck disable=SC2086  # the flags are words
+    case "$c" in
+      memtrain-*) run_memtrain "$c" ${flags[$c]} ;;
+      torch-*) run_torch "$c" ${flags[$c]} ;;
+    esac
+  done
+  write_result
+  print_table
 }

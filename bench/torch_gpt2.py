@@ -130,7 +130,7 @@ def rss_bytes():
 
 
 def add_arguments(ap):
-    """The flags torch_gpt2.py and torch_zero.py share: data, batch shape, steps, optimizer, precision."""
+    """The flags every PyTorch baseline of bench/ shares: data, batch shape, steps, optimizer, precision."""
     ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
     ap.add_argument("--batch", type=int, default=4, help="micro-batch size (per rank)")
     ap.add_argument("--seq", type=int, default=256)
@@ -145,10 +145,14 @@ def add_arguments(ap):
                     help="activation checkpointing: torch.utils.checkpoint around each block (non-reentrant)")
 
 
-def build_model(args):
-    """GPT-2 124M, seeded the same in every process."""
+def seeded_model(make_model, args):
+    """make_model(args) on args.threads threads, seeded the same in every process."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
+    return make_model(args)
+
+
+def gpt2(args):
     return GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint)
 
 
@@ -205,12 +209,15 @@ def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+def run_benchmark(description, make_model, add_model_args=lambda ap: None):
+    """Parses the shared flags (and the model's, by add_model_args), trains make_model(args) and prints the
+    JSON summary: the loop every single-process PyTorch baseline of bench/ runs."""
+    ap = argparse.ArgumentParser(description=description)
     add_arguments(ap)
+    add_model_args(ap)
     args = ap.parse_args()
 
-    model = build_model(args)
+    model = seeded_model(make_model, args)
     opt = torch.optim.AdamW(model.parameters(), **adamw_settings(args))
     data = batches(shard_tokens(args.shard), args.batch, args.seq)
     step_ms, losses, forward_rss_growth = train(model, opt, data, args)
@@ -228,4 +235,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_benchmark(__doc__, gpt2)

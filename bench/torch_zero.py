@@ -37,7 +37,7 @@ def main():
     dist.init_process_group("gloo", init_method="file://" + os.path.abspath(args.rendezvous), rank=rank,
                             world_size=world)
 
-    model = torch_gpt2.build_model(args)
+    model = torch_gpt2.seeded_model(torch_gpt2.gpt2, args)
     ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
     if args.mode == "zero1":
         opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.AdamW,

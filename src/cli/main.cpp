@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   mt::cli::add_train_command(app);
   mt::cli::add_prepare_command(app);
   mt::cli::add_report_command(app);
+  mt::cli::add_checkpoint_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

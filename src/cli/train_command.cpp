@@ -48,6 +48,23 @@ void add_parallel_flags(CLI::App& cmd, TrainConfig& c, std::string& deepspeed_co
                  "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags");
 }
 
+void add_checkpoint_flags(CLI::App& cmd, TrainConfig& c) {
+  cmd.add_option("--save", c.save, "directory of checkpoints (one step_N directory each)");
+  cmd.add_option("--save-interval", c.save_interval, "steps between checkpoints (0: only at the end)")
+      ->capture_default_str();
+  cmd.add_option("--keep-checkpoints", c.keep_checkpoints, "keep the newest K checkpoints, 0 = all")
+      ->capture_default_str();
+  cmd.add_option("--exit-interval", c.exit_interval, "save and exit 0 when the step is a multiple of N");
+  cmd.add_option(
+      "--load", c.load,
+      "resume from a checkpoint directory, or the newest verifying checkpoint of a --save directory");
+  cmd.add_option("--resume", c.resume, "auto: resume from the newest verifying checkpoint in --save, if any");
+  cmd.add_option(
+      "--verify-resume", c.verify_resume,
+      "train K steps, save, reload into a fresh trainer and check that the remaining steps' losses "
+      "and the final state match the uninterrupted run");
+}
+
 struct PrecisionFlags {
   std::string precision;  // empty: not given
   bool bf16 = false, fp16 = false;
@@ -96,7 +113,8 @@ void add_train_command(CLI::App& app) {
   auto distributed_optimizer = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
   TrainConfig& c = *config;
-  cmd->add_option("--model", c.model, "preset name or config.json (Hugging Face GPT-2 keys)")->required();
+  cmd->add_option("--model", c.model, "preset name or a Hugging Face config.json (GPT-2 or LLaMA family)")
+      ->required();
   cmd->add_option("--data", c.data, "directory of token shards (*_train_*.bin, *_val_*.bin) or a glob")
       ->required();
   cmd->add_option("--make-vocab-size-divisible-by", c.pad_vocab_multiple, "pad the vocabulary to a multiple")
@@ -127,8 +145,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--eval-interval", c.eval_interval, "steps between validations, 0 = off")
       ->capture_default_str();
   cmd->add_option("--eval-iters", c.eval_iters, "validation batches per evaluation")->capture_default_str();
-  cmd->add_option("--init-from", c.init_from, "start from these safetensors weights");
-  cmd->add_option("--save-weights", c.save_weights, "write the final weights as safetensors");
+  cmd->add_option(
+      "--init-from", c.init_from,
+      "start from these safetensors weights (a file, a model.safetensors.index.json or its folder)");
+  cmd->add_option("--save-weights", c.save_weights,
+                  "write the final weights as safetensors (shards beside it when it ends in .index.json)");
+  add_checkpoint_flags(*cmd, c);
   cmd->add_option("--out", c.out, "directory for metrics.jsonl and memory.json")->capture_default_str();
   cmd->add_option("--threads", c.threads, "OpenMP threads, 0 = all cores")->capture_default_str();
   cmd->add_flag("--memory-report", c.memory_report,

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace mt {
@@ -207,19 +208,29 @@ const TensorEntry* SafetensorsReader::find(const std::string& name) const {
 }
 
 void SafetensorsReader::read(const TensorEntry& entry, void* dst) const {
-  if (int err = pread_all(fd_, dst, entry.bytes(), data_start_ + entry.begin)) {
+  read_part(entry, 0, entry.bytes(), dst);
+}
+
+void SafetensorsReader::read_part(const TensorEntry& entry, uint64_t offset, uint64_t bytes,
+                                  void* dst) const {
+  if (offset > entry.bytes() || bytes > entry.bytes() - offset) {
+    fail_data(path_ + ": reading bytes [" + std::to_string(offset) + ", +" + std::to_string(bytes) + ") of " +
+              quoted(entry.name) + ", which holds " + std::to_string(entry.bytes()));
+  }
+  if (int err = pread_all(fd_, dst, bytes, data_start_ + entry.begin + offset)) {
     fail_data(path_ + ": reading " + quoted(entry.name) + ": " + io_error(err));
   }
 }
 
-SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Item>& items,
-                                     const std::map<std::string, std::string>& metadata)
-    : path_(path), tmp_path_(path + ".tmp." + std::to_string(getpid())), items_(items) {
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     const std::vector<SafetensorsWriter::Item>& items,
+                                     const std::map<std::string, std::string>& metadata) {
   // Keys in data order, so the header reads like the file's layout.
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const Item& item : items) {
+  std::vector<uint64_t> data_offsets;
+  for (const SafetensorsWriter::Item& item : items) {
     const std::string where = path + ": " + quoted(item.name);
     if (item.name == "__metadata__" || header.contains(item.name))
       fail_data(where + ": duplicate or reserved name");
@@ -228,6 +239,7 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
     header[item.name] = {{"dtype", dtype_name(item.dtype)},
                          {"shape", item.shape},
                          {"data_offsets", {offset, offset + *bytes}}};
+    data_offsets.push_back(offset);
     offset += *bytes;
   }
   std::string text;
@@ -238,17 +250,34 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<
   }
   // Pad with spaces so the data section starts 8-byte aligned, as the reference writer does.
   text.append((8 - text.size() % 8) % 8, ' ');
-  unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+  SafetensorsLayout layout;
+  for (int i = 0; i < 8; ++i) layout.header += static_cast<char>(text.size() >> (8 * i));
+  layout.header += text;
+  for (uint64_t o : data_offsets) layout.tensor_offset.push_back(layout.header.size() + o);
+  layout.file_size = layout.header.size() + offset;
+  return layout;
+}
 
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<Item>& items,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(path), tmp_path_(path + ".tmp." + std::to_string(getpid())), items_(items) {
+  const SafetensorsLayout layout = safetensors_layout(path, items, metadata);
   fd_ = open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) fail_data(path + ": cannot create " + tmp_path_ + ": " + std::strerror(errno));
-  int err = write_all(fd_, len_bytes, 8);
-  if (!err) err = write_all(fd_, text.data(), text.size());
-  if (err) {
+  try {
+    append(layout.header.data(), layout.header.size(), "header");
+  } catch (...) {
     discard();
-    fail_data(path + ": writing header: " + std::strerror(err));
+    throw;
   }
+}
+
+void SafetensorsWriter::append(const void* data, uint64_t bytes, const std::string& what) {
+  if (int err = write_all(fd_, data, bytes)) {
+    fail_data(path_ + ": writing " + what + ": " + std::strerror(err));
+  }
+  crc_ = mt::crc32c(data, bytes, crc_);
+  bytes_written_ += bytes;
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -283,9 +312,7 @@ void SafetensorsWriter::write_part(const void* data, uint64_t bytes) {
     fail_data(path_ + ": " + quoted(item.name) + " is " + std::to_string(expected) + " bytes, " +
               std::to_string(written_) + " written, got " + std::to_string(bytes) + " more");
   }
-  if (int err = write_all(fd_, data, bytes)) {
-    fail_data(path_ + ": writing " + quoted(item.name) + ": " + std::strerror(err));
-  }
+  append(data, bytes, quoted(item.name));
   written_ += bytes;
   if (written_ == expected) {
     ++next_;

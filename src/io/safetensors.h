@@ -38,6 +38,8 @@ class SafetensorsReader {
 
   // Reads one tensor's bytes into dst, which must hold exactly entry.end - entry.begin bytes.
   void read(const TensorEntry& entry, void* dst) const;
+  // Reads bytes [offset, offset + bytes) of one tensor's data into dst (a data error if outside it).
+  void read_part(const TensorEntry& entry, uint64_t offset, uint64_t bytes, void* dst) const;
 
  private:
   std::string path_;
@@ -69,9 +71,13 @@ class SafetensorsWriter {
   // can be streamed in pieces.
   void write_part(const void* data, uint64_t bytes);
   void finish();
+  // The whole file as written so far (header included): its size and CRC-32C, for a manifest.
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint32_t crc32c() const { return crc_; }
 
  private:
   void discard();  // closes and removes the temporary file
+  void append(const void* data, uint64_t bytes, const std::string& what);  // writes and checksums
 
   std::string path_;
   std::string tmp_path_;
@@ -80,6 +86,20 @@ class SafetensorsWriter {
   size_t next_ = 0;
   uint64_t written_ = 0;  // bytes of items_[next_] written so far
   bool finished_ = false;
+  uint64_t bytes_written_ = 0;
+  uint32_t crc_ = 0;
 };
+
+// Where a safetensors file puts everything, known before any byte is written (so that several writers can
+// each fill their own part of one file): the header (length field, JSON, padding) and each item's offset.
+struct SafetensorsLayout {
+  std::string header;                   // the file's first bytes
+  std::vector<uint64_t> tensor_offset;  // per item, from the start of the file
+  uint64_t file_size = 0;
+};
+// Data errors name `path` for duplicate names or impossible shapes.
+SafetensorsLayout safetensors_layout(const std::string& path,
+                                     const std::vector<SafetensorsWriter::Item>& items,
+                                     const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mt

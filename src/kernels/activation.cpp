@@ -1,4 +1,4 @@
-// GELU with the tanh approximation GPT-2 uses, and its exact derivative.
+// GELU with the tanh approximation GPT-2 uses, SwiGLU, and their exact derivatives.
 #include "kernels/activation.h"
 
 #include <algorithm>
@@ -58,6 +58,67 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
   }
 }
 
+namespace {
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + vexp(-x));
+}
+
+// Calls body(row, j0, n) for each chunk [j0, j0 + n) of the I columns of each of M rows, in parallel.
+template <typename Body>
+void parallel_over_row_chunks(int64_t M, int64_t I, const Body& body) {
+  const int64_t chunks = (I + kChunk - 1) / kChunk;
+#pragma omp parallel for
+  for (int64_t c = 0; c < M * chunks; ++c) {
+    const int64_t j0 = c % chunks * kChunk;
+    body(c / chunks, j0, std::min(kChunk, I - j0));
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t M, int64_t I) {
+  parallel_over_row_chunks(M, I, [&](int64_t r, int64_t j0, int64_t n) {
+    float g_buf[kChunk], u_buf[kChunk], y_buf[kChunk];
+    const T* row = inp + r * 2 * I + j0;
+    const auto* g = read_row(row, n, g_buf);
+    const auto* u = read_row(row + I, n, u_buf);
+    float* y = output_row(out + r * I + j0, y_buf);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) y[j] = widen(g[j]) * sigmoid(widen(g[j])) * widen(u[j]);
+    store_row(out + r * I + j0, y, n);
+  });
+}
+
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t M, int64_t I) {
+  parallel_over_row_chunks(M, I, [&](int64_t r, int64_t j0, int64_t n) {
+    float g_buf[kChunk], u_buf[kChunk], dy_buf[kChunk], dg_buf[kChunk], du_buf[kChunk];
+    const T* row = inp + r * 2 * I + j0;
+    T* drow = dinp + r * 2 * I + j0;
+    const auto* g = read_row(row, n, g_buf);
+    const auto* u = read_row(row + I, n, u_buf);
+    const auto* dy = read_row(dout + r * I + j0, n, dy_buf);
+    float* dg = output_row(drow, dg_buf);
+    float* du = output_row(drow + I, du_buf);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) {
+      const float x = widen(g[j]), s = sigmoid(x);
+      du[j] = widen(dy[j]) * x * s;
+      dg[j] = widen(dy[j]) * widen(u[j]) * s * (1.0f + x * (1.0f - s));
+    }
+    store_row(drow, dg, n);
+    store_row(drow + I, du, n);
+  });
+}
+
+template void swiglu_forward<float>(float*, const float*, int64_t, int64_t);
+template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int64_t);
+template void swiglu_forward<f16>(f16*, const f16*, int64_t, int64_t);
+template void swiglu_backward<float>(float*, const float*, const float*, int64_t, int64_t);
+template void swiglu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t, int64_t);
+template void swiglu_backward<f16>(f16*, const f16*, const f16*, int64_t, int64_t);
 template void gelu_forward<float>(float*, const float*, int64_t);
 template void gelu_forward<bf16>(bf16*, const bf16*, int64_t);
 template void gelu_forward<f16>(f16*, const f16*, int64_t);

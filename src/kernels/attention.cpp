@@ -46,62 +46,70 @@ float scores(float* p, const float* q, const float* k, int64_t k_stride, int64_t
   return max;
 }
 
-void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
                  float* scratch) {
-  const int64_t hs = C / NH, C3 = 3 * C;
+  const int64_t hs = qkv_at.hs, C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < NH; ++h) {
       float* p = scratch + omp_get_thread_num() * f32_scratch_per_thread(T_len);
-      const float* head = qkv + b * T_len * C3 + h * hs;
-      const float *xq = head, *xk = head + C, *xv = head + 2 * C;  // rows C3 apart
+      const float* base = qkv + b * T_len * row;  // rows `row` apart
+      const float *xq = base + qkv_at.q(h), *xk = base + qkv_at.k(h), *xv = base + qkv_at.v(h);
       for (int64_t t = 0; t < T_len; ++t) {
-        const float max = scores(p, xq + t * C3, xk, C3, t, hs, scale);
+        const float max = scores(p, xq + t * row, xk, row, t, hs, scale);
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
         for (int64_t s = 0; s <= t; ++s) sum += p[s] = vexp(p[s] - max);
         float* o = out + (b * T_len + t) * C + h * hs;
         std::fill_n(o, hs, 0.0f);
-        for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] / sum, xv + s * C3, hs);
+        for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] / sum, xv + s * row, hs);
         lse[(b * NH + h) * T_len + t] = max + std::log(sum);
       }
     }
   }
 }
 
+// One task per (batch, key/value head): its query heads run in order, so dK and dV sum in a fixed order.
 void backward_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                  int64_t B, int64_t T_len, int64_t C, int64_t NH, float* scratch) {
-  const int64_t hs = C / NH, C3 = 3 * C;
+                  int64_t B, int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
+  const int64_t hs = qkv_at.hs, C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), group = NH / qkv_at.NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t g = 0; g < qkv_at.NKV; ++g) {
       float* p = scratch + omp_get_thread_num() * f32_scratch_per_thread(T_len);
       float* ds = p + T_len;
-      const float* head = qkv + b * T_len * C3 + h * hs;
-      const float *xq = head, *xk = head + C, *xv = head + 2 * C;
-      float* dhead = dqkv + b * T_len * C3 + h * hs;
-      float *gq = dhead, *gk = dhead + C, *gv = dhead + 2 * C;  // accumulated in place, rows C3 apart
+      const float* base = qkv + b * T_len * row;
+      float* dbase = dqkv + b * T_len * row;  // accumulated in place, rows `row` apart
+      const int64_t h0 = g * group;
+      const float *xk = base + qkv_at.k(h0), *xv = base + qkv_at.v(h0);
+      float *gk = dbase + qkv_at.k(h0), *gv = dbase + qkv_at.v(h0);
       for (int64_t t = 0; t < T_len; ++t) {
-        for (int64_t part = 0; part < 3; ++part) std::fill_n(dhead + t * C3 + part * C, hs, 0.0f);
+        std::fill_n(gk + t * row, hs, 0.0f);
+        std::fill_n(gv + t * row, hs, 0.0f);
+        std::fill_n(dbase + t * row + qkv_at.q(h0), group * hs, 0.0f);
       }
-      for (int64_t t = 0; t < T_len; ++t) {
-        const float* q = xq + t * C3;
-        const float* dy = dout + (b * T_len + t) * C + h * hs;
-        const float* y = out + (b * T_len + t) * C + h * hs;
-        const float row_lse = lse[(b * NH + h) * T_len + t];
-        scores(p, q, xk, C3, t, hs, scale);
-        // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t).
-        const float d = dot(dy, y, hs);
+      for (int64_t h = h0; h < h0 + group; ++h) {
+        const float* xq = base + qkv_at.q(h);
+        float* gq = dbase + qkv_at.q(h);
+        for (int64_t t = 0; t < T_len; ++t) {
+          const float* q = xq + t * row;
+          const float* dy = dout + (b * T_len + t) * C + h * hs;
+          const float* y = out + (b * T_len + t) * C + h * hs;
+          const float row_lse = lse[(b * NH + h) * T_len + t];
+          scores(p, q, xk, row, t, hs, scale);
+          // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t).
+          const float d = dot(dy, y, hs);
 #pragma omp simd
-        for (int64_t s = 0; s <= t; ++s) p[s] = vexp(p[s] - row_lse);
-        for (int64_t s = 0; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, xv + s * C3, hs) - d);
-        float* dq = gq + t * C3;
-        for (int64_t s = 0; s <= t; ++s) {
-          axpy(dq, ds[s], xk + s * C3, hs);
-          axpy(gk + s * C3, ds[s], q, hs);
-          axpy(gv + s * C3, p[s], dy, hs);
+          for (int64_t s = 0; s <= t; ++s) p[s] = vexp(p[s] - row_lse);
+          for (int64_t s = 0; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, xv + s * row, hs) - d);
+          float* dq = gq + t * row;
+          for (int64_t s = 0; s <= t; ++s) {
+            axpy(dq, ds[s], xk + s * row, hs);
+            axpy(gk + s * row, ds[s], q, hs);
+            axpy(gv + s * row, p[s], dy, hs);
+          }
         }
       }
     }
@@ -118,33 +126,37 @@ int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DTyp
 
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       float* scratch) {
+                       int64_t NKV, float* scratch) {
+  const QkvLayout qkv_at(C, NH, NKV);
   if constexpr (std::is_same_v<T, float>) {
-    forward_f32(out, lse, qkv, B, T_len, C, NH, scratch);
+    forward_f32(out, lse, qkv, B, T_len, qkv_at, scratch);
   } else {
-    attention16_forward(out, lse, qkv, B, T_len, C, NH, scratch);
+    attention16_forward(out, lse, qkv, B, T_len, qkv_at, scratch);
   }
 }
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, float* scratch) {
+                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch) {
+  const QkvLayout qkv_at(C, NH, NKV);
   if constexpr (std::is_same_v<T, float>) {
-    backward_f32(dqkv, dout, qkv, out, lse, B, T_len, C, NH, scratch);
+    backward_f32(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
   } else {
-    attention16_backward(dqkv, dout, qkv, out, lse, B, T_len, C, NH, scratch);
+    attention16_backward(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
   }
 }
 
 template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                       float*);
-template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int64_t, int64_t, float*);
-template void attention_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, int64_t, int64_t, float*);
+                                       int64_t, float*);
+template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                      float*);
+template void attention_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                     float*);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*,
-                                        int64_t, int64_t, int64_t, int64_t, float*);
+                                        int64_t, int64_t, int64_t, int64_t, int64_t, float*);
 template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t,
-                                       int64_t, int64_t, int64_t, float*);
+                                       int64_t, int64_t, int64_t, int64_t, float*);
 template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
-                                      int64_t, int64_t, int64_t, float*);
+                                      int64_t, int64_t, int64_t, int64_t, float*);
 
 }  // namespace mt::kernels

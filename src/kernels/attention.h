@@ -3,8 +3,12 @@
 // style). fp32 runs one query row at a time; bf16 and f16 run blocks of queries as matrix products
 // (attention_16bit.h), with bf16 probabilities and score gradients rounded to bf16 for the products.
 //
-// Layouts: qkv[B,T,3C] with q in columns [0,C), k in [C,2C), v in [2C,3C), head h at columns h*hs..(h+1)*hs
-// of each part (hs = C/NH); out[B,T,C] with heads side by side; lse[B,NH,T]. Scores are scaled by 1/sqrt(hs).
+// Grouped-query attention: NH query heads share NKV key/value heads (NKV divides NH), query head h reading
+// key/value head h / (NH / NKV); NKV = NH is ordinary multi-head attention.
+//
+// Layouts: qkv[B,T,C+2*KV] (C = NH*hs, KV = NKV*hs) with q in columns [0,C), k in [C,C+KV), v in
+// [C+KV,C+2*KV), head h at columns h*hs..(h+1)*hs of its part; out[B,T,C] with heads side by side;
+// lse[B,NH,T]. Scores are scaled by 1/sqrt(hs).
 #pragma once
 
 #include <cstdint>
@@ -22,15 +26,26 @@ namespace mt::kernels {
 // count ever changes.
 int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype);
 
+// Where a head's q, k and v start in a row of qkv.
+struct QkvLayout {
+  int64_t C, NH, NKV, hs;
+  QkvLayout(int64_t C_, int64_t NH_, int64_t NKV_) : C(C_), NH(NH_), NKV(NKV_), hs(C_ / NH_) {}
+  int64_t row() const { return C + 2 * NKV * hs; }
+  int64_t kv_head(int64_t h) const { return h / (NH / NKV); }
+  int64_t q(int64_t h) const { return h * hs; }
+  int64_t k(int64_t h) const { return C + kv_head(h) * hs; }
+  int64_t v(int64_t h) const { return C + (NKV + kv_head(h)) * hs; }
+};
+
 // T is the storage type (float, bf16 or f16); products accumulate in fp32, and softmax and lse are fp32.
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       float* scratch);
+                       int64_t NKV, float* scratch);
 
-// dqkv[B,T,3C] is overwritten. Each (batch, head) is reduced in a fixed order: the result does not depend on
-// the thread count.
+// dqkv is overwritten. Each (batch, key/value head) is one task that runs its query heads and queries in a
+// fixed order: the result does not depend on the thread count.
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, float* scratch);
+                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch);
 
 }  // namespace mt::kernels

@@ -5,8 +5,9 @@
 //             dQ = dS K; dK^T += Q^T dS; dV^T += dO^T P
 // bf16 operands go to the products as they are, with P and dS rounded to bf16 (as flash-attention
 // implementations do); f16 operands are widened to fp32 (these CPUs have no f16 products), so for f16, P and
-// dS stay fp32. dK and dV are summed transposed in fp32 over the query blocks, in order, and rounded into
-// dqkv once. One (batch, head) is one OpenMP task, so no result depends on the thread count.
+// dS stay fp32. dK and dV are summed transposed in fp32 over the query heads of their group and the query
+// blocks, in order, and rounded into dqkv once. One (batch, head) is one OpenMP task in the forward, one
+// (batch, key/value head) in the backward, so no result depends on the thread count.
 #include "kernels/attention_16bit.h"
 
 #include <omp.h>
@@ -281,11 +282,11 @@ int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype
 }
 
 template <typename T>
-void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
                          float* scratch) {
   using Lane = typename LaneFor<T>::type;
-  const Dims d = dims_for(T_len, C / NH, dtype_of<T>());
-  const int64_t C3 = 3 * C, per_thread = scratch_floats(d);
+  const Dims d = dims_for(T_len, qkv_at.hs, dtype_of<T>());
+  const int64_t C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), per_thread = scratch_floats(d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
   // Dynamic: when other processes hold a core, the other threads take its heads.
 #pragma omp parallel for collapse(2) schedule(dynamic)
@@ -293,12 +294,13 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
     for (int64_t h = 0; h < NH; ++h) {
       Carve carve(scratch + omp_get_thread_num() * per_thread);
       const Buffers<Lane> buf = carve_buffers<Lane>(carve, d);
-      const T* q = qkv + b * T_len * C3 + h * d.hs;  // rows C3 apart; k at q + C, v at q + 2C
-      transpose_lanes(buf.kt, d.tn, q + C, C3, T_len, d.hs, buf.staging);
-      pair_rows(buf.kv, d.hn, q + 2 * C, C3, T_len, d.hs);
+      const T* base = qkv + b * T_len * row;  // rows `row` apart
+      const T* q = base + qkv_at.q(h);
+      transpose_lanes(buf.kt, d.tn, base + qkv_at.k(h), row, T_len, d.hs, buf.staging);
+      pair_rows(buf.kv, d.hn, base + qkv_at.v(h), row, T_len, d.hs);
       for (int64_t i0 = 0; i0 < T_len; i0 += kBlock) {
         const int64_t M = std::min(kBlock, T_len - i0), n = i0 + M, n_lanes = ceil_div(n, d.pack);
-        for (int64_t r = 0; r < M; ++r) lanes_along(buf.qa + r * d.hl, q + (i0 + r) * C3, d.hs);
+        for (int64_t r = 0; r < M; ++r) lanes_along(buf.qa + r * d.hl, q + (i0 + r) * row, d.hs);
         tile_product(buf.s, d.tn, buf.qa, d.hl, buf.kt, d.tn, M, n, d.hl, false, Causal::columns, i0);
         for (int64_t r = 0; r < M; ++r) {
           const int64_t t = i0 + r;
@@ -316,69 +318,77 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
   }
 }
 
+// One task per (batch, key/value head): K and V are packed once for the group's query heads, which add into
+// the same dK and dV sums in order.
 template <typename T>
 void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                          int64_t T_len, int64_t C, int64_t NH, float* scratch) {
+                          int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
   using Lane = typename LaneFor<T>::type;
-  const Dims d = dims_for(T_len, C / NH, dtype_of<T>());
-  const int64_t C3 = 3 * C, hs = d.hs, per_thread = scratch_floats(d);
+  const Dims d = dims_for(T_len, qkv_at.hs, dtype_of<T>());
+  const int64_t C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), group = NH / qkv_at.NKV;
+  const int64_t hs = d.hs, per_thread = scratch_floats(d);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2) schedule(dynamic)
   for (int64_t b = 0; b < B; ++b) {
-    for (int64_t h = 0; h < NH; ++h) {
+    for (int64_t g = 0; g < qkv_at.NKV; ++g) {
       Carve carve(scratch + omp_get_thread_num() * per_thread);
       const Buffers<Lane> buf = carve_buffers<Lane>(carve, d);
-      const T* q = qkv + b * T_len * C3 + h * hs;
-      T* dq = dqkv + b * T_len * C3 + h * hs;
-      transpose_lanes(buf.kt, d.tn, q + C, C3, T_len, hs, buf.staging);
-      transpose_lanes(buf.vt, d.tn, q + 2 * C, C3, T_len, hs, buf.staging);
-      pair_rows(buf.kv, d.hn, q + C, C3, T_len, hs);
+      const T* base = qkv + b * T_len * row;
+      T* dbase = dqkv + b * T_len * row;
+      const int64_t h0 = g * group;
+      transpose_lanes(buf.kt, d.tn, base + qkv_at.k(h0), row, T_len, hs, buf.staging);
+      transpose_lanes(buf.vt, d.tn, base + qkv_at.v(h0), row, T_len, hs, buf.staging);
+      pair_rows(buf.kv, d.hn, base + qkv_at.k(h0), row, T_len, hs);
       std::fill_n(buf.dkt, hs * d.tn, 0.0f);
       std::fill_n(buf.dvt, hs * d.tn, 0.0f);
-      for (int64_t i0 = 0; i0 < T_len; i0 += kBlock) {
-        const int64_t M = std::min(kBlock, T_len - i0), n = i0 + M;
-        const int64_t n_lanes = ceil_div(n, d.pack), m_lanes = ceil_div(M, d.pack);
-        const T* dy = dout + (b * T_len + i0) * C + h * hs;  // rows C apart, as y
-        const T* y = out + (b * T_len + i0) * C + h * hs;
-        for (int64_t r = 0; r < M; ++r) {
-          lanes_along(buf.qa + r * d.hl, q + (i0 + r) * C3, hs);
-          lanes_along(buf.da + r * d.hl, dy + r * C, hs);
-          // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t) = D.
-          widen_n(buf.tmp, dy + r * C, hs);
-          widen_n(buf.tmp + hs, y + r * C, hs);
-          buf.D[r] = dot(buf.tmp, buf.tmp + hs, hs);
+      for (int64_t h = h0; h < h0 + group; ++h) {
+        const T* q = base + qkv_at.q(h);
+        T* dq = dbase + qkv_at.q(h);
+        for (int64_t i0 = 0; i0 < T_len; i0 += kBlock) {
+          const int64_t M = std::min(kBlock, T_len - i0), n = i0 + M;
+          const int64_t n_lanes = ceil_div(n, d.pack), m_lanes = ceil_div(M, d.pack);
+          const T* dy = dout + (b * T_len + i0) * C + h * hs;  // rows C apart, as y
+          const T* y = out + (b * T_len + i0) * C + h * hs;
+          for (int64_t r = 0; r < M; ++r) {
+            lanes_along(buf.qa + r * d.hl, q + (i0 + r) * row, hs);
+            lanes_along(buf.da + r * d.hl, dy + r * C, hs);
+            // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t) = D.
+            widen_n(buf.tmp, dy + r * C, hs);
+            widen_n(buf.tmp + hs, y + r * C, hs);
+            buf.D[r] = dot(buf.tmp, buf.tmp + hs, hs);
+          }
+          transpose_pairs(buf.qt, d.bl, q + i0 * row, row, M, hs, buf.staging);
+          transpose_pairs(buf.dt, d.bl, dy, C, M, hs, buf.staging);
+          tile_product(buf.s, d.tn, buf.qa, d.hl, buf.kt, d.tn, M, n, d.hl, false, Causal::columns, i0);
+          tile_product(buf.dp, d.tn, buf.da, d.hl, buf.vt, d.tn, M, n, d.hl, false, Causal::columns, i0);
+          // P and dS in fp32, zero past the diagonal up to whole vectors: the dK^T and dV^T products read
+          // them (by query pairs) as B, a vector at a time.
+          const int64_t width = round_up(n, kVec);
+          for (int64_t r = 0; r < M; ++r) {
+            dsoftmax_row(buf.s + r * d.tn, buf.dp + r * d.tn, i0 + r, lse[(b * NH + h) * T_len + i0 + r],
+                         buf.D[r], scale, width);
+            lanes_along(buf.rows + r * d.tl, buf.dp + r * d.tn, n_lanes * d.pack);
+          }
+          pair_rows(buf.pi, d.tn, buf.s, d.tn, M, width);
+          pair_rows(buf.si, d.tn, buf.dp, d.tn, M, width);
+          tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, hs, n_lanes, false, Causal::depth, i0);
+          for (int64_t r = 0; r < M; ++r) narrow_n(dq + (i0 + r) * row, buf.o + r * d.hn, hs);
+          tile_product(buf.dkt, d.tn, buf.qt, d.bl, buf.si, d.tn, hs, n, m_lanes, true);
+          tile_product(buf.dvt, d.tn, buf.dt, d.bl, buf.pi, d.tn, hs, n, m_lanes, true);
         }
-        transpose_pairs(buf.qt, d.bl, q + i0 * C3, C3, M, hs, buf.staging);
-        transpose_pairs(buf.dt, d.bl, dy, C, M, hs, buf.staging);
-        tile_product(buf.s, d.tn, buf.qa, d.hl, buf.kt, d.tn, M, n, d.hl, false, Causal::columns, i0);
-        tile_product(buf.dp, d.tn, buf.da, d.hl, buf.vt, d.tn, M, n, d.hl, false, Causal::columns, i0);
-        // P and dS in fp32, zero past the diagonal up to whole vectors: the dK^T and dV^T products read
-        // them (by query pairs) as B, a vector at a time.
-        const int64_t width = round_up(n, kVec);
-        for (int64_t r = 0; r < M; ++r) {
-          dsoftmax_row(buf.s + r * d.tn, buf.dp + r * d.tn, i0 + r, lse[(b * NH + h) * T_len + i0 + r],
-                       buf.D[r], scale, width);
-          lanes_along(buf.rows + r * d.tl, buf.dp + r * d.tn, n_lanes * d.pack);
-        }
-        pair_rows(buf.pi, d.tn, buf.s, d.tn, M, width);
-        pair_rows(buf.si, d.tn, buf.dp, d.tn, M, width);
-        tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, hs, n_lanes, false, Causal::depth, i0);
-        for (int64_t r = 0; r < M; ++r) narrow_n(dq + (i0 + r) * C3, buf.o + r * d.hn, hs);
-        tile_product(buf.dkt, d.tn, buf.qt, d.bl, buf.si, d.tn, hs, n, m_lanes, true);
-        tile_product(buf.dvt, d.tn, buf.dt, d.bl, buf.pi, d.tn, hs, n, m_lanes, true);
       }
-      store_transposed(dq + C, C3, buf.dkt, d.tn, T_len, hs, buf.staging);
-      store_transposed(dq + 2 * C, C3, buf.dvt, d.tn, T_len, hs, buf.staging);
+      store_transposed(dbase + qkv_at.k(h0), row, buf.dkt, d.tn, T_len, hs, buf.staging);
+      store_transposed(dbase + qkv_at.v(h0), row, buf.dvt, d.tn, T_len, hs, buf.staging);
     }
   }
 }
 
-template void attention16_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int64_t, int64_t,
+template void attention16_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, const QkvLayout&,
                                         float*);
-template void attention16_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, int64_t, int64_t, float*);
+template void attention16_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, const QkvLayout&, float*);
 template void attention16_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t,
-                                         int64_t, int64_t, int64_t, float*);
+                                         int64_t, const QkvLayout&, float*);
 template void attention16_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
-                                        int64_t, int64_t, int64_t, float*);
+                                        int64_t, const QkvLayout&, float*);
 
 }  // namespace mt::kernels

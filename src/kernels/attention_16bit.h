@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "kernels/attention.h"
 
 namespace mt::kernels {
 
@@ -13,11 +14,11 @@ namespace mt::kernels {
 int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype);
 
 template <typename T>
-void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
                          float* scratch);
 
 template <typename T>
 void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                          int64_t T_len, int64_t C, int64_t NH, float* scratch);
+                          int64_t T_len, const QkvLayout& qkv_at, float* scratch);
 
 }  // namespace mt::kernels

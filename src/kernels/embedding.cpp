@@ -42,8 +42,12 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
 #pragma omp parallel for
   for (int64_t bt = 0; bt < B * T_len; ++bt) {
     const T* tok = wte + static_cast<int64_t>(tokens[bt]) * C;
-    const T* pos = wpe + (bt % T_len) * C;
     T* y = out + bt * C;
+    if (!wpe) {
+      std::copy_n(tok, C, y);
+      continue;
+    }
+    const T* pos = wpe + (bt % T_len) * C;
 #pragma omp simd
     for (int64_t j = 0; j < C; ++j) y[j] = narrow<T>(widen(tok[j]) + widen(pos[j]));
   }
@@ -59,19 +63,19 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
       for (int64_t bt = 0; bt < BT; ++bt) {
         const T* dy = dout + bt * C;
         float* tok = dwte + static_cast<int64_t>(tokens[bt]) * C;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j) tok[j] += widen(dy[j]);
+        if (!dwpe) continue;
         float* pos = dwpe + (bt % T_len) * C;
 #pragma omp simd
-        for (int64_t j = j0; j < j1; ++j) {
-          tok[j] += widen(dy[j]);
-          pos[j] += widen(dy[j]);
-        }
+        for (int64_t j = j0; j < j1; ++j) pos[j] += widen(dy[j]);
       }
     });
   } else {
     // A 16-bit gradient rounded per add would drop the small contributions of frequent tokens, so each row
     // is owned by one task, which sums its contributions in fp32 and rounds once.
 #pragma omp parallel for
-    for (int64_t t = 0; t < T_len; ++t) {
+    for (int64_t t = 0; t < (dwpe ? T_len : 0); ++t) {
       add_rows(dwpe + t * C, dout, C, t, BT, T_len, [](int64_t) { return true; });
     }
     // The first occurrence of a token owns its row. Tasks get costlier with bt (the search for an earlier

@@ -1,4 +1,4 @@
-// Token + learned position embedding.
+// Token embedding, plus a learned position embedding (GPT-2) when wpe is given (LLaMA has none: null).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
-// LayerNorm: rows are independent in forward; backward computes the input gradient row by row and the
-// parameter gradients column block by column block, so their sums run over rows in a fixed order.
-// Every storage type loads into fp32 and rounds once per stored value.
+// LayerNorm and RMSNorm: rows are independent in forward; backward computes the input gradient row by row and
+// the parameter gradients column block by column block, so their sums run over rows in a fixed order. Every
+// storage type loads into fp32 and rounds once per stored value.
 #include "kernels/layernorm.h"
 
 #include <algorithm>
@@ -23,11 +23,10 @@ int64_t chunk_columns(int64_t C) {
   return std::is_same_v<T, float> ? C : kChunk;
 }
 
-}  // namespace
-
-template <typename T>
-void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
-                       int64_t N, int64_t C, float eps) {
+// LayerNorm when kCentered, else RMSNorm: the same normalisation without the mean (taken as 0) or a bias.
+template <bool kCentered, typename T>
+void norm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias, int64_t N,
+                  int64_t C, float eps) {
   const int64_t chunk = chunk_columns<T>(C);
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
@@ -35,13 +34,13 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
     T* y = out + i * C;
     float x_buf[kChunk], w_buf[kChunk], b_buf[kChunk], y_buf[kChunk];
     float sum = 0;
-    for (int64_t j0 = 0; j0 < C; j0 += chunk) {
+    for (int64_t j0 = 0; kCentered && j0 < C; j0 += chunk) {
       const int64_t n = std::min(chunk, C - j0);
       const auto* xc = read_row(x + j0, n, x_buf);
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < n; ++j) sum += widen(xc[j]);
     }
-    const float m = sum / C;
+    const float m = sum / C;  // 0 for RMSNorm
     // Two passes: the variance of centered values does not cancel when the mean is large.
     float sq = 0;
     for (int64_t j0 = 0; j0 < C; j0 += chunk) {
@@ -55,29 +54,35 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
       const int64_t n = std::min(chunk, C - j0);
       const auto* xc = read_row(x + j0, n, x_buf);
       const auto* wc = read_row(weight + j0, n, w_buf);
-      const auto* bc = read_row(bias + j0, n, b_buf);
       float* yc = output_row(y + j0, y_buf);
+      if constexpr (kCentered) {
+        const auto* bc = read_row(bias + j0, n, b_buf);
 #pragma omp simd
-      for (int64_t j = 0; j < n; ++j) yc[j] = (widen(xc[j]) - m) * s * widen(wc[j]) + widen(bc[j]);
+        for (int64_t j = 0; j < n; ++j) yc[j] = (widen(xc[j]) - m) * s * widen(wc[j]) + widen(bc[j]);
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < n; ++j) yc[j] = widen(xc[j]) * s * widen(wc[j]);
+      }
       store_row(y + j0, yc, n);
     }
-    mean[i] = m;
+    if (kCentered) mean[i] = m;
     rstd[i] = s;
   }
 }
 
-template <typename T, typename G>
-void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
-                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+template <bool kCentered, typename T, typename G>
+void norm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                   const float* mean, const float* rstd, int64_t N, int64_t C) {
   const int64_t chunk = chunk_columns<T>(C);
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     const T* x = inp + i * C;
     const T* dy = dout + i * C;
     T* dx = dinp + i * C;
-    const float m = mean[i], s = rstd[i];
+    const float m = kCentered ? mean[i] : 0.0f, s = rstd[i];
     float x_buf[kChunk], dy_buf[kChunk], w_buf[kChunk], dx_buf[kChunk];
-    // dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with dnorm = dy * weight.
+    // dx = s * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), with dnorm = dy * weight; RMSNorm has no
+    // mean(dnorm) term.
     float dnorm_sum = 0, dnorm_norm_sum = 0;
     for (int64_t j0 = 0; j0 < C; j0 += chunk) {
       const int64_t n = std::min(chunk, C - j0);
@@ -91,7 +96,7 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
         dnorm_norm_sum += dnorm * (widen(xc[j]) - m) * s;
       }
     }
-    const float dnorm_mean = dnorm_sum / C, dnorm_norm_mean = dnorm_norm_sum / C;
+    const float dnorm_mean = kCentered ? dnorm_sum / C : 0.0f, dnorm_norm_mean = dnorm_norm_sum / C;
     for (int64_t j0 = 0; j0 < C; j0 += chunk) {
       const int64_t n = std::min(chunk, C - j0);
       const auto* xc = read_row(x + j0, n, x_buf);
@@ -113,7 +118,7 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
     for (int64_t i = 0; i < N; ++i) {
       const auto* x = read_row(inp + i * C + j0, n, x_buf);
       const auto* dy = read_row(dout + i * C + j0, n, dy_buf);
-      const float m = mean[i], s = rstd[i];
+      const float m = kCentered ? mean[i] : 0.0f, s = rstd[i];
 #pragma omp simd
       for (int64_t j = 0; j < n; ++j) {
         dw[j] += widen(dy[j]) * (widen(x[j]) - m) * s;
@@ -123,11 +128,47 @@ void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* i
     // One rounding per call: a 16-bit gradient would lose most row contributions if rounded per row.
     for (int64_t j = 0; j < n; ++j) {
       dweight[j0 + j] = narrow<G>(widen(dweight[j0 + j]) + dw[j]);
-      dbias[j0 + j] = narrow<G>(widen(dbias[j0 + j]) + db[j]);
+      if (kCentered) dbias[j0 + j] = narrow<G>(widen(dbias[j0 + j]) + db[j]);
     }
   });
 }
 
+}  // namespace
+
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t N, int64_t C, float eps) {
+  norm_forward<true>(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+template <typename T, typename G>
+void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+  norm_backward<true>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C, float eps) {
+  norm_forward<false>(out, nullptr, rstd, inp, weight, static_cast<const T*>(nullptr), N, C, eps);
+}
+
+template <typename T, typename G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+                      int64_t N, int64_t C) {
+  norm_backward<false>(dinp, dweight, static_cast<G*>(nullptr), dout, inp, weight, nullptr, rstd, N, C);
+}
+
+template void rmsnorm_backward<float, float>(float*, float*, const float*, const float*, const float*,
+                                             const float*, int64_t, int64_t);
+template void rmsnorm_backward<bf16, float>(bf16*, float*, const bf16*, const bf16*, const bf16*,
+                                            const float*, int64_t, int64_t);
+template void rmsnorm_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                           int64_t, int64_t);
+template void rmsnorm_backward<f16, float>(f16*, float*, const f16*, const f16*, const f16*, const float*,
+                                           int64_t, int64_t);
+template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, float);
+template void rmsnorm_forward<bf16>(bf16*, float*, const bf16*, const bf16*, int64_t, int64_t, float);
+template void rmsnorm_forward<f16>(f16*, float*, const f16*, const f16*, int64_t, int64_t, float);
 template void layernorm_forward<float>(float*, float*, float*, const float*, const float*, const float*,
                                        int64_t, int64_t, float);
 template void layernorm_forward<bf16>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*, int64_t,

@@ -1,4 +1,5 @@
-// LayerNorm over the last dimension (C) of N rows, with the per-row statistics saved for backward.
+// LayerNorm and RMSNorm over the last dimension (C) of N rows, with the per-row statistics saved for
+// backward.
 #pragma once
 
 #include <cstdint>
@@ -19,5 +20,14 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
 template <typename T, typename G>
 void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int64_t N, int64_t C);
+
+// RMSNorm (LLaMA): out = inp * rstd * weight, rstd = 1 / sqrt(mean(inp^2) + eps), saved in rstd[N].
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C, float eps);
+
+// dinp += d(loss)/d(inp); dweight += ...: accumulating and thread-count independent, as layernorm_backward.
+template <typename T, typename G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+                      int64_t N, int64_t C);
 
 }  // namespace mt::kernels

@@ -219,7 +219,8 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In*
 
 template <>
 void linear_forward<float>(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
-                           int64_t n_in, int64_t n_out, bool accumulate, float* scratch) {
+                           int64_t n_in, int64_t n_out, bool accumulate, float* scratch,
+                           WeightLayout layout) {
   // The bias goes in first, so the product can land on it with beta = 1.
   if (bias) {
 #pragma omp parallel for
@@ -234,23 +235,30 @@ void linear_forward<float>(float* out, const float* inp, const float* weight, co
     }
   }
   const float beta = (bias || accumulate) ? 1.0f : 0.0f;
-  gemm(false, false, M, n_out, n_in, inp, n_in, weight, n_out, beta, out, n_out, scratch);
+  const bool out_in = layout == WeightLayout::out_in;
+  gemm(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, beta, out, n_out, scratch);
 }
 
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
-                    int64_t n_out, bool accumulate, float* scratch) {
-  matmul16(false, false, M, n_out, n_in, inp, n_in, weight, n_out, bias, accumulate, out, n_out, scratch);
+                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::out_in;
+  matmul16(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias, accumulate, out,
+           n_out, scratch);
 }
 
 template <typename T, typename G>
 void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
-                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch) {
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::out_in;
   if (dinp) {
-    gemm(false, true, M, n_in, n_out, dout, n_out, weight, n_out, accumulate_dinp ? 1.0f : 0.0f, dinp, n_in,
-         scratch);
+    gemm(false, !out_in, M, n_in, n_out, dout, n_out, weight, out_in ? n_in : n_out,
+         accumulate_dinp ? 1.0f : 0.0f, dinp, n_in, scratch);
   }
-  gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
+  if (out_in)
+    gemm(true, false, n_out, n_in, M, dout, n_out, inp, n_in, 1.0f, dweight, n_in, scratch);
+  else
+    gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
   if (dbias) add_column_sums(dbias, dout, M, n_out);
 }
 
@@ -263,16 +271,16 @@ template void gemm<f16, float>(bool, bool, int64_t, int64_t, int64_t, const f16*
 template void gemm<f16, f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t,
                              float, f16*, int64_t, float*);
 template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
-                                   bool, float*);
+                                   bool, float*, WeightLayout);
 template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int64_t, int64_t, int64_t, bool,
-                                  float*);
+                                  float*, WeightLayout);
 template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
-                                            int64_t, int64_t, int64_t, bool, float*);
+                                            int64_t, int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<bf16, float>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
-                                           int64_t, int64_t, int64_t, bool, float*);
+                                           int64_t, int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<bf16, bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
-                                          int64_t, int64_t, bool, float*);
+                                          int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<f16, float>(f16*, float*, float*, const f16*, const f16*, const f16*, int64_t,
-                                          int64_t, int64_t, bool, float*);
+                                          int64_t, int64_t, bool, float*, WeightLayout);
 
 }  // namespace mt::kernels

@@ -1,6 +1,7 @@
 #include "memory/offloaded_state.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,12 +47,16 @@ OffloadedOptimizerState::OffloadedOptimizerState(const Plan& plan, float* master
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail_data("--offload-path " + dir + ": not an existing directory");
   file_ = dir + "/memtrain-optimizer.rank" + std::to_string(plan.sharding.rank) + ".bin";
-  fd_ = open(file_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd_ < 0)
-    fail_data("--offload-path " + dir + ": cannot create " + file_ + ": " + std::strerror(errno) +
-              (errno == EEXIST ? " (another run uses this path, or a killed one left it: remove it)" : ""));
-  // A sparse file reads as zeros: the moments' initial values.
-  if (ftruncate(fd_, plan.offloaded_bytes) != 0) {
+  fd_ = open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd_ < 0) fail_data("--offload-path " + dir + ": cannot create " + file_ + ": " + std::strerror(errno));
+  // The lock tells a live run's file from one a killed run left behind (the kernel drops a dead process's
+  // locks): the first is refused, the second taken over.
+  if (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    close(fd_);
+    fail_data("--offload-path " + dir + ": " + file_ + " is in use by another run");
+  }
+  // Emptied, then sized as a sparse file, which reads as zeros: the moments' initial values.
+  if (ftruncate(fd_, 0) != 0 || ftruncate(fd_, plan.offloaded_bytes) != 0) {
     const int err = errno;
     close(fd_);
     unlink(file_.c_str());
@@ -77,7 +82,7 @@ void OffloadedOptimizerState::transfer(Direction direction, StateAccess access, 
   const StateWindow w = window(begin, end, slot);
   const bool write = direction == Direction::write;
   if (master_) move_all(fd_, write, reinterpret_cast<char*>(w.master), n * 4, local * 4, file_);
-  if (access != StateAccess::update) return;
+  if (access == StateAccess::read_master || access == StateAccess::write_master) return;
   const int64_t moments = shard * moment_size_;
   move_all(fd_, write, static_cast<char*>(w.m), n * moment_size_, master_bytes + local * moment_size_, file_);
   move_all(fd_, write, static_cast<char*>(w.v), n * moment_size_,
@@ -87,7 +92,8 @@ void OffloadedOptimizerState::transfer(Direction direction, StateAccess access, 
 void OffloadedOptimizerState::visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) {
   check_in_shard(plan_, begin, end);
   if (begin >= end) return;
-  const bool reads = access != StateAccess::write_master, writes = access != StateAccess::read_master;
+  const bool reads = access != StateAccess::write_master && access != StateAccess::write_all;
+  const bool writes = access != StateAccess::read_master && access != StateAccess::read_all;
   const int64_t chunk = plan_.offload.chunk_elems, count = (end - begin + chunk - 1) / chunk;
   const auto chunk_begin = [&](int64_t i) { return begin + i * chunk; };
   const auto chunk_end = [&](int64_t i) { return std::min(end, begin + (i + 1) * chunk); };

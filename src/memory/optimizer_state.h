@@ -25,6 +25,8 @@ enum class StateAccess {
   read_master,   // saving, rounding into the weights
   write_master,  // initialisation, loading: every master value of the range is overwritten
   update,        // the optimizer step: master weights and moments read and written
+  read_all,      // saving a checkpoint: master weights and moments read, nothing written back
+  write_all,     // loading a checkpoint: master weights and moments overwritten, nothing read
 };
 
 class OptimizerState {

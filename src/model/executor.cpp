@@ -13,6 +13,7 @@
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
 #include "kernels/matmul.h"
+#include "kernels/rope.h"
 
 namespace mt {
 
@@ -117,6 +118,17 @@ void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, doubl
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
 }
 
+Executor::LinearShape Executor::linear_shape(const Op& op) const {
+  const TensorDesc& w = graph_.table[op.weight];
+  const int64_t in = w.shape[op.weight_out_in ? 1 : 0], out = w.shape[op.weight_out_in ? 0 : 1];
+  return {graph_.table[op.inp].numel() / in, in, out,
+          op.weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
+}
+
+kernels::QkvLayout Executor::qkv_layout() const {
+  return {spec_.n_embd, spec_.n_head, spec_.n_kv_head};
+}
+
 template <typename T, typename G>
 void Executor::run(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
@@ -125,7 +137,7 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
   switch (op.kind) {
     case OpKind::embedding: {
       const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_forward(m.as<T>(op.out), m.i32(op.labels), m.as<T>(op.weight), m.as<T>(op.bias),
+      kernels::embedding_forward(m.as<T>(op.out), m.i32(op.labels), m.as<T>(op.weight), optional<T>(op.bias),
                                  tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }
@@ -135,23 +147,39 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
                                  m.as<T>(op.weight), m.as<T>(op.bias), N, C, spec_.ln_eps);
       return;
     }
+    case OpKind::rmsnorm: {
+      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
+      kernels::rmsnorm_forward(m.as<T>(op.out), m.f32(op.stat1), m.as<T>(op.inp), m.as<T>(op.weight), N, C,
+                               spec_.ln_eps);
+      return;
+    }
     case OpKind::linear: {
-      const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
-      const int64_t M = table[op.inp].numel() / in;
+      const LinearShape s = linear_shape(op);
       if (op.residual >= 0) std::memcpy(m.data(op.out), m.data(op.residual), table[op.out].bytes());
-      kernels::linear_forward(m.as<T>(op.out), m.as<T>(op.inp), m.as<T>(op.weight), m.as<T>(op.bias), M, in,
-                              out, op.residual >= 0, mm);
+      kernels::linear_forward(m.as<T>(op.out), m.as<T>(op.inp), m.as<T>(op.weight), optional<T>(op.bias), s.M,
+                              s.in, s.out, op.residual >= 0, mm, s.layout);
+      return;
+    }
+    case OpKind::rope: {
+      const TensorDesc& qkv = table[op.out];
+      kernels::rope_forward(m.as<T>(op.out), qkv.shape[0], qkv.shape[1], qkv_layout(), spec_.rope_theta);
       return;
     }
     case OpKind::attention: {
       const TensorDesc& qkv = table[op.inp];
       kernels::attention_forward(m.as<T>(op.out), m.f32(op.stat0), m.as<T>(op.inp), qkv.shape[0],
-                                 qkv.shape[1], qkv.shape[2] / 3, table[op.stat0].shape[1], m.f32(op.scratch));
+                                 qkv.shape[1], spec_.n_embd, spec_.n_head, spec_.n_kv_head,
+                                 m.f32(op.scratch));
       return;
     }
     case OpKind::gelu:
       kernels::gelu_forward(m.as<T>(op.out), m.as<T>(op.inp), table[op.inp].numel());
       return;
+    case OpKind::swiglu: {
+      const int64_t I = table[op.out].shape[2];
+      kernels::swiglu_forward(m.as<T>(op.out), m.as<T>(op.inp), table[op.out].numel() / I, I);
+      return;
+    }
     case OpKind::lm_head_loss:
       lm_head_loss<T, G>(op, training, grad_scale, loss_sum);
       return;
@@ -165,26 +193,43 @@ void Executor::run(const Op& op, bool training, float grad_scale, double& loss_s
                                   m.f32(op.stat1), N, C);
       return;
     }
+    case OpKind::rmsnorm_backward: {
+      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
+      kernels::rmsnorm_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.as<T>(op.dout), m.as<T>(op.inp),
+                                m.as<T>(op.weight), m.f32(op.stat1), N, C);
+      return;
+    }
     case OpKind::linear_backward: {
-      const int64_t in = table[op.weight].shape[0], out = table[op.weight].shape[1];
-      const int64_t M = table[op.inp].numel() / in;
-      kernels::linear_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.grad<G>(op.bias), m.as<T>(op.dout),
-                               m.as<T>(op.inp), m.as<T>(op.weight), M, in, out, op.accumulate, mm);
+      const LinearShape s = linear_shape(op);
+      kernels::linear_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), optional_grad<G>(op.bias),
+                               m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.weight), s.M, s.in, s.out,
+                               op.accumulate, mm, s.layout);
+      return;
+    }
+    case OpKind::rope_backward: {
+      const TensorDesc& dqkv = table[op.dinp];
+      kernels::rope_backward(m.as<T>(op.dinp), dqkv.shape[0], dqkv.shape[1], qkv_layout(), spec_.rope_theta);
       return;
     }
     case OpKind::attention_backward: {
       const TensorDesc& qkv = table[op.inp];
       kernels::attention_backward(m.as<T>(op.dinp), m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.out),
-                                  m.f32(op.stat0), qkv.shape[0], qkv.shape[1], qkv.shape[2] / 3,
-                                  table[op.stat0].shape[1], m.f32(op.scratch));
+                                  m.f32(op.stat0), qkv.shape[0], qkv.shape[1], spec_.n_embd, spec_.n_head,
+                                  spec_.n_kv_head, m.f32(op.scratch));
       return;
     }
     case OpKind::gelu_backward:
       kernels::gelu_backward(m.as<T>(op.dinp), m.as<T>(op.inp), m.as<T>(op.dout), table[op.inp].numel());
       return;
+    case OpKind::swiglu_backward: {
+      const int64_t I = table[op.dout].shape[2];
+      kernels::swiglu_backward(m.as<T>(op.dinp), m.as<T>(op.inp), m.as<T>(op.dout),
+                               table[op.dout].numel() / I, I);
+      return;
+    }
     case OpKind::embedding_backward: {
       const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_backward(m.grad<G>(op.weight), m.grad<G>(op.bias), m.as<T>(op.dout),
+      kernels::embedding_backward(m.grad<G>(op.weight), optional_grad<G>(op.bias), m.as<T>(op.dout),
                                   m.i32(op.labels), tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
 #include "memory/allocation.h"
 #include "model/graph.h"
 #include "model/spec.h"
@@ -57,6 +59,22 @@ class Executor {
   void lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum);
   template <typename T>
   void logits(const Op& head, float* out);
+
+  struct LinearShape {
+    int64_t M, in, out;
+    kernels::WeightLayout layout;
+  };
+  LinearShape linear_shape(const Op& op) const;
+  kernels::QkvLayout qkv_layout() const;
+  // A tensor of an optional operand slot (bias, position embedding), or its gradient: null when unset.
+  template <typename T>
+  T* optional(int id) const {
+    return id >= 0 ? memory_.as<T>(id) : nullptr;
+  }
+  template <typename G>
+  G* optional_grad(int id) const {
+    return id >= 0 ? memory_.grad<G>(id) : nullptr;
+  }
 
   const ModelSpec& spec_;
   const Graph& graph_;

@@ -10,17 +10,23 @@
 namespace mt {
 
 enum class OpKind {
-  embedding,           // out = wte[tokens] + wpe
+  embedding,           // out = wte[tokens] (weight) + wpe (bias, when set)
   layernorm,           // out, stat0 = mean, stat1 = rstd  <-  inp, weight, bias
-  linear,              // out = inp @ weight + bias (+ residual when set)
+  rmsnorm,             // out, stat1 = rstd  <-  inp, weight
+  linear,              // out = inp @ weight + bias (+ residual when set); weight [out, in] when weight_out_in
+  rope,                // out (qkv): q and k rotated in place
   attention,           // out, stat0 = lse  <-  inp (qkv), scratch
   gelu,                // out = gelu(inp)
+  swiglu,              // out = silu(gate) * up  <-  inp = [gate | up]
   lm_head_loss,        // losses of inp @ weight^T against labels; training: dinp and weight grad too
   layernorm_backward,  // dinp += ..., grads of weight and bias  <-  dout, inp, weight, stat0, stat1
+  rmsnorm_backward,    // dinp += ..., grad of weight  <-  dout, inp, weight, stat1
   linear_backward,     // dinp (=, or += with accumulate) and grads  <-  dout, inp, weight
+  rope_backward,       // dinp (dqkv): dq and dk rotated back in place
   attention_backward,  // dinp (dqkv)  <-  dout, inp (qkv), out, stat0, scratch
   gelu_backward,       // dinp = dout * gelu'(inp), in place when dinp == dout
-  embedding_backward,  // grads of wte, wpe  <-  dout
+  swiglu_backward,     // dinp = [dgate | dup]  <-  dout, inp
+  embedding_backward,  // grads of wte (weight) and wpe (bias, when set)  <-  dout
   zero,                // out = 0 (a gradient that backward ops accumulate into)
 };
 
@@ -38,6 +44,7 @@ struct Op {
   int matmul_scratch = -1;  // ops with matrix products, when the compute dtype needs conversion tiles
   int labels = -1;          // token ids: the embedding's input tokens, the loss's targets
   bool accumulate = false;
+  bool weight_out_in = false;  // linear: weight stored [out, in] (torch.nn.Linear) rather than [in, out]
 
   std::vector<int> operands() const;
 };

@@ -1,9 +1,9 @@
 // Activation recompute (Megatron's flags): which activations a layer keeps from its forward for its backward,
 // and which it drops and recomputes just before they are needed.
-//   selective: every layer recomputes its cheap elementwise outputs: the two LayerNorm outputs (and their
-//     statistics) and the GELU output. It keeps the products' and attention's outputs (qkv, attention out,
-//     the residual after attention, the MLP pre-activation) and the layer input, which cost a matrix
-//     product or an attention pass to remake.
+//   selective: every layer recomputes its cheap elementwise outputs: the two LayerNorm (LLaMA: RMSNorm)
+//     outputs (and their statistics) and the GELU (SwiGLU) output. It keeps the products' and attention's
+//     outputs (qkv, attention out, the residual after attention, the MLP pre-activation) and the layer input,
+//     which cost a matrix product or an attention pass to remake.
 //   full + uniform N: layers in groups of N; each group keeps only its input and reruns the whole forward of
 //     the group before the group's backward.
 //   full + block N: the first N layers each keep only their input and rerun their forward; the rest keep all.

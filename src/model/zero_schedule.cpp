@@ -10,7 +10,8 @@ namespace {
 
 bool writes_gradients(OpKind kind) {
   return kind == OpKind::lm_head_loss || kind == OpKind::layernorm_backward ||
-         kind == OpKind::linear_backward || kind == OpKind::embedding_backward;
+         kind == OpKind::rmsnorm_backward || kind == OpKind::linear_backward ||
+         kind == OpKind::embedding_backward;
 }
 
 // The block of the parameters an op reads, or -1 when it reads none.

@@ -47,6 +47,8 @@ class AdamW {
       const TensorTable& table, Allocation& memory, float lr, float loss_scale,
       const GlobalSum& global_sum = [](double local) { return local; });
   int64_t updates_taken() const { return updates_; }
+  // A checkpoint's count (it seeds the bias corrections and the stochastic rounding of the next update).
+  void restore_updates_taken(int64_t updates) { updates_ = updates; }
 
  private:
   template <typename P, typename G, typename M>

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "train/trainer.h"
+#include "train/train_config.h"
 
 namespace mt {
 

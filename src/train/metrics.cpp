@@ -1,15 +1,24 @@
 #include "train/metrics.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "core/error.h"
 
 namespace mt {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "w")) {
+MetricsLog::MetricsLog(const std::string& path, int64_t resumed_step) : path_(path) {
+  if (resumed_step > 0) {
+    std::ifstream in(path);
+    std::string line, kept;
+    while (std::getline(in, line)) {
+      const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+      if (record.is_object() && record.value("step", int64_t{0}) <= resumed_step) kept += line + "\n";
+    }
+    write_file_atomically(path, kept);
+  }
+  file_ = std::fopen(path.c_str(), resumed_step > 0 ? "a" : "w");
   if (!file_) fail_data(path + ": cannot create: " + std::strerror(errno));
 }
 
@@ -21,19 +30,6 @@ void MetricsLog::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
     fail_data(path_ + ": write failed: " + std::strerror(errno));
-}
-
-void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) fail_data(tmp + ": cannot create: " + std::strerror(errno));
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 &&
-                  fsync(fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail_data(path + ": write failed: " + std::strerror(errno));
-  }
 }
 
 }  // namespace mt

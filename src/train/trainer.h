@@ -1,55 +1,97 @@
-// The training run: model, data, memory plan, optimizer and the step loop with logging and evaluation.
+// The training run: model, data, memory plan and optimizer, built once from the config; one optimizer step at
+// a time with its logging and evaluation; the final weights and memory report.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
-#include "memory/precision.h"
-#include "model/recompute.h"
-#include "optim/adamw.h"
-#include "optim/loss_scaler.h"
+#include "ckpt/state.h"
+#include "data/loader.h"
+#include "dist/async_communicator.h"
+#include "memory/allocation.h"
+#include "memory/plan.h"
+#include "memory/timeline.h"
+#include "model/executor.h"
+#include "model/model.h"
+#include "model/zero_schedule.h"
+#include "optim/schedule.h"
+#include "train/metrics.h"
+#include "train/train_config.h"
+#include "train/zero_sync.h"
 
 namespace mt {
 
-struct TrainConfig {
-  std::string model;                // preset name or config.json
-  int64_t pad_vocab_multiple = 64;  // --make-vocab-size-divisible-by
-  std::string data;                 // shard directory or glob
-  int64_t seq_len = 0;              // 0: the model's n_positions
-  int64_t micro_batch = 4;
-  int64_t global_batch = 0;      // sequences per optimizer step; 0: from grad_accum_steps
-  int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0: from global_batch (default 1)
-  int64_t train_iters = 0;
-  float lr = 6e-4f;
-  float min_lr = 0.0f;
-  int64_t warmup_iters = 0;
-  std::string decay_style = "cosine";
-  AdamWConfig adam;
-  PrecisionConfig precision;
-  RecomputeConfig recompute;
-  LossScalerConfig loss_scaler;  // fp16 only
-  float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
-  // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
-  std::string dist_backend = "auto";  // auto, single or mpi
-  int zero_stage = 0;                 // 0-3
-  double bucket_size_mb = 25;         // gradient and weight exchanges in chunks of this many MiB
-  bool overlap_comm = true;  // exchanges run alongside the kernels; off: each one is waited for at once
-  std::string offload_optimizer = "none";  // none or nvme
-  std::string offload_path;                // nvme: directory for this run's optimizer-state files
-  double offload_chunk_mb = 4;             // nvme: chunk of fp32 elements streamed per I/O, in MiB
-  uint64_t seed = 1234;
-  bool shuffle = true;
-  int64_t log_interval = 1;
-  int64_t eval_interval = 100;  // 0: no evaluation
-  int64_t eval_iters = 10;
-  std::string init_from;       // safetensors to start from
-  std::string save_weights;    // safetensors to write at the end
-  std::string out = "run";     // metrics.jsonl and memory.json
-  int threads = 0;             // 0: every core
-  bool memory_report = false;  // print the plan and the largest activations before training
-  // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
-  // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).
-  std::string memory_timeline;
+// What one optimizer step did.
+struct StepOutcome {
+  double loss = 0;  // mean over the step's micro-batches and ranks
+  float lr = 0;
+  OptimizerStepResult update;
+  double step_ms = 0;
+  double tokens_per_sec = 0;
+  // Data parallel: the exchanges' time on the communicator's worker, and the part the step waited for.
+  double comm_busy_ms = 0, comm_exposed_ms = 0;
+};
+
+class Trainer {
+ public:
+  // Resolves the model, checks the flags, plans and allocates the memory, and initialises or loads the
+  // weights. Writes nothing: every bad input is an mt::Error before any file changes.
+  Trainer(const TrainConfig& config, AsyncCommunicator& comm);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Resumes from --load or --resume auto: restores the model states, optimizer, loss scaler and data cursor.
+  // Returns the step the checkpoint was taken after, 0 when starting fresh.
+  int64_t resume();
+  int64_t resume_from(const std::string& checkpoint_dir);
+  // Collective: saves a checkpoint of the state after `step` into save_dir; returns its directory.
+  std::string save(const std::string& save_dir, int64_t step, const StepOutcome& outcome);
+  // A checksum of every rank's model states, the optimizer's update count, the loss scaler and the data
+  // cursor: equal on two runs only if they hold the same bits.
+  uint32_t state_hash();
+  // Whether any rank was asked to stop (all ranks get the same answer).
+  bool any_rank(bool local);
+
+  // Creates the --out directory and metrics.jsonl (rank 0): the first thing the run writes. Resuming after
+  // step `resumed_step`, metrics.jsonl keeps the records up to it.
+  void open_outputs(int64_t resumed_step = 0);
+  // Runs optimizer step `step` (1-based): micro-batches, gradient exchange, update, loss scaler.
+  StepOutcome step(int64_t step);
+  // Prints the progress line and appends to metrics.jsonl when the step is logged (evaluating when due).
+  void log(int64_t step, const StepOutcome& outcome);
+  // --save-weights, then the memory report printed and written; throws if measured differs from planned.
+  void finish();
+
+ private:
+  double evaluate();
+  void save_memory_timeline();
+  ckpt::CheckpointState checkpoint_state(int64_t step, const StepOutcome& outcome) const;
+  // The planned buffer that checkpoint files are checksummed through.
+  std::span<char> checkpoint_stream() const;
+
+  const TrainConfig& cfg_;
+  AsyncCommunicator& comm_;
+  const int world_, rank_;
+  const ModelSpec spec_;
+  const int64_t seq_len_;
+  const int64_t accum_;
+  std::unique_ptr<LossScaler> scaler_;
+  const LrSchedule schedule_;
+  const bool evaluating_;
+  ModelGraph model_;
+  ZeroSchedule zero_schedule_;
+  Plan plan_;
+  std::unique_ptr<Allocation> memory_;
+  std::unique_ptr<Loader> train_loader_, val_loader_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<Executor> exec_;
+  std::unique_ptr<ZeroSync> sync_;
+  std::unique_ptr<MetricsLog> metrics_;
+  MemoryTimeline timeline_;
+  int checkpoint_stream_ = -1;  // table id; -1 without checkpoints
 };
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).

@@ -21,9 +21,9 @@ class DataParallel(ByteDataTestCase):
     MEMTRAIN = MEMTRAIN
     PREFIX = "memtrain-dp-"
 
-    def train(self, name, ranks, *flags, global_batch=4):
+    def train(self, name, ranks, *flags, global_batch=4, model="gpt2-tiny"):
         out = self.tmp / name
-        args = [MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data), "--seq-length", "32",
+        args = [MEMTRAIN, "train", "--model", model, "--data", str(self.data), "--seq-length", "32",
                 "--micro-batch-size", "2", "--global-batch-size", str(global_batch), "--train-iters", str(STEPS),
                 *([] if "--eval-interval" in flags else ["--eval-interval", "0"]), "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
         result = subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True, timeout=120)
@@ -55,6 +55,17 @@ class DataParallel(ByteDataTestCase):
                 out = self.train(f"accum{stage}", 2, "--zero-stage", stage, *flags, global_batch=8)
                 for a, b in zip(self.losses(out), single):
                     self.assertAlmostEqual(a, b, delta=1e-5 * b)
+
+    def test_llama_two_ranks_follow_one_process_accumulating(self):
+        single = self.losses(self.train("llama-single", 1, "--bf16", model="llama-tiny"))
+        for stage in ("1", "2", "3"):
+            with self.subTest(stage=stage):
+                out = self.train(f"llama-dp{stage}", 2, "--zero-stage", stage, "--bf16", model="llama-tiny")
+                for a, b in zip(self.losses(out), single):
+                    self.assertAlmostEqual(a, b, delta=1e-2 * b)
+                for rank in (0, 1):
+                    memory = json.loads((out / f"memory.rank{rank}.json").read_text())
+                    self.assertEqual(memory["planned"], memory["measured"])
 
     def test_runs_repeat_bitwise_with_or_without_overlap(self):
         for stage in ("0", "1", "2", "3"):

@@ -6,6 +6,7 @@ run; a bad --offload-path is one clear error with nothing written.
 
 usage: test_optimizer_offload.py MEMTRAIN [unittest arguments, e.g. -k SingleProcess]
 """
+import fcntl
 import json
 import subprocess
 import sys
@@ -110,6 +111,21 @@ class SingleProcess(OffloadTestCase):
         offloaded = self.train("ds", "--deepspeed-config", str(config))
         self.assert_same_run(offloaded, in_memory)
         self.assertGreater(json.loads((offloaded / "memory.json").read_text())["offloaded_optimizer_file_bytes"], 0)
+
+    def test_a_killed_runs_file_is_taken_over_a_live_runs_refused(self):
+        flags, _, _ = MODES["bf16"]
+        in_memory = self.train("takeover-reference", *flags)
+        path, offload = self.offload_flags("takeover")
+        left = path / "memtrain-optimizer.rank0.bin"
+        left.write_bytes(b"\x7f" * 4096)  # what a SIGKILLed run leaves: garbage, and no lock held
+        self.assert_same_run(self.train("takeover", *flags, *offload), in_memory)
+        self.assertFalse(left.exists())
+        with open(left, "wb") as held:  # a live run holds the lock on its file
+            fcntl.flock(held, fcntl.LOCK_EX)
+            out, result = self.run_train("in-use", *flags, *offload)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("in use by another run", result.stderr)
+        self.assertFalse(out.exists())
 
     def test_bad_offload_path_is_one_clear_error_with_nothing_written(self):
         missing = self.tmp / "no-such-dir"

@@ -1,5 +1,6 @@
-// Runs memtrain's GPT-2 on given weights and batches and writes what the PyTorch reference compares:
-// the first batch's logits, loss and every parameter gradient, then the losses of `steps` AdamW steps.
+// Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the
+// PyTorch reference compares: the first batch's logits, loss and every parameter gradient, then the losses of
+// `steps` AdamW steps.
 //   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION]
 // BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
 // (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
@@ -16,9 +17,10 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
+#include "model/checkpoint_layout.h"
 #include "model/executor.h"
-#include "model/gpt2.h"
-#include "model/gpt2_weights.h"
+#include "model/model.h"
+#include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 
@@ -44,11 +46,11 @@ int run(int argc, char** argv) {
       model_state_policy({.precision = parse_precision(argc == 9 ? argv[8] : "fp32")});
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
   const ModelSpec spec = resolve_model(argv[1], 64);
-  Gpt2Graph model = build_gpt2_graph(
+  ModelGraph model = build_model_graph(
       spec, {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights});
   const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
-  load_gpt2_weights(argv[2], spec, model, memory);
+  load_weights(argv[2], spec, model, memory);
 
   std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
   std::ifstream in(argv[3], std::ios::binary);
@@ -71,17 +73,13 @@ int run(int argc, char** argv) {
 
   const float loss = static_cast<float>(exec.train_step(1.0f).loss);
   out.add("loss", {1}, &loss, 1);
-  for (int id : model.params) {
-    const TensorDesc& t = model.graph.table[id];
-    const int64_t rows = t.name == "wte.weight" ? spec.vocab_size : t.shape[0];
-    std::vector<int64_t> shape = t.shape;
-    shape[0] = rows;
-    out.add("grad." + t.name, shape, memory.grad<float>(id), t.numel() / t.shape[0] * rows);
-  }
+  // Gradients under the checkpoint's names and shapes: fused parameters split, vocabulary padding removed.
+  for (const FileTensor& f : checkpoint_tensors(spec, model))
+    out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
 
   // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
   std::vector<ParamGroup> groups;
-  for (int id : model.params) groups.push_back({id, gpt2_decays(model.graph.table[id])});
+  for (int id : model.params) groups.push_back({id, weight_decays(model.graph.table[id])});
   AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
   const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
   std::vector<float> losses, norms;

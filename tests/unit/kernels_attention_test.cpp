@@ -22,16 +22,20 @@ using testing::with_threads;
 // The fp32 tests' shape: one block of queries, hs not a multiple of the vector width.
 constexpr int64_t B = 2, T = 37, C = 120, NH = 5, hs = C / NH, C3 = 3 * C;
 
+// NKV key/value heads shared by NH query heads (NKV = NH: multi-head attention).
 struct Shape {
-  int64_t B, T, C, NH;
+  int64_t B, T, C, NH, NKV;
   int64_t hs() const { return C / NH; }
-  int64_t C3() const { return 3 * C; }
-  int64_t qkv_size() const { return B * T * C3(); }
+  int64_t row() const { return C + 2 * NKV * hs(); }
+  int64_t kv_head(int64_t h) const { return h / (NH / NKV); }
+  int64_t qkv_size() const { return B * T * row(); }
   int64_t out_size() const { return B * T * C; }
   int64_t lse_size() const { return B * NH * T; }
 };
 
-constexpr Shape kShape{B, T, C, NH};
+constexpr Shape kShape{B, T, C, NH, NH};
+// Grouped-query attention: 3 query heads per key/value head.
+constexpr Shape kGroupedShape{B, T, C, 6, 2};
 
 // Naive causal attention in double: the full probability matrix of every (b, h).
 struct Reference {
@@ -74,8 +78,10 @@ struct Reference {
     }
   }
 
+  // Element i of query head h (part 0), or of the key (1) or value (2) head that h reads.
   int64_t at(int64_t b, int64_t t, int64_t part, int64_t h, int64_t i) const {
-    return (b * sh.T + t) * sh.C3() + part * sh.C + h * sh.hs() + i;
+    const int64_t head = part == 0 ? h : (part - 1) * sh.NKV + sh.kv_head(h);
+    return (b * sh.T + t) * sh.row() + (part == 0 ? 0 : sh.C) + head * sh.hs() + i;
   }
   double q(const std::vector<double>& x, int64_t b, int64_t t, int64_t h, int64_t i) const {
     return x[at(b, t, 0, h, i)];
@@ -138,7 +144,7 @@ TEST(KernelAttention, ForwardMatchesNaive) {
   const auto qkv = random_floats(B * T * C3, 1, 2.0);  // large enough that the softmax is far from flat
   const Reference ref(to_double(qkv));
   std::vector<float> out(B * T * C), lse(B * NH * T), scratch = scratch_for_threads();
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, scratch.data());
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
   expect_close(out, ref.out, 1e-5, 1e-5);
   expect_close(lse, ref.lse, 1e-5, 1e-5);
 }
@@ -148,9 +154,24 @@ TEST(KernelAttention, BackwardMatchesAnalyticGradient) {
   const Reference ref(to_double(qkv));
   std::vector<float> out(B * T * C), lse(B * NH * T), scratch = scratch_for_threads();
   std::vector<float> dqkv(B * T * C3, 123.0f);  // overwritten, not accumulated
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, scratch.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH,
                      scratch.data());
+  expect_close(dqkv, ref.backward(to_double(qkv), dout).dqkv, 1e-4, 1e-4);
+}
+
+// Grouped-query attention: each key/value head serves its group's query heads, and their gradients sum.
+TEST(KernelAttention, GroupedQueriesMatchNaive) {
+  const Shape& sh = kGroupedShape;
+  const auto qkv = random_floats(sh.qkv_size(), 1, 2.0), dout = random_floats(sh.out_size(), 2);
+  const Reference ref(to_double(qkv), sh);
+  std::vector<float> out(sh.out_size()), lse(sh.lse_size()), dqkv(sh.qkv_size(), 123.0f);
+  std::vector<float> scratch = scratch_for_threads();
+  attention_forward(out.data(), lse.data(), qkv.data(), sh.B, sh.T, sh.C, sh.NH, sh.NKV, scratch.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), sh.B, sh.T, sh.C, sh.NH,
+                     sh.NKV, scratch.data());
+  expect_close(out, ref.out, 1e-5, 1e-5);
+  expect_close(lse, ref.lse, 1e-5, 1e-5);
   expect_close(dqkv, ref.backward(to_double(qkv), dout).dqkv, 1e-4, 1e-4);
 }
 
@@ -176,8 +197,8 @@ TEST(KernelAttention, BackwardSameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     with_threads(threads, [&] {
       std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * C3), scratch = scratch_for_threads();
-      attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, scratch.data());
-      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH,
+      attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH,
                          scratch.data());
       results.push_back(dqkv);
     });
@@ -202,9 +223,9 @@ AttentionResult run_attention(const Shape& sh, const std::vector<float>& qkv,
   const auto qkv_x = to_storage<X>(qkv), dout_x = to_storage<X>(dout);
   std::vector<X> out(sh.out_size()), dqkv(sh.qkv_size(), round_to<X>(123.0f));  // dqkv is overwritten
   std::vector<float> lse(sh.lse_size()), scratch = scratch_for(sh, dtype_of<X>());
-  attention_forward(out.data(), lse.data(), qkv_x.data(), sh.B, sh.T, sh.C, sh.NH, scratch.data());
+  attention_forward(out.data(), lse.data(), qkv_x.data(), sh.B, sh.T, sh.C, sh.NH, sh.NKV, scratch.data());
   attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), sh.B, sh.T, sh.C,
-                     sh.NH, scratch.data());
+                     sh.NH, sh.NKV, scratch.data());
   return {to_float(out), lse, to_float(dqkv)};
 }
 
@@ -235,7 +256,7 @@ void expect_attention_matches_fp32(const Shape& sh, double store_ulp, double ope
   const AttentionResult ref = run_attention<float>(sh, qkv, dout);
   std::vector<float> ref_dqkv(sh.qkv_size()), scratch = scratch_for(sh, DType::f32);
   attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), sh.B, sh.T, sh.C,
-                     sh.NH, scratch.data());
+                     sh.NH, sh.NKV, scratch.data());
   const Reference exact(to_double(qkv), sh);
   expect_within(r.out, to_double(ref.out), exact.out_mag, store_ulp, operand_ulp, 1e-6);
   expect_close(r.lse, to_double(ref.lse), 1e-6, 1e-5);
@@ -249,8 +270,10 @@ void expect_attention_matches_fp32(const Shape& sh, double store_ulp, double ope
 }
 
 // The 16-bit kernels work on blocks of 64 queries: one block; several with a short last one (hs = 64, as
-// GPT-2); an odd number of queries in the last block with an odd hs; a single position.
-const Shape kShapes16[] = {kShape, {1, 150, 128, 2}, {1, 67, 21, 3}, {2, 1, 120, 5}};
+// GPT-2); an odd number of queries in the last block with an odd hs; a single position; grouped queries over
+// several blocks.
+const Shape kShapes16[] = {
+    kShape, {1, 150, 128, 2, 2}, {1, 67, 21, 3, 3}, {2, 1, 120, 5, 5}, {2, 70, 128, 4, 2}, kGroupedShape};
 
 TEST(KernelAttention, Bf16MatchesFp32) {
   for (const Shape& sh : kShapes16) {

@@ -343,6 +343,39 @@ TEST(KernelMatmul, LinearBackward16Bit) {
   check_linear_backward_16bit<f16, float>();
 }
 
+// Weights in nn.Linear layout [out, in] give what the transposed [in, out] weights give, forward and backward
+// (the dW of one is the transpose of the other's), in fp32 and bf16.
+template <typename T>
+void check_out_in_layout() {
+  const int64_t M = 37, n_in = 24, n_out = 40;
+  const auto inp = random_values<T>(M * n_in, 1), w_out_in = random_values<T>(n_out * n_in, 2);
+  const auto dout = random_values<T>(M * n_out, 3), bias = random_values<T>(n_out, 4);
+  std::vector<T> w_in_out(n_in * n_out);
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t i = 0; i < n_in; ++i) w_in_out[i * n_out + o] = w_out_in[o * n_in + i];
+  std::vector<T> out_a(M * n_out), out_b(M * n_out), dinp_a(M * n_in), dinp_b(M * n_in);
+  std::vector<float> dw_a(n_out * n_in), dw_b(n_in * n_out), db_a(n_out), db_b(n_out);
+  linear_forward<T>(out_a.data(), inp.data(), w_out_in.data(), bias.data(), M, n_in, n_out, false, nullptr,
+                    WeightLayout::out_in);
+  linear_forward<T>(out_b.data(), inp.data(), w_in_out.data(), bias.data(), M, n_in, n_out, false, nullptr);
+  linear_backward<T, float>(dinp_a.data(), dw_a.data(), db_a.data(), dout.data(), inp.data(), w_out_in.data(),
+                            M, n_in, n_out, false, nullptr, WeightLayout::out_in);
+  linear_backward<T, float>(dinp_b.data(), dw_b.data(), db_b.data(), dout.data(), inp.data(), w_in_out.data(),
+                            M, n_in, n_out, false, nullptr);
+  std::vector<double> dw_b_transposed(n_out * n_in);
+  for (int64_t o = 0; o < n_out; ++o)
+    for (int64_t i = 0; i < n_in; ++i) dw_b_transposed[o * n_in + i] = dw_b[i * n_out + o];
+  expect_close(to_floats(out_a), to_double(to_floats(out_b)), 1e-5, 1e-5);
+  expect_close(to_floats(dinp_a), to_double(to_floats(dinp_b)), 1e-5, 1e-5);
+  expect_close(dw_a, dw_b_transposed, 1e-5, 1e-5);
+  EXPECT_TRUE(bitwise_equal(db_a, db_b));
+}
+
+TEST(KernelMatmul, OutInWeightLayout) {
+  check_out_in_layout<float>();
+  check_out_in_layout<bf16>();
+}
+
 TEST(KernelMatmul, BiasGradientSameBitsForAnyThreadCount) {
   const int64_t M = 1021, n_in = 8, n_out = 200;
   const auto inp = random_floats(M * n_in, 1), W = random_floats(n_in * n_out, 2);

@@ -8,6 +8,7 @@
 #include "memory/plan.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model_test_util.h"
 
 namespace mt {
 namespace {
@@ -98,9 +99,9 @@ TEST(MemoryArena, LiveBytesCountBoundTensorsByAlignedSize) {
 // statistics; backward adds 10 B*T*C of activation gradients per layer (fc 4, ln_2 1, attention out 1, qkv 3,
 // ln_1 1).
 TEST(MemoryPlan, Gpt2ActivationsMatchHandCount) {
-  ModelSpec spec{"hand", 3, 4, 64, 64, 256, 256, 1e-5f};
+  ModelSpec spec = testing::small_gpt2_spec(3);
   const int64_t B = 2, T = 32, C = 64, H = 4, L = 3, BT = B * T;
-  const Gpt2Graph m = build_gpt2_graph(spec, {.batch = B, .seq_len = T});
+  const ModelGraph m = build_gpt2_graph(spec, {.batch = B, .seq_len = T});
   const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
   const int64_t per_layer = 16 * BT * C + 4 * BT + B * H * T + 10 * BT * C;
   const int64_t outside =
@@ -122,7 +123,7 @@ TEST(MemoryPlan, Gpt2PresetHasPublishedParameterCount) {
 
 TEST(MemoryAllocation, TrainingStepMeasuresExactlyThePlan) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
   Allocation memory(m.graph.table, plan);
   init_gpt2_params(spec, m, memory, 7);

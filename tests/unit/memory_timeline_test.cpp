@@ -85,7 +85,7 @@ TEST(MemoryTimeline, MissingOrMalformedFileIsADataErrorNamingIt) {
 // lifetimes cover the op, and nothing of the step outlives it.
 TEST(MemoryTimeline, TrainingStepFollowsTheLifetimes) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const TensorTable& table = m.graph.table;
   const Plan plan = make_plan(table, ModelStatePolicy{});
   Allocation memory(table, plan);

@@ -13,6 +13,7 @@
 #include "memory/precision.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model/model.h"
 #include "optim/adamw.h"
 
 namespace mt {
@@ -30,7 +31,7 @@ int64_t model_state_bytes(const Plan& plan) {
 // A model, its plan and memory, initialised from one seed, with a fixed batch of B sequences.
 struct TinyRun {
   ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  Gpt2Graph model;
+  ModelGraph model;
   Plan plan;
   Allocation memory;
 
@@ -147,7 +148,7 @@ TEST(ModelPrecision, EveryPolicyTrainsAndKeepsItsPlan) {
     Executor exec(run.spec, run.model.graph, run.memory);
     AdamW optimizer({}, [&] {
       std::vector<ParamGroup> groups;
-      for (int id : run.model.params) groups.push_back({id, gpt2_decays(run.model.graph.table[id])});
+      for (int id : run.model.params) groups.push_back({id, weight_decays(run.model.graph.table[id])});
       return groups;
     }());
     run.load_rows(0);

@@ -10,14 +10,28 @@
 #include "memory/plan.h"
 #include "model/executor.h"
 #include "model/gpt2.h"
+#include "model/model.h"
 #include "model/recompute.h"
+#include "model_test_util.h"
 #include "optim/adamw.h"
 
 namespace mt {
 namespace {
 
 // Four layers, so that groups of 2 and 3 and blocks of 1 and 3 differ.
-const ModelSpec kSpec{"recompute", 4, 4, 64, 64, 256, 256, 1e-5f};
+const ModelSpec kSpec = testing::small_gpt2_spec(4);
+// The same depth in the LLaMA family: grouped queries, untied head.
+const ModelSpec kLlamaSpec{.name = "recompute-llama",
+                           .arch = Arch::llama,
+                           .n_layer = 4,
+                           .n_head = 4,
+                           .n_kv_head = 2,
+                           .n_embd = 64,
+                           .intermediate_size = 160,
+                           .n_positions = 64,
+                           .vocab_size = 256,
+                           .padded_vocab_size = 256,
+                           .tied_head = false};
 constexpr int64_t B = 2, T = 32, C = 64, H = 4, L = 4;
 
 RecomputeConfig full(RecomputeMethod method, int64_t n) {
@@ -40,18 +54,18 @@ struct Trained {
 };
 
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
-Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
-  const Gpt2Graph m =
-      build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
+Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute, DType dtype) {
+  const ModelGraph m =
+      build_model_graph(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
   out.plan = make_plan(m.graph.table, policy);
   Allocation memory(m.graph.table, out.plan);
-  init_gpt2_params(kSpec, m, memory, 3);
+  init_model_params(spec, m, memory, 3);
   std::vector<ParamGroup> groups;
-  for (int id : m.params) groups.push_back({id, gpt2_decays(m.graph.table[id])});
+  for (int id : m.params) groups.push_back({id, weight_decays(m.graph.table[id])});
   AdamW optimizer({}, groups);
-  Executor exec(kSpec, m.graph, memory);
+  Executor exec(spec, m.graph, memory);
   for (int step = 0; step < 2; ++step) {
     for (int64_t i = 0; i < B * T; ++i) {
       memory.i32(m.tokens)[i] = static_cast<int32_t>((i * 31 + step * 7) % 256);
@@ -70,17 +84,19 @@ Trained train_two_steps(const RecomputeConfig& recompute, DType dtype) {
 }
 
 TEST(ModelRecompute, EveryModeIsBitwiseTheRunWithoutRecompute) {
-  for (DType dtype : {DType::f32, DType::bf16}) {
-    const Trained reference = train_two_steps({}, dtype);
-    for (const RecomputeConfig& mode : kModes) {
-      SCOPED_TRACE(recompute_name(mode) + " " + std::string(dtype_name(dtype)));
-      const Trained run = train_two_steps(mode, dtype);
-      EXPECT_EQ(run.first_loss, reference.first_loss);
-      EXPECT_EQ(run.second_loss, reference.second_loss);
-      EXPECT_TRUE(run.grads == reference.grads) << "gradients differ";
-      EXPECT_TRUE(run.params == reference.params) << "weights differ";
-      EXPECT_EQ(run.measured.bytes, run.plan.bytes.bytes);
-      EXPECT_LT(run.plan.activations.size, reference.plan.activations.size);
+  for (const ModelSpec* spec : {&kSpec, &kLlamaSpec}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const Trained reference = train_two_steps(*spec, {}, dtype);
+      for (const RecomputeConfig& mode : kModes) {
+        SCOPED_TRACE(spec->name + " " + recompute_name(mode) + " " + std::string(dtype_name(dtype)));
+        const Trained run = train_two_steps(*spec, mode, dtype);
+        EXPECT_EQ(run.first_loss, reference.first_loss);
+        EXPECT_EQ(run.second_loss, reference.second_loss);
+        EXPECT_TRUE(run.grads == reference.grads) << "gradients differ";
+        EXPECT_TRUE(run.params == reference.params) << "weights differ";
+        EXPECT_EQ(run.measured.bytes, run.plan.bytes.bytes);
+        EXPECT_LT(run.plan.activations.size, reference.plan.activations.size);
+      }
     }
   }
 }
@@ -119,7 +135,7 @@ TEST(ModelRecompute, KeptActivationsMatchHandCount) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(recompute_name(c.mode));
-    const Gpt2Graph m = build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .recompute = c.mode});
+    const ModelGraph m = build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .recompute = c.mode});
     EXPECT_EQ(live_at_loss(m.graph), c.kept);
     const Plan plan = make_plan(m.graph.table, {});
     EXPECT_GE(plan.activations.size, c.kept);

@@ -6,6 +6,7 @@
 #include "memory/plan.h"
 #include "model/gpt2.h"
 #include "model/zero_schedule.h"
+#include "model_test_util.h"
 
 namespace mt {
 namespace {
@@ -13,8 +14,8 @@ namespace {
 // Hand count for GPT-2 with L layers: forward windows embed, L layers, ln_f; then the head (wte again),
 // ln_f's backward, L layers and the embedding's backward.
 TEST(ZeroSchedule, Gpt2WindowsFollowTheBlocks) {
-  ModelSpec spec{"hand", 3, 4, 64, 64, 256, 256, 1e-5f};
-  Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  ModelSpec spec = testing::small_gpt2_spec(3);
+  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const ZeroSchedule s = add_zero_schedule(m.graph, 3, DType::f32);
   const int L = 3;
   ASSERT_EQ(s.windows.size(), static_cast<size_t>(2 * L + 5));
@@ -58,7 +59,7 @@ TEST(ZeroSchedule, Gpt2WindowsFollowTheBlocks) {
 // which is after exactly one window per block.
 TEST(ZeroSchedule, StagesBelowTwoAddNoTensors) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
   const int tensors = m.graph.table.size();
   const ZeroSchedule s = add_zero_schedule(m.graph, 1, DType::f32);
   EXPECT_EQ(m.graph.table.size(), tensors);
@@ -82,7 +83,7 @@ TEST(ZeroSchedule, PlanShardsModelStatesPerStage) {
       .weights = DType::bf16, .grads = DType::f32, .moments = DType::f32, .master_weights = true};
   const double expected[] = {18, 6 + 12.0 / 2, 2 + 16.0 / 2, 18.0 / 2};
   for (int stage = 0; stage <= 3; ++stage) {
-    Gpt2Graph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16, .dtype = DType::bf16});
+    ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16, .dtype = DType::bf16});
     const ZeroSchedule s = add_zero_schedule(m.graph, stage, DType::f32);
     const Plan plan =
         make_plan(m.graph.table, bf16, {.world = 2, .rank = 1, .stage = stage, .bucket_elems = 4096});

@@ -1,0 +1,39 @@
+// Where a checkpoint's pieces live. A save directory holds one directory per checkpoint, step_00000012,
+// written first as .step_00000012.tmp and renamed when complete. Inside:
+//   rank{r}.safetensors  rank r's range of the flat parameters: weights, fp32 master, Adam m and v, each in
+//                        its own dtype (1-D tensors "weights", "master", "adam_m", "adam_v")
+//   model.safetensors    the weights with Hugging Face names (each rank writes its range into place)
+//   state.json           step, optimizer, loss scaler, data cursor, random streams, config, run, metrics
+//   manifest.json        every file above with its size and CRC-32C; written last
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mt::ckpt {
+
+inline constexpr const char* kManifestFile = "manifest.json";
+inline constexpr const char* kStateFile = "state.json";
+inline constexpr const char* kModelFile = "model.safetensors";
+
+std::string checkpoint_name(int64_t step);  // "step_00000012"
+// ".step_00000012.tmp" while being written, ".step_00000012.old" while a new copy replaces it.
+std::string hidden_name(int64_t step, const char* suffix);
+std::string rank_file_name(int rank);  // "rank0.safetensors"
+
+// The elements [begin, end) of the flat parameters that rank `rank` of `world` writes: the same ceil(n /
+// world) split as ZeRO's shards, whatever the stage, so every element is written exactly once.
+struct FlatRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+FlatRange save_range(int64_t num_params, int world, int rank);
+
+// The checkpoint directories (step_N) of a save directory, newest first; none when it does not exist.
+std::vector<std::string> list_checkpoints(const std::string& save_dir);
+
+// True when `dir` is one checkpoint (holds a manifest, or is named step_N) rather than a save directory.
+bool is_checkpoint_dir(const std::string& dir);
+
+}  // namespace mt::ckpt

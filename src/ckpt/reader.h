@@ -1,0 +1,24 @@
+// Resuming: finding the checkpoint to load (the newest one whose manifest verifies, skipping and reporting
+// corrupt or partial ones) and reading this rank's model states from it, on any world size and ZeRO stage.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "ckpt/state.h"
+#include "memory/allocation.h"
+
+namespace mt::ckpt {
+
+// `dir` is one checkpoint's directory (it must verify: a data error names the bad file otherwise) or a save
+// directory, whose newest verifying checkpoint is chosen; each one skipped is reported on stderr. Returns
+// the chosen directory, or "" when a save directory holds none that verifies: a data error naming `flag`
+// unless `fresh_if_none`. Files are read through `buffer`.
+std::string select_checkpoint(const std::string& dir, const std::string& flag, bool fresh_if_none,
+                              std::span<char> buffer);
+
+// Reads every model-state buffer of this rank (its ranges under its own Plan) from the checkpoint's rank
+// files. The stored dtypes and parameter count must match this run's: a usage error says which differs.
+void load_model_states(const std::string& checkpoint_dir, const CheckpointState& state, Allocation& memory);
+
+}  // namespace mt::ckpt

@@ -1,0 +1,115 @@
+#include "ckpt/state.h"
+
+#include <fstream>
+
+#include "ckpt/layout.h"
+#include "core/error.h"
+
+namespace mt::ckpt {
+
+namespace {
+
+DType dtype_named(const std::string& name, const std::string& path) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    if (dtype_name(t) == name) return t;
+  fail_data(path + ": unknown dtype " + name);
+}
+
+}  // namespace
+
+int64_t CheckpointTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+nlohmann::json to_json(const CheckpointState& s) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const CheckpointTensor& t : s.layout.tensors)
+    tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
+  nlohmann::json j = {{"step", s.step},
+                      {"optimizer", {{"updates_taken", s.optimizer_updates}}},
+                      {"lr_schedule", {{"step", s.step}, {"lr", s.metrics.value("lr", 0.0)}}},
+                      {"data",
+                       {{"epoch", s.data_cursor.epoch},
+                        {"shard", s.data_cursor.shard},
+                        {"window", s.data_cursor.window},
+                        {"shuffle_seed", s.seed}}},
+                      // Every stream is counter-based: a pure function of the seed and a position, so nothing
+                      // but the seed, the step and the cursor above is state.
+                      {"rng",
+                       {{"seed", s.seed},
+                        {"init", "counter-based (seed, tensor name, element)"},
+                        {"data_order", "counter-based (seed, epoch, shard): the cursor above restores it"},
+                        {"stochastic_rounding",
+                         "counter-based (seed, optimizer updates_taken, flat element): no other state"}}},
+                      {"run", s.run},
+                      {"model", s.model},
+                      {"metrics", s.metrics},
+                      {"layout",
+                       {{"num_params", s.layout.num_params},
+                        {"world", s.layout.world},
+                        {"weights", dtype_name(s.layout.weights)},
+                        {"master", s.layout.master},
+                        {"moments", dtype_name(s.layout.moments)},
+                        {"tensors", tensors}}}};
+  if (s.loss_scaler)
+    j["loss_scaler"] = {{"scale", s.loss_scaler->scale},
+                        {"good_steps", s.loss_scaler->good_steps},
+                        {"hysteresis_left", s.loss_scaler->hysteresis_left}};
+  return j;
+}
+
+CheckpointState state_from_json(const nlohmann::json& j, const std::string& path) {
+  CheckpointState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.optimizer_updates = j.at("optimizer").at("updates_taken").get<int64_t>();
+    if (j.contains("loss_scaler")) {
+      const nlohmann::json& l = j.at("loss_scaler");
+      s.loss_scaler = LossScaler::State{l.at("scale").get<float>(), l.at("good_steps").get<int64_t>(),
+                                        l.at("hysteresis_left").get<int>()};
+    }
+    const nlohmann::json& d = j.at("data");
+    s.data_cursor = {d.at("epoch").get<int64_t>(), d.at("shard").get<int64_t>(),
+                     d.at("window").get<int64_t>()};
+    s.seed = j.at("rng").at("seed").get<uint64_t>();
+    s.run = j.at("run");
+    s.model = j.at("model");
+    s.metrics = j.at("metrics");
+    const nlohmann::json& l = j.at("layout");
+    s.layout.num_params = l.at("num_params").get<int64_t>();
+    s.layout.world = l.at("world").get<int>();
+    s.layout.weights = dtype_named(l.at("weights").get<std::string>(), path);
+    s.layout.master = l.at("master").get<bool>();
+    s.layout.moments = dtype_named(l.at("moments").get<std::string>(), path);
+    for (const nlohmann::json& t : l.at("tensors"))
+      s.layout.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
+                                  t.at("offset").get<int64_t>()});
+  } catch (const nlohmann::json::exception& e) {
+    fail_data(path + ": malformed: " + e.what());
+  }
+  if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||
+      s.layout.num_params < 0)
+    fail_data(path + ": step, optimizer updates, world or parameter count out of range");
+  for (const CheckpointTensor& t : s.layout.tensors)
+    if (t.offset < 0 || t.numel() < 0 || t.offset + t.numel() > s.layout.num_params)
+      fail_data(path + ": tensor " + t.name + " lies outside the " + std::to_string(s.layout.num_params) +
+                " flat parameters");
+  return s;
+}
+
+CheckpointState read_state(const std::string& checkpoint_dir) {
+  const std::string path = checkpoint_dir + "/" + kStateFile;
+  std::ifstream in(path);
+  if (!in) fail_data(path + ": cannot open");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail_data(path + ": not valid JSON: " + e.what());
+  }
+  return state_from_json(j, path);
+}
+
+}  // namespace mt::ckpt

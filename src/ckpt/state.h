@@ -1,0 +1,54 @@
+// state.json: everything of a run that is not a tensor. Restored as is: the step, Adam's update count, the
+// loss scaler, the data cursor. Compared on resume: the run's settings that shape the trajectory (keyed by
+// their flags) and the model config. Described: the layout of the rank files and the random streams.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "data/loader.h"
+#include "optim/loss_scaler.h"
+
+namespace mt::ckpt {
+
+// One parameter tensor as model.safetensors names and shapes it; its elements are the flat parameters
+// [offset, offset + numel) (an embedding's padding rows follow them in the flat buffer and are not exported).
+struct CheckpointTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t offset = 0;
+  int64_t numel() const;
+};
+
+// How the flat model states were stored.
+struct CheckpointLayout {
+  int64_t num_params = 0;
+  int world = 1;  // rank files, each save_range(num_params, world, r)
+  DType weights = DType::f32;
+  bool master = false;  // fp32 master weights present
+  DType moments = DType::f32;
+  std::vector<CheckpointTensor> tensors;
+};
+
+struct CheckpointState {
+  int64_t step = 0;                                   // optimizer steps taken, skipped ones included
+  int64_t optimizer_updates = 0;                      // Adam's t: skipped steps do not count
+  std::optional<LossScaler::State> loss_scaler;       // fp16 only
+  LoaderCursor data_cursor;                           // of the global sample order, after `step`
+  uint64_t seed = 0;                                  // every random stream derives from it (see to_json)
+  nlohmann::json run = nlohmann::json::object();      // flag -> value that a resume must repeat
+  nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
+  nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
+  CheckpointLayout layout;
+};
+
+nlohmann::json to_json(const CheckpointState& state);
+// Data errors name `path` for missing or malformed fields.
+CheckpointState state_from_json(const nlohmann::json& j, const std::string& path);
+CheckpointState read_state(const std::string& checkpoint_dir);
+
+}  // namespace mt::ckpt

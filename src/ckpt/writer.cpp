@@ -1,0 +1,184 @@
+#include "ckpt/writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <regex>
+#include <stdexcept>
+
+#include "ckpt/flat_states.h"
+#include "ckpt/layout.h"
+#include "ckpt/manifest.h"
+#include "core/error.h"
+#include "io/safetensors.h"
+
+namespace mt::ckpt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// This rank's save range of the weights and the optimizer state, streamed from memory (or from the offload
+// file, through its chunk slots): no copy.
+ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, int world, int rank) {
+  const FlatRange range = save_range(memory.num_params(), world, rank);
+  const HeldWeights weights = held_weights(memory);
+  if (range.begin < weights.range.begin || range.end > weights.range.end)
+    throw std::logic_error("checkpoint: rank " + std::to_string(rank) +
+                           " does not hold the weights of its range");
+  const std::vector<StateTensor> states = state_tensors(memory.plan());
+  std::vector<SafetensorsWriter::Item> items = {{kWeightsTensor, weights.dtype, {range.size()}}};
+  for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {range.size()}});
+  const std::string name = rank_file_name(rank);
+  SafetensorsWriter writer(dir + "/" + name, items,
+                           {{"range_begin", std::to_string(range.begin)},
+                            {"range_end", std::to_string(range.end)},
+                            {"num_params", std::to_string(memory.num_params())}});
+  const int64_t size = static_cast<int64_t>(dtype_size(weights.dtype));
+  writer.write_next(weights.data + (range.begin - weights.range.begin) * size,
+                    static_cast<uint64_t>(range.size() * size));
+  for (const StateTensor& t : states) {
+    const StateAccess access = t.name == "master" ? StateAccess::read_master : StateAccess::read_all;
+    memory.optimizer_state().visit(range.begin, range.end, access, [&](const StateWindow& w) {
+      writer.write_part(t.in_window(w), static_cast<uint64_t>(w.end - w.begin) * dtype_size(t.dtype));
+    });
+  }
+  writer.finish();
+  return {name, writer.bytes_written(), writer.crc32c()};
+}
+
+// model.safetensors is written by every rank together: rank 0 lays the file out (header, full size), then
+// each rank writes the weights of its save range into their places, straight from its weight buffer (so
+// under ZeRO-3, where a rank holds only its shard of the weights, nothing changes).
+SafetensorsLayout model_file_layout(const std::string& path, const CheckpointLayout& layout) {
+  std::vector<SafetensorsWriter::Item> items;
+  for (const CheckpointTensor& t : layout.tensors) items.push_back({t.name, layout.weights, t.shape});
+  return safetensors_layout(path, items, {{"format", "pt"}});
+}
+
+void create_model_file(const std::string& path, const SafetensorsLayout& file) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_data(path + ": cannot create: " + std::strerror(errno));
+  const bool ok =
+      pwrite(fd, file.header.data(), file.header.size(), 0) == static_cast<ssize_t>(file.header.size()) &&
+      ftruncate(fd, static_cast<off_t>(file.file_size)) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write its header: " + std::strerror(err));
+}
+
+void write_model_part(const std::string& path, const SafetensorsLayout& file, const CheckpointLayout& layout,
+                      const Allocation& memory, FlatRange range) {
+  const HeldWeights weights = held_weights(memory);
+  if (range.begin < weights.range.begin || range.end > weights.range.end)
+    throw std::logic_error("checkpoint: this rank does not hold the weights of its save range");
+  const int64_t size = static_cast<int64_t>(dtype_size(layout.weights));
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail_data(path + ": cannot open: " + std::strerror(errno));
+  bool ok = true;
+  for (size_t i = 0; i < layout.tensors.size() && ok; ++i) {
+    const CheckpointTensor& t = layout.tensors[i];
+    const int64_t first = std::max(t.offset, range.begin), last = std::min(t.offset + t.numel(), range.end);
+    if (first >= last) continue;
+    const char* src = weights.data + (first - weights.range.begin) * size;
+    uint64_t left = static_cast<uint64_t>((last - first) * size);
+    off_t at = static_cast<off_t>(file.tensor_offset[i] + static_cast<uint64_t>((first - t.offset) * size));
+    while (left > 0 && ok) {
+      const ssize_t n = pwrite(fd, src, left, at);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) src += n, left -= static_cast<uint64_t>(n), at += n;
+    }
+  }
+  ok = ok && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write weights: " + std::strerror(err));
+}
+
+void remove_all_or_fail(const fs::path& path) {
+  std::error_code ec;
+  fs::remove_all(path, ec);
+  if (ec) fail_data(path.string() + ": cannot remove: " + ec.message());
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
+  std::error_code ec;
+  fs::rename(from, to, ec);
+  if (ec) fail_data(to.string() + ": cannot rename from " + from.string() + ": " + ec.message());
+}
+
+// What a save cut short leaves: a temporary directory (removed), or a checkpoint moved aside for its
+// replacement that never arrived (moved back).
+void clean_up_unfinished(const std::string& save_dir) {
+  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old))");
+  for (const auto& entry : fs::directory_iterator(save_dir)) {
+    std::smatch match;
+    const std::string name = entry.path().filename().string();
+    if (!std::regex_match(name, match, unfinished)) continue;
+    const fs::path original = fs::path(save_dir) / match[1].str();
+    if (match[2] == "old" && !fs::exists(original))
+      rename_or_fail(entry.path(), original);
+    else
+      remove_all_or_fail(entry.path());
+  }
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
+                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream) {
+  const int world = comm.size(), rank = comm.rank();
+  const fs::path final_dir = fs::path(save_dir) / checkpoint_name(state.step);
+  const fs::path tmp_dir = fs::path(save_dir) / hidden_name(state.step, "tmp");
+  if (rank == 0) {
+    std::error_code ec;
+    fs::create_directories(save_dir, ec);
+    if (ec) fail_data("--save " + save_dir + ": cannot create directory: " + ec.message());
+    clean_up_unfinished(save_dir);
+    fs::create_directory(tmp_dir, ec);
+    if (ec) fail_data(tmp_dir.string() + ": cannot create: " + ec.message());
+  }
+  const std::string model_path = (tmp_dir / kModelFile).string();
+  const SafetensorsLayout model_file = model_file_layout(model_path, state.layout);
+  if (rank == 0) create_model_file(model_path, model_file);
+  comm.barrier();
+  const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, world, rank);
+  write_model_part(model_path, model_file, state.layout, memory,
+                   save_range(memory.num_params(), world, rank));
+  // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53). Every rank has written all
+  // its parts once this returns.
+  const double sent[2] = {static_cast<double>(mine.bytes), static_cast<double>(mine.crc32c)};
+  std::vector<double> received(2 * world);
+  comm.all_gather(sent, received.data(), 2, DType::f64);
+  if (rank == 0) {
+    Manifest manifest{state.step, world, {}};
+    for (int r = 0; r < world; ++r)
+      manifest.files.push_back({rank_file_name(r), static_cast<uint64_t>(received[2 * r]),
+                                static_cast<uint32_t>(received[2 * r + 1])});
+    manifest.files.push_back(checksum_file(model_path, kModelFile, stream));
+    manifest.files.push_back(write_synced(tmp_dir.string(), kStateFile, to_json(state).dump(2) + "\n"));
+    write_manifest(tmp_dir.string(), manifest);
+    sync_directory(tmp_dir.string());
+    // Saving a step that exists again (a resume that repeats it): the old copy stays whole until the new one
+    // is in place.
+    const fs::path old_dir = fs::path(save_dir) / hidden_name(state.step, "old");
+    if (fs::exists(final_dir)) rename_or_fail(final_dir, old_dir);
+    rename_or_fail(tmp_dir, final_dir);
+    sync_directory(save_dir);
+    remove_all_or_fail(old_dir);
+    if (keep > 0) {
+      const std::vector<std::string> all = list_checkpoints(save_dir);
+      for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) remove_all_or_fail(all[i]);
+    }
+  }
+  comm.barrier();
+  return final_dir.string();
+}
+
+}  // namespace mt::ckpt

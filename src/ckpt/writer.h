@@ -1,0 +1,22 @@
+// Saving a checkpoint, atomically and durably: every file goes into a temporary directory and is fsynced,
+// the manifest follows last, and only then is the directory renamed into place. A crash at any moment
+// leaves the previous checkpoints intact and at most a temporary directory, which the next save removes.
+#pragma once
+
+#include <span>
+#include <string>
+
+#include "ckpt/state.h"
+#include "dist/communicator.h"
+#include "memory/allocation.h"
+
+namespace mt::ckpt {
+
+// Collective: every rank calls it with the same state. Each rank streams its save range of the model states
+// from `memory` (no copy) into its rank file and its part of model.safetensors; rank 0 checksums
+// model.safetensors through `stream` (the plan's checkpoint buffer), adds state.json and the manifest,
+// renames, then keeps the newest `keep` checkpoints (0: all). Returns the checkpoint's directory.
+std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
+                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream);
+
+}  // namespace mt::ckpt

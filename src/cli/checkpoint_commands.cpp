@@ -1,0 +1,94 @@
+// `memtrain inspect CKPT` and `memtrain export CKPT --out DIR`: a checkpoint's contents, verified, and its
+// weights as a Hugging Face style model directory.
+#include <cstdio>
+#include <vector>
+
+#include "ckpt/export.h"
+#include "ckpt/layout.h"
+#include "ckpt/manifest.h"
+#include "ckpt/reader.h"
+#include "ckpt/state.h"
+#include "cli/commands.h"
+#include "core/crc32c.h"
+
+namespace mt::cli {
+
+namespace {
+
+constexpr size_t kReadChunk = 1 << 20;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// A checkpoint directory, or the newest one of a save directory that verifies.
+std::string chosen_checkpoint(const std::string& dir) {
+  std::vector<char> buffer(kReadChunk);
+  return ckpt::select_checkpoint(dir, "CKPT", false, buffer);
+}
+
+void inspect(const std::string& dir) {
+  std::vector<char> buffer(kReadChunk);
+  const std::string chosen = chosen_checkpoint(dir);
+  const ckpt::Manifest manifest = ckpt::verify_checkpoint(chosen, buffer);
+  const ckpt::CheckpointState state = ckpt::read_state(chosen);
+  const ckpt::CheckpointLayout& layout = state.layout;
+  std::printf("checkpoint %s: step %lld, saved by %d rank%s, checksums verified (CRC-32C)\n", chosen.c_str(),
+              static_cast<long long>(state.step), manifest.world, manifest.world == 1 ? "" : "s");
+  for (const ckpt::ManifestFile& f : manifest.files)
+    std::printf("  %-22s %12llu bytes  crc32c %s  ok\n", f.name.c_str(),
+                static_cast<unsigned long long>(f.bytes), crc32c_hex(f.crc32c).c_str());
+  std::printf(
+      "model states: %lld flat parameters | weights %s%s | Adam moments %s | optimizer updates %lld\n",
+      static_cast<long long>(layout.num_params), std::string(dtype_name(layout.weights)).c_str(),
+      layout.master ? " + F32 master" : "", std::string(dtype_name(layout.moments)).c_str(),
+      static_cast<long long>(state.optimizer_updates));
+  for (int r = 0; r < layout.world; ++r) {
+    const ckpt::FlatRange range = ckpt::save_range(layout.num_params, layout.world, r);
+    std::printf("  %s: flat parameters [%lld, %lld)\n", ckpt::rank_file_name(r).c_str(),
+                static_cast<long long>(range.begin), static_cast<long long>(range.end));
+  }
+  std::printf("data cursor: epoch %lld, shard %lld, window %lld | seed %llu\n",
+              static_cast<long long>(state.data_cursor.epoch),
+              static_cast<long long>(state.data_cursor.shard),
+              static_cast<long long>(state.data_cursor.window), static_cast<unsigned long long>(state.seed));
+  if (state.loss_scaler)
+    std::printf("loss scaler: scale %g, good steps %lld, hysteresis left %d\n", state.loss_scaler->scale,
+                static_cast<long long>(state.loss_scaler->good_steps), state.loss_scaler->hysteresis_left);
+  std::printf("metrics: %s\nmodel: %s\nrun: %s\n", state.metrics.dump().c_str(), state.model.dump().c_str(),
+              state.run.dump().c_str());
+  std::printf("%zu tensors in %s:\n", layout.tensors.size(), ckpt::kModelFile);
+  for (const ckpt::CheckpointTensor& t : layout.tensors)
+    std::printf("  %-28s %-5s %s\n", t.name.c_str(), std::string(dtype_name(layout.weights)).c_str(),
+                shape_text(t.shape).c_str());
+}
+
+}  // namespace
+
+void add_checkpoint_commands(CLI::App& app) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect", "list a checkpoint's files, tensors, dtypes, step and config, and verify its checksums");
+  inspect_cmd->add_option("CKPT", *dir, "a checkpoint directory, or a --save directory (its newest)")
+      ->required();
+  inspect_cmd->callback([dir] { inspect(*dir); });
+
+  auto export_dir = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* export_cmd = app.add_subcommand(
+      "export",
+      "write a checkpoint's weights as OUT/model.safetensors (Hugging Face names) and OUT/config.json");
+  export_cmd->add_option("CKPT", *export_dir, "a checkpoint directory, or a --save directory (its newest)")
+      ->required();
+  export_cmd->add_option("--out", *out, "the model directory to write")->required();
+  export_cmd->callback([export_dir, out] {
+    const std::string chosen = chosen_checkpoint(*export_dir);
+    ckpt::export_checkpoint(chosen, *out);
+    std::printf("exported %s to %s/model.safetensors and %s/config.json\n", chosen.c_str(), out->c_str(),
+                out->c_str());
+  });
+}
+
+}  // namespace mt::cli

@@ -1,0 +1,31 @@
+// How a model's parameters appear in a Hugging Face checkpoint: the tensor names, their shapes, and which
+// elements of which parameter each one is (a fused parameter is several file tensors; the vocabulary's
+// padding rows are in none).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/graph_builder.h"
+#include "model/spec.h"
+
+namespace mt {
+
+struct FileTensor {
+  std::string name;
+  int param = -1;      // the parameter's table id
+  int64_t offset = 0;  // its first element within the parameter
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+// Every tensor the family's checkpoint holds, in Hugging Face order.
+std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGraph& model);
+
+// The name a file tensor is known by in checkpoint_tensors, or nothing for tensors a checkpoint may carry
+// and memtrain ignores (GPT-2's causal-mask buffers, a tied lm_head.weight, LLaMA's rotary_emb.inv_freq).
+std::optional<std::string> checkpoint_name(const ModelSpec& spec, const std::string& file_name);
+
+}  // namespace mt

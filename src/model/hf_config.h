@@ -1,0 +1,24 @@
+// A model's shape as a JSON config: GPT-2's keys, or Hugging Face's LLaMA-family config.json; read and
+// written.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/spec.h"
+
+namespace mt {
+
+// The architecture is "arch" ("gpt2" or "llama") when given, else "model_type" (gpt2; llama, mistral, qwen2),
+// else GPT-2. LLaMA keys: num_hidden_layers, num_attention_heads, num_key_value_heads (default: no GQA),
+// hidden_size, intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta,
+// tie_word_embeddings (default false), attention_bias (Qwen2: true); a used sliding_window bounds the sequence
+// length; rope_scaling and a hidden_act other than silu are refused. Errors are usage errors naming the file.
+// The result has no name and no padded vocabulary yet.
+ModelSpec read_model_config(const std::string& path);
+
+// The spec as a Hugging Face config.json, GPT2LMHeadModel or LlamaForCausalLM, which read_model_config reads
+// back to the same spec (name and vocabulary padding aside).
+nlohmann::json hf_config_json(const ModelSpec& spec);
+
+}  // namespace mt

@@ -1,0 +1,60 @@
+#include "model/init.h"
+
+#include <algorithm>
+
+#include "core/rng.h"
+
+namespace mt {
+
+namespace {
+
+// One tensor's initial value at element i, in fp32.
+class InitialValues {
+ public:
+  InitialValues(const TensorDesc& t, const InitRule& rule, uint64_t seed)
+      : seed_(seed), stream_(hash_name(t.name)), rule_(rule) {}
+  float operator()(int64_t i) const {
+    if (rule_.stddev == 0.0f) return rule_.constant;
+    return i < rule_.drawn ? rule_.stddev * static_cast<float>(random_normal(seed_, stream_, i)) : 0.0f;
+  }
+
+ private:
+  uint64_t seed_, stream_;
+  InitRule rule_;
+};
+
+// dst[i] = value(first + i) as T, for i in [0, n).
+template <typename T>
+void fill(T* dst, const InitialValues& value, int64_t first, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) dst[i] = round_to<T>(value(first + i));
+}
+
+}  // namespace
+
+void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
+                 const std::function<InitRule(const TensorDesc&)>& rule) {
+  const Plan& plan = memory.plan();
+  for (int id : model.params) {
+    const TensorDesc& t = model.graph.table[id];
+    const InitialValues value(t, rule(t), seed);
+    const int64_t offset = memory.param_offset(id), n = t.numel();
+    // This rank's part of the weights: all of them, or its shard under ZeRO-3.
+    const int64_t first = std::max(offset, plan.weights_begin()),
+                  last = std::min(offset + n, plan.weights_end());
+    if (first < last) {
+      if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
+      if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
+      if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
+    }
+    // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
+    // offload file in chunks when offloaded).
+    const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
+    if (plan.policy.master_weights)
+      memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+        fill(w.master, value, w.begin - offset, w.end - w.begin);
+      });
+  }
+}
+
+}  // namespace mt

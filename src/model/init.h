@@ -1,0 +1,23 @@
+// Parameter initialisation shared by the models: each parameter starts as a constant or as N(0, stddev)
+// draws that are a pure function of (seed, tensor name hash, element index), in the weights and in this
+// rank's part of the fp32 master copy.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "memory/allocation.h"
+#include "model/graph_builder.h"
+
+namespace mt {
+
+struct InitRule {
+  float constant = 0.0f;  // the value when stddev is 0
+  float stddev = 0.0f;
+  int64_t drawn = 0;  // elements drawn (the first ones); the rest, vocabulary padding, stay zero
+};
+
+void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
+                 const std::function<InitRule(const TensorDesc&)>& rule);
+
+}  // namespace mt

@@ -1,0 +1,23 @@
+#include "model/model.h"
+
+#include "model/gpt2.h"
+#include "model/llama.h"
+
+namespace mt {
+
+ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step) {
+  return spec.arch == Arch::llama ? build_llama_graph(spec, step) : build_gpt2_graph(spec, step);
+}
+
+void init_model_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {
+  if (spec.arch == Arch::llama)
+    init_llama_params(spec, model, memory, seed);
+  else
+    init_gpt2_params(spec, model, memory, seed);
+}
+
+bool weight_decays(const TensorDesc& param) {
+  return param.shape.size() == 2;
+}
+
+}  // namespace mt

@@ -1,0 +1,194 @@
+#include "model/weights.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
+#include "model/checkpoint_layout.h"
+
+namespace mt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Save writes the fp32 master copy when this rank holds all of it, else the weights in their own dtype (a
+// ZeRO-sharded master is spread over the ranks).
+bool saves_master(const Plan& plan) {
+  return plan.policy.master_weights && !plan.sharding.shards_optimizer();
+}
+
+float file_value(const char* bytes, DType dtype, int64_t i) {
+  if (dtype == DType::bf16) return to_f32(reinterpret_cast<const bf16*>(bytes)[i]);
+  if (dtype == DType::f16) return to_f32(reinterpret_cast<const f16*>(bytes)[i]);
+  return reinterpret_cast<const float*>(bytes)[i];
+}
+
+// Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
+// only this rank's shard) and of this rank's fp32 master copy. The file's bytes pass through one
+// tensor-sized buffer, at load time only.
+void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
+                  const FileTensor& f) {
+  const Plan& plan = memory.plan();
+  const DType weights = plan.policy.weights;
+  if (e.dtype == weights && !plan.policy.master_weights && !plan.sharding.shards_weights()) {
+    reader.read(e, static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights));
+    return;
+  }
+  std::vector<char> bytes(e.bytes());
+  reader.read(e, bytes.data());
+  const int64_t n = e.numel(), offset = memory.param_offset(f.param) + f.offset;
+  const int64_t first = std::max(offset, plan.weights_begin()),
+                last = std::min(offset + n, plan.weights_end());
+  for (int64_t g = first; g < last; ++g) {
+    const float v = file_value(bytes.data(), e.dtype, g - offset);
+    if (weights == DType::f32) *memory.weights_from<float>(g) = v;
+    if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(v);
+    if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(v);
+  }
+  if (!plan.policy.master_weights) return;
+  const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
+  memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+    for (int64_t g = w.begin; g < w.end; ++g)
+      w.master[g - w.begin] = file_value(bytes.data(), e.dtype, g - offset);
+  });
+}
+
+// The safetensors files behind a load path: the file itself, or an index's shards.
+std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::string& path) {
+  std::string file = path;
+  if (fs::is_directory(path))
+    file = fs::exists(fs::path(path) / "model.safetensors.index.json")
+               ? (fs::path(path) / "model.safetensors.index.json").string()
+               : (fs::path(path) / "model.safetensors").string();
+  std::vector<std::unique_ptr<SafetensorsReader>> readers;
+  if (!file.ends_with(".json")) {
+    readers.push_back(std::make_unique<SafetensorsReader>(file));
+    return readers;
+  }
+  std::ifstream in(file);
+  if (!in) fail_data(file + ": cannot read");
+  nlohmann::json index;
+  try {
+    in >> index;
+  } catch (const nlohmann::json::exception& e) {
+    fail_data(file + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    fail_data(file + ": no \"weight_map\" object");
+  std::map<std::string, bool> shards;  // sorted, so the shards open in name order
+  for (const auto& [name, shard] : index["weight_map"].items()) {
+    if (!shard.is_string()) fail_data(file + ": weight_map[\"" + name + "\"] is not a file name");
+    shards[shard.get<std::string>()] = true;
+  }
+  for (const auto& [shard, unused] : shards)
+    readers.push_back(std::make_unique<SafetensorsReader>((fs::path(file).parent_path() / shard).string()));
+  return readers;
+}
+
+// Writes the file tensors `from` into one safetensors file: from the master copy (streamed in the optimizer
+// state's windows, which may be offloaded) or from the weights.
+void write_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory) {
+  const bool master = saves_master(memory.plan());
+  const DType weights = memory.plan().policy.weights;
+  std::vector<SafetensorsWriter::Item> items;
+  for (const FileTensor& f : from) items.push_back({f.name, master ? DType::f32 : weights, f.shape});
+  SafetensorsWriter writer(path, items, {{"format", "pt"}});
+  for (const FileTensor& f : from) {
+    // A file tensor is a contiguous range of its parameter (padding rows, when any, come after it).
+    if (master) {
+      const int64_t offset = memory.param_offset(f.param) + f.offset;
+      memory.optimizer_state().visit(
+          offset, offset + f.numel(), StateAccess::read_master, [&](const StateWindow& w) {
+            writer.write_part(w.master, static_cast<uint64_t>(w.end - w.begin) * 4);
+          });
+    } else {
+      writer.write_next(static_cast<const char*>(memory.data(f.param)) + f.offset * dtype_size(weights),
+                        static_cast<uint64_t>(f.numel()) * dtype_size(weights));
+    }
+  }
+  writer.finish();
+}
+
+}  // namespace
+
+void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
+                  Allocation& memory) {
+  const std::vector<std::unique_ptr<SafetensorsReader>> readers = open_checkpoint(path);
+  struct Found {
+    const SafetensorsReader* reader;
+    const TensorEntry* entry;
+  };
+  std::map<std::string, Found> by_name;
+  for (const auto& reader : readers) {
+    for (const TensorEntry& e : reader->tensors()) {
+      const std::optional<std::string> name = checkpoint_name(spec, e.name);
+      if (name) by_name[*name] = {reader.get(), &e};
+    }
+  }
+  for (const FileTensor& f : checkpoint_tensors(spec, model)) {
+    const auto it = by_name.find(f.name);
+    if (it == by_name.end()) fail_data(path + ": missing tensor " + f.name);
+    const auto [reader, entry] = it->second;
+    const TensorEntry& e = *entry;
+    if (e.shape != f.shape)
+      fail_data(reader->path() + ": tensor " + f.name + " has shape " + shape_text(e.shape) + ", expected " +
+                shape_text(f.shape));
+    if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16)
+      fail_data(reader->path() + ": tensor " + f.name + " has dtype " + std::string(dtype_name(e.dtype)) +
+                ", expected F32, BF16 or F16");
+    store_loaded(*reader, e, memory, f);  // padding rows (after the file's rows) keep their zeros
+    by_name.erase(it);
+  }
+  if (!by_name.empty())
+    fail_data(path + ": unexpected tensor " + by_name.begin()->first + " for this " +
+              (spec.arch == Arch::llama ? "LLaMA" : "GPT-2") + " model");
+}
+
+void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
+                  const Allocation& memory, uint64_t max_shard_bytes) {
+  const std::vector<FileTensor> tensors = checkpoint_tensors(spec, model);
+  if (!path.ends_with(".index.json")) {
+    write_file(path, tensors, memory);
+    return;
+  }
+  // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
+  std::vector<std::vector<FileTensor>> shards;
+  uint64_t shard_bytes = 0, total = 0;
+  for (const FileTensor& f : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(f.numel()) *
+                           (saves_master(memory.plan()) ? 4 : dtype_size(memory.plan().policy.weights));
+    if (shards.empty() || (shard_bytes > 0 && shard_bytes + bytes > max_shard_bytes)) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(f);
+    shard_bytes += bytes;
+    total += bytes;
+  }
+  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+  const fs::path folder = fs::path(path).parent_path();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    write_file((folder / name).string(), shards[s], memory);
+    for (const FileTensor& f : shards[s]) index["weight_map"][f.name] = name;
+  }
+  write_file_atomically(path, index.dump(2) + "\n");
+}
+
+}  // namespace mt

@@ -1,0 +1,32 @@
+// Model weights in safetensors with Hugging Face names and layouts (checkpoint_layout.h): one file, or the
+// shards a model.safetensors.index.json lists.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "memory/allocation.h"
+#include "model/graph_builder.h"
+#include "model/spec.h"
+
+namespace mt {
+
+// Hugging Face's default shard size for save_pretrained.
+constexpr uint64_t kDefaultShardBytes = 5'000'000'000;
+
+// Reads every parameter from `path`: a .safetensors file, a model.safetensors.index.json (its shards are
+// read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are accepted.
+// F32, BF16 and F16 tensors are converted to the run's storage (the fp32 master copy, or the weights without
+// one). A missing tensor, a wrong shape or dtype, or an unknown tensor is a data error naming the file and
+// the tensor.
+void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
+                  Allocation& memory);
+
+// Writes every parameter (vocabulary padding removed), each file atomically: the fp32 master copy when there
+// is one, else the weights in their own dtype (also under ZeRO, where the master copy is sharded). A path
+// ending in .index.json gets shards model-0000i-of-0000n.safetensors beside it of at most max_shard_bytes
+// each (a larger tensor gets a shard of its own), written before the index; any other path one file.
+void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
+                  const Allocation& memory, uint64_t max_shard_bytes = kDefaultShardBytes);
+
+}  // namespace mt

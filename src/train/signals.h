@@ -1,0 +1,13 @@
+// SIGINT and SIGTERM during training ask the run to stop after the step in progress (saving a checkpoint)
+// instead of killing it mid-step. A second signal ends the process at once (exit status 128 + signal).
+#pragma once
+
+namespace mt {
+
+// Call before the run starts any thread: the signals are blocked in this thread and every thread it starts
+// later, and a watcher thread takes them. A handler interrupting compute threads is what this avoids: a
+// signal frame pushed onto the stack of oneDNN's JIT kernels was seen to corrupt the heap.
+void catch_stop_signals();
+bool stop_requested();
+
+}  // namespace mt

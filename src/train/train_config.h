@@ -1,0 +1,66 @@
+// Everything `memtrain train` is told: the model, data, schedule, precision, parallelism and outputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "memory/precision.h"
+#include "model/recompute.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+
+namespace mt {
+
+struct TrainConfig {
+  std::string model;                // preset name or config.json
+  int64_t pad_vocab_multiple = 64;  // --make-vocab-size-divisible-by
+  std::string data;                 // shard directory or glob
+  int64_t seq_len = 0;              // 0: the model's n_positions
+  int64_t micro_batch = 4;
+  int64_t global_batch = 0;      // sequences per optimizer step; 0: from grad_accum_steps
+  int64_t grad_accum_steps = 0;  // micro-batches per optimizer step; 0: from global_batch (default 1)
+  int64_t train_iters = 0;
+  float lr = 6e-4f;
+  float min_lr = 0.0f;
+  int64_t warmup_iters = 0;
+  std::string decay_style = "cosine";
+  AdamWConfig adam;
+  PrecisionConfig precision;
+  RecomputeConfig recompute;
+  LossScalerConfig loss_scaler;  // fp16 only
+  float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
+  // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
+  std::string dist_backend = "auto";  // auto, single or mpi
+  int zero_stage = 0;                 // 0-3
+  double bucket_size_mb = 25;         // gradient and weight exchanges in chunks of this many MiB
+  bool overlap_comm = true;  // exchanges run alongside the kernels; off: each one is waited for at once
+  std::string offload_optimizer = "none";  // none or nvme
+  std::string offload_path;                // nvme: directory for this run's optimizer-state files
+  double offload_chunk_mb = 4;             // nvme: chunk of fp32 elements streamed per I/O, in MiB
+  uint64_t seed = 1234;
+  bool shuffle = true;
+  int64_t log_interval = 1;
+  int64_t eval_interval = 100;  // 0: no evaluation
+  int64_t eval_iters = 10;
+  std::string init_from;     // safetensors to start from
+  std::string save_weights;  // safetensors to write at the end
+  // Checkpoints (src/ckpt): saved into `save` every `save_interval` steps (0: only at the end or on a stop
+  // signal), the newest `keep_checkpoints` kept (0: all); --exit-interval N saves and stops at multiples of
+  // N.
+  std::string save;
+  int64_t save_interval = 0;
+  int keep_checkpoints = 0;
+  int64_t exit_interval = 0;
+  std::string load;    // a checkpoint, or a save directory (its newest checkpoint that verifies)
+  std::string resume;  // "auto": the newest verifying checkpoint in `save`, or a fresh start without one
+  // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
+  int64_t verify_resume = 0;
+  std::string out = "run";     // metrics.jsonl and memory.json
+  int threads = 0;             // 0: every core
+  bool memory_report = false;  // print the plan and the largest activations before training
+  // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
+  // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).
+  std::string memory_timeline;
+};
+
+}  // namespace mt

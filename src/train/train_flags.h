@@ -1,0 +1,23 @@
+// The checks of `memtrain train`'s flags that need the model or the world size: one usage error naming the
+// flag, before anything is allocated or written.
+#pragma once
+
+#include <cstdint>
+
+#include "model/spec.h"
+#include "train/train_config.h"
+
+namespace mt {
+
+// Micro-batches per optimizer step, from --global-batch-size or --grad-accum-steps (they must agree).
+int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel);
+
+// The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
+void check_parallel_flags(const TrainConfig& c);
+
+// --save, --load, --resume, --exit-interval and --verify-resume: values and combinations.
+void check_checkpoint_flags(const TrainConfig& c);
+
+void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
+
+}  // namespace mt

@@ -1,0 +1,156 @@
+// The Trainer's checkpoint hooks: what a checkpoint holds of the run, and resuming from one.
+#include <cstdio>
+
+#include "ckpt/flat_states.h"
+#include "ckpt/reader.h"
+#include "ckpt/writer.h"
+#include "core/crc32c.h"
+#include "core/error.h"
+#include "model/checkpoint_layout.h"
+#include "model/hf_config.h"
+#include "train/trainer.h"
+
+namespace mt {
+
+namespace {
+
+// The settings that shape the trajectory, keyed by the flag that sets them: a resume must repeat them.
+// Left out on purpose: --train-iters (the total, which a resume may extend), the world size, ZeRO stage and
+// recompute (the same trajectory either way), paths and logging.
+nlohmann::json run_settings(const TrainConfig& c, int64_t seq_len, int64_t samples_per_step) {
+  return {{"--seed", c.seed},
+          {"--no-shuffle", !c.shuffle},
+          {"--micro-batch-size", c.micro_batch},
+          {"--seq-length", seq_len},
+          {"--global-batch-size", samples_per_step},
+          {"--precision", precision_name(c.precision.precision)},
+          {"--o2-optimizer", c.precision.o2_optimizer},
+          {"--o2-gradient", c.precision.o2_gradient},
+          {"--no-master-weights", !c.precision.master_weights},
+          {"--o2-stochastic-rounding", c.precision.o2_stochastic_rounding},
+          {"--lr", c.lr},
+          {"--min-lr", c.min_lr},
+          {"--lr-warmup-iters", c.warmup_iters},
+          {"--lr-decay-style", c.decay_style},
+          {"--weight-decay", c.adam.weight_decay},
+          {"--adam-beta1", c.adam.beta1},
+          {"--adam-beta2", c.adam.beta2},
+          {"--adam-eps", c.adam.eps},
+          {"--clip-grad", c.adam.clip_grad},
+          {"--loss-scale", c.static_loss_scale},
+          {"--loss-scale-window", c.loss_scaler.window},
+          {"--hysteresis", c.loss_scaler.hysteresis},
+          {"--min-loss-scale", c.loss_scaler.min_scale}};
+}
+
+}  // namespace
+
+std::span<char> Trainer::checkpoint_stream() const {
+  return {static_cast<char*>(memory_->data(checkpoint_stream_)),
+          static_cast<size_t>(model_.graph.table[checkpoint_stream_].bytes())};
+}
+
+ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome& outcome) const {
+  ckpt::CheckpointState s;
+  s.step = step;
+  s.optimizer_updates = optimizer_->updates_taken();
+  if (scaler_) s.loss_scaler = scaler_->state();
+  s.data_cursor = train_loader_->cursor();
+  s.seed = cfg_.seed;
+  s.run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
+  s.model = hf_config_json(spec_);
+  s.metrics = {{"loss", outcome.loss},
+               {"lr", outcome.lr},
+               {"grad_norm",
+                outcome.update.skipped ? nlohmann::json(nullptr) : nlohmann::json(outcome.update.grad_norm)},
+               {"skipped", outcome.update.skipped}};
+  if (scaler_) s.metrics["loss_scale"] = scaler_->scale();
+  s.layout = {.num_params = plan_.num_params,
+              .world = world_,
+              .weights = plan_.policy.weights,
+              .master = plan_.policy.master_weights,
+              .moments = plan_.policy.moments,
+              .tensors = {}};
+  // The Hugging Face tensors, each a contiguous range of the flat parameters.
+  for (const FileTensor& f : checkpoint_tensors(spec_, model_))
+    s.layout.tensors.push_back({f.name, f.shape, plan_.param_offset[f.param] + f.offset});
+  return s;
+}
+
+std::string Trainer::save(const std::string& save_dir, int64_t step, const StepOutcome& outcome) {
+  const std::string dir = ckpt::save_checkpoint(save_dir, checkpoint_state(step, outcome), *memory_, comm_,
+                                                cfg_.keep_checkpoints, checkpoint_stream());
+  std::printf("saved checkpoint %s\n", dir.c_str());
+  std::fflush(stdout);
+  return dir;
+}
+
+int64_t Trainer::resume() {
+  const bool automatic = cfg_.resume == "auto";
+  const std::string dir = automatic ? cfg_.save : cfg_.load;
+  const std::string chosen = ckpt::select_checkpoint(dir, automatic ? "--resume auto: --save" : "--load",
+                                                     automatic, checkpoint_stream());
+  // Every rank must continue from the same checkpoint (they verified it on their own).
+  const ckpt::CheckpointState state = chosen.empty() ? ckpt::CheckpointState{} : ckpt::read_state(chosen);
+  if (world_ > 1 && sync_->sum(static_cast<double>(state.step)) != static_cast<double>(state.step) * world_)
+    fail_data("resume: the ranks found different checkpoints in " + dir);
+  if (chosen.empty()) {
+    std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
+    return 0;
+  }
+  return resume_from(chosen);
+}
+
+int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
+  const ckpt::CheckpointState state = ckpt::read_state(checkpoint_dir);
+  const std::string where = "resume from " + checkpoint_dir + ": ";
+  if (state.model != hf_config_json(spec_))
+    fail_usage(where + "its model " + state.model.dump() + " differs from --model " + cfg_.model);
+  const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
+  for (const auto& [flag, saved] : state.run.items())
+    if (!run.contains(flag) || run.at(flag) != saved)
+      fail_usage(where + flag + " is " + (run.contains(flag) ? run.at(flag).dump() : "unknown") +
+                 " here but " + saved.dump() + " in the checkpoint; a resume repeats the run's settings");
+  if (state.step > cfg_.train_iters)
+    fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
+               std::to_string(cfg_.train_iters));
+  ckpt::load_model_states(checkpoint_dir, state, *memory_);
+  optimizer_->restore_updates_taken(state.optimizer_updates);
+  if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
+  train_loader_->set_cursor(state.data_cursor);
+  std::printf("resumed from %s at step %lld (loss %s)\n", checkpoint_dir.c_str(),
+              static_cast<long long>(state.step),
+              state.metrics.value("loss", nlohmann::json()).dump().c_str());
+  return state.step;
+}
+
+uint32_t Trainer::state_hash() {
+  const ckpt::HeldWeights weights = ckpt::held_weights(*memory_);
+  uint32_t crc = crc32c(weights.data, static_cast<size_t>(weights.range.size()) * dtype_size(weights.dtype));
+  const std::vector<ckpt::StateTensor> states = ckpt::state_tensors(plan_);
+  memory_->optimizer_state().visit(
+      plan_.shard_begin, plan_.shard_end, StateAccess::read_all, [&](const StateWindow& w) {
+        for (const ckpt::StateTensor& t : states)
+          crc = crc32c(t.in_window(w), static_cast<size_t>(w.end - w.begin) * dtype_size(t.dtype), crc);
+      });
+  const LoaderCursor cursor = train_loader_->cursor();
+  const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};
+  crc = crc32c(counters, sizeof counters, crc);
+  if (scaler_) {
+    const LossScaler::State s = scaler_->state();
+    crc = crc32c(&s.scale, sizeof s.scale, crc);
+    crc = crc32c(&s.good_steps, sizeof s.good_steps, crc);
+    crc = crc32c(&s.hysteresis_left, sizeof s.hysteresis_left, crc);
+  }
+  if (world_ == 1) return crc;
+  std::vector<double> all(world_);
+  const double mine = crc;
+  comm_.all_gather(&mine, all.data(), 1, DType::f64);
+  return crc32c(all.data(), all.size() * sizeof(double));
+}
+
+bool Trainer::any_rank(bool local) {
+  return world_ > 1 ? sync_->sum(local ? 1.0 : 0.0) > 0 : local;
+}
+
+}  // namespace mt

@@ -1,0 +1,150 @@
+"""What the parity tests share: our own safetensors reading and writing (no safetensors package needed), the
+run of parity_dump on the same weights and batches as a PyTorch reference, and the checks of logits, loss,
+every parameter gradient and the losses of 10 AdamW steps (clipping, warmup, cosine) against it.
+
+A model's test gives its reference `forward(params, c, tokens) -> logits [B, T, V]`, its parameters under
+Hugging Face names (the names parity_dump writes gradients under), and the config.json that memtrain reads.
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.nn.functional as F
+
+STEPS = 10
+# Relative tolerances per precision: logits, loss, gradients (relative L2), losses over the AdamW steps.
+TOLERANCES = {
+    "fp32": dict(logits=1e-5, loss=1e-5, grad=1e-4, steps=1e-5),
+    "bf16": dict(logits=2e-2, loss=1e-2, grad=3e-2, steps=1e-2),
+    "fp16": dict(logits=3e-3, loss=1e-3, grad=4e-3, steps=1e-3),
+}
+
+
+def lr_at(step, lr=1e-3, min_lr=1e-4, warmup=3, total=STEPS):
+    if step <= warmup:
+        return lr * step / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_lr + (lr - min_lr) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def write_safetensors(path, tensors):
+    header, offset, blobs = {}, 0, []
+    for name, t in tensors.items():
+        data = t.detach().contiguous().float().numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+        blobs.append(data)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        out[name] = torch.frombuffer(bytearray(data[b:end]), dtype=torch.float32).reshape(e["shape"])
+    return out
+
+
+def rel(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30)).item()
+
+
+def random_params(shapes, is_norm, seed=1234):
+    """Parameters for {name: shape}: norm weights near 1 (norm biases near 0; is_norm(name) says which are
+    norms), other biases N(0, 0.02), matrices N(0, 0.05); fp32 leaves that collect gradients."""
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in shapes.items():
+        if is_norm(name):
+            base = 1.0 if name.endswith("weight") else 0.0
+            t = base + 0.1 * torch.randn(shape, generator=gen)
+        elif name.endswith("bias"):
+            t = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            t = 0.05 * torch.randn(shape, generator=gen)
+        params[name] = t.float().requires_grad_(True)
+    return params
+
+
+def run_parity(dump, name, precision, c, config_json, params, forward):
+    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
+    tol = TOLERANCES[precision]
+    B, T = c["B"], c["T"]
+    gen = torch.Generator().manual_seed(4321)
+    batches = [(torch.randint(0, c["vocab_size"], (B, T), generator=gen),
+                torch.randint(0, c["vocab_size"], (B, T), generator=gen)) for _ in range(STEPS)]
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "config.json")
+        with open(config, "w") as f:
+            json.dump(config_json, f)
+        weights = os.path.join(tmp, "weights.safetensors")
+        write_safetensors(weights, params)
+        with open(os.path.join(tmp, "batches.bin"), "wb") as f:
+            for tokens, targets in batches:
+                f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
+        out = os.path.join(tmp, "out.safetensors")
+        subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(B), str(T), str(STEPS), out,
+                        precision], check=True)
+        got = read_safetensors(out)
+
+    failures = []
+
+    def check(what, err, tol):
+        print(f"{what:50s} rel err {err:.2e} (tolerance {tol:.0e})")
+        if not err <= tol:
+            failures.append(what)
+
+    tokens, targets = batches[0]
+    if precision != "fp32":
+        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+            auto = forward(params, c, tokens).float()
+        auto_loss = F.cross_entropy(auto.view(-1, auto.size(-1)), targets.view(-1)).item()
+        print(f"PyTorch bf16 autocast loss {auto_loss:.6f}")
+    logits = forward(params, c, tokens)
+    loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+    loss.backward()
+    print(f"PyTorch fp32 loss {loss.item():.6f}, memtrain {precision} loss {got['loss'].item():.6f}")
+    check("logits", rel(got["logits"], logits.detach().view(B * T, -1)), tol["logits"])
+    check("loss", abs(got["loss"].item() - loss.item()) / loss.item(), tol["loss"])
+    for pname, p in params.items():
+        check("grad " + pname, rel(got["grad." + pname], p.grad), tol["grad"])
+
+    for p in params.values():
+        p.grad = None
+    decay = [p for p in params.values() if p.dim() == 2]
+    no_decay = [p for p in params.values() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for step, (tokens, targets) in enumerate(batches, start=1):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        opt.zero_grad()
+        logits = forward(params, c, tokens)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    for i, (a, b) in enumerate(zip(got["losses"].tolist(), losses), start=1):
+        check(f"loss at step {i}", abs(a - b) / abs(b), tol["steps"])
+
+    if failures:
+        print("FAILED:", ", ".join(failures))
+        sys.exit(1)
+    print(f"parity {name} {precision}: all {len(params) + 2 + STEPS} checks passed")

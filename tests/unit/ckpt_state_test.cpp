@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include "ckpt/state.h"
+#include "core/error.h"
+
+namespace mt::ckpt {
+namespace {
+
+CheckpointState sample_state() {
+  CheckpointState s;
+  s.step = 12;
+  s.optimizer_updates = 10;  // two skipped steps
+  s.loss_scaler = LossScaler::State{32768.0f, 3, 1};
+  s.data_cursor = {2, 1, 17};
+  s.seed = 99;
+  s.run = {{"--lr", 0.0006000000284984708}, {"--seed", 99}};
+  s.model = {{"n_layer", 2}};
+  s.metrics = {{"loss", 2.5}, {"lr", 0.0003}};
+  s.layout = {.num_params = 100,
+              .world = 2,
+              .weights = DType::bf16,
+              .master = true,
+              .moments = DType::bf16,
+              .tensors = {{"wte.weight", {4, 5}, 0}, {"ln.bias", {80}, 20}}};
+  return s;
+}
+
+TEST(CheckpointState, SurvivesAJsonRoundTrip) {
+  const CheckpointState s = sample_state();
+  const CheckpointState r = state_from_json(nlohmann::json::parse(to_json(s).dump()), "state.json");
+  EXPECT_EQ(r.step, 12);
+  EXPECT_EQ(r.optimizer_updates, 10);
+  ASSERT_TRUE(r.loss_scaler.has_value());
+  EXPECT_EQ(r.loss_scaler->scale, 32768.0f);
+  EXPECT_EQ(r.loss_scaler->good_steps, 3);
+  EXPECT_EQ(r.loss_scaler->hysteresis_left, 1);
+  EXPECT_EQ(r.data_cursor.epoch, 2);
+  EXPECT_EQ(r.data_cursor.shard, 1);
+  EXPECT_EQ(r.data_cursor.window, 17);
+  EXPECT_EQ(r.seed, 99u);
+  EXPECT_EQ(r.run, s.run);  // floats come back with the same bits
+  EXPECT_EQ(r.model, s.model);
+  EXPECT_EQ(r.layout.world, 2);
+  EXPECT_EQ(r.layout.weights, DType::bf16);
+  EXPECT_TRUE(r.layout.master);
+  ASSERT_EQ(r.layout.tensors.size(), 2u);
+  EXPECT_EQ(r.layout.tensors[1].name, "ln.bias");
+  EXPECT_EQ(r.layout.tensors[1].offset, 20);
+  EXPECT_EQ(r.layout.tensors[0].numel(), 20);
+}
+
+TEST(CheckpointState, RejectsMissingFieldsAndOutOfRangeTensors) {
+  nlohmann::json j = to_json(sample_state());
+  j.erase("data");
+  try {
+    state_from_json(j, "ckpt/state.json");
+    FAIL() << "a state without its data cursor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ckpt/state.json"), std::string::npos) << e.what();
+  }
+  CheckpointState s = sample_state();
+  s.layout.tensors[1].offset = 30;  // 30 + 80 > 100
+  EXPECT_THROW(state_from_json(to_json(s), "state.json"), Error);
+  s = sample_state();
+  s.optimizer_updates = 13;  // more updates than steps
+  EXPECT_THROW(state_from_json(to_json(s), "state.json"), Error);
+}
+
+}  // namespace
+}  // namespace mt::ckpt
