@@ -23,15 +23,6 @@ namespace mt {
 
 namespace {
 
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::unique_ptr<LossScaler> make_loss_scaler(const TrainConfig& cfg) {
   if (cfg.precision.precision != Precision::fp16) return nullptr;
   LossScalerConfig scaler_config = cfg.loss_scaler;
