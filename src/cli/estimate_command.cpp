@@ -21,9 +21,6 @@ struct EstimateFlags {
 };
 
 void estimate(TrainConfig config, const EstimateFlags& f) {
-  if (f.tp < 1 || f.pp < 1) fail_usage("--tp and --pp must be at least 1");
-  if (f.tp > 1 || f.pp > 1)
-    fail_usage("--tp and --pp: tensor and pipeline parallelism are not modelled yet (use --dp)");
   std::optional<int64_t> device;
   if (!f.device_memory.empty()) {
     device = parse_bytes(f.device_memory);
@@ -31,7 +28,7 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
   }
   // Only --verify-resume's check reads the step count; the memory of a step does not depend on it.
   if (config.train_iters == 0) config.train_iters = 1;
-  const Estimate e = estimate_run(config, f.dp, device);
+  const Estimate e = estimate_run(config, f.dp, {.tp = f.tp, .pp = f.pp}, device);
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -57,8 +54,10 @@ void add_estimate_command(CLI::App& app) {
   std::shared_ptr<RunFlags> flags = add_run_flags(*cmd);
   auto f = std::make_shared<EstimateFlags>();
   cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes)")->capture_default_str();
-  cmd->add_option("--tp", f->tp, "tensor-parallel ranks")->capture_default_str();
-  cmd->add_option("--pp", f->pp, "pipeline stages")->capture_default_str();
+  cmd->add_option("--tp", f->tp, "tensor-parallel ranks (modelled: Megatron-LM's layout, not run)")
+      ->capture_default_str();
+  cmd->add_option("--pp", f->pp, "pipeline stages, 1F1B (modelled: Megatron-LM's layout, not run)")
+      ->capture_default_str();
   cmd->add_option(
       "--device-memory", f->device_memory,
       "memory of one rank's device, e.g. 80GiB (2^30 bytes) or 24GB (10^9 bytes): fits, headroom");

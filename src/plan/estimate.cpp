@@ -46,6 +46,16 @@ std::string describe_run(const Estimate& e) {
   return out.str();
 }
 
+// "0-7", or "0, 2, 5" when not consecutive.
+std::string rank_list(const std::vector<int>& ranks) {
+  if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size()))
+    return ranks.size() == 1 ? std::to_string(ranks.front())
+                             : std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  std::string list;
+  for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return list;
+}
+
 bool same_memory(const RankEstimate& a, const RankEstimate& b) {
   return a.bytes.bytes == b.bytes.bytes && a.peak.op == b.peak.op && a.peak.live.bytes == b.peak.live.bytes;
 }
@@ -67,8 +77,12 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
                 human_bytes(total).c_str());
   out << line;
   out << "  model states " << model_state_bytes_per_param(r.bytes, r.num_params)
-      << " bytes/parameter; activation arena " << human_bytes(r.bytes[Category::activations])
-      << " packed from " << human_bytes(r.activations_unpacked) << " of tensors\n";
+      << " bytes/parameter; activation arena " << human_bytes(r.activations_packed) << " packed from "
+      << human_bytes(r.activations_unpacked) << " of tensors\n";
+  if (e.modelled())
+    out << "  1F1B: activations of " << r.in_flight << " micro-batch" << (r.in_flight == 1 ? "" : "es")
+        << " in flight, " << human_bytes(r.saved_per_micro_batch)
+        << " kept by each from forward to backward\n";
   if (r.offloaded_bytes > 0)
     out << "  optimizer offload file " << human_bytes(r.offloaded_bytes) << " (on disk, not in memory)\n";
   out << "  peak: " << human_bytes(r.peak.live.total()) << " live during op " << r.peak.op << " "
@@ -126,15 +140,31 @@ const RankEstimate& Estimate::largest() const {
   });
 }
 
-Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory) {
+Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
+                      std::optional<int64_t> device_memory) {
   if (dp < 1) fail_usage("--dp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
   Estimate e;
   e.config = config;
   e.dp = dp;
+  e.mp = mp;
   e.threads = rank_threads(config, dp);
   e.device_memory = device_memory;
+  auto add_rank = [&](int rank, int stage, const Graph& graph, const Plan& plan) {
+    e.ranks.push_back({.rank = rank,
+                       .stage = stage,
+                       .bytes = plan.bytes,
+                       .num_params = plan.num_params,
+                       .shard_begin = plan.shard_begin,
+                       .shard_end = plan.shard_end,
+                       .shard_elems = plan.shard_elems,
+                       .activations_packed = plan.activations.size,
+                       .activations_unpacked = plan.activations.sum_of_tensors,
+                       .offloaded_bytes = plan.offloaded_bytes,
+                       .peak = peak_op(graph, plan)});
+    return &e.ranks.back();
+  };
   for (int rank = 0; rank < dp; ++rank) {
     const RunPlan run = plan_run(config, dp, rank, e.threads, mpi_buffer_bytes(dp));
     if (rank == 0) {
@@ -142,16 +172,17 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
       e.seq_len = run.seq_len;
       e.accum = run.accum;
       e.policy = run.plan.policy;
+      e.padded_params = run.plan.num_params;
     }
-    e.ranks.push_back({.rank = rank,
-                       .bytes = run.plan.bytes,
-                       .num_params = run.plan.num_params,
-                       .shard_begin = run.plan.shard_begin,
-                       .shard_end = run.plan.shard_end,
-                       .shard_elems = run.plan.shard_elems,
-                       .activations_unpacked = run.plan.activations.sum_of_tensors,
-                       .offloaded_bytes = run.plan.offloaded_bytes,
-                       .peak = peak_op(run.model.graph, run.plan)});
+    if (!e.modelled()) {
+      add_rank(rank, 0, run.model.graph, run.plan);
+      continue;
+    }
+    for (const StagePlan& stage : plan_model_parallel(run, mp)) {
+      RankEstimate* r = add_rank(rank, stage.stage, stage.graph, stage.plan);
+      r->in_flight = stage.in_flight;
+      r->saved_per_micro_batch = stage.saved_per_micro_batch;
+    }
   }
   return e;
 }
@@ -160,7 +191,7 @@ ModelStateLayout model_state_layout(const Estimate& e) {
   const RankEstimate& r = e.largest();
   return {.num_params = r.num_params,
           .shard_elems = r.shard_elems,
-          .published_params = e.spec.num_parameters(),
+          .published_params = e.modelled() ? r.num_params : e.spec.num_parameters(),
           .dp = e.dp,
           .stage = e.dp > 1 ? e.config.zero_stage : 0,
           .offloaded = e.config.offload_optimizer == "nvme",
@@ -170,18 +201,26 @@ ModelStateLayout model_state_layout(const Estimate& e) {
 std::string format_estimate(const Estimate& e) {
   std::ostringstream out;
   out << "model " << e.spec.name << ": " << with_commas(e.spec.num_parameters()) << " parameters ("
-      << with_commas(e.ranks.front().num_params) << " with the vocabulary padded to "
-      << e.spec.padded_vocab_size << ")\n"
+      << with_commas(e.padded_params) << " with the vocabulary padded to " << e.spec.padded_vocab_size
+      << ")\n"
       << describe_run(e) << "\n";
-  // Ranks with the same bytes and peak print once.
-  for (size_t first = 0; first < e.ranks.size();) {
-    size_t last = first;
-    while (last + 1 < e.ranks.size() && same_memory(e.ranks[last + 1], e.ranks[first])) ++last;
-    const std::string title = first == last
-                                  ? "rank " + std::to_string(first)
-                                  : "ranks " + std::to_string(first) + "-" + std::to_string(last) + " (each)";
-    out << format_rank(e, e.ranks[first], title);
-    first = last + 1;
+  // Ranks of one stage with the same bytes and peak print once.
+  std::vector<bool> printed(e.ranks.size(), false);
+  for (size_t i = 0; i < e.ranks.size(); ++i) {
+    if (printed[i]) continue;
+    std::vector<int> same;
+    for (size_t j = i; j < e.ranks.size(); ++j)
+      if (!printed[j] && e.ranks[j].stage == e.ranks[i].stage && same_memory(e.ranks[j], e.ranks[i])) {
+        printed[j] = true;
+        same.push_back(e.ranks[j].rank);
+      }
+    std::string title =
+        (same.size() == 1 ? "rank " : "ranks ") + rank_list(same) + (same.size() > 1 ? " (each)" : "");
+    if (e.modelled())
+      title += ", pipeline stage " + std::to_string(e.ranks[i].stage) + " of " + std::to_string(e.mp.pp) +
+               ", each of " + std::to_string(e.mp.tp) + " tensor-parallel rank" + (e.mp.tp == 1 ? "" : "s") +
+               " (modelled)";
+    out << format_rank(e, e.ranks[i], title);
   }
   return out.str();
 }
@@ -191,11 +230,13 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   json ranks = json::array();
   for (const RankEstimate& r : e.ranks) {
     json rank = {{"rank", r.rank},
+                 {"stage", r.stage},
                  {"bytes", bytes_json(r.bytes)},
                  {"total_bytes", r.bytes.total()},
                  {"num_params", r.num_params},
                  {"shard", {r.shard_begin, r.shard_end}},
                  {"model_state_bytes_per_param", model_state_bytes_per_param(r.bytes, r.num_params)},
+                 {"activations_packed_bytes", r.activations_packed},
                  {"activations_unpacked_bytes", r.activations_unpacked},
                  {"offloaded_optimizer_file_bytes", r.offloaded_bytes},
                  {"peak",
@@ -204,6 +245,10 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                    {"phase", r.peak.backward ? "backward" : "forward"},
                    {"total_bytes", r.peak.live.total()},
                    {"bytes", bytes_json(r.peak.live)}}}};
+    if (e.modelled()) {
+      rank["in_flight_micro_batches"] = r.in_flight;
+      rank["saved_activation_bytes_per_micro_batch"] = r.saved_per_micro_batch;
+    }
     if (e.device_memory) {
       rank["fits"] = r.bytes.total() <= *e.device_memory;
       rank["headroom_bytes"] = *e.device_memory - r.bytes.total();
@@ -212,10 +257,13 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   }
   json out = {{"model", e.spec.name},
               {"parameters", e.spec.num_parameters()},
-              {"padded_parameters", e.ranks.front().num_params},
+              {"padded_parameters", e.padded_params},
               {"precision", precision_name(e.config.precision.precision)},
               {"zero_stage", e.dp > 1 ? e.config.zero_stage : 0},
               {"dp", e.dp},
+              {"tp", e.mp.tp},
+              {"pp", e.mp.pp},
+              {"modelled", e.modelled()},
               {"micro_batch_size", e.config.micro_batch},
               {"seq_length", e.seq_len},
               {"micro_batches_per_step", e.accum},

@@ -183,6 +183,54 @@ class EstimateAgreesWithPublishedFormulas(unittest.TestCase):
             self.assertEqual(est["explain"], [])
 
 
+class ModelParallelModelled(unittest.TestCase):
+    """Tensor and pipeline parallelism are modelled on the same table, as Megatron-LM lays them out."""
+
+    def test_tensor_parallel_splits_the_linears_and_the_vocabulary(self):
+        # llama2-7b: q/k/v, o, gate/up, down and the embedding and untied head split over 8 ranks; the norms not.
+        L, C, I, V = 32, 4096, 11008, 32000
+        split = L * (3 * C * C + C * C + 2 * I * C + I * C) + 2 * V * C
+        replicated = L * 2 * C + C
+        est = estimate("--model", "llama2-7b", "--bf16", "--tp", "8", "--seq-length", "128", "--micro-batch-size", "1",
+                       "--threads", "1")
+        self.assertTrue(est["modelled"])
+        self.assertEqual(est["ranks"][0]["num_params"], split // 8 + replicated)
+        self.assertEqual(est["ranks"][0]["bytes"]["params"], 2 * (split // 8 + replicated))
+        # gpt2 (tied head) over 4: c_attn and c_fc with their biases, both c_proj weights, wte; the rest whole.
+        L, C, T, Vp = 12, 768, 1024, 50304
+        split = L * (C * 3 * C + 3 * C + C * C + C * 4 * C + 4 * C + 4 * C * C) + Vp * C
+        replicated = L * (4 * C + C + C) + T * C + 2 * C
+        est = estimate("--model", "gpt2", "--tp", "4", "--seq-length", "128", "--micro-batch-size", "1", "--threads", "1")
+        self.assertEqual(est["ranks"][0]["num_params"], split // 4 + replicated)
+
+    def test_pipeline_stages_split_the_layers_and_hold_1f1b_micro_batches(self):
+        L, C, T, Vp = 12, 768, 1024, 50304
+        for micro_batches, in_flight in ((8, [4, 3, 2, 1]), (2, [2, 2, 2, 1])):
+            est = estimate("--model", "gpt2", "--pp", "4", "--seq-length", "64", "--micro-batch-size", "1",
+                           "--global-batch-size", str(micro_batches), "--threads", "1")
+            stages = est["ranks"]
+            self.assertEqual([r["stage"] for r in stages], [0, 1, 2, 3])
+            self.assertEqual([r["in_flight_micro_batches"] for r in stages], in_flight)
+            # Every layer on one stage; the last stage keeps its own copy of the tied embedding for the head.
+            self.assertEqual(sum(r["num_params"] for r in stages), est["padded_parameters"] + Vp * C)
+            layer = (est["padded_parameters"] - Vp * C - T * C - 2 * C) // L
+            self.assertEqual(stages[1]["num_params"], 3 * layer)
+            self.assertEqual(stages[0]["num_params"], Vp * C + T * C + 3 * layer)
+            for r in stages:
+                self.assertEqual(r["bytes"]["activations"], r["activations_packed_bytes"] +
+                                 (r["in_flight_micro_batches"] - 1) * r["saved_activation_bytes_per_micro_batch"])
+            self.assertGreater(stages[0]["bytes"]["activations"], stages[3]["bytes"]["activations"])
+
+    def test_with_zero_and_a_bad_layout(self):
+        est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",
+                       "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
+        self.assertEqual(len(est["ranks"]), 4)
+        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--tp", "5"], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--tp 5", result.stderr)
+
+
 class EstimateCommand(unittest.TestCase):
     def test_llama2_70b_fast_and_small(self):
         flags = ["--model", "llama2-70b", "--bf16", "--o2-optimizer", "--dp", "8", "--zero-stage", "1",
