@@ -8,10 +8,6 @@ namespace mt {
 
 namespace {
 
-int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 bool lifetimes_overlap(const TensorDesc& a, const TensorDesc& b) {
   return a.first_op <= b.last_op && b.first_op <= a.last_op;
 }
@@ -27,7 +23,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
     if (t.category != category || !t.has_lifetime()) continue;
     if (t.last_op < t.first_op) throw std::logic_error("tensor " + t.name + " ends before it starts");
     order.push_back(id);
-    layout.sum_of_tensors += aligned(t.bytes());
+    layout.sum_of_tensors += arena_aligned(t.bytes());
   }
   // Largest first, ties by earlier start then id: a stable, deterministic packing.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -42,10 +38,10 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
     busy.clear();
     for (int other : placed)
       if (lifetimes_overlap(t, table[other]))
-        busy.emplace_back(layout.offset[other], layout.offset[other] + aligned(table[other].bytes()));
+        busy.emplace_back(layout.offset[other], layout.offset[other] + arena_aligned(table[other].bytes()));
     std::sort(busy.begin(), busy.end());
     int64_t offset = 0;
-    const int64_t size = aligned(t.bytes());
+    const int64_t size = arena_aligned(t.bytes());
     for (const auto& [begin, end] : busy) {
       if (offset + size <= begin) break;
       offset = std::max(offset, end);

@@ -1,7 +1,5 @@
 #include "plan/estimate.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -15,16 +13,6 @@
 namespace mt {
 
 namespace {
-
-int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
-// The trainer's rule: --threads when given, else one thread per rank under MPI, else every core.
-int rank_threads(const TrainConfig& config, int dp) {
-  if (config.threads > 0) return config.threads;
-  return dp > 1 ? 1 : omp_get_max_threads();
-}
 
 std::string percent(int64_t part, int64_t whole) {
   char text[16];
@@ -120,8 +108,8 @@ OpPeak peak_op(const Graph& graph, const Plan& plan) {
     for (int id = 0; id < graph.table.size(); ++id) {
       if (layout->offset[id] < 0) continue;
       const TensorDesc& t = graph.table[id];
-      change[t.first_op][category] += aligned(t.bytes());
-      change[t.last_op + 1][category] -= aligned(t.bytes());
+      change[t.first_op][category] += arena_aligned(t.bytes());
+      change[t.last_op + 1][category] -= arena_aligned(t.bytes());
     }
   }
   OpPeak peak;

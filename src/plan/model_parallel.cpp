@@ -11,10 +11,6 @@ namespace mt {
 
 namespace {
 
-int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 // A tensor's name without its layer prefix ("h.3.", "model.layers.3.") and its recompute suffix.
 std::string role(const std::string& name) {
   std::string r = name;
@@ -39,7 +35,7 @@ const std::unordered_set<std::string>& split_roles() {
       "wte.weight", "model.embed_tokens.weight", "lm_head.weight", "lm_head.logits",
       // activations between a column- and a row-parallel product
       "attn.qkv", "attn.out", "attn.lse", "mlp.fc", "mlp.gelu.out", "self_attn.qkv", "self_attn.out",
-      "self_attn.lse", "mlp.gate_up", "mlp.swiglu.out", "mlp.swiglu.out"};
+      "self_attn.lse", "mlp.gate_up", "mlp.swiglu.out"};
   return roles;
 }
 
@@ -107,7 +103,7 @@ int64_t saved_across_backward(const Graph& g) {
   for (const TensorDesc& t : g.table.tensors())
     if (t.category == Category::activations && t.has_lifetime() && t.first_op <= g.loss_op &&
         t.last_op > g.loss_op)
-      saved += aligned(t.bytes());
+      saved += arena_aligned(t.bytes());
   return saved;
 }
 

@@ -295,7 +295,7 @@ void train(const TrainConfig& cfg) {
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  if (cfg.threads > 0 || comm.size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
+  omp_set_num_threads(rank_threads(cfg, comm.size()));
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm);
   else
