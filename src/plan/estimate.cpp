@@ -74,7 +74,7 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
   if (r.offloaded_bytes > 0)
     out << "  optimizer offload file " << human_bytes(r.offloaded_bytes) << " (on disk, not in memory)\n";
   out << "  peak: " << human_bytes(r.peak.live.total()) << " live during op " << r.peak.op << " "
-      << r.peak.name << " (" << (r.peak.backward ? "backward" : "forward") << "); " << human_bytes(total)
+      << r.peak.name << " (" << r.peak.phase << "); " << human_bytes(total)
       << " held for the whole step (arenas are reserved at their packed size)\n";
   if (e.device_memory) {
     const int64_t headroom = *e.device_memory - total;
@@ -92,6 +92,12 @@ nlohmann::ordered_json bytes_json(const CategoryBytes& bytes) {
   nlohmann::ordered_json json = nlohmann::ordered_json::object();
   for (Category c : kAllCategories) json[std::string(category_key(c))] = bytes[c];
   return json;
+}
+
+// A pipeline stage's graph has no loss op: its loss_op is its last forward op (plan/model_parallel.h).
+std::string phase_of(const Graph& graph, int op) {
+  if (graph.ops[op].kind == OpKind::lm_head_loss) return "loss";
+  return op <= graph.loss_op ? "forward" : "backward";
 }
 
 }  // namespace
@@ -117,7 +123,7 @@ OpPeak peak_op(const Graph& graph, const Plan& plan) {
   for (int op = 0; op < num_ops; ++op) {
     for (Category c : kAllCategories) live[c] += change[op][c];
     if (peak.op < 0 || live.total() > peak.live.total())
-      peak = {op, graph.ops[op].name, op > graph.loss_op, live};
+      peak = {op, graph.ops[op].name, phase_of(graph, op), live};
   }
   return peak;
 }
@@ -230,7 +236,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                  {"peak",
                   {{"op", r.peak.op},
                    {"name", r.peak.name},
-                   {"phase", r.peak.backward ? "backward" : "forward"},
+                   {"phase", r.peak.phase},
                    {"total_bytes", r.peak.live.total()},
                    {"bytes", bytes_json(r.peak.live)}}}};
     if (e.modelled()) {

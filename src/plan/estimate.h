@@ -25,7 +25,7 @@ namespace mt {
 struct OpPeak {
   int op = -1;
   std::string name;
-  bool backward = false;  // after the loss op
+  std::string phase;  // forward, loss (the LM head with its gradient) or backward
   CategoryBytes live;
 };
 
