@@ -221,6 +221,19 @@ class ModelParallelModelled(unittest.TestCase):
                                  (r["in_flight_micro_batches"] - 1) * r["saved_activation_bytes_per_micro_batch"])
             self.assertGreater(stages[0]["bytes"]["activations"], stages[3]["bytes"]["activations"])
 
+    def test_activations_per_layer_follow_megatrons_formula(self):
+        # Korthikanti et al. 2022 (Megatron's activation memory): a layer keeps sbh(10 + 24/t) bytes with 16-bit
+        # activations and flash attention (no 5as/h score term), 2sbh of which are dropout masks. Without dropout
+        # our layer keeps sbh(8 + 24/t), plus what that count leaves out: LayerNorm statistics (mean and rstd
+        # of both norms, fp32: 16sb) and attention's log-sum-exp per head and row (fp32, split: 4asb/t).
+        s, b, h, a, L = 1024, 1, 768, 12, 12
+        for t in (1, 2, 4):
+            est = estimate("--model", "gpt2", "--bf16", "--pp", str(L), "--tp", str(t), "--seq-length", str(s),
+                           "--micro-batch-size", str(b), "--global-batch-size", str(L), "--threads", "1")
+            middle = est["ranks"][L // 2]  # one layer per stage
+            self.assertEqual(middle["saved_activation_bytes_per_micro_batch"],
+                             s * b * h * (8 + 24 // t) + 16 * s * b + 4 * a * s * b // t)
+
     def test_with_zero_and_a_bad_layout(self):
         est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",
                        "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
