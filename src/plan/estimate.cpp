@@ -136,7 +136,7 @@ const RankEstimate& Estimate::largest() const {
 
 Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
                       std::optional<int64_t> device_memory) {
-  if (dp < 1) fail_usage("--dp must be at least 1");
+  if (dp < 1 || mp.tp < 1 || mp.pp < 1) fail_usage("--dp, --tp and --pp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
   Estimate e;

@@ -115,7 +115,6 @@ bool split_by_tensor_parallel(const TensorDesc& tensor) {
 
 std::vector<StagePlan> plan_model_parallel(const RunPlan& run, const ModelParallel& mp) {
   const ModelSpec& spec = run.spec;
-  if (mp.tp < 1 || mp.pp < 1) fail_usage("--tp and --pp must be at least 1");
   if (spec.n_head % mp.tp != 0 || spec.n_kv_head % mp.tp != 0)
     fail_usage("--tp " + std::to_string(mp.tp) + " must divide the model's " + std::to_string(spec.n_head) +
                " attention heads and " + std::to_string(spec.n_kv_head) + " key/value heads");
