@@ -31,6 +31,9 @@ std::string describe_run(const Estimate& e) {
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
       << (e.threads == 1 ? "" : "s") << " per rank";
+  if (e.modelled())
+    out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
+        << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run it";
   return out.str();
 }
 
