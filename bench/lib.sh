@@ -102,26 +102,35 @@ run_memtrain() {
     "$dir/metrics.jsonl" | summarize > "$dir.json"
 }
 
-# run_torch NAME [FLAG...]: SKIP warmup steps and STEPS-SKIP timed ones of the PyTorch baseline with the extra
-# flags; summary in OUT/NAME.json.
-run_torch() {
-  local name="$1" dir="$out/$1" load
+# launch_torch NAME COMMAND...: after a quiet machine, runs COMMAND (a launcher, if any, then a torch script
+# and its own flags) with the shared flags (shard, batch shape, threads, SKIP warmup and STEPS-SKIP timed
+# steps) appended; its JSON in OUT/NAME.raw.json, its log in OUT/NAME.log. Sets load to the load average at
+# its start.
+launch_torch() {
+  local name="$1" dir="$out/$1"
   shift
   wait_for_quiet_machine
   load="$(load_average)"
-  echo "bench: load average $load; $name: ${torch_script:-bench/torch_gpt2.py} $*, $skip warmup + $((steps - skip)) timed steps" >&2
-  # shellcheck disable=SC2086  # the script's model flags are words
-  if ! "$python" ${torch_script:-bench/torch_gpt2.py} --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
-      --warmup "$skip" --steps "$((steps - skip))" "$@" > "$dir.raw.json" 2> "$dir.log"; then
+  echo "bench: load average $load; $name: $*, $skip warmup + $((steps - skip)) timed steps" >&2
+  if ! "$@" --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
+      --warmup "$skip" --steps "$((steps - skip))" > "$dir.raw.json" 2> "$dir.log"; then
     tail -n 5 "$dir.log" >&2
     die "$name failed, log in $dir.log"
   fi
+}
+
+# run_torch NAME [FLAG...]: the PyTorch baseline (torch_script) with the extra flags; summary in OUT/NAME.json.
+run_torch() {
+  local name="$1" load
+  shift
+  # shellcheck disable=SC2086  # the script's model flags are words
+  launch_torch "$name" "$python" ${torch_script:-bench/torch_gpt2.py} "$@"
   jq --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
       load_average_end: $load_end,
       steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
       forward_rss_growth_bytes, model_state_bytes_per_param}' \
-    "$dir.raw.json" | summarize > "$dir.json"
+    "$out/$name.raw.json" | summarize > "$out/$name.json"
 }
 
 # OUT/result.json: the settings, every configuration's summary, and the caller's `targets` (a jq array of

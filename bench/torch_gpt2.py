@@ -64,8 +64,9 @@ class GPT2(nn.Module):
         self.wpe = nn.Embedding(positions, channels)
         self.blocks = nn.ModuleList(Block(channels, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(channels)
-        # True above the diagonal: the future positions a token may not attend to.
-        self.register_buffer("mask", torch.ones(positions, positions, dtype=torch.bool).triu(1), persistent=False)
+        # True above the diagonal: the future positions a token may not attend to. A constant, not a buffer:
+        # DistributedDataParallel would broadcast a buffer, and gloo cannot send bool tensors.
+        self.mask = torch.ones(positions, positions, dtype=torch.bool).triu(1)
         self.init_weights(layers)
 
     def init_weights(self, layers):
@@ -111,12 +112,15 @@ def batches(tokens, b, t):
         pos += span
 
 
-def model_state_bytes(model, opt):
-    """Bytes of parameters, their gradients and the optimizer's state tensors (AdamW: two moments)."""
+def model_state_bytes_per_param(model, opt):
+    """Bytes of parameters, their gradients and the optimizer's state tensors (AdamW: two moments) per
+    parameter."""
+    # ZeroRedundancyOptimizer keeps this rank's share of the state in its local optimizer, .optim.
+    state = getattr(opt, "optim", opt).state
     tensors = [p for p in model.parameters()]
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
-    tensors += [v for state in opt.state.values() for v in state.values() if torch.is_tensor(v)]
-    return sum(t.numel() * t.element_size() for t in tensors)
+    tensors += [v for st in state.values() for v in st.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors) / sum(p.numel() for p in model.parameters())
 
 
 def rss_bytes():
@@ -125,12 +129,10 @@ def rss_bytes():
         return int(f.read().split()[1]) * resource.getpagesize()
 
 
-def run_benchmark(description, make_model, add_model_args=lambda ap: None):
-    """Parses the shared flags (and the model's, by add_model_args), trains make_model(args) and prints the
-    JSON summary: the loop every PyTorch baseline of bench/ runs."""
-    ap = argparse.ArgumentParser(description=description)
+def add_arguments(ap):
+    """The flags every PyTorch baseline of bench/ shares: data, batch shape, steps, optimizer, precision."""
     ap.add_argument("--shard", required=True, help="llm.c token shard (*_train_*.bin)")
-    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4, help="micro-batch size (per rank)")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=2, help="steps run before timing starts")
@@ -141,20 +143,31 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
                     help="bf16: forward and loss under CPU autocast to bfloat16 (default off: fp32)")
     ap.add_argument("--checkpoint", action="store_true",
                     help="activation checkpointing: torch.utils.checkpoint around each block (non-reentrant)")
-    add_model_args(ap)
-    args = ap.parse_args()
 
+
+def seeded_model(make_model, args):
+    """make_model(args) on args.threads threads, seeded the same in every process."""
     torch.set_num_threads(args.threads)
     torch.manual_seed(1234)
-    model = make_model(args)
-    # Same optimizer settings as memtrain's defaults, so both do the same work per step.
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
-    data = batches(shard_tokens(args.shard), args.batch, args.seq)
+    return make_model(args)
+
+
+def gpt2(args):
+    return GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint)
+
+
+def adamw_settings(args):
+    """Same optimizer settings as memtrain's defaults, so both do the same work per step."""
+    return dict(lr=args.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01)
+
+
+def train(model, opt, data, args):
+    """warmup + steps training steps on (inputs, targets) from data. Returns the timed steps' milliseconds,
+    every step's loss, and the timed steps' RSS growth over the forward pass."""
     if args.autocast == "bf16":
         autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)  # noqa: E731
     else:
         autocast = contextlib.nullcontext
-
     step_ms, losses, forward_rss_growth = [], [], []
     for step in range(args.warmup + args.steps):
         x, y = next(data)
@@ -175,8 +188,12 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
         if step >= args.warmup:
             step_ms.append(ms)
             forward_rss_growth.append(grown)
+    return step_ms, losses, forward_rss_growth
 
-    print(json.dumps({
+
+def run_settings(args):
+    """The settings a run's JSON summary starts with."""
+    return {
         "torch_version": torch.__version__,
         "autocast": args.autocast,
         "checkpoint": args.checkpoint,
@@ -185,15 +202,37 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
         "seq": args.seq,
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
+    }
+
+
+def peak_rss_bytes():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def run_benchmark(description, make_model, add_model_args=lambda ap: None):
+    """Parses the shared flags (and the model's, by add_model_args), trains make_model(args) and prints the
+    JSON summary: the loop every single-process PyTorch baseline of bench/ runs."""
+    ap = argparse.ArgumentParser(description=description)
+    add_arguments(ap)
+    add_model_args(ap)
+    args = ap.parse_args()
+
+    model = seeded_model(make_model, args)
+    opt = torch.optim.AdamW(model.parameters(), **adamw_settings(args))
+    data = batches(shard_tokens(args.shard), args.batch, args.seq)
+    step_ms, losses, forward_rss_growth = train(model, opt, data, args)
+
+    print(json.dumps({
+        **run_settings(args),
         "step_ms": step_ms,
         "step_ms_median": statistics.median(step_ms),
         "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),
         "losses": losses,
-        "model_state_bytes_per_param": model_state_bytes(model, opt) / sum(p.numel() for p in model.parameters()),
+        "model_state_bytes_per_param": model_state_bytes_per_param(model, opt),
         "forward_rss_growth_bytes": statistics.median(forward_rss_growth),
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_rss_bytes(),
     }))
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__, lambda args: GPT2(args.vocab, 1024, 12, 12, 768, checkpoint=args.checkpoint))
+    run_benchmark(__doc__, gpt2)

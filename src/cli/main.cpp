@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
   app.require_subcommand(1);
   mt::cli::add_train_command(app);
+  mt::cli::add_estimate_command(app);
   mt::cli::add_prepare_command(app);
   mt::cli::add_report_command(app);
   mt::cli::add_checkpoint_commands(app);

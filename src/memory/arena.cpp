@@ -5,13 +5,7 @@
 
 namespace mt {
 
-namespace {
-
-int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category)
     : table_(table), layout_(layout), buffer_(untracked_, category, layout.size), live_(table.size(), 0) {
@@ -38,8 +32,8 @@ void Arena::begin_op(int op) {
     }
     live_[id] = 1;
     live_ids_.push_back(id);
-    live_bytes_ += aligned(table_[id].bytes());
-    high_water_ = std::max(high_water_, aligned(end));
+    live_bytes_ += arena_aligned(table_[id].bytes());
+    high_water_ = std::max(high_water_, arena_aligned(end));
   }
 }
 
@@ -48,7 +42,7 @@ void Arena::end_op(int op) {
   for (int id : ends_at_[op]) {
     live_[id] = 0;
     live_ids_.erase(std::find(live_ids_.begin(), live_ids_.end(), id));
-    live_bytes_ -= aligned(table_[id].bytes());
+    live_bytes_ -= arena_aligned(table_[id].bytes());
   }
 }
 

@@ -6,18 +6,6 @@
 
 namespace mt {
 
-namespace {
-
-int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
-bool lifetimes_overlap(const TensorDesc& a, const TensorDesc& b) {
-  return a.first_op <= b.last_op && b.first_op <= a.last_op;
-}
-
-}  // namespace
-
 ArenaLayout pack_arena(const TensorTable& table, Category category) {
   ArenaLayout layout;
   layout.offset.assign(table.size(), -1);
@@ -27,7 +15,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
     if (t.category != category || !t.has_lifetime()) continue;
     if (t.last_op < t.first_op) throw std::logic_error("tensor " + t.name + " ends before it starts");
     order.push_back(id);
-    layout.sum_of_tensors += aligned(t.bytes());
+    layout.sum_of_tensors += arena_aligned(t.bytes());
   }
   // Largest first, ties by earlier start then id: a stable, deterministic packing.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -35,24 +23,30 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
     if (table[a].first_op != table[b].first_op) return table[a].first_op < table[b].first_op;
     return a < b;
   });
-  std::vector<int> placed;
-  std::vector<std::pair<int64_t, int64_t>> busy;  // [begin, end) of conflicting placed tensors
+  // Placed tensors in address order, (begin, end), with their lifetimes: first fit walks them once, skipping
+  // those whose lifetimes do not meet the new tensor's, without re-reading the table or sorting per tensor.
+  struct Placed {
+    int64_t begin, end;
+    int first_op, last_op;
+  };
+  std::vector<Placed> placed;
   for (int id : order) {
     const TensorDesc& t = table[id];
-    busy.clear();
-    for (int other : placed)
-      if (lifetimes_overlap(t, table[other]))
-        busy.emplace_back(layout.offset[other], layout.offset[other] + aligned(table[other].bytes()));
-    std::sort(busy.begin(), busy.end());
+    const int64_t size = arena_aligned(t.bytes());
     int64_t offset = 0;
-    const int64_t size = aligned(t.bytes());
-    for (const auto& [begin, end] : busy) {
-      if (offset + size <= begin) break;
-      offset = std::max(offset, end);
+    for (const Placed& p : placed) {
+      if (p.first_op > t.last_op || t.first_op > p.last_op) continue;
+      if (offset + size <= p.begin) break;
+      offset = std::max(offset, p.end);
     }
     layout.offset[id] = offset;
     layout.size = std::max(layout.size, offset + size);
-    placed.push_back(id);
+    const Placed now{offset, offset + size, t.first_op, t.last_op};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), now,
+                                   [](const Placed& a, const Placed& b) {
+                                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+                                   }),
+                  now);
   }
   return layout;
 }

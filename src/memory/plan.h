@@ -51,6 +51,11 @@ struct OptimizerOffload {
 
 constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
 
+// The bytes a tensor of `bytes` takes in an arena: rounded up to the alignment.
+constexpr int64_t arena_aligned(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
+
 struct ArenaLayout {
   int64_t size = 0;             // bytes the arena needs
   int64_t sum_of_tensors = 0;   // bytes if no two tensors shared memory (aligned sizes)

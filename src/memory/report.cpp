@@ -31,6 +31,16 @@ std::string human_bytes(int64_t bytes) {
   return buf;
 }
 
+std::string with_commas(int64_t n) {
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
 double model_state_bytes_per_param(const CategoryBytes& b, int64_t num_params) {
   const int64_t states = b[Category::params] + b[Category::master] + b[Category::grads] + b[Category::optim];
   return num_params > 0 ? static_cast<double>(states) / static_cast<double>(num_params) : 0.0;

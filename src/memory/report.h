@@ -32,6 +32,8 @@ int64_t peak_rss_bytes();
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 std::string human_bytes(int64_t bytes);
+// "124,439,808"; negative numbers keep their sign.
+std::string with_commas(int64_t n);
 
 std::string format_memory_report(const MemoryReport& report);
 

@@ -1,13 +1,12 @@
 #include "plan/planner.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "model/spec.h"
+#include "train/train_flags.h"
 
 namespace mt {
 
@@ -171,9 +170,7 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 }
 
 PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile) {
-  // As `memtrain train` runs: one thread per rank under mpirun unless --threads says otherwise.
-  const int threads = config.threads > 0 ? config.threads : ranks > 1 ? 1 : omp_get_max_threads();
-  const RunPlan run = plan_run(config, ranks, 0, threads, mpi_buffer_bytes(ranks));
+  const RunPlan run = plan_run(config, ranks, 0, rank_threads(config, ranks), mpi_buffer_bytes(ranks));
   PlanCandidate c{
       .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
   c.cost = predict_step_cost(run, config, ranks, profile);

@@ -1,5 +1,7 @@
 #include "train/train_flags.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -71,6 +73,11 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
     fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
   if (c.adam.eps <= 0) fail_usage("--adam-eps must be positive");
   if (c.adam.clip_grad < 0) fail_usage("--clip-grad must be 0 (off) or positive");
+}
+
+int rank_threads(const TrainConfig& c, int world) {
+  if (c.threads > 0) return c.threads;
+  return world > 1 ? 1 : omp_get_max_threads();
 }
 
 void check_checkpoint_flags(const TrainConfig& c) {

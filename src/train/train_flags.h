@@ -20,4 +20,8 @@ void check_checkpoint_flags(const TrainConfig& c);
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
+// OpenMP threads per rank: --threads, else one per rank among `world` > 1 (ranks share the machine's cores),
+// else every core.
+int rank_threads(const TrainConfig& c, int world);
+
 }  // namespace mt

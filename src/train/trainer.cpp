@@ -23,15 +23,6 @@ namespace mt {
 
 namespace {
 
-std::string with_commas(int64_t n) {
-  std::string digits = std::to_string(n), out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
 std::unique_ptr<LossScaler> make_loss_scaler(const TrainConfig& cfg) {
   if (cfg.precision.precision != Precision::fp16) return nullptr;
   LossScalerConfig scaler_config = cfg.loss_scaler;
@@ -304,7 +295,7 @@ void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  if (cfg.threads > 0 || comm.size() > 1) omp_set_num_threads(cfg.threads > 0 ? cfg.threads : 1);
+  omp_set_num_threads(rank_threads(cfg, comm.size()));
   if (check_fit)
     check_fit(plan_run(cfg, comm.size(), 0, omp_get_max_threads(), comm.buffer_bytes()), cfg, comm.size());
   if (cfg.verify_resume > 0)

@@ -110,11 +110,16 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
             failures.append(what)
 
     tokens, targets = batches[0]
+    autocast_grads = {}
     if precision != "fp32":
-        with torch.no_grad(), torch.autocast(device_type="cpu", dtype=torch.bfloat16):
+        with torch.autocast(device_type="cpu", dtype=torch.bfloat16):
             auto = forward(params, c, tokens).float()
-        auto_loss = F.cross_entropy(auto.view(-1, auto.size(-1)), targets.view(-1)).item()
-        print(f"PyTorch bf16 autocast loss {auto_loss:.6f}")
+        auto_loss = F.cross_entropy(auto.view(-1, auto.size(-1)), targets.view(-1))
+        auto_loss.backward()
+        autocast_grads = {pname: p.grad.clone() for pname, p in params.items()}
+        for p in params.values():
+            p.grad = None
+        print(f"PyTorch bf16 autocast loss {auto_loss.item():.6f}")
     logits = forward(params, c, tokens)
     loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
     loss.backward()
@@ -123,6 +128,8 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
     check("loss", abs(got["loss"].item() - loss.item()) / loss.item(), tol["loss"])
     for pname, p in params.items():
         check("grad " + pname, rel(got["grad." + pname], p.grad), tol["grad"])
+        if pname in autocast_grads:  # for scale: PyTorch's bf16 autocast, which keeps fp32 residuals
+            print(f"{'':50s} PyTorch bf16 autocast: {rel(autocast_grads[pname], p.grad):.2e}")
 
     for p in params.values():
         p.grad = None

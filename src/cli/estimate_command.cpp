@@ -1,0 +1,72 @@
+// `memtrain estimate`: the run flags of `train` (cli/run_flags.h) plus the parallel layout and a device size;
+// prints what each rank would hold, without allocating the model, reading data or writing a file.
+#include <cstdio>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/run_flags.h"
+#include "core/error.h"
+#include "core/units.h"
+#include "plan/estimate.h"
+#include "plan/formulas.h"
+
+namespace mt::cli {
+
+namespace {
+
+struct EstimateFlags {
+  int dp = 1, tp = 1, pp = 1;
+  std::string device_memory;
+  bool json = false, explain = false;
+};
+
+void estimate(TrainConfig config, const EstimateFlags& f) {
+  std::optional<int64_t> device;
+  if (!f.device_memory.empty()) {
+    device = parse_bytes(f.device_memory);
+    if (!device) fail_usage("--device-memory " + f.device_memory + ": expected a size such as 80GiB or 24GB");
+  }
+  // Only --verify-resume's check reads the step count; the memory of a step does not depend on it.
+  if (config.train_iters == 0) config.train_iters = 1;
+  const Estimate e = estimate_run(config, f.dp, {.tp = f.tp, .pp = f.pp}, device);
+  std::vector<FormulaComparison> comparisons;
+  const ModelStateLayout layout = model_state_layout(e);
+  if (f.explain)
+    for (const PublishedFormula& formula : published_formulas(config.precision, layout.stage))
+      comparisons.push_back(compare_with_formula(formula, layout));
+  if (f.json) {
+    nlohmann::ordered_json json = estimate_json(e);
+    if (f.explain) json["explain"] = explanation_json(comparisons);
+    std::printf("%s\n", json.dump(2).c_str());
+    return;
+  }
+  std::printf("%s", format_estimate(e).c_str());
+  if (f.explain) std::printf("%s", format_explanation(comparisons, layout).c_str());
+}
+
+}  // namespace
+
+void add_estimate_command(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand(
+      "estimate",
+      "print what each rank of a `train` run would hold, per category, exactly, without allocating it "
+      "(train's flags; those that do not change memory, such as --data and --lr, are accepted and ignored)");
+  std::shared_ptr<RunFlags> flags = add_run_flags(*cmd);
+  auto f = std::make_shared<EstimateFlags>();
+  cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes)")->capture_default_str();
+  cmd->add_option("--tp", f->tp, "tensor-parallel ranks (modelled: Megatron-LM's layout, not run)")
+      ->capture_default_str();
+  cmd->add_option("--pp", f->pp, "pipeline stages, 1F1B (modelled: Megatron-LM's layout, not run)")
+      ->capture_default_str();
+  cmd->add_option(
+      "--device-memory", f->device_memory,
+      "memory of one rank's device, e.g. 80GiB (2^30 bytes) or 24GB (10^9 bytes): fits, headroom");
+  cmd->add_flag("--json", f->json, "print the estimate as JSON, every category in bytes");
+  cmd->add_flag(
+      "--explain", f->explain,
+      "compare the model states with the published formulas (ZeRO, Megatron-LM, MindSpeed O2), term "
+      "by term");
+  cmd->callback([flags, f] { estimate(flags->resolve(), *f); });
+}
+
+}  // namespace mt::cli

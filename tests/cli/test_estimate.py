@@ -1,0 +1,284 @@
+"""memtrain estimate against the trainer itself: for a matrix of small configurations (precision x O2 flags x
+recompute x accumulation x evaluation x checkpoints x offload, one process and 2 ranks under mpirun at every
+ZeRO stage), every category estimate prints equals the planned and the measured bytes of the run's memory.json
+on every rank, and the op where the estimate puts the peak is the one the run's --memory-timeline records.
+The model states agree with the published formulas (ZeRO, Megatron-LM, MindSpeed O2) at every stage.
+estimate reads no data, writes nothing, and answers for llama2-70b in under a second.
+
+usage: test_estimate.py MEMTRAIN [unittest arguments]
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from byte_data import ByteDataTestCase
+
+MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
+CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
+
+PRECISIONS = {
+    "fp32": [],
+    "bf16": ["--bf16"],
+    "fp16": ["--fp16"],
+    "bf16-o2opt": ["--bf16", "--o2-optimizer"],
+    "bf16-o2grad": ["--bf16", "--o2-gradient"],
+    "bf16-o2": ["--bf16", "--o2-optimizer", "--o2-gradient"],
+    "bf16-nomaster": ["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"],
+}
+RECOMPUTE = {
+    "none": [],
+    "selective": ["--recompute-granularity", "selective"],
+    "full-uniform": ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"],
+    "full-block": ["--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "1"],
+}
+
+
+def estimate(*flags):
+    result = subprocess.run([MEMTRAIN, "estimate", *flags, "--json"], capture_output=True, text=True, timeout=60)
+    if result.returncode != 0:
+        raise AssertionError(f"estimate {' '.join(flags)}: exit {result.returncode}: {result.stderr}")
+    return json.loads(result.stdout)
+
+
+class EstimateEqualsTrainer(ByteDataTestCase):
+    MEMTRAIN = MEMTRAIN
+    PREFIX = "memtrain-estimate-"
+
+    def run_flags(self, name, model, extra):
+        evaluation = [] if "--eval-interval" in extra else ["--eval-interval", "0"]
+        return ["--model", model, "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "1",
+                "--threads", "1", *evaluation, *extra]
+
+    def check(self, name, extra, ranks=1, model="gpt2-tiny", timeline=False):
+        """Trains one step and compares every category of every rank with the estimate of the same flags."""
+        flags = self.run_flags(name, model, extra)
+        out = self.tmp / name
+        train = [MEMTRAIN, "train", *flags, "--data", str(self.data), "--out", str(out)]
+        if timeline:
+            train.append("--memory-timeline")
+        result = subprocess.run((MPIRUN if ranks > 1 else []) + train, capture_output=True, text=True, timeout=120)
+        self.assertEqual(result.returncode, 0, f"{name}: {result.stdout}{result.stderr}")
+        est = estimate(*flags, "--dp", str(ranks))
+        self.assertEqual(len(est["ranks"]), ranks)
+        for rank in range(ranks):
+            memory = json.loads((out / ("memory.json" if ranks == 1 else f"memory.rank{rank}.json")).read_text())
+            bytes_ = est["ranks"][rank]["bytes"]
+            for c in CATEGORIES:
+                self.assertEqual(bytes_[c], memory["planned"][c], f"{name} rank {rank} {c} planned")
+                self.assertEqual(bytes_[c], memory["measured"][c], f"{name} rank {rank} {c} measured")
+            self.assertEqual(est["ranks"][rank]["total_bytes"], memory["measured_total_bytes"])
+            self.assertEqual(est["ranks"][rank]["activations_unpacked_bytes"], memory["activations_unpacked_bytes"])
+            self.assertEqual(est["ranks"][rank]["offloaded_optimizer_file_bytes"],
+                             memory["offloaded_optimizer_file_bytes"])
+        if timeline:
+            recorded = json.loads((out / "memory_timeline.json").read_text())
+            points = recorded["points"]
+            peak = max(points, key=lambda p: sum(p["bytes"].values()))  # max() keeps the first of equals
+            self.assertEqual(est["ranks"][0]["peak"]["op"], peak["op"], name)
+            self.assertEqual(est["ranks"][0]["peak"]["name"], peak["name"], name)
+            self.assertEqual(est["ranks"][0]["peak"]["bytes"], peak["bytes"], name)
+        return est
+
+    def test_one_process_matrix(self):
+        # Every precision mode with every recompute mode, on GPT-2 and LLaMA, with the peak against the timeline.
+        for model in ("gpt2-tiny", "llama-tiny"):
+            for p, pflags in PRECISIONS.items():
+                for r, rflags in RECOMPUTE.items():
+                    with self.subTest(model=model, precision=p, recompute=r):
+                        self.check(f"{model}-{p}-{r}", pflags + rflags, model=model, timeline=True)
+
+    def test_one_process_batches_evaluation_checkpoints_offload(self):
+        nvme = self.tmp / "nvme"
+        nvme.mkdir()
+        cases = {
+            "accumulation": ["--global-batch-size", "6"],
+            "evaluation": ["--eval-interval", "1", "--eval-iters", "1"],
+            "checkpoints": ["--save", str(self.tmp / "saves"), "--bf16"],
+            "offload": ["--offload-optimizer", "nvme", "--offload-path", str(nvme), "--offload-chunk-mb", "0.01"],
+            "offload-o2": ["--bf16", "--o2-optimizer", "--offload-optimizer", "nvme", "--offload-path", str(nvme)],
+        }
+        for name, flags in cases.items():
+            with self.subTest(case=name):
+                self.check(name, flags)
+
+    def test_two_ranks_every_zero_stage(self):
+        nvme = self.tmp / "nvme2"
+        nvme.mkdir()
+        for stage in ("0", "1", "2", "3"):
+            for p in ("fp32", "bf16-o2grad"):
+                with self.subTest(stage=stage, precision=p):
+                    self.check(f"dp-{stage}-{p}", ["--zero-stage", stage, "--global-batch-size", "4"] + PRECISIONS[p],
+                               ranks=2)
+        with self.subTest(case="stage 3, full recompute, llama"):
+            self.check("dp-3-llama", ["--zero-stage", "3", "--bf16"] + RECOMPUTE["full-uniform"], ranks=2,
+                       model="llama-tiny")
+        with self.subTest(case="stage 1, offload"):
+            self.check("dp-1-offload", ["--zero-stage", "1", "--offload-optimizer", "nvme", "--offload-path",
+                                        str(nvme)], ranks=2)
+
+
+# Published model-state bytes per parameter as (weights, gradients, master weights, Adam moments), and the
+# ZeRO stage from which d ranks each hold 1/d of the term.
+SHARDED_FROM = {"params": 3, "grads": 2, "master": 1, "optim": 1}
+FORMULAS = {
+    # ZeRO paper, mixed-precision Adam: 2 + 2 + K with K = 12 (fp32 master, momentum, variance); stages 1-3.
+    # Also MindSpeed O2's 16 (bf16 gradients; 4 + 12/d with the distributed optimizer).
+    "zero-16": (["--bf16", "--o2-gradient"], {"params": 2, "grads": 2, "master": 4, "optim": 8}),
+    # Megatron-LM bf16 with fp32 gradients: 18, and 6 + 12/d with the distributed optimizer (stage 1).
+    "megatron-18": (["--bf16"], {"params": 2, "grads": 4, "master": 4, "optim": 8}),
+    # MindSpeed O2: bf16 moments 14 (6 + 8/d), both 12 (4 + 8/d).
+    "mindspeed-14": (["--bf16", "--o2-optimizer"], {"params": 2, "grads": 4, "master": 4, "optim": 4}),
+    "mindspeed-12": (["--bf16", "--o2-optimizer", "--o2-gradient"], {"params": 2, "grads": 2, "master": 4, "optim": 4}),
+}
+PUBLISHED_TOTALS = {  # (stage 0, stage 1) as the sources print them
+    "zero-16": ("16", "4 + 12/d"), "megatron-18": ("18", "6 + 12/d"),
+    "mindspeed-14": ("14", "6 + 8/d"), "mindspeed-12": ("12", "4 + 8/d"),
+}
+
+
+class EstimateAgreesWithPublishedFormulas(unittest.TestCase):
+    def test_model_states_per_parameter(self):
+        for model, dps in (("llama2-7b", (1, 2, 8)), ("gpt2", (1, 3, 8))):
+            for name, (flags, per_param) in FORMULAS.items():
+                for d in dps:
+                    for stage in ((0,) if d == 1 else (0, 1, 2, 3)):
+                        with self.subTest(model=model, formula=name, d=d, stage=stage):
+                            est = estimate("--model", model, "--seq-length", "16", "--micro-batch-size", "1",
+                                           "--threads", "1", "--eval-interval", "0", "--dp", str(d),
+                                           "--zero-stage", str(stage), "--explain", *flags)
+                            n = est["padded_parameters"]
+                            s = math.ceil(n / d)
+                            for rank in est["ranks"]:
+                                for c, coef in per_param.items():
+                                    sharded = d > 1 and stage >= SHARDED_FROM[c]
+                                    # Exactly the formula, but for the last shard's padding: coef x ceil(N/d).
+                                    self.assertEqual(rank["bytes"][c], coef * (s if sharded else n), c)
+                                    self.assertLessEqual(abs(rank["bytes"][c] - coef * (n / d if sharded else n)),
+                                                         coef * d)
+                                if n % d == 0:
+                                    published = sum(coef / (d if d > 1 and stage >= SHARDED_FROM[c] else 1)
+                                                    for c, coef in per_param.items())
+                                    self.assertAlmostEqual(rank["model_state_bytes_per_param"], published, places=9)
+                            explained = est["explain"]
+                            self.assertTrue(explained)
+                            for row in explained:
+                                if stage <= 1:
+                                    self.assertEqual(row["bytes_per_param"], PUBLISHED_TOTALS[name][stage if d > 1 else 0])
+                                for term in row["terms"]:
+                                    sharded = d > 1 and stage >= SHARDED_FROM[term["category"]]
+                                    coef = per_param[term["category"]]
+                                    self.assertAlmostEqual(term["formula_bytes"], coef * (n / d if sharded else n), delta=1e-3)
+                                    self.assertEqual(term["why"] != "", term["planned_bytes"] != term["formula_bytes"])
+
+    def test_no_formula_for_fp32_or_without_master(self):
+        for flags in ([], ["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"]):
+            est = estimate("--model", "gpt2", "--seq-length", "16", "--micro-batch-size", "1", "--threads", "1",
+                           "--explain", *flags)
+            self.assertEqual(est["explain"], [])
+
+
+class ModelParallelModelled(unittest.TestCase):
+    """Tensor and pipeline parallelism are modelled on the same table, as Megatron-LM lays them out."""
+
+    def test_tensor_parallel_splits_the_linears_and_the_vocabulary(self):
+        # llama2-7b: q/k/v, o, gate/up, down and the embedding and untied head split over 8 ranks; the norms not.
+        L, C, I, V = 32, 4096, 11008, 32000
+        split = L * (3 * C * C + C * C + 2 * I * C + I * C) + 2 * V * C
+        replicated = L * 2 * C + C
+        est = estimate("--model", "llama2-7b", "--bf16", "--tp", "8", "--seq-length", "128", "--micro-batch-size", "1",
+                       "--threads", "1")
+        self.assertTrue(est["modelled"])
+        self.assertEqual(est["ranks"][0]["num_params"], split // 8 + replicated)
+        self.assertEqual(est["ranks"][0]["bytes"]["params"], 2 * (split // 8 + replicated))
+        # gpt2 (tied head) over 4: c_attn and c_fc with their biases, both c_proj weights, wte; the rest whole.
+        L, C, T, Vp = 12, 768, 1024, 50304
+        split = L * (C * 3 * C + 3 * C + C * C + C * 4 * C + 4 * C + 4 * C * C) + Vp * C
+        replicated = L * (4 * C + C + C) + T * C + 2 * C
+        est = estimate("--model", "gpt2", "--tp", "4", "--seq-length", "128", "--micro-batch-size", "1", "--threads", "1")
+        self.assertEqual(est["ranks"][0]["num_params"], split // 4 + replicated)
+
+    def test_pipeline_stages_split_the_layers_and_hold_1f1b_micro_batches(self):
+        L, C, T, Vp = 12, 768, 1024, 50304
+        for micro_batches, in_flight in ((8, [4, 3, 2, 1]), (2, [2, 2, 2, 1])):
+            est = estimate("--model", "gpt2", "--pp", "4", "--seq-length", "64", "--micro-batch-size", "1",
+                           "--global-batch-size", str(micro_batches), "--threads", "1")
+            stages = est["ranks"]
+            self.assertEqual([r["stage"] for r in stages], [0, 1, 2, 3])
+            self.assertEqual([r["in_flight_micro_batches"] for r in stages], in_flight)
+            # Every layer on one stage; the last stage keeps its own copy of the tied embedding for the head.
+            self.assertEqual(sum(r["num_params"] for r in stages), est["padded_parameters"] + Vp * C)
+            layer = (est["padded_parameters"] - Vp * C - T * C - 2 * C) // L
+            self.assertEqual(stages[1]["num_params"], 3 * layer)
+            self.assertEqual(stages[0]["num_params"], Vp * C + T * C + 3 * layer)
+            for r in stages:
+                self.assertEqual(r["bytes"]["activations"], r["activations_packed_bytes"] +
+                                 (r["in_flight_micro_batches"] - 1) * r["saved_activation_bytes_per_micro_batch"])
+            self.assertGreater(stages[0]["bytes"]["activations"], stages[3]["bytes"]["activations"])
+
+    def test_activations_per_layer_follow_megatrons_formula(self):
+        # Korthikanti et al. 2022 (Megatron's activation memory): a layer keeps sbh(10 + 24/t) bytes with 16-bit
+        # activations and flash attention (no 5as/h score term), 2sbh of which are dropout masks. Without dropout
+        # our layer keeps sbh(8 + 24/t), plus what that count leaves out: LayerNorm statistics (mean and rstd
+        # of both norms, fp32: 16sb) and attention's log-sum-exp per head and row (fp32, split: 4asb/t).
+        s, b, h, a, L = 1024, 1, 768, 12, 12
+        for t in (1, 2, 4):
+            est = estimate("--model", "gpt2", "--bf16", "--pp", str(L), "--tp", str(t), "--seq-length", str(s),
+                           "--micro-batch-size", str(b), "--global-batch-size", str(L), "--threads", "1")
+            middle = est["ranks"][L // 2]  # one layer per stage
+            self.assertEqual(middle["saved_activation_bytes_per_micro_batch"],
+                             s * b * h * (8 + 24 // t) + 16 * s * b + 4 * a * s * b // t)
+
+    def test_with_zero_and_a_bad_layout(self):
+        est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",
+                       "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
+        self.assertEqual(len(est["ranks"]), 4)
+        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--tp", "5"], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--tp 5", result.stderr)
+
+
+class EstimateCommand(unittest.TestCase):
+    def test_llama2_70b_fast_and_small(self):
+        flags = ["--model", "llama2-70b", "--bf16", "--o2-optimizer", "--dp", "8", "--zero-stage", "1",
+                 "--seq-length", "4096", "--micro-batch-size", "1", "--recompute-granularity", "full",
+                 "--device-memory", "80GiB", "--json"]
+        start = time.monotonic()
+        result = subprocess.run([MEMTRAIN, "estimate", *flags], capture_output=True, text=True, timeout=60)
+        elapsed = time.monotonic() - start
+        self.assertEqual(result.returncode, 0, result.stderr)
+        est = json.loads(result.stdout)
+        self.assertEqual(est["parameters"], 68976648192)  # llama2-70b's published count
+        self.assertEqual(len(est["ranks"]), 8)
+        self.assertLess(elapsed, 1.0)
+        # The peak resident set of that one process, read by a parent of its own.
+        measure = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, "
+                   "check=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+        rss_kib = int(subprocess.run([sys.executable, "-c", measure, MEMTRAIN, "estimate", *flags],
+                                     capture_output=True, text=True, check=True, timeout=60).stdout)
+        self.assertLess(rss_kib, 64 * 1024)
+
+    def test_no_data_and_no_files(self):
+        with tempfile.TemporaryDirectory(prefix="memtrain-estimate-cwd-") as cwd:
+            result = subprocess.run([os.path.abspath(MEMTRAIN), "estimate", "--model", "gpt2", "--seq-length", "64",
+                                     "--device-memory", "24GB"], capture_output=True, text=True, cwd=cwd, timeout=60)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn("fits in 22.35 GiB", result.stdout)  # 24e9 bytes, exactly
+            self.assertEqual(os.listdir(cwd), [])
+
+    def test_bad_device_memory_is_a_usage_error(self):
+        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--device-memory", "80 gigs"],
+                                capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--device-memory", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
