@@ -1,8 +1,8 @@
 """`memtrain plan` and the OOM doctor end to end, on gpt2-tiny.
 
 plan: the listed configurations are sorted by their own predicted time, each fits the device memory, and each
-printed command line parses as `memtrain train` flags whose plan is the listed per-rank bytes (checked by running it
-with --memory-limit 1 B, which the OOM doctor refuses after printing the plan's total).
+printed command line's flags give `memtrain estimate` exactly the listed per-rank bytes (one process, and two ranks
+through --dp); `memtrain train` parses them too (refused at --memory-limit 1 after printing the same total).
 OOM doctor: an oversize run is refused with exit 3 and changes that fit; the first change then trains a step with
 measured == planned, within the limit.
 """
@@ -46,21 +46,34 @@ class PlanTest(ByteDataTestCase):
         self.assertEqual(result.returncode, 3, result.stderr)
         return int(re.search(r"^  total\s+(\d+)", result.stdout, re.M).group(1))
 
+    def estimated_total(self, command):
+        """Rank 0's total from `memtrain estimate` with a printed command line's flags (mpirun -np N: --dp N)."""
+        words = shlex.split(command)
+        ranks = ["--dp", words[2]] if words[0] == "mpirun" else []
+        args = words[words.index("train") + 1 :]
+        result = self.run_memtrain("estimate", *args, *ranks, "--json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        return json.loads(result.stdout)["ranks"][0]["total_bytes"]
+
     def test_plan_lists_fitting_configurations_in_predicted_order(self):
         limit = 5 << 20
-        result = self.run_memtrain("plan", *FLAGS, "--device-memory", f"{limit}B", "--global-batch-size", 8,
-                                   "--top", 20, "--data", self.data)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*?, ([\d.]+) s/step\n\s+(memtrain train .*)\n",
-                             result.stdout)
-        self.assertGreaterEqual(len(entries), 3, result.stdout)
-        steps = [float(step) for _, step, _ in entries]
-        self.assertEqual(steps, sorted(steps))
-        for planned, _, command in entries:
-            self.assertLessEqual(int(planned), limit)
-            args = shlex.split(command)[2:]
-            self.assertEqual(self.refused_total(args), int(planned), command)
-        self.assertIn("agrees: bf16 before fp16", result.stdout)
+        for ranks in (1, 2):
+            result = self.run_memtrain("plan", *FLAGS, "--ranks", ranks, "--device-memory", f"{limit}B",
+                                       "--global-batch-size", 8, "--top", 20, "--data", self.data)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*?, ([\d.]+) s/step\n\s+((?:mpirun|memtrain) .*)\n",
+                                 result.stdout)
+            self.assertGreaterEqual(len(entries), 3, result.stdout)
+            steps = [float(step) for _, step, _ in entries]
+            self.assertEqual(steps, sorted(steps))
+            for planned, _, command in entries:
+                self.assertLessEqual(int(planned), limit)
+                self.assertEqual(self.estimated_total(command), int(planned), command)
+            self.assertIn("agrees: bf16 before fp16", result.stdout)
+            if ranks == 1:
+                # The OOM doctor's refusal at a 1-byte limit prints the same total: train parses them too.
+                planned, _, command = entries[0]
+                self.assertEqual(self.refused_total(shlex.split(command)[2:]), int(planned), command)
 
     def test_plan_rejects_bad_sizes(self):
         result = self.run_memtrain("plan", "--model", "gpt2-tiny", "--device-memory", "80 parsecs",
