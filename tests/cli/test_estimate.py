@@ -245,6 +245,7 @@ class ModelParallelModelled(unittest.TestCase):
 
 
 class EstimateCommand(unittest.TestCase):
+    @unittest.skipIf(os.environ.get("MEMTRAIN_SANITIZED") == "1", "sanitizer builds are neither fast nor small")
     def test_llama2_70b_fast_and_small(self):
         flags = ["--model", "llama2-70b", "--bf16", "--o2-optimizer", "--dp", "8", "--zero-stage", "1",
                  "--seq-length", "4096", "--micro-batch-size", "1", "--recompute-granularity", "full",
