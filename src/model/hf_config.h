@@ -12,9 +12,9 @@ namespace mt {
 // The architecture is "arch" ("gpt2" or "llama") when given, else "model_type" (gpt2; llama, mistral, qwen2),
 // else GPT-2. LLaMA keys: num_hidden_layers, num_attention_heads, num_key_value_heads (default: no GQA),
 // hidden_size, intermediate_size, max_position_embeddings, vocab_size, rms_norm_eps, rope_theta,
-// tie_word_embeddings (default false), attention_bias (Qwen2: true); a used sliding_window bounds the sequence
-// length; rope_scaling and a hidden_act other than silu are refused. Errors are usage errors naming the file.
-// The result has no name and no padded vocabulary yet.
+// tie_word_embeddings (default false), attention_bias (Qwen2: true); a used sliding_window bounds the
+// sequence length; rope_scaling and a hidden_act other than silu are refused. Errors are usage errors naming
+// the file. The result has no name and no padded vocabulary yet.
 ModelSpec read_model_config(const std::string& path);
 
 // The spec as a Hugging Face config.json, GPT2LMHeadModel or LlamaForCausalLM, which read_model_config reads
