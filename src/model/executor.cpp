@@ -8,10 +8,9 @@
 
 #include "kernels/activation.h"
 #include "kernels/attention.h"
-#include "kernels/convert.h"
-#include "kernels/cross_entropy.h"
 #include "kernels/embedding.h"
 #include "kernels/layernorm.h"
+#include "kernels/lm_head.h"
 #include "kernels/matmul.h"
 #include "kernels/rope.h"
 
@@ -88,32 +87,31 @@ void Executor::logits(const Op& head, float* out) {
                 Vp, mm);
 }
 
-// The head works a chunk of rows at a time: fp32 logits, the loss, its gradient in place, and (16-bit runs)
-// that gradient rounded to T for the two products that follow.
+// The head works a chunk of rows at a time (kernels/lm_head.h), so the fp32 logits exist for one chunk.
 template <typename T, typename G>
 void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
   const int64_t N = table[op.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
   const int64_t rows = table[op.scratch].numel() / Vp;
-  const T* x = memory_.as<T>(op.inp);
-  const T* wte = memory_.as<T>(op.weight);
-  const int32_t* targets = memory_.i32(op.labels);
-  float* logits = memory_.f32(op.scratch);
   float* losses = memory_.f32(op.stat0);
-  float* mm = op.matmul_scratch >= 0 ? memory_.f32(op.matmul_scratch) : nullptr;
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
-    kernels::gemm(false, true, n, Vp, C, x + r0 * C, C, wte, C, 0.0f, logits, Vp, mm);
-    kernels::softmax_cross_entropy(logits, losses + r0, targets + r0, n, spec_.vocab_size, Vp, training,
-                                   grad_scale / static_cast<float>(N));
-    if (!training) continue;
-    T* dlogits = reinterpret_cast<T*>(logits);
-    if constexpr (!std::is_same_v<T, float>) {
-      dlogits = memory_.as<T>(op.dscratch);
-      kernels::convert(dlogits, logits, n * Vp);
-    }
-    kernels::gemm(false, false, n, C, Vp, dlogits, Vp, wte, C, 0.0f, memory_.as<T>(op.dinp) + r0 * C, C, mm);
-    kernels::gemm(true, false, Vp, C, n, dlogits, Vp, x + r0 * C, C, 1.0f, memory_.grad<G>(op.weight), C, mm);
+    kernels::lm_head_loss_chunk<T, G>({
+        .x = memory_.as<T>(op.inp) + r0 * C,
+        .wte = memory_.as<T>(op.weight),
+        .targets = memory_.i32(op.labels) + r0,
+        .logits = memory_.f32(op.scratch),
+        .dlogits = op.dscratch >= 0 ? memory_.as<T>(op.dscratch) : nullptr,
+        .losses = losses + r0,
+        .dx = training ? memory_.as<T>(op.dinp) + r0 * C : nullptr,
+        .dwte = training ? memory_.grad<G>(op.weight) : nullptr,
+        .matmul_scratch = op.matmul_scratch >= 0 ? memory_.f32(op.matmul_scratch) : nullptr,
+        .rows = n,
+        .C = C,
+        .V = spec_.vocab_size,
+        .Vp = Vp,
+        .grad_scale = grad_scale / static_cast<float>(N),
+    });
   }
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
 }
