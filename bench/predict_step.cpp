@@ -1,41 +1,121 @@
 // The cost model's prediction for one training configuration, for bench_plan.sh to compare with measured
-// steps: predict_step PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where PRECISION is fp32, bf16 or
-// bf16-o2 (both O2 flags) and RECOMPUTE none, selective, uniform-N or block-N. Prints one JSON object.
-#include <cstdio>
-#include <string>
+// steps: predict_step [--measure-ops N] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where PRECISION
+// is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none, selective, uniform-N or block-N. Prints one
+// JSON object. With --measure-ops it also allocates the run's plan, runs N training micro-batches on random
+// tokens and adds "ops": per op name (layers folded into "h.*"), the predicted and the fastest measured
+// milliseconds summed over the layers, to show which ops the model gets wrong.
+#include <omp.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "model/executor.h"
 #include "plan/cost_model.h"
 
+namespace {
+
+mt::TrainConfig config_from_args(char** args) {
+  mt::TrainConfig c;
+  c.model = args[1];
+  c.micro_batch = std::stoll(args[2]);
+  c.seq_len = std::stoll(args[3]);
+  c.threads = std::stoi(args[4]);
+  c.grad_accum_steps = std::stoll(args[5]);
+  c.train_iters = 1;
+  c.eval_interval = 0;
+  const std::string precision = args[6], recompute = args[7];
+  c.precision.precision = mt::parse_precision(precision == "bf16-o2" ? "bf16" : precision);
+  c.precision.o2_optimizer = c.precision.o2_gradient = precision == "bf16-o2";
+  const size_t dash = recompute.find('-');
+  c.recompute = dash == std::string::npos
+                    ? mt::parse_recompute(recompute == "none" ? "" : recompute, "", 0, false)
+                    : mt::parse_recompute("full", recompute.substr(0, dash),
+                                          std::stoll(recompute.substr(dash + 1)), false);
+  return c;
+}
+
+// Per op name with the layer index folded ("h.3.mlp.c_fc" -> "h.*.mlp.c_fc"): predicted and fastest measured
+// seconds, each summed over the ops of that name in one micro-batch.
+nlohmann::json measure_ops(const mt::RunPlan& run, const mt::HardwareProfile& profile, int repeats) {
+  const mt::Graph& graph = run.model.graph;
+  mt::Allocation memory(graph.table, run.plan);
+  mt::init_model_params(run.spec, run.model, memory, 1);
+  int32_t* tokens = memory.i32(run.model.tokens);
+  int32_t* targets = memory.i32(run.model.targets);
+  const int64_t n = graph.table[run.model.tokens].numel();
+  const auto random_token = [&](uint64_t stream, int64_t i) {
+    return static_cast<int32_t>(mt::random_bits(1, stream, static_cast<uint64_t>(i)) %
+                                static_cast<uint64_t>(run.spec.vocab_size));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    tokens[i] = random_token(0, i);
+    targets[i] = random_token(1, i);
+  }
+  mt::Executor exec(run.spec, graph, memory);
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> best(graph.ops.size(), 1e30);
+  Clock::time_point last;
+  exec.set_op_observer([&](int op) {
+    const Clock::time_point now = Clock::now();
+    best[op] = std::min(best[op], std::chrono::duration<double>(now - last).count());
+    last = now;
+  });
+  for (int r = 0; r < repeats; ++r) {
+    last = Clock::now();
+    exec.train_step(1.0f);
+  }
+  const std::regex layer(R"(\.\d+\.)");
+  std::map<std::string, std::pair<double, double>> by_name;  // predicted, measured
+  for (size_t i = 0; i < graph.ops.size(); ++i) {
+    auto& [predicted, measured] = by_name[std::regex_replace(graph.ops[i].name, layer, ".*.")];
+    predicted += mt::predict_op_cost(graph.table, graph.ops[i], run.spec, profile).seconds;
+    measured += best[i];
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [name, times] : by_name)
+    out.push_back({{"op", name}, {"predicted_ms", times.first * 1e3}, {"measured_ms", times.second * 1e3}});
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  int repeats = 0;
+  if (argc > 2 && std::string(argv[1]) == "--measure-ops") {
+    repeats = std::stoi(argv[2]);
+    argc -= 2;
+    argv += 2;
+  }
   if (argc != 9) {
-    std::fprintf(stderr, "usage: predict_step PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE\n");
+    std::fprintf(
+        stderr,
+        "usage: predict_step [--measure-ops N] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE\n");
     return 2;
   }
   try {
-    mt::TrainConfig c;
-    c.model = argv[2];
-    c.micro_batch = std::stoll(argv[3]);
-    c.seq_len = std::stoll(argv[4]);
-    c.threads = std::stoi(argv[5]);
-    c.grad_accum_steps = std::stoll(argv[6]);
-    c.train_iters = 1;
-    c.eval_interval = 0;
-    const std::string precision = argv[7], recompute = argv[8];
-    c.precision.precision = mt::parse_precision(precision == "bf16-o2" ? "bf16" : precision);
-    c.precision.o2_optimizer = c.precision.o2_gradient = precision == "bf16-o2";
-    const size_t dash = recompute.find('-');
-    c.recompute = dash == std::string::npos
-                      ? mt::parse_recompute(recompute == "none" ? "" : recompute, "", 0, false)
-                      : mt::parse_recompute("full", recompute.substr(0, dash),
-                                            std::stoll(recompute.substr(dash + 1)), false);
+    const mt::TrainConfig c = config_from_args(argv + 1);
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const mt::StepCost cost = mt::predict_step_cost(mt::plan_run(c, 1, 0, c.threads, 0), c, 1, profile);
-    std::printf(
-        "{\"step_ms\": %.3f, \"tokens_per_sec\": %.3f, \"gflop\": %.3f, \"matmul_ms\": %.3f, "
-        "\"attention_ms\": "
-        "%.3f, \"elementwise_ms\": %.3f, \"optimizer_ms\": %.3f}\n",
-        cost.step_s * 1e3, cost.tokens_per_sec, cost.flops / 1e9, cost.matmul_s * 1e3, cost.attention_s * 1e3,
-        cost.elementwise_s * 1e3, cost.optimizer_s * 1e3);
+    const mt::RunPlan run = mt::plan_run(c, 1, 0, c.threads, 0);
+    const mt::StepCost cost = mt::predict_step_cost(run, c, 1, profile);
+    nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
+                          {"tokens_per_sec", cost.tokens_per_sec},
+                          {"gflop", cost.flops / 1e9},
+                          {"matmul_ms", cost.matmul_s * 1e3},
+                          {"attention_ms", cost.attention_s * 1e3},
+                          {"elementwise_ms", cost.elementwise_s * 1e3},
+                          {"optimizer_ms", cost.optimizer_s * 1e3}};
+    if (repeats > 0) {
+      omp_set_num_threads(c.threads);
+      out["ops"] = measure_ops(run, profile, repeats);
+    }
+    std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "predict_step: %s\n", e.what());
     return 2;

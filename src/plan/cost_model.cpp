@@ -6,22 +6,16 @@ namespace mt {
 
 namespace {
 
-// Work of the ops of one micro-batch's forward and backward.
-struct OpWork {
-  double flops = 0;
-  double matmul_s = 0, attention_s = 0, elementwise_s = 0;
-};
-
 // bf16 products have their own rate; f16 ones are converted and run as fp32 (kernels/matmul.h).
 const GemmRates& rates_for(const HardwareProfile& profile, DType dtype) {
   return profile.gemm(dtype == DType::bf16);
 }
 
-void add_product(OpWork& w, const HardwareProfile& profile, DType dtype, int64_t M, int64_t N, int64_t K,
+void add_product(OpCost& c, const HardwareProfile& profile, DType dtype, int64_t M, int64_t N, int64_t K,
                  double times) {
   const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) * times;
-  w.flops += flops;
-  w.matmul_s += flops / (rates_for(profile, dtype)[shape_class(M, N, K)] * 1e9);
+  c.flops += flops;
+  c.seconds += flops / (rates_for(profile, dtype)[shape_class(M, N, K)] * 1e9);
 }
 
 double operand_bytes(const TensorTable& table, const Op& op) {
@@ -29,58 +23,6 @@ double operand_bytes(const TensorTable& table, const Op& op) {
   for (int id : op.operands())
     if (id >= 0) bytes += static_cast<double>(table[id].bytes());
   return bytes;
-}
-
-OpWork micro_batch_work(const Graph& graph, const ModelSpec& spec, const HardwareProfile& profile) {
-  const TensorTable& table = graph.table;
-  OpWork w;
-  for (const Op& op : graph.ops) {
-    switch (op.kind) {
-      case OpKind::linear:
-      case OpKind::linear_backward: {
-        const TensorDesc& weight = table[op.weight];
-        const int64_t n_in = op.weight_out_in ? weight.shape[1] : weight.shape[0];
-        const int64_t n_out = op.weight_out_in ? weight.shape[0] : weight.shape[1];
-        const int64_t M = table[op.inp].numel() / n_in;
-        // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
-        const double products = op.kind == OpKind::linear ? 1 : (op.dinp >= 0 ? 2 : 1);
-        add_product(w, profile, weight.dtype, M, n_out, n_in, products);
-        break;
-      }
-      case OpKind::lm_head_loss: {
-        const TensorDesc& weight = table[op.weight];  // [Vp, C]
-        const int64_t M = table[op.inp].numel() / weight.shape[1];
-        // Logits chunk by chunk, then in training the input's and the weight's gradient.
-        const double products = op.dinp >= 0 ? 3 : 1;
-        add_product(w, profile, weight.dtype, std::min(M, kLogitsChunkRows), weight.shape[0], weight.shape[1],
-                    products * static_cast<double>(M) / static_cast<double>(std::min(M, kLogitsChunkRows)));
-        break;
-      }
-      case OpKind::attention:
-      case OpKind::attention_backward: {
-        // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
-        // dQ and dK; at the attention kernels' calibrated rate.
-        const TensorDesc& qkv = table[op.inp];
-        const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
-        const double products = op.kind == OpKind::attention ? 2 : 5;
-        const double flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
-                             static_cast<double>(T) * static_cast<double>(hd) / 2;
-        w.flops += flops;
-        w.attention_s += flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
-        break;
-      }
-      case OpKind::embedding:
-      case OpKind::embedding_backward: {
-        // Only the batch's rows of the table are touched: as many as the activation's.
-        const int act = op.kind == OpKind::embedding ? op.out : op.dout;
-        w.elementwise_s += 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
-        break;
-      }
-      default:
-        w.elementwise_s += operand_bytes(table, op) / (profile.memory_gbps * 1e9);
-    }
-  }
-  return w;
 }
 
 // Bytes one rank sends and receives per step for the ZeRO stage's exchanges (ring algorithms: an all-reduce
@@ -105,16 +47,71 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
 
 }  // namespace
 
+OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
+                       const HardwareProfile& profile) {
+  OpCost c;
+  switch (op.kind) {
+    case OpKind::linear:
+    case OpKind::linear_backward: {
+      c.kind = OpCostKind::matmul;
+      const TensorDesc& weight = table[op.weight];
+      const int64_t n_in = op.weight_out_in ? weight.shape[1] : weight.shape[0];
+      const int64_t n_out = op.weight_out_in ? weight.shape[0] : weight.shape[1];
+      const int64_t M = table[op.inp].numel() / n_in;
+      // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
+      const double products = op.kind == OpKind::linear ? 1 : (op.dinp >= 0 ? 2 : 1);
+      add_product(c, profile, weight.dtype, M, n_out, n_in, products);
+      break;
+    }
+    case OpKind::lm_head_loss: {
+      c.kind = OpCostKind::matmul;
+      const TensorDesc& weight = table[op.weight];  // [Vp, C]
+      const int64_t M = table[op.inp].numel() / weight.shape[1];
+      // Logits chunk by chunk, then in training the input's and the weight's gradient.
+      const double products = op.dinp >= 0 ? 3 : 1;
+      add_product(c, profile, weight.dtype, std::min(M, kLogitsChunkRows), weight.shape[0], weight.shape[1],
+                  products * static_cast<double>(M) / static_cast<double>(std::min(M, kLogitsChunkRows)));
+      break;
+    }
+    case OpKind::attention:
+    case OpKind::attention_backward: {
+      // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
+      // dQ and dK; at the attention kernels' calibrated rate.
+      c.kind = OpCostKind::attention;
+      const TensorDesc& qkv = table[op.inp];
+      const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
+      const double products = op.kind == OpKind::attention ? 2 : 5;
+      c.flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
+                static_cast<double>(T) * static_cast<double>(hd) / 2;
+      c.seconds = c.flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
+      break;
+    }
+    case OpKind::embedding:
+    case OpKind::embedding_backward: {
+      // Only the batch's rows of the table are touched: as many as the activation's.
+      const int act = op.kind == OpKind::embedding ? op.out : op.dout;
+      c.seconds = 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
+      break;
+    }
+    default:
+      c.seconds = operand_bytes(table, op) / (profile.memory_gbps * 1e9);
+  }
+  return c;
+}
+
 StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int world,
                            const HardwareProfile& profile) {
   const Plan& plan = run.plan;
-  const OpWork w = micro_batch_work(run.model.graph, run.spec, profile);
   const double accum = static_cast<double>(run.accum);
   StepCost c;
-  c.flops = w.flops * accum;
-  c.matmul_s = w.matmul_s * accum;
-  c.attention_s = w.attention_s * accum;
-  c.elementwise_s = w.elementwise_s * accum;
+  for (const Op& op : run.model.graph.ops) {
+    const OpCost op_cost = predict_op_cost(run.model.graph.table, op, run.spec, profile);
+    c.flops += op_cost.flops * accum;
+    double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
+                      : op_cost.kind == OpCostKind::attention ? c.attention_s
+                                                              : c.elementwise_s;
+    seconds += op_cost.seconds * accum;
+  }
   // AdamW reads gradients, master weights and moments of this rank's shard, writes the last two and the
   // weights: the shard's share of gradients and weights, all of master and moments (or their file's bytes).
   const double shard = plan.num_params > 0 ? static_cast<double>(plan.shard_elems) / plan.num_params : 1;

@@ -23,6 +23,17 @@ struct StepCost {
   double tokens_per_sec = 0;  // over all ranks
 };
 
+// One op's predicted time on one micro-batch: matrix products and attention by their FLOPs at the calibrated
+// rates, every other op by its operand bytes at the memory bandwidth.
+enum class OpCostKind { matmul, attention, elementwise };
+struct OpCost {
+  OpCostKind kind = OpCostKind::elementwise;
+  double flops = 0;
+  double seconds = 0;
+};
+OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
+                       const HardwareProfile& profile);
+
 StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int world,
                            const HardwareProfile& profile);
 
