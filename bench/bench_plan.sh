@@ -7,6 +7,7 @@
 #   CONFIGS    which runs, in order (default: all below)
 #   STEPS      steps per run; the first SKIP are warmup, left out (default 5)
 #   SKIP       leading steps left out (default 1)
+#   ROUNDS     rounds of all configurations, interleaved (default 3)
 #   THREADS    threads for calibration and every run (default 2)
 #   B, T       micro-batch size and sequence length (default 4, 256)
 #   OUT        where data, logs and results go (default: under TMPDIR)
@@ -17,6 +18,7 @@ cd "$(dirname "$0")/.."
 
 steps="${STEPS:-5}"
 skip="${SKIP:-1}"
+rounds="${ROUNDS:-3}"
 threads="${THREADS:-2}"
 batch="${B:-4}"
 seq="${T:-256}"
@@ -68,26 +70,46 @@ prepare_data
 wait_for_quiet_machine
 "$memtrain" calibrate --threads "$threads" --scratch-dir "$out" --out "$out/profile.json" >&2
 
+# ROUNDS rounds, each running every configuration once: a slow spell of the shared machine then slows one
+# run of every configuration rather than all runs of one. A configuration's measured step is its fastest over
+# all rounds; "a is faster than b" is measured only when a's fastest step beat b's in every round.
+for ((round = 1; round <= rounds; round++)); do
+  for c in $configs; do
+    # shellcheck disable=SC2086  # flags are words
+    run_memtrain "$c.round$round" ${flags[$c]}
+  done
+done
+
 rows=()
 for c in $configs; do
-  # shellcheck disable=SC2086  # flags are words
-  run_memtrain "$c" ${flags[$c]}
   # shellcheck disable=SC2086
   read -r precision recompute accum <<< "${spec[$c]}"
   "$predict" "$out/profile.json" "$model" "$batch" "$seq" "$threads" "$accum" "$precision" "$recompute" > "$out/$c.predicted.json"
-  rows+=("$(jq -c --slurpfile p "$out/$c.predicted.json" --arg name "$c" \
-    '{name: $name, flags, load_average, measured_ms: (.step_ms | min),
-      median_ms: (.step_ms | sort | .[length / 2 | floor]),
+  rows+=("$(jq -c -s --slurpfile p "$out/$c.predicted.json" --arg name "$c" \
+    '{name: $name, flags: .[0].flags, load_average: (map(.load_average)),
+      round_ms: map(.step_ms | min), measured_ms: (map(.step_ms) | add | min),
+      median_ms: (map(.step_ms) | add | sort | .[length / 2 | floor]),
       predicted_ms: $p[0].step_ms, predicted: $p[0]}
-     | . + {error: ((.predicted_ms - .measured_ms) / .measured_ms)}' "$out/$c.json")")
+     | . + {error: ((.predicted_ms - .measured_ms) / .measured_ms)}' "$out/$c".round*.json)")
 done
 
+# The top three by fastest step, measured and predicted. They match when they are the same three and the
+# prediction orders no pair against an order every round agreed on; "strict" also compares the order of pairs
+# the rounds did not agree on (a difference within the machine's noise).
 printf '%s\n' "${rows[@]}" | jq -s '
+  def faster($a; $b): [range($a.round_ms | length) as $i | $a.round_ms[$i] < $b.round_ms[$i]] | all;
   {configs: ., within_25_percent: (map(select(.error | fabs <= 0.25)) | length),
    measured_top3: (sort_by(.measured_ms) | .[:3] | map(.name)),
    predicted_top3: (sort_by(.predicted_ms) | .[:3] | map(.name))}
-  | . + {top3_match: (.measured_top3 == .predicted_top3)}' > "$out/result.json"
+  | . as $r | ($r.configs | map({key: .name, value: .}) | from_entries) as $by
+  | . + {measured_order: [$r.measured_top3[] as $a | $r.measured_top3[] as $b
+                          | select(faster($by[$a]; $by[$b])) | "\($a) < \($b)"],
+         contradicted: [$r.predicted_top3 | to_entries[] as $x | $r.predicted_top3[$x.key + 1:][] as $b
+                        | select(faster($by[$b]; $by[$x.value])) | "\($b) < \($x.value)"]}
+  | . + {top3_strict_match: (.measured_top3 == .predicted_top3),
+         top3_match: ((.measured_top3 | sort) == (.predicted_top3 | sort) and (.contradicted | length) == 0)}' \
+  > "$out/result.json"
 
-jq -r '.configs[] | "\(.name)\t measured \(.measured_ms | floor) ms (median \(.median_ms | floor))\t predicted \(.predicted_ms | floor) ms\t error \(.error * 100 | round)%\t (load \(.load_average))"' "$out/result.json"
-jq -r '"within 25%: \(.within_25_percent) of \(.configs | length); top 3 measured \(.measured_top3), predicted \(.predicted_top3): \(if .top3_match then "match" else "DIFFER" end)"' "$out/result.json"
+jq -r '.configs[] | "\(.name)\t measured \(.measured_ms | floor) ms (median \(.median_ms | floor); per round \(.round_ms | map(floor)))\t predicted \(.predicted_ms | floor) ms\t error \(.error * 100 | round)%"' "$out/result.json"
+jq -r '"within 25%: \(.within_25_percent) of \(.configs | length); top 3 measured \(.measured_top3), predicted \(.predicted_top3): \(if .top3_match then "match" else "DIFFER" end) (orders every round agreed on: \(.measured_order); contradicted by the prediction: \(.contradicted); strict order \(if .top3_strict_match then "the same" else "differs" end))"' "$out/result.json"
 echo "bench: results in $out/result.json" >&2

@@ -7,12 +7,17 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "kernels/activation.h"
+#include "kernels/adamw.h"
 #include "kernels/attention.h"
+#include "kernels/layernorm.h"
+#include "kernels/lm_head.h"
 #include "kernels/matmul.h"
 
 namespace mt {
@@ -60,26 +65,114 @@ GemmShape representative_shape(ShapeClass c) {
   return {0, 0, 0};
 }
 
+// Enough copies of a product's operands to pass through more memory than the caches hold: a step's
+// products read weights and activations from memory, not from a warm cache.
+int64_t cold_copies(int64_t bytes_per_copy) {
+  return std::max<int64_t>(1, (int64_t{64} << 20) / std::max<int64_t>(bytes_per_copy, 1));
+}
+
+// The linear layer's kernels at a shape: forward (one product, bias added) and backward (two products, the
+// weight's gradient accumulated into fp32), FLOPs per second each, on cold operands.
 template <typename T>
-double gemm_gflops(GemmShape s, double budget) {
-  std::vector<T> a(static_cast<size_t>(s.M * s.K), T(0.5f)), b(static_cast<size_t>(s.K * s.N), T(0.25f));
-  std::vector<float> c(static_cast<size_t>(s.M * s.N));
+std::pair<double, double> linear_gflops(GemmShape s, double budget) {
+  const int64_t M = s.M, n_in = s.K, n_out = s.N;
+  const int64_t n = cold_copies(static_cast<int64_t>(sizeof(T)) * (M * n_in + n_in * n_out + 2 * M * n_out) +
+                                4 * n_in * n_out);
+  const auto buffer = [n](int64_t elems, auto value) {
+    return std::vector(static_cast<size_t>(n * elems), value);
+  };
+  std::vector<T> inp = buffer(M * n_in, T(0.5f)), weight = buffer(n_in * n_out, T(0.25f));
+  std::vector<T> out = buffer(M * n_out, T(0.0f)), dout = buffer(M * n_out, T(0.01f));
+  std::vector<T> dinp = buffer(M * n_in, T(0.0f)), bias(static_cast<size_t>(n_out), T(0.1f));
+  std::vector<float> dweight = buffer(n_in * n_out, 0.0f), dbias(static_cast<size_t>(n_out));
+  std::vector<float> scratch(
+      static_cast<size_t>(kernels::gemm_scratch_floats(std::is_same_v<T, float> ? DType::f32 : DType::bf16)));
+  int64_t i = 0;
+  const double forward = best_seconds(budget, [&] {
+    i = (i + 1) % n;
+    kernels::linear_forward<T>(out.data() + i * M * n_out, inp.data() + i * M * n_in,
+                               weight.data() + i * n_in * n_out, bias.data(), M, n_in, n_out, false,
+                               scratch.data());
+  });
+  const double backward = best_seconds(budget, [&] {
+    i = (i + 1) % n;
+    kernels::linear_backward<T, float>(dinp.data() + i * M * n_in, dweight.data() + i * n_in * n_out,
+                                       dbias.data(), dout.data() + i * M * n_out, inp.data() + i * M * n_in,
+                                       weight.data() + i * n_in * n_out, M, n_in, n_out, false,
+                                       scratch.data());
+  });
+  const double flops = 2.0 * static_cast<double>(M * n_in * n_out);
+  return {flops / forward / 1e9, 2 * flops / backward / 1e9};
+}
+
+template <typename T>
+LinearRates linear_rates(double budget) {
+  LinearRates rates;
+  for (ShapeClass c : kAllShapeClasses)
+    std::tie(rates.forward[c], rates.backward[c]) = linear_gflops<T>(representative_shape(c), budget);
+  return rates;
+}
+
+// The LM head with its loss in training over one chunk of GPT-2's (256 rows, C = 768, V = 50257): the three
+// products' FLOPs per second.
+template <typename T>
+double lm_head_gflops(double budget) {
+  const int64_t rows = 256, C = 768, V = 50257, Vp = 50304;
+  std::vector<T> x(static_cast<size_t>(rows * C), T(0.01f)), wte(static_cast<size_t>(Vp * C), T(0.02f));
+  std::vector<T> dx(static_cast<size_t>(rows * C)), dlogits(static_cast<size_t>(rows * Vp));
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (int64_t i = 0; i < rows; ++i) targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % V);
+  std::vector<float> logits(static_cast<size_t>(rows * Vp)), losses(static_cast<size_t>(rows));
+  std::vector<float> dwte(static_cast<size_t>(Vp * C));
   std::vector<float> scratch(
       static_cast<size_t>(kernels::gemm_scratch_floats(std::is_same_v<T, float> ? DType::f32 : DType::bf16)));
   const double seconds = best_seconds(budget, [&] {
-    kernels::gemm<T, float>(false, false, s.M, s.N, s.K, a.data(), s.K, b.data(), s.N, 0.0f, c.data(), s.N,
-                            scratch.data());
+    kernels::lm_head_loss_chunk<T, float>({.x = x.data(),
+                                           .wte = wte.data(),
+                                           .targets = targets.data(),
+                                           .logits = logits.data(),
+                                           .dlogits = std::is_same_v<T, float> ? nullptr : dlogits.data(),
+                                           .losses = losses.data(),
+                                           .dx = dx.data(),
+                                           .dwte = dwte.data(),
+                                           .matmul_scratch = scratch.data(),
+                                           .rows = rows,
+                                           .C = C,
+                                           .V = V,
+                                           .Vp = Vp,
+                                           .grad_scale = 1.0f / rows});
   });
-  return 2.0 * static_cast<double>(s.M * s.N * s.K) / seconds / 1e9;
+  return 3 * 2.0 * static_cast<double>(rows * Vp * C) / seconds / 1e9;
 }
 
-// The attention kernels' forward and backward at a GPT-2 layer's shape (12 heads of 64, T = 256): causal
-// FLOPs (2 products forward, 5 backward over half the scores) per second.
+// AdamW over arrays far larger than the caches, with an fp32 master and bf16 weights as mixed precision
+// keeps them: million parameters updated per second, with fp32 moments and gradients, or (O2) bf16 ones.
+template <typename M>
+double adamw_mparams(double budget) {
+  const int64_t n = int64_t{16} << 20;
+  std::vector<float> master(static_cast<size_t>(n), 0.5f);
+  std::vector<bf16> param(static_cast<size_t>(n));
+  std::vector<M> grad(static_cast<size_t>(n), M(0.01f)), m(static_cast<size_t>(n), M(0.0f)),
+      v(static_cast<size_t>(n), M(0.0f));
+  const kernels::AdamWStep step{
+      .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
+  const double seconds = best_seconds(budget, [&] {
+    kernels::adamw_update<bf16, M, M>(master.data(), param.data(), grad.data(), m.data(), v.data(), n, step,
+                                      {});
+  });
+  return static_cast<double>(n) / seconds / 1e6;
+}
+
+// The attention kernels' forward and backward at a GPT-2 layer's shape (B = 4, 12 heads of 64, T = 256):
+// causal FLOPs (2 products forward, 5 backward over half the scores) per second.
 template <typename T>
 double attention_gflops(double budget) {
-  const int64_t B = 1, Tn = 256, C = 768, NH = 12;
+  const int64_t B = 4, Tn = 256, C = 768, NH = 12;
   const size_t rows = static_cast<size_t>(B * Tn);
-  std::vector<T> qkv(rows * 3 * C, T(0.01f)), out(rows * C), dout(rows * C, T(0.01f)), dqkv(rows * 3 * C);
+  std::vector<T> qkv(rows * 3 * C), out(rows * C), dout(rows * C, T(0.01f)), dqkv(rows * 3 * C);
+  // Varied scores, as a model's: equal ones make every softmax row flat.
+  for (size_t i = 0; i < qkv.size(); ++i)
+    qkv[i] = T(static_cast<float>(static_cast<int64_t>(i * 7919 % 201) - 100) / 100);
   std::vector<float> lse(rows * NH);
   std::vector<float> scratch(static_cast<size_t>(kernels::attention_scratch_floats(
       Tn, C / NH, omp_get_max_threads(), std::is_same_v<T, float> ? DType::f32 : DType::bf16)));
@@ -89,6 +182,36 @@ double attention_gflops(double budget) {
                                    NH, scratch.data());
   });
   return 7.0 * static_cast<double>(B * Tn * Tn * C) / seconds / 1e9;
+}
+
+// The elementwise kernels at a GPT-2 layer's shape in bf16 (1024 rows of C = 768), forward then backward:
+// million elements of the forward's output per second, each pass counted. They compute more than they move
+// (GELU's tanh, a norm's two reductions per row), so they have rates of their own rather than the memory
+// bandwidth's.
+double norm_melems(double budget) {
+  const int64_t N = 1024, C = 768;
+  std::vector<bf16> inp(static_cast<size_t>(N * C), bf16(0.5f)), out(inp.size()), dinp(inp.size());
+  std::vector<bf16> dout(inp.size(), bf16(0.01f)), weight(static_cast<size_t>(C), bf16(1.0f)), bias(weight);
+  std::vector<float> mean(static_cast<size_t>(N)), rstd(mean.size()), dweight(static_cast<size_t>(C)),
+      dbias(dweight.size());
+  const double seconds = best_seconds(budget, [&] {
+    kernels::layernorm_forward<bf16>(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
+                                     bias.data(), N, C, 1e-5f);
+    kernels::layernorm_backward<bf16, float>(dinp.data(), dweight.data(), dbias.data(), dout.data(),
+                                             inp.data(), weight.data(), mean.data(), rstd.data(), N, C);
+  });
+  return 2.0 * static_cast<double>(N * C) / seconds / 1e6;
+}
+
+double activation_melems(double budget) {
+  const int64_t n = 1024 * 4 * 768;
+  std::vector<bf16> inp(static_cast<size_t>(n), bf16(0.5f)), out(inp.size()), dinp(inp.size());
+  std::vector<bf16> dout(inp.size(), bf16(0.01f));
+  const double seconds = best_seconds(budget, [&] {
+    kernels::gelu_forward<bf16>(out.data(), inp.data(), n);
+    kernels::gelu_backward<bf16>(dinp.data(), inp.data(), dout.data(), n);
+  });
+  return 2.0 * static_cast<double>(n) / seconds / 1e6;
 }
 
 // A scaled add over arrays far larger than the caches, on all threads, as the elementwise kernels run:
@@ -154,12 +277,14 @@ HardwareProfile calibrate(Communicator& comm, const CalibrateOptions& options) {
   HardwareProfile p;
   p.source = "calibrate";
   p.threads = omp_get_max_threads();
-  for (ShapeClass c : kAllShapeClasses) {
-    p.fp32[c] = gemm_gflops<float>(representative_shape(c), options.seconds_per_test);
-    p.bf16[c] = gemm_gflops<bf16>(representative_shape(c), options.seconds_per_test);
-  }
-  p.attention_gflops = {attention_gflops<float>(options.seconds_per_test),
-                        attention_gflops<bf16>(options.seconds_per_test)};
+  const double budget = options.seconds_per_test;
+  p.fp32 = linear_rates<float>(budget);
+  p.bf16 = linear_rates<bf16>(budget);
+  p.attention_gflops = {attention_gflops<float>(budget), attention_gflops<bf16>(budget)};
+  p.lm_head_gflops = {lm_head_gflops<float>(budget), lm_head_gflops<bf16>(budget)};
+  p.adamw_mparams = {adamw_mparams<float>(budget), adamw_mparams<bf16>(budget)};
+  p.norm_melems = norm_melems(budget);
+  p.activation_melems = activation_melems(budget);
   p.memory_gbps = memory_gbps(options.seconds_per_test);
   p.mpi_gbps = mpi_gbps(comm, options.seconds_per_test);
   p.disk_gbps = disk_gbps(options.scratch_dir);

@@ -6,16 +6,9 @@ namespace mt {
 
 namespace {
 
-// bf16 products have their own rate; f16 ones are converted and run as fp32 (kernels/matmul.h).
-const GemmRates& rates_for(const HardwareProfile& profile, DType dtype) {
-  return profile.gemm(dtype == DType::bf16);
-}
-
-void add_product(OpCost& c, const HardwareProfile& profile, DType dtype, int64_t M, int64_t N, int64_t K,
-                 double times) {
-  const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K) * times;
-  c.flops += flops;
-  c.seconds += flops / (rates_for(profile, dtype)[shape_class(M, N, K)] * 1e9);
+// bf16 products have their own rates; f16 ones are converted and run as fp32 (kernels/matmul.h).
+const LinearRates& rates_for(const HardwareProfile& profile, DType dtype) {
+  return profile.linear(dtype == DType::bf16);
 }
 
 double operand_bytes(const TensorTable& table, const Op& op) {
@@ -59,18 +52,23 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       const int64_t n_out = op.weight_out_in ? weight.shape[0] : weight.shape[1];
       const int64_t M = table[op.inp].numel() / n_in;
       // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
-      const double products = op.kind == OpKind::linear ? 1 : (op.dinp >= 0 ? 2 : 1);
-      add_product(c, profile, weight.dtype, M, n_out, n_in, products);
+      const bool forward = op.kind == OpKind::linear;
+      const double products = forward ? 1 : (op.dinp >= 0 ? 2 : 1);
+      c.flops =
+          products * 2.0 * static_cast<double>(M) * static_cast<double>(n_in) * static_cast<double>(n_out);
+      const LinearRates& rates = rates_for(profile, weight.dtype);
+      c.seconds = c.flops / ((forward ? rates.forward : rates.backward)[shape_class(M, n_out, n_in)] * 1e9);
       break;
     }
     case OpKind::lm_head_loss: {
+      // Logits, then in training the input's and the weight's gradient, at the head's calibrated rate.
       c.kind = OpCostKind::matmul;
       const TensorDesc& weight = table[op.weight];  // [Vp, C]
       const int64_t M = table[op.inp].numel() / weight.shape[1];
-      // Logits chunk by chunk, then in training the input's and the weight's gradient.
       const double products = op.dinp >= 0 ? 3 : 1;
-      add_product(c, profile, weight.dtype, std::min(M, kLogitsChunkRows), weight.shape[0], weight.shape[1],
-                  products * static_cast<double>(M) / static_cast<double>(std::min(M, kLogitsChunkRows)));
+      c.flops = products * 2.0 * static_cast<double>(M) * static_cast<double>(weight.shape[0]) *
+                static_cast<double>(weight.shape[1]);
+      c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9);
       break;
     }
     case OpKind::attention:
@@ -93,6 +91,25 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       c.seconds = 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
       break;
     }
+    case OpKind::layernorm:
+    case OpKind::rmsnorm:
+    case OpKind::layernorm_backward:
+    case OpKind::rmsnorm_backward:
+    case OpKind::gelu:
+    case OpKind::swiglu:
+    case OpKind::rope:
+    case OpKind::gelu_backward:
+    case OpKind::swiglu_backward:
+    case OpKind::rope_backward: {
+      // The forward's output elements (the backward's incoming gradient's, or RoPE's in-place one) at the
+      // kernel family's rate.
+      const bool norm = op.kind == OpKind::layernorm || op.kind == OpKind::rmsnorm ||
+                        op.kind == OpKind::layernorm_backward || op.kind == OpKind::rmsnorm_backward;
+      const int id = op.out >= 0 ? op.out : op.dout >= 0 ? op.dout : op.dinp;
+      const double elements = static_cast<double>(table[id].numel());
+      c.seconds = elements / ((norm ? profile.norm_melems : profile.activation_melems) * 1e6);
+      break;
+    }
     default:
       c.seconds = operand_bytes(table, op) / (profile.memory_gbps * 1e9);
   }
@@ -112,17 +129,12 @@ StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int wo
                                                               : c.elementwise_s;
     seconds += op_cost.seconds * accum;
   }
-  // AdamW reads gradients, master weights and moments of this rank's shard, writes the last two and the
-  // weights: the shard's share of gradients and weights, all of master and moments (or their file's bytes).
-  const double shard = plan.num_params > 0 ? static_cast<double>(plan.shard_elems) / plan.num_params : 1;
-  const double states = plan.offload.enabled
-                            ? static_cast<double>(plan.offloaded_bytes)
-                            : static_cast<double>(plan.bytes[Category::master] + plan.bytes[Category::optim]);
-  const double grads = static_cast<double>(plan.bytes[Category::grads]) *
-                       (plan.sharding.shards_grads() ? 1 : std::min(shard, 1.0));
-  const double weights = static_cast<double>(plan.bytes[Category::params]) *
-                         (plan.sharding.shards_weights() ? 1 : std::min(shard, 1.0));
-  c.optimizer_s = (2 * states + grads + weights) / (profile.memory_gbps * 1e9);
+  // Per step besides the ops: the gradients zeroed, their norm summed for clipping, and AdamW over this
+  // rank's shard at the calibrated rate of its moments' dtype.
+  const double shard_params = static_cast<double>(plan.shard_elems);
+  const double grads = static_cast<double>(plan.bytes[Category::grads]);
+  c.optimizer_s = 2 * grads / (profile.memory_gbps * 1e9) +
+                  shard_params / (profile.adamw(plan.policy.moments == DType::bf16) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
   const double mpi_gbps = profile.mpi_gbps ? *profile.mpi_gbps : *default_hardware_profile().mpi_gbps;

@@ -1,7 +1,8 @@
-// What the cost model needs to know about a machine: matrix-product rates per dtype and shape class, memory,
-// MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h); without a profile the planner
-// uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's numbers, so a ranking still comes
-// out.
+// What the cost model needs to know about a machine: the rates of the kernels a step runs (linear layers'
+// products forward and backward per dtype and shape class, attention, the LM head, the elementwise kernels,
+// AdamW), memory, MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h); without a
+// profile the planner uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's numbers, so a
+// ranking still comes out.
 #pragma once
 
 #include <array>
@@ -26,20 +27,37 @@ struct GemmRates {
   double& operator[](ShapeClass c) { return gflops[static_cast<int>(c)]; }
 };
 
+// The linear layers' kernels: the forward's product (bias added) and the backward's two (the input's gradient
+// and the weight's, accumulated into fp32), FLOPs per second by shape class. The backward runs transposed
+// operands and reads and writes the gradient, so it has its own rates.
+struct LinearRates {
+  GemmRates forward, backward;
+};
+
 struct HardwareProfile {
   std::string source;  // "default" or the file it was read from
   int threads = 1;     // OpenMP threads the rates were measured with
-  GemmRates fp32, bf16;
-  // The attention kernels' forward + backward, causal FLOPs per second (not a GEMM: blocked, with softmax);
-  // [0] fp32 storage, [1] 16-bit storage.
+  LinearRates fp32, bf16;
+  // Per dtype: [0] fp32 storage, [1] 16-bit storage.
+  // The attention kernels' forward + backward, causal FLOPs per second (not a GEMM: blocked, with softmax).
   std::array<double, 2> attention_gflops{};
+  // The LM head with its loss (kernels/lm_head.h) in training: its three products' FLOPs per second, the
+  // softmax and the logits' traffic included.
+  std::array<double, 2> lm_head_gflops{};
+  // AdamW parameter updates per second, in millions: [0] fp32 moments, [1] bf16 moments (O2).
+  std::array<double, 2> adamw_mparams{};
+  // Elementwise kernels, million elements of the forward's output per second, forward and backward alike:
+  // the norms (LayerNorm, RMSNorm) and the activations (GELU, SwiGLU, RoPE).
+  double norm_melems = 0, activation_melems = 0;
   double memory_gbps = 0;          // streaming read + write bandwidth, GB/s (1e9 bytes)
   std::optional<double> mpi_gbps;  // between two ranks; absent when not measured under mpirun
   double disk_gbps = 0;            // sequential write + read of the offload directory
 
   // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate.
-  const GemmRates& gemm(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
+  const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
+  double lm_head(bool sixteen_bit) const { return lm_head_gflops[sixteen_bit ? 1 : 0]; }
+  double adamw(bool bf16_moments) const { return adamw_mparams[bf16_moments ? 1 : 0]; }
 };
 
 // `memtrain calibrate --threads 2` on this project's 2-core machine at a quiet moment (bench/README.md, "Cost

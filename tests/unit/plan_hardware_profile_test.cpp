@@ -20,7 +20,15 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST(HardwareProfile, RoundTripsThroughJson) {
   HardwareProfile p = default_hardware_profile();
   p.mpi_gbps.reset();  // a profile calibrated outside mpirun
-  p.bf16[ShapeClass::medium] = 123.5;
+  // Every rate a different value from the default's, so each must be read back from its own key.
+  p.bf16.forward[ShapeClass::medium] = 123.5;
+  p.bf16.backward[ShapeClass::medium] = 98.5;
+  p.fp32.backward[ShapeClass::large] = 76.5;
+  p.attention_gflops = {11.5, 12.5};
+  p.lm_head_gflops = {13.5, 14.5};
+  p.adamw_mparams = {15.5, 16.5};
+  p.norm_melems = 17.5;
+  p.activation_melems = 18.5;
   const std::string path = write_temp("memtrain-profile-test.json", hardware_profile_json(p).dump());
   const HardwareProfile q = load_hardware_profile(path);
   EXPECT_EQ(q.source, path);
