@@ -15,7 +15,8 @@ void add_calibrate_command(CLI::App& app) {
   auto options = std::make_shared<CalibrateOptions>();
   auto threads = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand(
-      "calibrate", "measure matrix-product rates, memory, MPI and disk bandwidth into a hardware profile");
+      "calibrate",
+      "measure the rates of the step's kernels, memory, MPI and disk bandwidth into a hardware profile");
   cmd->add_option("--out", *out, "the profile JSON to write")->capture_default_str();
   cmd->add_option("--scratch-dir", options->scratch_dir, "directory for the disk test (an --offload-path)")
       ->capture_default_str();

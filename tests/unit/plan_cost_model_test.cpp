@@ -1,7 +1,13 @@
 // The cost model's FLOPs against Megatron's count for GPT-2 (Narayanan et al. 2021, appendix): the matrix
 // products of one layer's forward are 24 B T C^2 (qkv 6, projection 2, MLP 16) and the LM head's 2 B T C V;
-// a backward takes twice its forward, and full recompute reruns each layer's forward once more.
+// a backward takes twice its forward, and full recompute reruns each layer's forward once more. Each op's
+// time comes from the rate of its own kernel family, and the exchanges from the ZeRO stage's ring volumes.
 #include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "dist/communicator.h"
 #include "plan/cost_model.h"
@@ -41,6 +47,45 @@ TEST(CostModel, FlopsFollowMegatronsCount) {
   const StepCost selective = cost_of(gpt2_tiny(2, 64, {.granularity = RecomputeGranularity::selective}));
   EXPECT_DOUBLE_EQ(selective.flops, matmuls + attention_flops(B, T, C, L, 2 + 5));
   EXPECT_GT(selective.elementwise_s, cost_of(gpt2_tiny(2, 64, {})).elementwise_s);
+}
+
+// Each op is priced at the rate of the kernel that runs it: making one kernel family of the profile twice as
+// fast halves exactly the ops of that family and leaves every other op alone; every op belongs to a family.
+TEST(CostModel, EachOpAtItsKernelsRate) {
+  TrainConfig c = gpt2_tiny(2, 64, {});
+  c.precision.precision = Precision::bf16;
+  const RunPlan run = plan_run(c, 1, 0, 1, 0);
+  const HardwareProfile base = default_hardware_profile();
+  const auto twice = [](GemmRates& r) {
+    for (ShapeClass k : kAllShapeClasses) r[k] *= 2;
+  };
+  const std::vector<std::pair<std::function<void(HardwareProfile&)>, std::set<OpKind>>> families = {
+      {[&](HardwareProfile& p) { twice(p.bf16.forward); }, {OpKind::linear}},
+      {[&](HardwareProfile& p) { twice(p.bf16.backward); }, {OpKind::linear_backward}},
+      {[](HardwareProfile& p) { p.lm_head_gflops[1] *= 2; }, {OpKind::lm_head_loss}},
+      {[](HardwareProfile& p) { p.attention_gflops[1] *= 2; }, {OpKind::attention, OpKind::attention_backward}},
+      {[](HardwareProfile& p) { p.activation_melems *= 2; }, {OpKind::gelu, OpKind::gelu_backward}},
+      {[](HardwareProfile& p) { p.norm_melems *= 2; }, {OpKind::layernorm, OpKind::layernorm_backward}},
+      {[](HardwareProfile& p) { p.memory_gbps *= 2; },
+       {OpKind::embedding, OpKind::embedding_backward, OpKind::zero}},
+  };
+  std::set<OpKind> priced;
+  for (const auto& [faster, kinds] : families) {
+    HardwareProfile p = base;
+    faster(p);
+    for (const Op& op : run.model.graph.ops) {
+      const double before = predict_op_cost(run.model.graph.table, op, run.spec, base).seconds;
+      const double after = predict_op_cost(run.model.graph.table, op, run.spec, p).seconds;
+      if (before == 0) continue;  // an op with no work (a zero-sized tensor)
+      EXPECT_NEAR(before / after, kinds.count(op.kind) ? 2.0 : 1.0, 1e-12) << op.name;
+    }
+    priced.insert(kinds.begin(), kinds.end());
+  }
+  for (const Op& op : run.model.graph.ops) EXPECT_TRUE(priced.count(op.kind)) << op.name << " has no family";
+  // The optimizer's part: AdamW at its moments' rate.
+  HardwareProfile p = base;
+  p.adamw_mparams[0] *= 2;
+  EXPECT_LT(predict_step_cost(run, c, 1, p).optimizer_s, predict_step_cost(run, c, 1, base).optimizer_s);
 }
 
 TEST(CostModel, AccumulationScalesComputeNotTheOptimizer) {
