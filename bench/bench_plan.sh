@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The cost model against measured steps: calibrates this machine (memtrain calibrate), trains GPT-2 124M in
-# several configurations for a few steps each, and prints per configuration the fastest timed step (other
-# jobs only slow steps down, and calibrate keeps the best of its repeats too) with the median beside it,
-# the cost model's prediction from the profile (bench/predict_step) and the error, then whether the predicted
-# ranking of the three fastest matches the measured one. Run from anywhere after scripts/setup.sh.
+# The cost model against measured steps: calibrates this machine (memtrain calibrate, once as one process and
+# once as two ranks under mpirun), trains GPT-2 124M in several configurations of one global batch for a few
+# steps each, and prints per configuration the fastest timed step (other jobs only slow steps down, and
+# calibrate keeps the best of its repeats too) with the median beside it, the cost model's prediction from the
+# profile (bench/predict_step) and the error, then whether the predicted ranking of the three fastest matches
+# the measured one. Every configuration trains the same tokens per step, as `memtrain plan`'s candidates do, so
+# step time ranks them as throughput does. Run from anywhere after scripts/setup.sh.
 #   CONFIGS    which runs, in order (default: all below)
 #   STEPS      steps per run; the first SKIP are warmup, left out (default 5)
 #   SKIP       leading steps left out (default 1)
 #   ROUNDS     rounds of all configurations, interleaved (default 3)
-#   THREADS    threads for calibration and every run (default 2)
-#   B, T       micro-batch size and sequence length (default 4, 256)
+#   THREADS    threads of the machine: a single process's, shared by the ranks of a data-parallel run (default 2)
+#   GLOBAL, T  sequences per step and sequence length (default 4, 256)
 #   OUT        where data, logs and results go (default: under TMPDIR)
 #   MEMTRAIN   the memtrain binary (default build/memtrain); PREDICT the predict_step binary (build/bench/predict_step)
 #   WAIT_MAX   seconds to wait before each run while another benchmark runs (default 120)
@@ -20,7 +22,7 @@ steps="${STEPS:-5}"
 skip="${SKIP:-1}"
 rounds="${ROUNDS:-3}"
 threads="${THREADS:-2}"
-batch="${B:-4}"
+global="${GLOBAL:-4}"
 seq="${T:-256}"
 out="${OUT:-${TMPDIR:-/tmp}/memtrain-bench-plan}"
 memtrain="${MEMTRAIN:-build/memtrain}"
@@ -28,19 +30,22 @@ predict="${PREDICT:-build/bench/predict_step}"
 export WAIT_MAX="${WAIT_MAX:-120}"
 model=gpt2
 
-# NAME -> "PRECISION RECOMPUTE ACCUM" as predict_step takes them; train_flags turns them into memtrain's.
+# NAME -> "PRECISION RECOMPUTE MICRO RANKS ZERO_STAGE" as predict_step takes them (MICRO sequences per
+# micro-batch per rank; accumulation makes up the global batch); train_flags turns them into memtrain's.
 declare -A spec=(
-  [fp32]="fp32 none 1"
-  [bf16]="bf16 none 1"
-  [bf16-o2]="bf16-o2 none 1"
-  [bf16-selective]="bf16 selective 1"
-  [bf16-full1]="bf16 uniform-1 1"
-  [fp32-full1]="fp32 uniform-1 1"
-  [bf16-block6]="bf16 block-6 1"
-  [bf16-accum2]="bf16 none 2"
+  [fp32]="fp32 none 4 1 0"
+  [bf16]="bf16 none 4 1 0"
+  [bf16-o2]="bf16-o2 none 4 1 0"
+  [bf16-selective]="bf16 selective 4 1 0"
+  [bf16-full1]="bf16 uniform-1 4 1 0"
+  [fp32-full1]="fp32 uniform-1 4 1 0"
+  [bf16-block6]="bf16 block-6 4 1 0"
+  [bf16-mb2x2]="bf16 none 2 1 0"
+  [bf16-zero1-np2]="bf16 none 2 2 1"
+  [bf16-zero3-np2]="bf16 none 2 2 3"
 )
 train_flags() {
-  local precision="$1" recompute="$2" accum="$3"
+  local precision="$1" recompute="$2" micro="$3" ranks="$4" stage="$5"
   case "$precision" in
     bf16) echo -n "--bf16 " ;;
     bf16-o2) echo -n "--bf16 --o2-optimizer --o2-gradient " ;;
@@ -50,41 +55,52 @@ train_flags() {
     selective) echo -n "--recompute-granularity selective " ;;
     *) echo -n "--recompute-granularity full --recompute-method ${recompute%-*} --recompute-num-layers ${recompute#*-} " ;;
   esac
-  echo "--grad-accum-steps $accum"
+  [ "$ranks" -gt 1 ] && echo -n "--zero-stage $stage "
+  echo "--grad-accum-steps $((global / (micro * ranks)))"
 }
-configs="${CONFIGS:-fp32 bf16 bf16-o2 bf16-selective bf16-full1 fp32-full1 bf16-block6 bf16-accum2}"
+configs="${CONFIGS:-fp32 bf16 bf16-o2 bf16-selective bf16-full1 fp32-full1 bf16-block6 bf16-mb2x2 bf16-zero1-np2 bf16-zero3-np2}"
 configs="${configs//,/ }"
 
 # shellcheck source=bench/lib.sh
 source bench/lib.sh
 declare -A flags
 for c in "${!spec[@]}"; do
+  read -r _ _ micro ranks _ <<< "${spec[$c]}"
+  [ $((global % (micro * ranks))) -eq 0 ] || die "GLOBAL ($global) is not a multiple of $c's $micro x $ranks"
   # shellcheck disable=SC2086  # the spec's words are train_flags' arguments
   flags[$c]="$(train_flags ${spec[$c]})"
 done
 check_inputs
 [ -x "$predict" ] || die "$predict not found: ninja -C build predict_step"
+command -v mpirun >/dev/null || die "mpirun not found (run scripts/setup.sh)"
 
 mkdir -p "$out"
 prepare_data
 wait_for_quiet_machine
+# The ranks of a data-parallel run share the cores: its profile is calibrated the same way, and measures MPI.
 "$memtrain" calibrate --threads "$threads" --scratch-dir "$out" --out "$out/profile.json" >&2
+mpirun --allow-run-as-root --oversubscribe -np 2 "$memtrain" calibrate --threads "$((threads / 2))" \
+  --scratch-dir "$out" --out "$out/profile.np2.json" >&2
 
 # ROUNDS rounds, each running every configuration once: a slow spell of the shared machine then slows one
 # run of every configuration rather than all runs of one. A configuration's measured step is its fastest over
 # all rounds; "a is faster than b" is measured only when a's fastest step beat b's in every round.
 for ((round = 1; round <= rounds; round++)); do
   for c in $configs; do
+    read -r _ _ micro ranks _ <<< "${spec[$c]}"
     # shellcheck disable=SC2086  # flags are words
-    run_memtrain "$c.round$round" ${flags[$c]}
+    (batch=$micro threads=$((threads / ranks)) RANKS=$ranks run_memtrain "$c.round$round" ${flags[$c]})
   done
 done
 
 rows=()
 for c in $configs; do
   # shellcheck disable=SC2086
-  read -r precision recompute accum <<< "${spec[$c]}"
-  "$predict" "$out/profile.json" "$model" "$batch" "$seq" "$threads" "$accum" "$precision" "$recompute" > "$out/$c.predicted.json"
+  read -r precision recompute micro ranks stage <<< "${spec[$c]}"
+  profile="$out/profile.json"
+  [ "$ranks" -gt 1 ] && profile="$out/profile.np$ranks.json"
+  "$predict" --ranks "$ranks" --zero-stage "$stage" "$profile" "$model" "$micro" "$seq" "$((threads / ranks))" \
+    "$((global / (micro * ranks)))" "$precision" "$recompute" > "$out/$c.predicted.json"
   rows+=("$(jq -c -s --slurpfile p "$out/$c.predicted.json" --arg name "$c" \
     '{name: $name, flags: .[0].flags, load_average: (map(.load_average)),
       round_ms: map(.step_ms | min), measured_ms: (map(.step_ms) | add | min),

@@ -72,7 +72,8 @@ summarize() {
 }
 
 # run_memtrain NAME [FLAG...]: trains STEPS steps with the extra memtrain train flags into OUT/NAME and
-# writes the summary OUT/NAME.json.
+# writes the summary OUT/NAME.json; with RANKS=N in its environment, data-parallel under mpirun -np N (rank 0's
+# memory report).
 run_memtrain() {
   local name="$1" dir="$out/$1" load
   shift
@@ -80,14 +81,19 @@ run_memtrain() {
   load="$(load_average)"
   echo "bench: load average $load; $name: memtrain train ${*:-(no flags)}, $steps steps" >&2
   rm -rf "$dir"
-  if ! "$memtrain" train --model "${model:-gpt2}" --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
+  local launcher=() memory="$dir/memory.json"
+  if [ "${RANKS:-1}" -gt 1 ]; then
+    launcher=(mpirun --allow-run-as-root --oversubscribe -np "$RANKS")
+    memory="$dir/memory.rank0.json"
+  fi
+  if ! "${launcher[@]}" "$memtrain" train --model "${model:-gpt2}" --data "$out/data" --seq-length "$seq" --micro-batch-size "$batch" \
       --threads "$threads" --train-iters "$steps" --eval-interval 0 --no-shuffle --out "$dir" "$@" \
       > "$dir.log" 2>&1; then
     tail -n 5 "$dir.log" >&2
     die "$name failed, log in $dir.log"
   fi
   jq -s --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
-    --argjson skip "$skip" --slurpfile memory "$dir/memory.json" \
+    --argjson skip "$skip" --slurpfile memory "$memory" \
     '{name: $name, engine: "memtrain", flags: $flags, load_average: $load, load_average_end: $load_end,
       steps: [.[] | select(.step > $skip) | .tokens_per_sec],
       step_ms: [.[] | select(.step > $skip) | .step_ms],

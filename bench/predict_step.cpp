@@ -1,10 +1,10 @@
 // The cost model's prediction for one training configuration, for bench_plan.sh to compare with measured
-// steps: predict_step [--measure-ops N] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where PRECISION
-// is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none, selective, uniform-N or block-N. Prints one
-// JSON object. With --measure-ops it also allocates the run's plan, runs N training micro-batches on random
-// tokens and adds "ops": per op name (layers folded into "h.*"), the predicted and the fastest measured
-// milliseconds summed over the layers, and the optimizer's part of the step, to show what the model gets
-// wrong.
+// steps: predict_step [--ranks N --zero-stage S] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where
+// PRECISION is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none, selective, uniform-N or block-N, B
+// is per rank, and N ranks run data-parallel under mpirun (default 1). Prints one JSON object. With
+// --measure-ops N it also allocates the run's plan, runs N training micro-batches on random tokens and adds
+// "ops": per op name (layers folded into "h.*"), the predicted and the fastest measured milliseconds summed
+// over the layers, and the optimizer's part of the step, to show what the model gets wrong.
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "dist/communicator.h"
 #include "model/executor.h"
 #include "optim/adamw.h"
 #include "plan/cost_model.h"
@@ -105,30 +106,36 @@ nlohmann::json measure_ops(const mt::RunPlan& run, const mt::TrainConfig& config
 }  // namespace
 
 int main(int argc, char** argv) {
-  int repeats = 0;
-  if (argc > 2 && std::string(argv[1]) == "--measure-ops") {
-    repeats = std::stoi(argv[2]);
-    argc -= 2;
-    argv += 2;
+  std::map<std::string, int> options = {{"--measure-ops", 0}, {"--ranks", 1}, {"--zero-stage", 0}};
+  bool known = true;
+  for (; argc > 2 && std::string(argv[1]).starts_with("--"); argc -= 2, argv += 2) {
+    const auto option = options.find(argv[1]);
+    known = known && option != options.end();
+    if (known) option->second = std::stoi(argv[2]);
   }
-  if (argc != 9) {
-    std::fprintf(
-        stderr,
-        "usage: predict_step [--measure-ops N] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE\n");
+  const int repeats = options["--measure-ops"], ranks = options["--ranks"],
+            zero_stage = options["--zero-stage"];
+  if (!known || argc != 9 || (repeats > 0 && ranks > 1)) {
+    std::fprintf(stderr,
+                 "usage: predict_step [--measure-ops N | --ranks N --zero-stage S] PROFILE MODEL B T THREADS "
+                 "ACCUM PRECISION RECOMPUTE\n");
     return 2;
   }
   try {
-    const mt::TrainConfig c = config_from_args(argv + 1);
+    mt::TrainConfig c = config_from_args(argv + 1);
+    c.zero_stage = zero_stage;
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const mt::RunPlan run = mt::plan_run(c, 1, 0, c.threads, 0);
-    const mt::StepCost cost = mt::predict_step_cost(run, c, 1, profile);
+    const mt::RunPlan run = mt::plan_run(c, ranks, 0, c.threads, ranks > 1 ? mt::mpi_buffer_bytes(ranks) : 0);
+    const mt::StepCost cost = mt::predict_step_cost(run, c, ranks, profile);
     nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
                           {"tokens_per_sec", cost.tokens_per_sec},
                           {"gflop", cost.flops / 1e9},
                           {"matmul_ms", cost.matmul_s * 1e3},
                           {"attention_ms", cost.attention_s * 1e3},
                           {"elementwise_ms", cost.elementwise_s * 1e3},
-                          {"optimizer_ms", cost.optimizer_s * 1e3}};
+                          {"optimizer_ms", cost.optimizer_s * 1e3},
+                          {"comm_ms", cost.comm_s * 1e3},
+                          {"comm_exposed_ms", cost.comm_exposed_s * 1e3}};
     if (repeats > 0) {
       omp_set_num_threads(c.threads);
       out["ops"] = measure_ops(run, c, profile, repeats);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <tuple>
 #include <type_traits>
@@ -226,11 +227,10 @@ double memory_gbps(double budget) {
   return 3.0 * 4.0 * static_cast<double>(n) / seconds / 1e9;  // x read, y read and written
 }
 
-// Bus bandwidth of an all-reduce, bytes x 2(N-1)/N per second: what the cost model's ring volumes divide by.
-std::optional<double> mpi_gbps(Communicator& comm, double budget) {
-  if (comm.size() < 2) return std::nullopt;
-  const int64_t n = int64_t{4} << 20;  // 16 MiB of fp32
-  std::vector<float> data(static_cast<size_t>(n), 1.0f);
+// Bus bandwidth of an all-reduce, bytes x 2(N-1)/N per second: what the cost model's ring volumes divide by;
+// and the best time of one all-reduce of `data`.
+std::pair<double, double> mpi_gbps(Communicator& comm, std::vector<float>& data, double budget) {
+  const int64_t n = static_cast<int64_t>(data.size());
   // Every rank runs the same number of collectives: rank 0's count goes to everyone first.
   const Clock::time_point start = Clock::now();
   comm.all_reduce_sum(data.data(), n, DType::f32);
@@ -245,7 +245,52 @@ std::optional<double> mpi_gbps(Communicator& comm, double budget) {
     best = std::min(best, seconds_since(t));
   }
   const double world = comm.size();
-  return 4.0 * static_cast<double>(n) * 2.0 * (world - 1) / world / best / 1e9;
+  return {4.0 * static_cast<double>(n) * 2.0 * (world - 1) / world / best / 1e9, best};
+}
+
+// How much of an exchange hides behind the kernels when both run at once, as training's overlapped exchanges
+// do (the AsyncCommunicator's worker beside the compute threads): all-reduces of `data` on the worker beside
+// bf16 products on this thread, against each alone. 1 - (both - products) / exchanges: 1 when the exchange
+// is fully hidden, 0 when the two take as long as one after the other, below 0 when running together slows
+// them more than that (the worker takes cores from the kernels, or they compete for memory).
+double comm_overlap(AsyncCommunicator& comm, std::vector<float>& data, double exchange_seconds) {
+  const int64_t n = static_cast<int64_t>(data.size());
+  // About a third of a second of exchanges, the same count on every rank, and as long of products.
+  double count = std::clamp(std::floor(0.3 / exchange_seconds), 2.0, 50.0);
+  comm.broadcast(&count, 1, DType::f64, 0);
+  const int64_t exchanges = static_cast<int64_t>(count);
+  const GemmShape s = representative_shape(ShapeClass::medium);
+  std::vector<bf16> a(static_cast<size_t>(s.M * s.K), bf16(0.5f)),
+      b(static_cast<size_t>(s.K * s.N), bf16(0.25f));
+  std::vector<bf16> c(static_cast<size_t>(s.M * s.N));
+  const auto product = [&] {
+    kernels::linear_forward<bf16>(c.data(), a.data(), b.data(), nullptr, s.M, s.K, s.N, false, nullptr);
+  };
+  product();
+  Clock::time_point start = Clock::now();
+  product();
+  const int64_t products =
+      std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(exchanges) * exchange_seconds /
+                                                std::max(seconds_since(start), 1e-6)));
+  double alone = 1e30, both = 1e30, exchanges_alone = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    start = Clock::now();
+    for (int64_t i = 0; i < products; ++i) product();
+    alone = std::min(alone, seconds_since(start));
+    comm.barrier();
+    start = Clock::now();
+    for (int64_t i = 0; i < exchanges; ++i) comm.all_reduce_sum(data.data(), n, DType::f32);
+    exchanges_alone = std::min(exchanges_alone, seconds_since(start));
+    comm.barrier();
+    start = Clock::now();
+    const AsyncCommunicator::Ticket ticket = comm.start([&](Communicator& inner) {
+      for (int64_t i = 0; i < exchanges; ++i) inner.all_reduce_sum(data.data(), n, DType::f32);
+    });
+    for (int64_t i = 0; i < products; ++i) product();
+    comm.wait(ticket);
+    both = std::min(both, seconds_since(start));
+  }
+  return 1 - (both - alone) / exchanges_alone;
 }
 
 // Writes a file the size of a large model's optimizer chunk stream under `dir` with fsync and reads it back,
@@ -273,7 +318,7 @@ double disk_gbps(const std::string& dir) {
 
 }  // namespace
 
-HardwareProfile calibrate(Communicator& comm, const CalibrateOptions& options) {
+HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& options) {
   HardwareProfile p;
   p.source = "calibrate";
   p.threads = omp_get_max_threads();
@@ -286,7 +331,12 @@ HardwareProfile calibrate(Communicator& comm, const CalibrateOptions& options) {
   p.norm_melems = norm_melems(budget);
   p.activation_melems = activation_melems(budget);
   p.memory_gbps = memory_gbps(options.seconds_per_test);
-  p.mpi_gbps = mpi_gbps(comm, options.seconds_per_test);
+  if (comm.size() > 1) {
+    std::vector<float> data(size_t{4} << 20, 1.0f);  // 16 MiB of fp32
+    const auto [gbps, seconds] = mpi_gbps(comm, data, budget);
+    p.mpi_gbps = gbps;
+    p.comm_overlap = comm_overlap(comm, data, seconds);
+  }
   p.disk_gbps = disk_gbps(options.scratch_dir);
   return p;
 }

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "dist/communicator.h"
+#include "dist/async_communicator.h"
 #include "plan/hardware_profile.h"
 
 namespace mt {
@@ -14,7 +14,8 @@ struct CalibrateOptions {
   double seconds_per_test = 0.3;     // each rate is the best of repeats filling about this long
 };
 
-// Every rank must call it (the MPI test is collective); `comm` of one rank records MPI as absent.
-HardwareProfile calibrate(Communicator& comm, const CalibrateOptions& options);
+// Every rank must call it (the MPI tests are collective); `comm` of one rank records MPI as absent. The
+// exchanges run on `comm`'s worker beside the kernels, as training's overlapped ones do.
+HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& options);
 
 }  // namespace mt

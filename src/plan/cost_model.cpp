@@ -137,11 +137,13 @@ StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int wo
                   shard_params / (profile.adamw(plan.policy.moments == DType::bf16) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  const double mpi_gbps = profile.mpi_gbps ? *profile.mpi_gbps : *default_hardware_profile().mpi_gbps;
-  c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (mpi_gbps * 1e9);
-  // Overlapped exchanges hide behind the backward's kernels, about half of the compute.
+  const HardwareProfile& mpi = profile.mpi_gbps ? profile : default_hardware_profile();
+  c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (*mpi.mpi_gbps * 1e9);
+  // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
+  // negative share (exchanges and kernels sharing the cores) costs more than waiting for them.
   const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
-  c.comm_exposed_s = config.overlap_comm ? std::max(0.0, c.comm_s - compute_s / 2) : c.comm_s;
+  c.comm_exposed_s =
+      config.overlap_comm ? std::max(c.comm_s * (1 - *mpi.comm_overlap), c.comm_s - compute_s / 2) : c.comm_s;
   c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.offload_s;
   const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * world;
   c.tokens_per_sec = tokens / c.step_s;

@@ -39,6 +39,7 @@ HardwareProfile default_hardware_profile() {
   p.activation_melems = 4760;
   p.memory_gbps = 70.0;
   p.mpi_gbps = 2.19;  // two ranks on this machine, under mpirun
+  p.comm_overlap = 0;
   p.disk_gbps = 0.753;
   return p;
 }
@@ -85,6 +86,7 @@ nlohmann::json hardware_profile_json(const HardwareProfile& p) {
       {"memory_gbps", p.memory_gbps},
       {"disk_gbps", p.disk_gbps}};
   j["mpi_gbps"] = p.mpi_gbps ? nlohmann::json(*p.mpi_gbps) : nlohmann::json(nullptr);
+  j["comm_overlap"] = p.comm_overlap ? nlohmann::json(*p.comm_overlap) : nlohmann::json(nullptr);
   return j;
 }
 
@@ -107,6 +109,7 @@ HardwareProfile load_hardware_profile(const std::string& path) {
     p.memory_gbps = j.at("memory_gbps").get<double>();
     p.disk_gbps = j.at("disk_gbps").get<double>();
     if (!j.at("mpi_gbps").is_null()) p.mpi_gbps = j.at("mpi_gbps").get<double>();
+    if (!j.at("comm_overlap").is_null()) p.comm_overlap = j.at("comm_overlap").get<double>();
   } catch (const nlohmann::json::exception& e) {
     fail_data("--profile " + path + ": not a memtrain hardware profile (" + e.what() + ")");
   }
@@ -118,6 +121,8 @@ HardwareProfile load_hardware_profile(const std::string& path) {
     for (const LinearRates* r : {&p.fp32, &p.bf16})
       positive = positive && r->forward[c] > 0 && r->backward[c] > 0;
   if (!positive) fail_data("--profile " + path + ": rates and bandwidths must be positive");
+  if (p.mpi_gbps.has_value() != p.comm_overlap.has_value() || (p.comm_overlap && *p.comm_overlap > 1))
+    fail_data("--profile " + path + ": mpi_gbps and comm_overlap (at most 1) are both measured or both null");
   return p;
 }
 

@@ -49,9 +49,12 @@ struct HardwareProfile {
   // Elementwise kernels, million elements of the forward's output per second, forward and backward alike:
   // the norms (LayerNorm, RMSNorm) and the activations (GELU, SwiGLU, RoPE).
   double norm_melems = 0, activation_melems = 0;
-  double memory_gbps = 0;          // streaming read + write bandwidth, GB/s (1e9 bytes)
-  std::optional<double> mpi_gbps;  // between two ranks; absent when not measured under mpirun
-  double disk_gbps = 0;            // sequential write + read of the offload directory
+  double memory_gbps = 0;  // streaming read + write bandwidth, GB/s (1e9 bytes)
+  // Between ranks, both absent when not measured under mpirun: all-reduce bus bandwidth, and the share of an
+  // exchange hidden when it runs beside the kernels (1 all, 0 none, below 0 when together they slow each
+  // other).
+  std::optional<double> mpi_gbps, comm_overlap;
+  double disk_gbps = 0;  // sequential write + read of the offload directory
 
   // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate.
   const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }

@@ -20,6 +20,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 TEST(HardwareProfile, RoundTripsThroughJson) {
   HardwareProfile p = default_hardware_profile();
   p.mpi_gbps.reset();  // a profile calibrated outside mpirun
+  p.comm_overlap.reset();
   // Every rate a different value from the default's, so each must be read back from its own key.
   p.bf16.forward[ShapeClass::medium] = 123.5;
   p.bf16.backward[ShapeClass::medium] = 98.5;
@@ -34,6 +35,12 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   EXPECT_EQ(q.source, path);
   EXPECT_EQ(hardware_profile_json(q), hardware_profile_json(p));
   EXPECT_FALSE(q.mpi_gbps.has_value());
+  EXPECT_FALSE(q.comm_overlap.has_value());
+  // And one calibrated under mpirun: the overlap comes back too.
+  p.mpi_gbps = 2.5;
+  p.comm_overlap = -0.75;
+  std::ofstream(path) << hardware_profile_json(p).dump();
+  EXPECT_EQ(load_hardware_profile(path).comm_overlap, -0.75);
   std::filesystem::remove(path);
 }
 
@@ -44,7 +51,10 @@ TEST(HardwareProfile, RejectsWhatIsNotAProfile) {
   j = hardware_profile_json(default_hardware_profile());
   j["disk_gbps"] = 0;
   const std::string zero = write_temp("memtrain-profile-zero.json", j.dump());
-  for (const std::string& path : {missing, zero, std::string("/nonexistent/profile.json")}) {
+  j = hardware_profile_json(default_hardware_profile());
+  j["comm_overlap"] = nullptr;  // MPI bandwidth without its overlap
+  const std::string half = write_temp("memtrain-profile-half.json", j.dump());
+  for (const std::string& path : {missing, zero, half, std::string("/nonexistent/profile.json")}) {
     try {
       load_hardware_profile(path);
       ADD_FAILURE() << path << " was accepted";
