@@ -20,6 +20,10 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--out", *out, "the profile JSON to write")->capture_default_str();
   cmd->add_option("--scratch-dir", options->scratch_dir, "directory for the disk test (an --offload-path)")
       ->capture_default_str();
+  cmd->add_option("--seconds-per-test", options->seconds_per_test,
+                  "how long each rate's repeats run; each rate is the fastest of them")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", *threads, "OpenMP threads, 0 = all cores (one per rank under mpirun)")
       ->capture_default_str();
   cmd->callback([out, options, threads] {

@@ -49,19 +49,18 @@ double best_seconds(double budget, Work&& work) {
   return best;
 }
 
-// The representative M, N, K of each shape class (plan/hardware_profile.h's shape_class puts each in its
-// own): an attention-sized product, a GPT-2 small layer's, and a large model's.
+// The representative weight of each class (plan/hardware_profile.h): M rows by K = in, N = out.
 struct GemmShape {
   int64_t M, N, K;
 };
-GemmShape representative_shape(ShapeClass c) {
+GemmShape representative_shape(ShapeClass c, int64_t rows) {
   switch (c) {
     case ShapeClass::small:
-      return {256, 384, 384};
+      return {rows, 384, 384};
     case ShapeClass::medium:
-      return {1024, 768, 768};
+      return {rows, 768, 768};
     case ShapeClass::large:
-      return {2048, 3072, 768};
+      return {rows, 3072, 768};
   }
   return {0, 0, 0};
 }
@@ -72,10 +71,10 @@ int64_t cold_copies(int64_t bytes_per_copy) {
   return std::max<int64_t>(1, (int64_t{64} << 20) / std::max<int64_t>(bytes_per_copy, 1));
 }
 
-// The linear layer's kernels at a shape: forward (one product, bias added) and backward (two products, the
-// weight's gradient accumulated into fp32), FLOPs per second each, on cold operands.
+// The linear layer's kernels at a shape, on cold operands: seconds of the forward (one product, bias added)
+// and of the backward (two products, the weight's gradient accumulated into fp32).
 template <typename T>
-std::pair<double, double> linear_gflops(GemmShape s, double budget) {
+std::pair<double, double> linear_seconds(GemmShape s, double budget) {
   const int64_t M = s.M, n_in = s.K, n_out = s.N;
   const int64_t n = cold_copies(static_cast<int64_t>(sizeof(T)) * (M * n_in + n_in * n_out + 2 * M * n_out) +
                                 4 * n_in * n_out);
@@ -102,15 +101,22 @@ std::pair<double, double> linear_gflops(GemmShape s, double budget) {
                                        weight.data() + i * n_in * n_out, M, n_in, n_out, false,
                                        scratch.data());
   });
-  const double flops = 2.0 * static_cast<double>(M * n_in * n_out);
-  return {flops / forward / 1e9, 2 * flops / backward / 1e9};
+  return {forward, backward};
 }
 
+// Each class's weight at each of kLinearRows: the forward's and the backward's FLOPs per second.
 template <typename T>
 LinearRates linear_rates(double budget) {
   LinearRates rates;
-  for (ShapeClass c : kAllShapeClasses)
-    std::tie(rates.forward[c], rates.backward[c]) = linear_gflops<T>(representative_shape(c), budget);
+  for (ShapeClass c : kAllShapeClasses) {
+    for (int i = 0; i < kNumLinearRows; ++i) {
+      const GemmShape s = representative_shape(c, kLinearRows[i]);
+      const auto [forward, backward] = linear_seconds<T>(s, budget);
+      const double flops = 2.0 * static_cast<double>(s.M * s.N * s.K);
+      rates.forward.gflops[static_cast<int>(c)][i] = flops / forward / 1e9;
+      rates.backward.gflops[static_cast<int>(c)][i] = 2 * flops / backward / 1e9;
+    }
+  }
   return rates;
 }
 
@@ -253,13 +259,14 @@ std::pair<double, double> mpi_gbps(Communicator& comm, std::vector<float>& data,
 // bf16 products on this thread, against each alone. 1 - (both - products) / exchanges: 1 when the exchange
 // is fully hidden, 0 when the two take as long as one after the other, below 0 when running together slows
 // them more than that (the worker takes cores from the kernels, or they compete for memory).
-double comm_overlap(AsyncCommunicator& comm, std::vector<float>& data, double exchange_seconds) {
+double comm_overlap(AsyncCommunicator& comm, std::vector<float>& data, double exchange_seconds,
+                    double budget) {
   const int64_t n = static_cast<int64_t>(data.size());
-  // About a third of a second of exchanges, the same count on every rank, and as long of products.
-  double count = std::clamp(std::floor(0.3 / exchange_seconds), 2.0, 50.0);
+  // About `budget` of exchanges, the same count on every rank, and as long of products.
+  double count = std::clamp(std::floor(budget / exchange_seconds), 2.0, 50.0);
   comm.broadcast(&count, 1, DType::f64, 0);
   const int64_t exchanges = static_cast<int64_t>(count);
-  const GemmShape s = representative_shape(ShapeClass::medium);
+  const GemmShape s = representative_shape(ShapeClass::medium, 1024);
   std::vector<bf16> a(static_cast<size_t>(s.M * s.K), bf16(0.5f)),
       b(static_cast<size_t>(s.K * s.N), bf16(0.25f));
   std::vector<bf16> c(static_cast<size_t>(s.M * s.N));
@@ -335,7 +342,7 @@ HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& optio
     std::vector<float> data(size_t{4} << 20, 1.0f);  // 16 MiB of fp32
     const auto [gbps, seconds] = mpi_gbps(comm, data, budget);
     p.mpi_gbps = gbps;
-    p.comm_overlap = comm_overlap(comm, data, seconds);
+    p.comm_overlap = comm_overlap(comm, data, seconds, budget);
   }
   p.disk_gbps = disk_gbps(options.scratch_dir);
   return p;

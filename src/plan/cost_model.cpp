@@ -57,7 +57,8 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       c.flops =
           products * 2.0 * static_cast<double>(M) * static_cast<double>(n_in) * static_cast<double>(n_out);
       const LinearRates& rates = rates_for(profile, weight.dtype);
-      c.seconds = c.flops / ((forward ? rates.forward : rates.backward)[shape_class(M, n_out, n_in)] * 1e9);
+      c.seconds =
+          c.flops / ((forward ? rates.forward : rates.backward).at(weight_class(n_in, n_out), M) * 1e9);
       break;
     }
     case OpKind::lm_head_loss: {

@@ -19,50 +19,69 @@ std::string shape_class_name(ShapeClass c) {
   return "?";
 }
 
-ShapeClass shape_class(int64_t M, int64_t N, int64_t K) {
-  const double mean = std::cbrt(static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K));
-  if (mean < 512) return ShapeClass::small;
-  if (mean < 1536) return ShapeClass::medium;
+ShapeClass weight_class(int64_t n_in, int64_t n_out) {
+  // Between the representatives' sqrt(in * out) of 384, 768 and 1536: the geometric midpoints.
+  const double size = std::sqrt(static_cast<double>(n_in) * static_cast<double>(n_out));
+  if (size < 543) return ShapeClass::small;
+  if (size < 1086) return ShapeClass::medium;
   return ShapeClass::large;
+}
+
+double LinearCurve::at(ShapeClass c, int64_t rows) const {
+  const std::array<double, kNumLinearRows>& rate = gflops[static_cast<int>(c)];
+  if (rows <= kLinearRows.front()) return rate.front();
+  for (int i = 1; i < kNumLinearRows; ++i) {
+    if (rows <= kLinearRows[i]) {
+      const double t =
+          std::log(static_cast<double>(rows) / static_cast<double>(kLinearRows[i - 1])) /
+          std::log(static_cast<double>(kLinearRows[i]) / static_cast<double>(kLinearRows[i - 1]));
+      return rate[i - 1] + t * (rate[i] - rate[i - 1]);
+    }
+  }
+  return rate.back();
 }
 
 HardwareProfile default_hardware_profile() {
   HardwareProfile p;
   p.source = "default";
   p.threads = 2;
-  p.fp32 = {.forward = {{434, 458, 452}}, .backward = {{379, 425, 434}}};
-  p.bf16 = {.forward = {{856, 879, 929}}, .backward = {{641, 821, 828}}};
-  p.attention_gflops = {45.3, 438};
-  p.lm_head_gflops = {404, 639};
-  p.adamw_mparams = {2230, 3520};
-  p.norm_melems = 6560;
-  p.activation_melems = 4760;
-  p.memory_gbps = 70.0;
-  p.mpi_gbps = 2.19;  // two ranks on this machine, under mpirun
-  p.comm_overlap = 0;
-  p.disk_gbps = 0.753;
+  p.fp32.forward.gflops = {{{444, 463, 466}, {474, 471, 469}, {471, 492, 493}}};
+  p.fp32.backward.gflops = {{{406, 431, 433}, {440, 445, 465}, {416, 423, 469}}};
+  p.bf16.forward.gflops = {{{923, 943, 943}, {886, 909, 925}, {899, 929, 970}}};
+  p.bf16.backward.gflops = {{{767, 822, 840}, {800, 855, 874}, {818, 855, 849}}};
+  p.attention_gflops = {53.0, 457};
+  p.lm_head_gflops = {424, 661};
+  p.adamw_mparams = {2160, 3440};
+  p.norm_melems = 7820;
+  p.activation_melems = 5020;
+  p.memory_gbps = 67.6;
+  p.mpi_gbps = 2.81;  // two ranks on this machine, under mpirun
+  p.comm_overlap = 0.128;
+  p.disk_gbps = 0.761;
+
   return p;
 }
 
 namespace {
 
-nlohmann::json rates_json(const GemmRates& rates) {
+nlohmann::json curve_json(const LinearCurve& curve) {
   nlohmann::json j;
-  for (ShapeClass c : kAllShapeClasses) j[shape_class_name(c)] = rates[c];
+  for (ShapeClass c : kAllShapeClasses) j[shape_class_name(c)] = curve.gflops[static_cast<int>(c)];
   return j;
 }
 
 nlohmann::json linear_json(const LinearRates& rates) {
-  return {{"forward", rates_json(rates.forward)}, {"backward", rates_json(rates.backward)}};
+  return {{"forward", curve_json(rates.forward)}, {"backward", curve_json(rates.backward)}};
 }
 
-void read_rates(const nlohmann::json& j, GemmRates& rates) {
-  for (ShapeClass c : kAllShapeClasses) rates[c] = j.at(shape_class_name(c)).get<double>();
+void read_curve(const nlohmann::json& j, LinearCurve& curve) {
+  for (ShapeClass c : kAllShapeClasses)
+    curve.gflops[static_cast<int>(c)] = j.at(shape_class_name(c)).get<std::array<double, kNumLinearRows>>();
 }
 
 void read_linear(const nlohmann::json& j, LinearRates& rates) {
-  read_rates(j.at("forward"), rates.forward);
-  read_rates(j.at("backward"), rates.backward);
+  read_curve(j.at("forward"), rates.forward);
+  read_curve(j.at("backward"), rates.backward);
 }
 
 nlohmann::json by_storage(const std::array<double, 2>& rates) {
@@ -78,7 +97,8 @@ void read_by_storage(const nlohmann::json& j, std::array<double, 2>& rates) {
 nlohmann::json hardware_profile_json(const HardwareProfile& p) {
   nlohmann::json j = {
       {"threads", p.threads},
-      {"linear_gflops", {{"fp32", linear_json(p.fp32)}, {"bf16", linear_json(p.bf16)}}},
+      {"linear_gflops",
+       {{"rows", kLinearRows}, {"fp32", linear_json(p.fp32)}, {"bf16", linear_json(p.bf16)}}},
       {"attention_gflops", by_storage(p.attention_gflops)},
       {"lm_head_gflops", by_storage(p.lm_head_gflops)},
       {"adamw_mparams_per_sec", {{"fp32_moments", p.adamw_mparams[0]}, {"bf16_moments", p.adamw_mparams[1]}}},
@@ -98,6 +118,9 @@ HardwareProfile load_hardware_profile(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     p.threads = j.at("threads").get<int>();
+    if (j.at("linear_gflops").at("rows").get<std::array<int64_t, kNumLinearRows>>() != kLinearRows)
+      fail_data("--profile " + path + ": its linear rates were timed at other rows than this memtrain's " +
+                "(run memtrain calibrate again)");
     read_linear(j.at("linear_gflops").at("fp32"), p.fp32);
     read_linear(j.at("linear_gflops").at("bf16"), p.bf16);
     read_by_storage(j.at("attention_gflops"), p.attention_gflops);
@@ -117,9 +140,10 @@ HardwareProfile load_hardware_profile(const std::string& path) {
                   p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
   for (int i = 0; i < 2; ++i)
     positive = positive && p.attention_gflops[i] > 0 && p.lm_head_gflops[i] > 0 && p.adamw_mparams[i] > 0;
-  for (ShapeClass c : kAllShapeClasses)
-    for (const LinearRates* r : {&p.fp32, &p.bf16})
-      positive = positive && r->forward[c] > 0 && r->backward[c] > 0;
+  for (const LinearRates* r : {&p.fp32, &p.bf16})
+    for (const LinearCurve* curve : {&r->forward, &r->backward})
+      for (const auto& by_rows : curve->gflops)
+        for (double rate : by_rows) positive = positive && rate > 0;
   if (!positive) fail_data("--profile " + path + ": rates and bandwidths must be positive");
   if (p.mpi_gbps.has_value() != p.comm_overlap.has_value() || (p.comm_overlap && *p.comm_overlap > 1))
     fail_data("--profile " + path + ": mpi_gbps and comm_overlap (at most 1) are both measured or both null");

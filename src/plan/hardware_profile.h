@@ -1,8 +1,8 @@
 // What the cost model needs to know about a machine: the rates of the kernels a step runs (linear layers'
-// products forward and backward per dtype and shape class, attention, the LM head, the elementwise kernels,
-// AdamW), memory, MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h); without a
-// profile the planner uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's numbers, so a
-// ranking still comes out.
+// products forward and backward per dtype, weight size and rows, attention, the LM head, the elementwise
+// kernels, AdamW), memory, MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h);
+// without a profile the planner uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's
+// numbers, so a ranking still comes out.
 #pragma once
 
 #include <array>
@@ -12,26 +12,31 @@
 
 namespace mt {
 
-// Matrix products by size: the rate of a product depends mostly on how much work each call has.
+// Linear layers by the size of their weight, whose representative (in x out) calibrate times: small 384 x
+// 384, medium 768 x 768, large 768 x 3072; a weight belongs to the class nearest in sqrt(in * out).
 enum class ShapeClass { small, medium, large };
 constexpr int kNumShapeClasses = 3;
 constexpr std::array<ShapeClass, kNumShapeClasses> kAllShapeClasses = {ShapeClass::small, ShapeClass::medium,
                                                                        ShapeClass::large};
 std::string shape_class_name(ShapeClass c);
-// The class of an M x K by K x N product: by the geometric mean of its dimensions.
-ShapeClass shape_class(int64_t M, int64_t N, int64_t K);
+ShapeClass weight_class(int64_t n_in, int64_t n_out);
 
-struct GemmRates {
-  std::array<double, kNumShapeClasses> gflops{};  // per ShapeClass
-  double operator[](ShapeClass c) const { return gflops[static_cast<int>(c)]; }
-  double& operator[](ShapeClass c) { return gflops[static_cast<int>(c)]; }
+// The rows (tokens of a micro-batch) at which the linear kernels are timed.
+constexpr int kNumLinearRows = 3;
+constexpr std::array<int64_t, kNumLinearRows> kLinearRows = {512, 1024, 2048};
+
+// A linear kernel's GFLOP/s by weight class and rows. Fewer rows run slower per row: every call also reads
+// the weight (forward) or reads and writes its fp32 gradient (backward), whatever the rows, and small
+// products keep the cores less busy; so small micro-batches cost more per token.
+struct LinearCurve {
+  std::array<std::array<double, kNumLinearRows>, kNumShapeClasses> gflops{};
+  // The rate at `rows`: interpolated in log(rows) between the timed rows, held at the end ones beyond.
+  double at(ShapeClass c, int64_t rows) const;
 };
 
-// The linear layers' kernels: the forward's product (bias added) and the backward's two (the input's gradient
-// and the weight's, accumulated into fp32), FLOPs per second by shape class. The backward runs transposed
-// operands and reads and writes the gradient, so it has its own rates.
+// Forward: one product, bias added; backward: the input's gradient and the weight's, accumulated into fp32.
 struct LinearRates {
-  GemmRates forward, backward;
+  LinearCurve forward, backward;
 };
 
 struct HardwareProfile {

@@ -5,6 +5,7 @@ printed command line's flags give `memtrain estimate` exactly the listed per-ran
 through --dp); `memtrain train` parses them too (refused at --memory-limit 1 after printing the same total).
 OOM doctor: an oversize run is refused with exit 3 and changes that fit; the first change then trains a step with
 measured == planned, within the limit.
+calibrate: a profile of positive rates, with MPI measured only under mpirun, that plan reads.
 """
 import json
 import re
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from byte_data import ByteDataTestCase  # noqa: E402
 
 FLAGS = ["--model", "gpt2-tiny", "--seq-length", "64", "--threads", "1"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 
 
 def with_change(args, change):
@@ -100,6 +102,35 @@ class PlanTest(ByteDataTestCase):
         memory = json.loads((out / "memory.json").read_text())
         self.assertEqual(memory["planned"], memory["measured"])
         self.assertLessEqual(sum(memory["planned"].values()), limit)
+
+    def test_calibrate_writes_a_profile_that_plan_reads(self):
+        """One process: every rate positive and MPI absent; two ranks under mpirun: MPI bandwidth and the share of
+        an exchange hidden behind the kernels measured too. plan ranks with the file it is given."""
+        for launcher in ([], MPIRUN):
+            path = self.tmp / f"profile{len(launcher)}.json"
+            args = ["calibrate", "--threads", 1, "--seconds-per-test", 0.01, "--scratch-dir", self.tmp, "--out", path]
+            result = subprocess.run([*launcher, self.MEMTRAIN, *map(str, args)], capture_output=True, text=True,
+                                    timeout=300)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            profile = json.loads(path.read_text())
+            rates = [profile["memory_gbps"], profile["disk_gbps"], *profile["attention_gflops"].values(),
+                     *profile["lm_head_gflops"].values(), *profile["adamw_mparams_per_sec"].values(),
+                     *profile["elementwise_melems_per_sec"].values()]
+            for dtype in ("fp32", "bf16"):
+                for direction in ("forward", "backward"):
+                    for by_rows in profile["linear_gflops"][dtype][direction].values():
+                        rates += by_rows
+            self.assertTrue(all(rate > 0 for rate in rates), profile)
+            if launcher:
+                self.assertGreater(profile["mpi_gbps"], 0)
+                self.assertLessEqual(profile["comm_overlap"], 1)
+            else:
+                self.assertIsNone(profile["mpi_gbps"])
+                self.assertIsNone(profile["comm_overlap"])
+            planned = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8,
+                                        "--profile", path)
+            self.assertEqual(planned.returncode, 0, planned.stderr)
+            self.assertIn(str(path), planned.stdout)
 
     def test_memory_limit_must_be_a_size(self):
         result = self.run_memtrain("train", *FLAGS, "--data", self.data, "--train-iters", 1, "--memory-limit",

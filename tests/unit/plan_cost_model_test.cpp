@@ -56,14 +56,16 @@ TEST(CostModel, EachOpAtItsKernelsRate) {
   c.precision.precision = Precision::bf16;
   const RunPlan run = plan_run(c, 1, 0, 1, 0);
   const HardwareProfile base = default_hardware_profile();
-  const auto twice = [](GemmRates& r) {
-    for (ShapeClass k : kAllShapeClasses) r[k] *= 2;
+  const auto twice = [](LinearCurve& curve) {
+    for (auto& by_rows : curve.gflops)
+      for (double& rate : by_rows) rate *= 2;
   };
   const std::vector<std::pair<std::function<void(HardwareProfile&)>, std::set<OpKind>>> families = {
       {[&](HardwareProfile& p) { twice(p.bf16.forward); }, {OpKind::linear}},
       {[&](HardwareProfile& p) { twice(p.bf16.backward); }, {OpKind::linear_backward}},
       {[](HardwareProfile& p) { p.lm_head_gflops[1] *= 2; }, {OpKind::lm_head_loss}},
-      {[](HardwareProfile& p) { p.attention_gflops[1] *= 2; }, {OpKind::attention, OpKind::attention_backward}},
+      {[](HardwareProfile& p) { p.attention_gflops[1] *= 2; },
+       {OpKind::attention, OpKind::attention_backward}},
       {[](HardwareProfile& p) { p.activation_melems *= 2; }, {OpKind::gelu, OpKind::gelu_backward}},
       {[](HardwareProfile& p) { p.norm_melems *= 2; }, {OpKind::layernorm, OpKind::layernorm_backward}},
       {[](HardwareProfile& p) { p.memory_gbps *= 2; },

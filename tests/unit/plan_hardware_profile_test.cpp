@@ -2,6 +2,7 @@
 // that is not a profile is one data error naming it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -22,9 +23,9 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   p.mpi_gbps.reset();  // a profile calibrated outside mpirun
   p.comm_overlap.reset();
   // Every rate a different value from the default's, so each must be read back from its own key.
-  p.bf16.forward[ShapeClass::medium] = 123.5;
-  p.bf16.backward[ShapeClass::medium] = 98.5;
-  p.fp32.backward[ShapeClass::large] = 76.5;
+  p.bf16.forward.gflops[1][0] = 123.5;
+  p.bf16.backward.gflops[1][2] = 98.5;
+  p.fp32.backward.gflops[2][1] = 76.5;
   p.attention_gflops = {11.5, 12.5};
   p.lm_head_gflops = {13.5, 14.5};
   p.adamw_mparams = {15.5, 16.5};
@@ -66,10 +67,24 @@ TEST(HardwareProfile, RejectsWhatIsNotAProfile) {
   }
 }
 
-TEST(HardwareProfile, ShapeClassesByProductSize) {
-  EXPECT_EQ(shape_class(256, 256, 64), ShapeClass::small);
-  EXPECT_EQ(shape_class(1024, 768, 768), ShapeClass::medium);
-  EXPECT_EQ(shape_class(2048, 3072, 768), ShapeClass::large);
+TEST(HardwareProfile, LinearClassesByWeightSize) {
+  EXPECT_EQ(weight_class(384, 384), ShapeClass::small);
+  EXPECT_EQ(weight_class(768, 768), ShapeClass::medium);
+  EXPECT_EQ(weight_class(768, 3072), ShapeClass::large);
+  EXPECT_EQ(weight_class(768, 2304), ShapeClass::large);  // GPT-2's q, k, v together
+  EXPECT_EQ(weight_class(4096, 11008), ShapeClass::large);
+}
+
+// Rates between the timed rows are interpolated in log(rows), and held beyond the first and last.
+TEST(HardwareProfile, LinearRatesAlongTheRows) {
+  LinearCurve curve;
+  curve.gflops[1] = {100, 200, 400};
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 256), 100);
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 512), 100);
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 724), 100 + 100 * std::log(724.0 / 512) / std::log(2.0));
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 1024), 200);
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 1536), 200 + 200 * std::log(1.5) / std::log(2.0));
+  EXPECT_DOUBLE_EQ(curve.at(ShapeClass::medium, 8192), 400);
 }
 
 }  // namespace
