@@ -45,20 +45,19 @@ HardwareProfile default_hardware_profile() {
   HardwareProfile p;
   p.source = "default";
   p.threads = 2;
-  p.fp32.forward.gflops = {{{444, 463, 466}, {474, 471, 469}, {471, 492, 493}}};
-  p.fp32.backward.gflops = {{{406, 431, 433}, {440, 445, 465}, {416, 423, 469}}};
-  p.bf16.forward.gflops = {{{923, 943, 943}, {886, 909, 925}, {899, 929, 970}}};
-  p.bf16.backward.gflops = {{{767, 822, 840}, {800, 855, 874}, {818, 855, 849}}};
-  p.attention_gflops = {53.0, 457};
-  p.lm_head_gflops = {424, 661};
-  p.adamw_mparams = {2160, 3440};
-  p.norm_melems = 7820;
-  p.activation_melems = 5020;
-  p.memory_gbps = 67.6;
-  p.mpi_gbps = 2.81;  // two ranks on this machine, under mpirun
-  p.comm_overlap = 0.128;
-  p.disk_gbps = 0.761;
-
+  p.fp32.forward.gflops = {{{453, 467, 463}, {466, 471, 464}, {465, 491, 494}}};
+  p.fp32.backward.gflops = {{{401, 432, 437}, {431, 450, 463}, {412, 418, 463}}};
+  p.bf16.forward.gflops = {{{956, 935, 937}, {894, 926, 942}, {904, 916, 951}}};
+  p.bf16.backward.gflops = {{{757, 806, 838}, {783, 844, 874}, {802, 821, 832}}};
+  p.attention_gflops = {50.5, 447};
+  p.lm_head_gflops = {420, 615};
+  p.adamw_mparams = {3640, 3540};
+  p.norm_melems = 6710;
+  p.activation_melems = 4970;
+  p.memory_gbps = 68.2;
+  p.mpi_gbps = 2.91;  // two ranks on this machine, under mpirun
+  p.comm_overlap = 0.0971;
+  p.disk_gbps = 0.731;
   return p;
 }
 
