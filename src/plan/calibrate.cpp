@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <tuple>
 #include <type_traits>
 #include <vector>
 

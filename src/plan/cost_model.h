@@ -1,8 +1,9 @@
 // Predicted step time of a planned run on a HardwareProfile. The graph's ops are what the step runs
-// (recompute's re-run forward ops are ops of it too), so their FLOPs and bytes are the work: matrix products
-// and the LM head at the calibrated GEMM rate of their dtype and shape class, attention's products likewise,
-// every other op's operand bytes at the memory bandwidth; then the optimizer's pass over this rank's model
-// states, the ZeRO stage's exchanges at the MPI bandwidth and the offload file's traffic at the disk's.
+// (recompute's re-run forward ops are ops of it too), and each is priced at the calibrated rate of the kernel
+// that runs it: linear layers by their dtype, weight size and rows, the LM head, attention, norms and
+// activations per element, the rest by operand bytes at the memory bandwidth. Then the gradients zeroed,
+// AdamW over this rank's shard, the ZeRO stage's exchanges at the MPI bandwidth less the share that hides
+// behind the kernels, and the offload file's traffic at the disk's.
 #pragma once
 
 #include <cstdint>
