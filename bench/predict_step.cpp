@@ -47,8 +47,8 @@ mt::TrainConfig config_from_args(char** args) {
 
 // Per op name with the layer index folded ("h.3.mlp.c_fc" -> "h.*.mlp.c_fc"): predicted and fastest measured
 // seconds, each summed over the ops of that name in one micro-batch.
-nlohmann::json measure_ops(const mt::RunPlan& run, const mt::TrainConfig& config,
-                           const mt::HardwareProfile& profile, int repeats) {
+nlohmann::json measure_ops(const mt::RunPlan& run, const mt::HardwareProfile& profile,
+                           double predicted_optimizer_s, int repeats) {
   const mt::Graph& graph = run.model.graph;
   mt::Allocation memory(graph.table, run.plan);
   mt::init_model_params(run.spec, run.model, memory, 1);
@@ -97,9 +97,8 @@ nlohmann::json measure_ops(const mt::RunPlan& run, const mt::TrainConfig& config
     adamw.step(graph.table, memory, 1e-4f, 1.0f);
     optimizer = std::min(optimizer, std::chrono::duration<double>(Clock::now() - start).count());
   }
-  out.push_back({{"op", "optimizer"},
-                 {"predicted_ms", mt::predict_step_cost(run, config, 1, profile).optimizer_s * 1e3},
-                 {"measured_ms", optimizer * 1e3}});
+  out.push_back(
+      {{"op", "optimizer"}, {"predicted_ms", predicted_optimizer_s * 1e3}, {"measured_ms", optimizer * 1e3}});
   return out;
 }
 
@@ -138,7 +137,7 @@ int main(int argc, char** argv) {
                           {"comm_exposed_ms", cost.comm_exposed_s * 1e3}};
     if (repeats > 0) {
       omp_set_num_threads(c.threads);
-      out["ops"] = measure_ops(run, c, profile, repeats);
+      out["ops"] = measure_ops(run, profile, cost.optimizer_s, repeats);
     }
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {
