@@ -204,8 +204,9 @@ void add_column_sums(G* dbias, const T* dout, int64_t M, int64_t n_out) {
 
 }  // namespace
 
-int64_t gemm_scratch_floats(DType in) {
-  return in == DType::f16 ? kF16ScratchFloats : 0;
+int64_t gemm_scratch_floats(DType in, CpuIsa isa) {
+  const bool tiled = in == DType::f16 || (in == DType::bf16 && !native_bf16_gemm(isa));
+  return tiled ? kF16ScratchFloats : 0;
 }
 
 template <typename In, typename Out>

@@ -111,7 +111,7 @@ TEST(KernelMatmul, GemmAllTransposesBothBackends) {
 template <typename In, typename Out>
 void check_gemm_16bit(int64_t M, int64_t N, int64_t K) {
   const int64_t pad = 3;
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<In>()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<In>(), cpu_isa()));
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (float beta : {0.0f, 1.0f}) {
@@ -160,10 +160,14 @@ TEST(KernelMatmul, GemmF16) {
   check_gemm_16bit<f16, f16>(70, 260, 600);
 }
 
-TEST(KernelMatmul, GemmScratchIsFixed) {
-  EXPECT_EQ(gemm_scratch_floats(DType::f32), 0);
-  EXPECT_EQ(gemm_scratch_floats(DType::bf16), 0);
-  EXPECT_GT(gemm_scratch_floats(DType::f16), 0);
+TEST(KernelMatmul, GemmScratchByLevel) {
+  for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16}) {
+    SCOPED_TRACE(std::string(cpu_isa_name(isa)));
+    EXPECT_EQ(gemm_scratch_floats(DType::f32, isa), 0);
+    EXPECT_GT(gemm_scratch_floats(DType::f16, isa), 0);
+    // bf16 goes through fp32 tiles exactly where oneDNN has no bf16 product.
+    EXPECT_EQ(gemm_scratch_floats(DType::bf16, isa) > 0, isa < CpuIsa::avx512);
+  }
 }
 
 TEST(KernelMatmul, Gemm16BitRejectsOtherBeta) {
@@ -172,7 +176,7 @@ TEST(KernelMatmul, Gemm16BitRejectsOtherBeta) {
   EXPECT_THROW(gemm(false, false, 2, 2, 2, a.data(), 2, a.data(), 2, 0.5f, c.data(), 2, nullptr),
                std::invalid_argument);
   const std::vector<f16> h(4);
-  std::vector<float> scratch(gemm_scratch_floats(DType::f16));
+  std::vector<float> scratch(gemm_scratch_floats(DType::f16, cpu_isa()));
   EXPECT_THROW(gemm(false, false, 2, 2, 2, h.data(), 2, h.data(), 2, -1.0f, c.data(), 2, scratch.data()),
                std::invalid_argument);
 }
@@ -286,7 +290,7 @@ void check_linear_forward_16bit() {
   const auto inp = random_values<T>(M * n_in, 1), W = random_values<T>(n_in * n_out, 2);
   const auto bias = random_values<T>(n_out, 3), residual = random_values<T>(M * n_out, 4);
   const auto inp_f = to_floats(inp), W_f = to_floats(W), bias_f = to_floats(bias);
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
   for (bool with_bias : {false, true}) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE("bias=" + std::to_string(with_bias) + " accumulate=" + std::to_string(accumulate));
@@ -313,7 +317,7 @@ void check_linear_backward_16bit() {
   const auto dout = random_values<T>(M * n_out, 3), dinp0 = random_values<T>(M * n_in, 4);
   const auto dW0 = random_values<G>(n_in * n_out, 5), db0 = random_values<G>(n_out, 6);
   const auto inp_f = to_floats(inp), W_f = to_floats(W), dout_f = to_floats(dout);
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE("accumulate=" + std::to_string(accumulate));
     std::vector<T> dinp = dinp0;
