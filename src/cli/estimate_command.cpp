@@ -1,9 +1,11 @@
 // `memtrain estimate`: the run flags of `train` (cli/run_flags.h) plus the parallel layout and a device size;
-// prints what each rank would hold, without allocating the model, reading data or writing a file.
+// prints what each rank would hold at an ISA level (--cpu-isa), without allocating the model, reading data or
+// writing a file.
 #include <cstdio>
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/cpu_isa_flag.h"
 #include "cli/run_flags.h"
 #include "core/error.h"
 #include "core/units.h"
@@ -16,7 +18,7 @@ namespace {
 
 struct EstimateFlags {
   int dp = 1, tp = 1, pp = 1;
-  std::string device_memory;
+  std::string device_memory, cpu_isa;
   bool json = false, explain = false;
 };
 
@@ -28,7 +30,7 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
   }
   // Only --verify-resume's check reads the step count; the memory of a step does not depend on it.
   if (config.train_iters == 0) config.train_iters = 1;
-  const Estimate e = estimate_run(config, f.dp, {.tp = f.tp, .pp = f.pp}, device);
+  const Estimate e = estimate_run(config, f.dp, {.tp = f.tp, .pp = f.pp}, device, resolve_cpu_isa(f.cpu_isa));
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -61,6 +63,7 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option(
       "--device-memory", f->device_memory,
       "memory of one rank's device, e.g. 80GiB (2^30 bytes) or 24GB (10^9 bytes): fits, headroom");
+  add_cpu_isa_flag(*cmd, f->cpu_isa);
   cmd->add_flag("--json", f->json, "print the estimate as JSON, every category in bytes");
   cmd->add_flag(
       "--explain", f->explain,

@@ -30,7 +30,7 @@ std::string describe_run(const Estimate& e) {
       << recompute_name(c.recompute) << (c.offload_optimizer == "nvme" ? " | optimizer offloaded (nvme)" : "")
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
-      << (e.threads == 1 ? "" : "s") << " per rank";
+      << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
   if (e.modelled())
     out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
         << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run it";
@@ -138,7 +138,7 @@ const RankEstimate& Estimate::largest() const {
 }
 
 Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
-                      std::optional<int64_t> device_memory) {
+                      std::optional<int64_t> device_memory, kernels::CpuIsa isa) {
   if (dp < 1 || mp.tp < 1 || mp.pp < 1) fail_usage("--dp, --tp and --pp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
@@ -147,6 +147,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
   e.dp = dp;
   e.mp = mp;
   e.threads = rank_threads(config, dp);
+  e.isa = isa;
   e.device_memory = device_memory;
   auto add_rank = [&](int rank, int stage, const Graph& graph, const Plan& plan) {
     e.ranks.push_back({.rank = rank,
@@ -163,7 +164,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
     return &e.ranks.back();
   };
   for (int rank = 0; rank < dp; ++rank) {
-    const RunPlan run = plan_run(config, dp, rank, e.threads, mpi_buffer_bytes(dp));
+    const RunPlan run = plan_run(config, dp, rank, e.threads, mpi_buffer_bytes(dp), isa);
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;
@@ -265,6 +266,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"seq_length", e.seq_len},
               {"micro_batches_per_step", e.accum},
               {"threads_per_rank", e.threads},
+              {"cpu_isa", std::string(kernels::cpu_isa_name(e.isa))},
               {"recompute", recompute_name(e.config.recompute)},
               {"ranks", ranks}};
   if (e.device_memory) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_isa.h"
 #include "memory/category.h"
 #include "memory/plan.h"
 #include "model/graph.h"
@@ -53,8 +54,9 @@ struct Estimate {
   int64_t seq_len = 0;
   int64_t accum = 1;  // micro-batches per optimizer step and rank
   int dp = 1;
-  ModelParallel mp;  // tp, pp > 1: modelled, not run by the engine
-  int threads = 1;   // OpenMP threads per rank, which size the kernels' scratch
+  ModelParallel mp;                                // tp, pp > 1: modelled, not run by the engine
+  int threads = 1;                                 // OpenMP threads per rank, which size the kernels' scratch
+  kernels::CpuIsa isa = kernels::CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
   std::optional<int64_t> device_memory;
@@ -65,9 +67,10 @@ struct Estimate {
 
 // The plan of every data-parallel rank of `dp` (an MPI run when dp > 1), as `memtrain train` would make it
 // with the same configuration; with tensor or pipeline parallelism, every stage of one tensor-parallel rank
-// of each, modelled (plan/model_parallel.h). Reads no data, writes no file.
+// of each, modelled (plan/model_parallel.h), with the kernels at ISA level `isa`. Reads no data, writes no
+// file.
 Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
-                      std::optional<int64_t> device_memory);
+                      std::optional<int64_t> device_memory, kernels::CpuIsa isa);
 
 // The largest rank's model states, for comparing with the published formulas (plan/formulas.h).
 ModelStateLayout model_state_layout(const Estimate& estimate);

@@ -273,6 +273,37 @@ class EstimateCommand(unittest.TestCase):
             self.assertIn("fits in 22.35 GiB", result.stdout)  # 24e9 bytes, exactly
             self.assertEqual(os.listdir(cwd), [])
 
+    def test_cpu_isa_plans_for_a_level(self):
+        """bf16 products below AVX-512 hold the fp32 conversion tiles that f16 products hold at every level, as
+        workspace, and nothing else changes; the level is in the header and the JSON, by default this process's."""
+        flags = ["--model", "gpt2-tiny", "--seq-length", "64", "--threads", "1"]
+        avx2 = estimate(*flags, "--bf16", "--cpu-isa", "avx2")
+        avx512 = estimate(*flags, "--bf16", "--cpu-isa", "avx512")
+        f16 = estimate(*flags, "--fp16", "--cpu-isa", "avx512")
+        self.assertEqual((avx2["cpu_isa"], avx512["cpu_isa"]), ("avx2", "avx512"))
+        tiles = f16["ranks"][0]["bytes"]["workspace"] - avx512["ranks"][0]["bytes"]["workspace"]
+        self.assertGreater(tiles, 0)
+        for c in CATEGORIES:
+            self.assertEqual(avx2["ranks"][0]["bytes"][c] - avx512["ranks"][0]["bytes"][c],
+                             tiles if c == "workspace" else 0, c)
+        text = subprocess.run([MEMTRAIN, "estimate", *flags, "--cpu-isa", "avx2"], capture_output=True, text=True,
+                              timeout=60)
+        self.assertIn("kernels sized for 1 thread per rank at avx2\n", text.stdout)
+        # Without the flag: this process's level, which MEMTRAIN_MAX_ISA=generic caps to generic on any CPU.
+        capped = subprocess.run([MEMTRAIN, "estimate", *flags, "--bf16", "--json"], capture_output=True, text=True,
+                                timeout=60, env={**os.environ, "MEMTRAIN_MAX_ISA": "generic"})
+        self.assertEqual(capped.returncode, 0, capped.stderr)
+        self.assertEqual(json.loads(capped.stdout)["cpu_isa"], "generic")
+        self.assertEqual(json.loads(capped.stdout)["ranks"], avx2["ranks"])
+
+    def test_bad_cpu_isa_is_a_usage_error(self):
+        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--cpu-isa", "avx3"], capture_output=True,
+                                text=True, timeout=60)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--cpu-isa avx3", result.stderr)
+        self.assertIn("generic, avx2, avx512 or avx512_bf16", result.stderr)
+        self.assertEqual(len(result.stderr.strip().splitlines()), 1)
+
     def test_bad_device_memory_is_a_usage_error(self):
         result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--device-memory", "80 gigs"],
                                 capture_output=True, text=True, timeout=60)
