@@ -16,7 +16,9 @@ void add_calibrate_command(CLI::App& app) {
   auto threads = std::make_shared<int>(0);
   CLI::App* cmd = app.add_subcommand(
       "calibrate",
-      "measure the rates of the step's kernels, memory, MPI and disk bandwidth into a hardware profile");
+      "measure the rates of the step's kernels, memory, MPI and disk bandwidth into a hardware profile, "
+      "recording the ISA level the kernels ran at (this CPU's, capped by MEMTRAIN_MAX_ISA), the threads and "
+      "the CPU model");
   cmd->add_option("--out", *out, "the profile JSON to write")->capture_default_str();
   cmd->add_option("--scratch-dir", options->scratch_dir, "directory for the disk test (an --offload-path)")
       ->capture_default_str();

@@ -1,27 +1,33 @@
-// `memtrain plan`: the fastest configurations that fit, with their `memtrain train` command lines.
+// `memtrain plan`: the fastest configurations that fit, with their `memtrain train` command lines, at an ISA
+// level (--cpu-isa) and on the hardware profile shipped for it or given (--profile).
 #include <chrono>
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/cpu_isa_flag.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "memory/report.h"
 #include "plan/planner.h"
+#include "plan/shipped_profiles.h"
+#include "train/train_flags.h"
 
 namespace mt::cli {
 
 namespace {
 
 struct PlanFlags {
-  std::string device_memory, profile;
+  std::string device_memory, profile, cpu_isa;
   int top = 5;
 };
 
 void print_plan(const PlanRequest& request, const PlanResult& result, int top, double seconds) {
-  std::printf("%d rank%s x %s | global batch %lld | hardware profile: %s (%d threads)\n", request.ranks,
-              request.ranks == 1 ? "" : "s", human_bytes(request.device_memory).c_str(),
-              static_cast<long long>(request.base.global_batch), request.profile.source.c_str(),
-              request.profile.threads);
+  const int threads = rank_threads(request.base, request.ranks);
+  std::printf("%d rank%s x %s | global batch %lld | %d thread%s per rank at %s\nhardware profile: %s\n",
+              request.ranks, request.ranks == 1 ? "" : "s", human_bytes(request.device_memory).c_str(),
+              static_cast<long long>(request.base.global_batch), threads, threads == 1 ? "" : "s",
+              std::string(kernels::cpu_isa_name(request.isa)).c_str(),
+              describe_profile(request.profile, request.isa, threads).c_str());
   std::printf("planned %lld configurations in %.2f s; %zu fit\n",
               static_cast<long long>(result.candidates_planned), seconds, result.fitting.size());
   if (result.fitting.empty())
@@ -61,7 +67,9 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--global-batch-size", c.global_batch, "sequences per optimizer step")->required();
   cmd->add_option("--seq-length", c.seq_len, "sequence length T (default: the model's positions)");
   cmd->add_option("--profile", flags->profile,
-                  "hardware profile from `memtrain calibrate` (default: this project's 2-core machine)");
+                  "hardware profile from `memtrain calibrate` (default: the one shipped for the planned ISA "
+                  "level and threads per rank, else the nearest)");
+  add_cpu_isa_flag(*cmd, flags->cpu_isa);
   cmd->add_option("--offload-path", c.offload_path, "also try optimizer offload into this directory");
   cmd->add_option("--threads", c.threads, "OpenMP threads per rank in the command lines (0: train's default)")
       ->capture_default_str();
@@ -74,8 +82,10 @@ void add_plan_command(CLI::App& app) {
     if (!bytes || *bytes <= 0)
       fail_usage("--device-memory " + flags->device_memory + ": expected a size such as 80GiB or 24GB");
     request->device_memory = *bytes;
-    request->profile =
-        flags->profile.empty() ? default_hardware_profile() : load_hardware_profile(flags->profile);
+    request->isa = resolve_cpu_isa(flags->cpu_isa);
+    request->profile = flags->profile.empty() ? shipped_hardware_profile(
+                                                    request->isa, rank_threads(request->base, request->ranks))
+                                              : load_hardware_profile(flags->profile);
     const auto start = std::chrono::steady_clock::now();
     const PlanResult result = search_plans(*request);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -19,6 +19,7 @@
 #include "kernels/layernorm.h"
 #include "kernels/lm_head.h"
 #include "kernels/matmul.h"
+#include "plan/cpu_model.h"
 
 namespace mt {
 
@@ -329,7 +330,9 @@ double disk_gbps(const std::string& dir) {
 HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& options) {
   HardwareProfile p;
   p.source = "calibrate";
+  p.cpu_isa = kernels::cpu_isa();
   p.threads = omp_get_max_threads();
+  p.cpu_model = host_cpu_model();
   const double budget = options.seconds_per_test;
   p.fp32 = linear_rates<float>(budget);
   p.bf16 = linear_rates<bf16>(budget);

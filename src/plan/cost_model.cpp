@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "plan/shipped_profiles.h"
+
 namespace mt {
 
 namespace {
@@ -138,7 +140,9 @@ StepCost predict_step_cost(const RunPlan& run, const TrainConfig& config, int wo
                   shard_params / (profile.adamw(plan.policy.moments == DType::bf16) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  const HardwareProfile& mpi = profile.mpi_gbps ? profile : default_hardware_profile();
+  // A profile calibrated outside mpirun has no MPI rates: the shipped ones of its level and threads stand in.
+  const HardwareProfile& mpi =
+      profile.mpi_gbps ? profile : shipped_hardware_profile(profile.cpu_isa, profile.threads);
   c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (*mpi.mpi_gbps * 1e9);
   // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
   // negative share (exchanges and kernels sharing the cores) costs more than waiting for them.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.h"
 
@@ -41,26 +42,6 @@ double LinearCurve::at(ShapeClass c, int64_t rows) const {
   return rate.back();
 }
 
-HardwareProfile default_hardware_profile() {
-  HardwareProfile p;
-  p.source = "default";
-  p.threads = 2;
-  p.fp32.forward.gflops = {{{453, 467, 463}, {466, 471, 464}, {465, 491, 494}}};
-  p.fp32.backward.gflops = {{{401, 432, 437}, {431, 450, 463}, {412, 418, 463}}};
-  p.bf16.forward.gflops = {{{956, 935, 937}, {894, 926, 942}, {904, 916, 951}}};
-  p.bf16.backward.gflops = {{{757, 806, 838}, {783, 844, 874}, {802, 821, 832}}};
-  p.attention_gflops = {50.5, 447};
-  p.lm_head_gflops = {420, 615};
-  p.adamw_mparams = {3640, 3540};
-  p.norm_melems = 6710;
-  p.activation_melems = 4970;
-  p.memory_gbps = 68.2;
-  p.mpi_gbps = 2.91;  // two ranks on this machine, under mpirun
-  p.comm_overlap = 0.0971;
-  p.disk_gbps = 0.731;
-  return p;
-}
-
 namespace {
 
 nlohmann::json curve_json(const LinearCurve& curve) {
@@ -91,11 +72,43 @@ void read_by_storage(const nlohmann::json& j, std::array<double, 2>& rates) {
   rates = {j.at("fp32").get<double>(), j.at("16bit").get<double>()};
 }
 
+// Every rate and bandwidth, read from its key; nlohmann's exception for a missing or mistyped one.
+void read_rates(const nlohmann::json& j, HardwareProfile& p) {
+  read_linear(j.at("linear_gflops").at("fp32"), p.fp32);
+  read_linear(j.at("linear_gflops").at("bf16"), p.bf16);
+  read_by_storage(j.at("attention_gflops"), p.attention_gflops);
+  read_by_storage(j.at("lm_head_gflops"), p.lm_head_gflops);
+  const nlohmann::json& adamw = j.at("adamw_mparams_per_sec");
+  p.adamw_mparams = {adamw.at("fp32_moments").get<double>(), adamw.at("bf16_moments").get<double>()};
+  p.norm_melems = j.at("elementwise_melems_per_sec").at("norm").get<double>();
+  p.activation_melems = j.at("elementwise_melems_per_sec").at("activation").get<double>();
+  p.memory_gbps = j.at("memory_gbps").get<double>();
+  p.disk_gbps = j.at("disk_gbps").get<double>();
+  if (!j.at("mpi_gbps").is_null()) p.mpi_gbps = j.at("mpi_gbps").get<double>();
+  if (!j.at("comm_overlap").is_null()) p.comm_overlap = j.at("comm_overlap").get<double>();
+}
+
+void check_rates(const HardwareProfile& p, const std::string& what) {
+  bool positive = p.threads > 0 && p.norm_melems > 0 && p.activation_melems > 0 && p.memory_gbps > 0 &&
+                  p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
+  for (int i = 0; i < 2; ++i)
+    positive = positive && p.attention_gflops[i] > 0 && p.lm_head_gflops[i] > 0 && p.adamw_mparams[i] > 0;
+  for (const LinearRates* r : {&p.fp32, &p.bf16})
+    for (const LinearCurve* curve : {&r->forward, &r->backward})
+      for (const auto& by_rows : curve->gflops)
+        for (double rate : by_rows) positive = positive && rate > 0;
+  if (!positive) fail_data(what + ": rates and bandwidths must be positive");
+  if (p.mpi_gbps.has_value() != p.comm_overlap.has_value() || (p.comm_overlap && *p.comm_overlap > 1))
+    fail_data(what + ": mpi_gbps and comm_overlap (at most 1) are both measured or both null");
+}
+
 }  // namespace
 
 nlohmann::json hardware_profile_json(const HardwareProfile& p) {
   nlohmann::json j = {
+      {"cpu_isa", std::string(kernels::cpu_isa_name(p.cpu_isa))},
       {"threads", p.threads},
+      {"cpu_model", p.cpu_model},
       {"linear_gflops",
        {{"rows", kLinearRows}, {"fp32", linear_json(p.fp32)}, {"bf16", linear_json(p.bf16)}}},
       {"attention_gflops", by_storage(p.attention_gflops)},
@@ -106,46 +119,39 @@ nlohmann::json hardware_profile_json(const HardwareProfile& p) {
       {"disk_gbps", p.disk_gbps}};
   j["mpi_gbps"] = p.mpi_gbps ? nlohmann::json(*p.mpi_gbps) : nlohmann::json(nullptr);
   j["comm_overlap"] = p.comm_overlap ? nlohmann::json(*p.comm_overlap) : nlohmann::json(nullptr);
+  if (!p.notes.empty()) j["notes"] = p.notes;
   return j;
+}
+
+HardwareProfile parse_hardware_profile(const std::string& text, const std::string& what) {
+  HardwareProfile p;
+  p.source = what;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    const std::string isa = j.at("cpu_isa").get<std::string>();
+    const std::optional<kernels::CpuIsa> level = kernels::parse_cpu_isa(isa);
+    if (!level) fail_data(what + ": cpu_isa '" + isa + "' is not " + kernels::cpu_isa_choices());
+    p.cpu_isa = *level;
+    p.threads = j.at("threads").get<int>();
+    p.cpu_model = j.at("cpu_model").get<std::string>();
+    if (j.contains("notes")) p.notes = j.at("notes").get<std::string>();
+    if (j.at("linear_gflops").at("rows").get<std::array<int64_t, kNumLinearRows>>() != kLinearRows)
+      fail_data(what + ": its linear rates were timed at other rows than this memtrain's " +
+                "(run memtrain calibrate again)");
+    read_rates(j, p);
+  } catch (const nlohmann::json::exception& e) {
+    fail_data(what + ": not a memtrain hardware profile (" + e.what() + ")");
+  }
+  check_rates(p, what);
+  return p;
 }
 
 HardwareProfile load_hardware_profile(const std::string& path) {
   std::ifstream in(path);
   if (!in) fail_data("--profile " + path + ": cannot open");
-  HardwareProfile p;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  HardwareProfile p = parse_hardware_profile(text, "--profile " + path);
   p.source = path;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    p.threads = j.at("threads").get<int>();
-    if (j.at("linear_gflops").at("rows").get<std::array<int64_t, kNumLinearRows>>() != kLinearRows)
-      fail_data("--profile " + path + ": its linear rates were timed at other rows than this memtrain's " +
-                "(run memtrain calibrate again)");
-    read_linear(j.at("linear_gflops").at("fp32"), p.fp32);
-    read_linear(j.at("linear_gflops").at("bf16"), p.bf16);
-    read_by_storage(j.at("attention_gflops"), p.attention_gflops);
-    read_by_storage(j.at("lm_head_gflops"), p.lm_head_gflops);
-    const nlohmann::json& adamw = j.at("adamw_mparams_per_sec");
-    p.adamw_mparams = {adamw.at("fp32_moments").get<double>(), adamw.at("bf16_moments").get<double>()};
-    p.norm_melems = j.at("elementwise_melems_per_sec").at("norm").get<double>();
-    p.activation_melems = j.at("elementwise_melems_per_sec").at("activation").get<double>();
-    p.memory_gbps = j.at("memory_gbps").get<double>();
-    p.disk_gbps = j.at("disk_gbps").get<double>();
-    if (!j.at("mpi_gbps").is_null()) p.mpi_gbps = j.at("mpi_gbps").get<double>();
-    if (!j.at("comm_overlap").is_null()) p.comm_overlap = j.at("comm_overlap").get<double>();
-  } catch (const nlohmann::json::exception& e) {
-    fail_data("--profile " + path + ": not a memtrain hardware profile (" + e.what() + ")");
-  }
-  bool positive = p.threads > 0 && p.norm_melems > 0 && p.activation_melems > 0 && p.memory_gbps > 0 &&
-                  p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
-  for (int i = 0; i < 2; ++i)
-    positive = positive && p.attention_gflops[i] > 0 && p.lm_head_gflops[i] > 0 && p.adamw_mparams[i] > 0;
-  for (const LinearRates* r : {&p.fp32, &p.bf16})
-    for (const LinearCurve* curve : {&r->forward, &r->backward})
-      for (const auto& by_rows : curve->gflops)
-        for (double rate : by_rows) positive = positive && rate > 0;
-  if (!positive) fail_data("--profile " + path + ": rates and bandwidths must be positive");
-  if (p.mpi_gbps.has_value() != p.comm_overlap.has_value() || (p.comm_overlap && *p.comm_overlap > 1))
-    fail_data("--profile " + path + ": mpi_gbps and comm_overlap (at most 1) are both measured or both null");
   return p;
 }
 

@@ -1,14 +1,16 @@
 // What the cost model needs to know about a machine: the rates of the kernels a step runs (linear layers'
 // products forward and backward per dtype, weight size and rows, attention, the LM head, the elementwise
-// kernels, AdamW), memory, MPI and disk bandwidth. `memtrain calibrate` measures one (plan/calibrate.h);
-// without a profile the planner uses default_hardware_profile(), a 2-core AVX-512 (AMX bf16) machine's
-// numbers, so a ranking still comes out.
+// kernels, AdamW), memory, MPI and disk bandwidth, at one ISA level and thread count. `memtrain calibrate`
+// measures one (plan/calibrate.h); without one the planner takes a profile shipped in profiles/
+// (plan/shipped_profiles.h), so a ranking still comes out.
 #pragma once
 
 #include <array>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+
+#include "kernels/cpu_isa.h"
 
 namespace mt {
 
@@ -40,8 +42,11 @@ struct LinearRates {
 };
 
 struct HardwareProfile {
-  std::string source;  // "default" or the file it was read from
-  int threads = 1;     // OpenMP threads the rates were measured with
+  std::string source;  // "calibrate", the file it was read from, or "built-in profiles/..." (shipped)
+  kernels::CpuIsa cpu_isa = kernels::CpuIsa::generic;  // the level the kernels ran at (kernels::cpu_isa())
+  int threads = 1;                                     // OpenMP threads the rates were measured with
+  std::string cpu_model;                               // the CPU's name (plan/cpu_model.h)
+  std::string notes;                                   // how it was measured, when a person says so
   LinearRates fp32, bf16;
   // Per dtype: [0] fp32 storage, [1] 16-bit storage.
   // The attention kernels' forward + backward, causal FLOPs per second (not a GEMM: blocked, with softmax).
@@ -61,19 +66,19 @@ struct HardwareProfile {
   std::optional<double> mpi_gbps, comm_overlap;
   double disk_gbps = 0;  // sequential write + read of the offload directory
 
-  // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate.
+  // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate
+  // (below AVX-512, that of its products through fp32 conversion tiles).
   const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
   double lm_head(bool sixteen_bit) const { return lm_head_gflops[sixteen_bit ? 1 : 0]; }
   double adamw(bool bf16_moments) const { return adamw_mparams[bf16_moments ? 1 : 0]; }
 };
 
-// `memtrain calibrate --threads 2` on this project's 2-core machine at a quiet moment (bench/README.md, "Cost
-// model"; MPI between two ranks under mpirun), rounded to 3 digits; used when no --profile is given.
-HardwareProfile default_hardware_profile();
-
 nlohmann::json hardware_profile_json(const HardwareProfile& profile);
-// Data error naming the file for a missing file or missing keys.
+// The profile in `text`; a data error starting with `what` (the flag and file) for a missing key, an unknown
+// ISA level or a rate that is not positive. Its source is `what`.
+HardwareProfile parse_hardware_profile(const std::string& text, const std::string& what);
+// Data error naming the file for a missing file or what parse_hardware_profile rejects.
 HardwareProfile load_hardware_profile(const std::string& path);
 
 }  // namespace mt

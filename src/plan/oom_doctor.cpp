@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "memory/report.h"
 #include "plan/planner.h"
+#include "plan/shipped_profiles.h"
+#include "train/train_flags.h"
 
 namespace mt {
 
@@ -100,13 +102,15 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
 }  // namespace
 
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
-  const HardwareProfile profile = default_hardware_profile();
+  // This process runs the changed configuration too: its ISA level, and its thread count per rank.
+  const kernels::CpuIsa isa = kernels::cpu_isa();
+  const HardwareProfile& profile = shipped_hardware_profile(isa, rank_threads(config, world));
   const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
   // nowhere.
   const auto planned = [&](const TrainConfig& changed) -> std::optional<PlanCandidate> {
     try {
-      return plan_candidate(changed, world, profile);
+      return plan_candidate(changed, world, profile, isa);
     } catch (const Error&) {
       return std::nullopt;
     }

@@ -18,7 +18,7 @@ int64_t available_memory_bytes();
 struct FitChange {
   std::string flags;  // "--o2-optimizer", "--recompute-granularity full --recompute-method block ..."
   int64_t bytes = 0;  // the changed run's total per rank
-  double step_s = 0;  // its predicted step time (default hardware profile)
+  double step_s = 0;  // its predicted step time (the shipped profile of this process's level and threads)
 };
 
 // Changes of one flag group (or, when none suffices, two) after which rank 0 of `world` fits in `limit`

@@ -55,7 +55,7 @@ class GroupSearch {
  private:
   PlanCandidate plan(const TrainConfig& config) {
     ++result_.candidates_planned;
-    return plan_candidate(config, request_.ranks, request_.profile);
+    return plan_candidate(config, request_.ranks, request_.profile, request_.isa);
   }
   bool try_add(const TrainConfig& config) {
     PlanCandidate c = plan(config);
@@ -169,8 +169,9 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
   return hi;
 }
 
-PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile) {
-  const RunPlan run = plan_run(config, ranks, 0, rank_threads(config, ranks), mpi_buffer_bytes(ranks));
+PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
+                             kernels::CpuIsa isa) {
+  const RunPlan run = plan_run(config, ranks, 0, rank_threads(config, ranks), mpi_buffer_bytes(ranks), isa);
   PlanCandidate c{
       .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
   c.cost = predict_step_cost(run, config, ranks, profile);

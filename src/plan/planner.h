@@ -20,6 +20,7 @@ struct PlanRequest {
   int ranks = 1;
   int64_t device_memory = 0;  // bytes per rank
   HardwareProfile profile;
+  kernels::CpuIsa isa = kernels::cpu_isa();  // every candidate's kernels run at this level
 };
 
 struct PlanCandidate {
@@ -44,8 +45,10 @@ RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
 int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
                             const std::function<bool(const TrainConfig&)>& fits);
 
-// Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use.
-PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile);
+// Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use, at ISA level
+// `isa`.
+PlanCandidate plan_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
+                             kernels::CpuIsa isa);
 
 // The flags of `config` that differ from training's defaults: precision, O2, ZeRO, recompute, batch,
 // offload, threads (with `mpirun -np N` in front for N ranks).

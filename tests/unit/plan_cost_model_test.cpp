@@ -11,6 +11,7 @@
 
 #include "dist/communicator.h"
 #include "plan/cost_model.h"
+#include "plan_test_util.h"
 
 namespace mt {
 namespace {
@@ -27,7 +28,7 @@ TrainConfig gpt2_tiny(int64_t B, int64_t T, RecomputeConfig recompute) {
 }
 
 StepCost cost_of(const TrainConfig& c) {
-  return predict_step_cost(plan_run(c, 1, 0, 1, 0), c, 1, default_hardware_profile());
+  return predict_step_cost(plan_run(c, 1, 0, 1, 0), c, 1, testing::tested_profile());
 }
 
 // Causal attention: QK^T and PV over half the T x T scores forward; the backward recomputes the scores and
@@ -55,7 +56,7 @@ TEST(CostModel, EachOpAtItsKernelsRate) {
   TrainConfig c = gpt2_tiny(2, 64, {});
   c.precision.precision = Precision::bf16;
   const RunPlan run = plan_run(c, 1, 0, 1, 0);
-  const HardwareProfile base = default_hardware_profile();
+  const HardwareProfile base = testing::tested_profile();
   const auto twice = [](LinearCurve& curve) {
     for (auto& by_rows : curve.gflops)
       for (double& rate : by_rows) rate *= 2;
@@ -105,7 +106,7 @@ TEST(CostModel, CommunicationPerZeroStage) {
   // (2 (N-1)/N), stage 1 reduces them and gathers the weights, stage 3 also gathers weights forward and back.
   TrainConfig c = gpt2_tiny(1, 64, {});
   c.overlap_comm = false;
-  HardwareProfile profile = default_hardware_profile();
+  HardwareProfile profile = testing::tested_profile();
   profile.mpi_gbps = 1;
   std::vector<double> seconds;
   int64_t params = 0;

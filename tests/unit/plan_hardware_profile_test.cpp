@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "plan/hardware_profile.h"
+#include "plan_test_util.h"
 
 namespace mt {
 namespace {
@@ -19,7 +20,11 @@ std::string write_temp(const std::string& name, const std::string& text) {
 }
 
 TEST(HardwareProfile, RoundTripsThroughJson) {
-  HardwareProfile p = default_hardware_profile();
+  HardwareProfile p = testing::tested_profile();
+  p.cpu_isa = kernels::CpuIsa::avx2;
+  p.threads = 3;
+  p.cpu_model = "Some CPU";
+  p.notes.clear();     // a calibrated profile has none
   p.mpi_gbps.reset();  // a profile calibrated outside mpirun
   p.comm_overlap.reset();
   // Every rate a different value from the default's, so each must be read back from its own key.
@@ -35,6 +40,10 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   const HardwareProfile q = load_hardware_profile(path);
   EXPECT_EQ(q.source, path);
   EXPECT_EQ(hardware_profile_json(q), hardware_profile_json(p));
+  EXPECT_EQ(q.cpu_isa, kernels::CpuIsa::avx2);
+  EXPECT_EQ(q.threads, 3);
+  EXPECT_EQ(q.cpu_model, "Some CPU");
+  EXPECT_FALSE(hardware_profile_json(q).contains("notes"));
   EXPECT_FALSE(q.mpi_gbps.has_value());
   EXPECT_FALSE(q.comm_overlap.has_value());
   // And one calibrated under mpirun: the overlap comes back too.
@@ -46,16 +55,24 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
 }
 
 TEST(HardwareProfile, RejectsWhatIsNotAProfile) {
-  nlohmann::json j = hardware_profile_json(default_hardware_profile());
+  const nlohmann::json good = hardware_profile_json(testing::tested_profile());
+  nlohmann::json j = good;
   j.erase("memory_gbps");
   const std::string missing = write_temp("memtrain-profile-missing.json", j.dump());
-  j = hardware_profile_json(default_hardware_profile());
+  j = good;
   j["disk_gbps"] = 0;
   const std::string zero = write_temp("memtrain-profile-zero.json", j.dump());
-  j = hardware_profile_json(default_hardware_profile());
+  j = good;
   j["comm_overlap"] = nullptr;  // MPI bandwidth without its overlap
   const std::string half = write_temp("memtrain-profile-half.json", j.dump());
-  for (const std::string& path : {missing, zero, half, std::string("/nonexistent/profile.json")}) {
+  j = good;
+  j["cpu_isa"] = "avx1024";
+  const std::string level = write_temp("memtrain-profile-level.json", j.dump());
+  j = good;
+  j.erase("cpu_model");  // written before profiles named their CPU
+  const std::string unnamed = write_temp("memtrain-profile-unnamed.json", j.dump());
+  for (const std::string& path :
+       {missing, zero, half, level, unnamed, std::string("/nonexistent/profile.json")}) {
     try {
       load_hardware_profile(path);
       ADD_FAILURE() << path << " was accepted";

@@ -6,6 +6,7 @@
 
 #include "dist/communicator.h"
 #include "plan/planner.h"
+#include "plan_test_util.h"
 
 namespace mt {
 namespace {
@@ -49,7 +50,7 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
       const PlanRequest request{.base = base,
                                 .ranks = world,
                                 .device_memory = middle_limit(base, world),
-                                .profile = default_hardware_profile()};
+                                .profile = testing::tested_profile()};
       const PlanResult result = search_plans(request);
       ASSERT_FALSE(result.fitting.empty()) << model << " x" << world;
       EXPECT_GT(result.candidates_planned, static_cast<int64_t>(result.fitting.size()));
@@ -68,10 +69,8 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
 
 TEST(Planner, RecomputesOnlyAsManyLayersAsNeeded) {
   const TrainConfig base = tiny_base("gpt2-tiny", 8);
-  const PlanRequest request{.base = base,
-                            .ranks = 1,
-                            .device_memory = middle_limit(base, 1),
-                            .profile = default_hardware_profile()};
+  const PlanRequest request{
+      .base = base, .ranks = 1, .device_memory = middle_limit(base, 1), .profile = testing::tested_profile()};
   for (const PlanCandidate& c : search_plans(request).fitting) {
     TrainConfig less = c.config;
     if (c.config.recompute.granularity == RecomputeGranularity::selective) {
@@ -89,7 +88,7 @@ TEST(Planner, RecomputesOnlyAsManyLayersAsNeeded) {
 TEST(Planner, Bf16RanksBeforeFp16) {
   const TrainConfig base = tiny_base("gpt2-tiny", 8);
   const PlanRequest request{
-      .base = base, .ranks = 1, .device_memory = int64_t{1} << 40, .profile = default_hardware_profile()};
+      .base = base, .ranks = 1, .device_memory = int64_t{1} << 40, .profile = testing::tested_profile()};
   const PlanResult result = search_plans(request);
   const auto first = [&](Precision p) {
     return std::find_if(result.fitting.begin(), result.fitting.end(),
@@ -110,8 +109,8 @@ TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
   TrainConfig o2 = plain;
   o2.precision.o2_optimizer = true;
   const int64_t limit = (rank_total(plain, 1, 0) + rank_total(o2, 1, 0)) / 2;
-  const PlanResult result = search_plans(
-      {.base = plain, .ranks = 1, .device_memory = limit, .profile = default_hardware_profile()});
+  const PlanResult result =
+      search_plans({.base = plain, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
   const auto& ranked = result.fitting;
   const auto o2_alone = std::find_if(ranked.begin(), ranked.end(), [](const PlanCandidate& c) {
     return c.config.precision.o2_optimizer && !c.config.precision.o2_gradient &&
