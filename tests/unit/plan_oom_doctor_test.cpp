@@ -57,6 +57,27 @@ TEST(OomDoctor, SuggestsTheFewestBlockLayersThatFit) {
   }
 }
 
+// The changes are planned at the level this process runs its kernels at: bf16 at generic holds the products'
+// conversion tiles, which the suggested bytes include.
+TEST(OomDoctor, PlansAtThisProcesssLevel) {
+  struct AtGeneric {
+    kernels::CpuIsa level = kernels::cpu_isa();
+    AtGeneric() { kernels::set_cpu_isa(kernels::CpuIsa::generic); }
+    ~AtGeneric() { kernels::set_cpu_isa(level); }
+  } at_generic;
+  TrainConfig run = oversize_run();
+  run.precision.precision = Precision::bf16;
+  const std::vector<FitChange> changes = changes_that_fit(run, 1, total(run) * 3 / 4);
+  const auto halved = std::find_if(changes.begin(), changes.end(), [](const FitChange& c) {
+    return c.flags == "use --micro-batch-size 4 --grad-accum-steps 2";
+  });
+  ASSERT_NE(halved, changes.end());
+  run.micro_batch = 4;
+  run.grad_accum_steps = 2;
+  EXPECT_EQ(halved->bytes, plan_run(run, 1, 0, 1, 0, kernels::CpuIsa::generic).plan.bytes.total());
+  EXPECT_GT(halved->bytes, plan_run(run, 1, 0, 1, 0, kernels::CpuIsa::avx512).plan.bytes.total());
+}
+
 TEST(OomDoctor, RefusesWithExitCodeThree) {
   TrainConfig run = oversize_run();
   run.memory_limit = total(run) - 1;

@@ -67,6 +67,22 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
     }
 }
 
+// bf16 below AVX-512 holds conversion tiles: every candidate's bytes are plan_run's at the request's level.
+TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  for (kernels::CpuIsa isa : {kernels::CpuIsa::avx2, kernels::CpuIsa::avx512}) {
+    const PlanResult result = search_plans({.base = base,
+                                            .ranks = 1,
+                                            .device_memory = int64_t{1} << 40,
+                                            .profile = testing::tested_profile(),
+                                            .isa = isa});
+    ASSERT_FALSE(result.fitting.empty());
+    for (const PlanCandidate& c : result.fitting)
+      EXPECT_EQ(c.rank_bytes, plan_run(c.config, 1, 0, 1, 0, isa).plan.bytes.total())
+          << describe_config(c.config) << " at " << kernels::cpu_isa_name(isa);
+  }
+}
+
 TEST(Planner, RecomputesOnlyAsManyLayersAsNeeded) {
   const TrainConfig base = tiny_base("gpt2-tiny", 8);
   const PlanRequest request{
