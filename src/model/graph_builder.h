@@ -38,8 +38,8 @@ struct ModelGraph {
 // Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch.
 class GraphBuilder {
  public:
-  // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (16-bit inputs the
-  // library does not multiply at step.isa).
+  // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (16-bit inputs
+  // the library does not multiply at step.isa).
   GraphBuilder(ModelGraph& model, const StepConfig& step);
 
   const StepConfig& step() const { return step_; }

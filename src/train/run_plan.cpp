@@ -17,14 +17,12 @@ RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64
   const int64_t B = cfg.micro_batch, T = run.seq_len;
 
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
-  run.model = build_model_graph(
-      run.spec,
-      {.batch = B,
-       .seq_len = T,
-       .threads = threads,
-       .dtype = policy.weights,
-       .isa = isa,
-       .recompute = cfg.recompute});
+  run.model = build_model_graph(run.spec, {.batch = B,
+                                           .seq_len = T,
+                                           .threads = threads,
+                                           .dtype = policy.weights,
+                                           .isa = isa,
+                                           .recompute = cfg.recompute});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};
   run.val_data = {B, T, false, cfg.seed, vocab};
