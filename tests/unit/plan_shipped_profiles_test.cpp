@@ -43,6 +43,9 @@ TEST(ShippedProfiles, EachLoadsAsItsFileSays) {
     EXPECT_FALSE(p.notes.empty()) << "a shipped profile says how it was measured";
     EXPECT_TRUE(p.mpi_gbps.has_value());
   }
+  // Every level has one at the thread count this project's machine calibrates at.
+  for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16})
+    EXPECT_TRUE(seen.count({isa, 2})) << kernels::cpu_isa_name(isa);
 }
 
 // The kept default: the numbers the planner priced with before the profiles moved out of the code.
