@@ -5,9 +5,12 @@ printed command line's flags give `memtrain estimate` exactly the listed per-ran
 through --dp); `memtrain train` parses them too (refused at --memory-limit 1 after printing the same total).
 OOM doctor: an oversize run is refused with exit 3 and changes that fit; the first change then trains a step with
 measured == planned, within the limit.
-calibrate: a profile of positive rates, with MPI measured only under mpirun, that plan reads.
+--cpu-isa: plan at another level, on the profile shipped for it.
+calibrate: a profile of positive rates, its level, threads and CPU, with MPI measured only under mpirun, that plan
+reads.
 """
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -71,11 +74,34 @@ class PlanTest(ByteDataTestCase):
             for planned, _, command in entries:
                 self.assertLessEqual(int(planned), limit)
                 self.assertEqual(self.estimated_total(command), int(planned), command)
-            self.assertIn("agrees: bf16 before fp16", result.stdout)
+            # Where the CPU multiplies bf16 itself; below avx512_bf16 its products are no faster than fp16's.
+            native = re.search(r"per rank at (\w+)\n", result.stdout).group(1) == "avx512_bf16"
+            self.assertIn("agrees: bf16 before fp16" if native else ": bf16 before fp16", result.stdout)
             if ranks == 1:
                 # The OOM doctor's refusal at a 1-byte limit prints the same total: train parses them too.
                 planned, _, command = entries[0]
                 self.assertEqual(self.refused_total(shlex.split(command)[2:]), int(planned), command)
+
+    def test_plan_at_another_level_uses_its_profile(self):
+        """--cpu-isa avx2: the avx2 profile shipped in profiles/, said to be of another thread count than this
+        plan's one thread; the listed bytes are estimate's at avx2 (bf16 with fp32 conversion tiles)."""
+        result = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8,
+                                   "--cpu-isa", "avx2", "--top", 20)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("1 thread per rank at avx2\nhardware profile: avx2, 2 threads, calibrated on ", result.stdout)
+        # " on CPU" after the thread when avx2 is this machine's level, which then also compares the CPU model.
+        self.assertRegex(result.stdout, r"\(built-in profiles/avx2-2threads.json; this plan: avx2, 1 thread"
+                                        r"( on [^:]+)?: rates from another thread count\)")
+        entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*\n\s+(memtrain .*--bf16.*)\n", result.stdout)
+        self.assertTrue(entries, result.stdout)
+        for planned, command in entries:
+            args = shlex.split(command)[2:]
+            result = self.run_memtrain("estimate", *args, "--cpu-isa", "avx2", "--json")
+            self.assertEqual(json.loads(result.stdout)["ranks"][0]["total_bytes"], int(planned), command)
+        bad = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--cpu-isa",
+                                "sse9")
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--cpu-isa sse9", bad.stderr)
 
     def test_plan_rejects_bad_sizes(self):
         result = self.run_memtrain("plan", "--model", "gpt2-tiny", "--device-memory", "80 parsecs",
@@ -104,13 +130,16 @@ class PlanTest(ByteDataTestCase):
         self.assertLessEqual(sum(memory["planned"].values()), limit)
 
     def test_calibrate_writes_a_profile_that_plan_reads(self):
-        """One process: every rate positive and MPI absent; two ranks under mpirun: MPI bandwidth and the share of
-        an exchange hidden behind the kernels measured too. plan ranks with the file it is given."""
+        """One process at this CPU's level: every rate positive and MPI absent; two ranks under mpirun with the kernels
+        capped to generic (bf16 products through fp32 tiles, beside the exchanges too): MPI bandwidth and the share
+        of an exchange hidden behind the kernels measured too. Both name their level, threads and CPU. plan ranks
+        with the file it is given."""
         for launcher in ([], MPIRUN):
             path = self.tmp / f"profile{len(launcher)}.json"
             args = ["calibrate", "--threads", 1, "--seconds-per-test", 0.01, "--scratch-dir", self.tmp, "--out", path]
+            env = {**os.environ, "MEMTRAIN_MAX_ISA": "generic"} if launcher else None
             result = subprocess.run([*launcher, self.MEMTRAIN, *map(str, args)], capture_output=True, text=True,
-                                    timeout=300)
+                                    timeout=300, env=env)
             self.assertEqual(result.returncode, 0, result.stderr)
             profile = json.loads(path.read_text())
             rates = [profile["memory_gbps"], profile["disk_gbps"], *profile["attention_gflops"].values(),
@@ -121,6 +150,10 @@ class PlanTest(ByteDataTestCase):
                     for by_rows in profile["linear_gflops"][dtype][direction].values():
                         rates += by_rows
             self.assertTrue(all(rate > 0 for rate in rates), profile)
+            levels = ["generic"] if launcher else ["generic", "avx2", "avx512", "avx512_bf16"]
+            self.assertIn(profile["cpu_isa"], levels)
+            self.assertEqual(profile["threads"], 1)
+            self.assertTrue(profile["cpu_model"])
             if launcher:
                 self.assertGreater(profile["mpi_gbps"], 0)
                 self.assertLessEqual(profile["comm_overlap"], 1)
