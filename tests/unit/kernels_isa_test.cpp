@@ -124,7 +124,7 @@ IsaCase linear_case() {
             const int64_t M = 67, n_in = 48, n_out = 80, V = 90, Vp = 96;
             const auto x = random_values<T>(M * n_in, 9), w = random_values<T>(n_in * n_out, 10, 0.2);
             const auto b = random_values<T>(n_out, 11), dy = random_values<T>(M * n_out, 12);
-            std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
+            std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()));
             std::vector<T> y(M * n_out), dx(M * n_in);
             std::vector<G> dw(n_in * n_out), db(n_out);
             linear_forward(y.data(), x.data(), w.data(), b.data(), M, n_in, n_out, false, scratch.data());
