@@ -63,7 +63,7 @@ fi
 build_dir="$dir/build"
 start=$SECONDS
 # shellcheck disable=SC2086
-MEMTRAIN_ARM64_SYSROOT="$sysroot" cmake -S . -B "$build_dir" -G Ninja --toolchain cmake/aarch64-linux-gnu.cmake \
+MEMTRAIN_ARM64_SYSROOT="$sysroot" cmake -S . -B "$build_dir" -G Ninja --no-warn-unused-cli --toolchain cmake/aarch64-linux-gnu.cmake \
   -DMEMTRAIN_NATIVE=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON ${MEMTRAIN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$build_dir" --target memtrain memtrain_tests -j "${MEMTRAIN_JOBS:-$(nproc)}"
 build_s=$((SECONDS - start))
