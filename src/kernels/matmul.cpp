@@ -310,6 +310,8 @@ template void linear_backward<f16, float>(f16*, float*, float*, const f16*, cons
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 template <typename T>
 bool enroll_type() {
   return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
@@ -318,6 +320,7 @@ bool enroll_type() {
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
                       enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
                       enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels
