@@ -111,14 +111,15 @@ run_memtrain() {
 # launch_torch NAME COMMAND...: after a quiet machine, runs COMMAND (a launcher, if any, then a torch script
 # and its own flags) with the shared flags (shard, batch shape, threads, SKIP warmup and STEPS-SKIP timed
 # steps) appended; its JSON in OUT/NAME.raw.json, its log in OUT/NAME.log. Sets load to the load average at
-# its start.
+# its start. OpenBLAS, torch's fp32 products here, runs on THREADS threads too: torch.set_num_threads does not
+# reach it, and it would take every core.
 launch_torch() {
   local name="$1" dir="$out/$1"
   shift
   wait_for_quiet_machine
   load="$(load_average)"
   echo "bench: load average $load; $name: $*, $skip warmup + $((steps - skip)) timed steps" >&2
-  if ! "$@" --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
+  if ! OPENBLAS_NUM_THREADS="$threads" "$@" --shard "$shard" --batch "$batch" --seq "$seq" --threads "$threads" \
       --warmup "$skip" --steps "$((steps - skip))" > "$dir.raw.json" 2> "$dir.log"; then
     tail -n 5 "$dir.log" >&2
     die "$name failed, log in $dir.log"
