@@ -95,6 +95,8 @@ run_memtrain() {
   jq -s --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     --argjson skip "$skip" --slurpfile memory "$memory" \
     '{name: $name, engine: "memtrain", flags: $flags, load_average: $load, load_average_end: $load_end,
+      # The ISA level its kernels ran at (kernels/cpu_isa.h); builds before runtime dispatch do not say.
+      cpu_isa: ($memory[0].cpu_isa // "unknown"),
       steps: [.[] | select(.step > $skip) | .tokens_per_sec],
       step_ms: [.[] | select(.step > $skip) | .step_ms],
       losses: [.[] | .loss],
@@ -134,7 +136,7 @@ run_torch() {
   launch_torch "$name" "$python" ${torch_script:-bench/torch_gpt2.py} "$@"
   jq --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
-      load_average_end: $load_end,
+      load_average_end: $load_end, cpu_capability, openblas_core,
       steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
       forward_rss_growth_bytes, model_state_bytes_per_param}' \
     "$out/$name.raw.json" | summarize > "$out/$name.json"
