@@ -33,18 +33,25 @@ using mt::kernels::CpuIsa;
 constexpr int kChains = 12;
 
 // Each kernel runs `iterations` rounds of one multiply-add per chain and returns a sum of the chains, so that
-// none of them is dead code. acc * 0.999 + 0.001 converges to 1: no overflow, no subnormals.
+// none of them is dead code. The FMA chains run acc * 0.999 + 0.001, which converges to 1: no overflow, no
+// subnormals.
 
+// As a product without FMA runs: acc += x * y, the multiply off the chain (so only the add's latency is on
+// it). acc grows by 2^-20 a round, far from overflow in any run this short.
 float generic_kernel(int64_t iterations) {
   __m128 acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm_set1_ps(static_cast<float>(i));
-  const __m128 a = _mm_set1_ps(0.999f), b = _mm_set1_ps(0.001f);
+  __m128 x = _mm_set1_ps(1.0f);
+  const __m128 y = _mm_set1_ps(0x1p-20f);
   for (int64_t it = 0; it < iterations; ++it)
     for (int i = 0; i < kChains; ++i) {
-      __m128 product = _mm_mul_ps(acc[i], a);
-      // Keeps the compiler from fusing the pair into an FMA when this file is built for a CPU that has one.
+      // x "changes" before every multiply, so none is hoisted out of the loop or shared between chains; the
+      // product "changes" before the add, so the two are not fused into an FMA where this file's flags allow
+      // one.
+      asm volatile("" : "+x"(x));
+      __m128 product = _mm_mul_ps(x, y);
       asm volatile("" : "+x"(product));
-      acc[i] = _mm_add_ps(product, b);
+      acc[i] = _mm_add_ps(acc[i], product);
     }
   __m128 sum = acc[0];
   for (int i = 1; i < kChains; ++i) sum = _mm_add_ps(sum, acc[i]);
