@@ -8,7 +8,8 @@
 #               memtrain-bf16     memtrain train --bf16
 #               memtrain-bf16-o2  memtrain train --bf16 --o2-optimizer --o2-gradient
 #               torch-fp32        torch_gpt2.py (plain fp32)
-#               torch-bf16        torch_gpt2.py --autocast bf16 (torch.autocast(device_type="cpu", dtype=bfloat16))
+#               torch-bf16        torch_gpt2.py --autocast bf16 (torch.autocast(device_type="cpu", dtype=bfloat16));
+#                                 skipped below avx512_bf16 (no native bf16 products)
 #   STEPS     steps per run; the first SKIP are warmup, left out of the medians (default 6)
 #   SKIP      leading steps left out of the medians (default 2)
 #   THREADS   threads for all runs (default 2)
