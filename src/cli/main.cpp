@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "kernels/cpu_isa.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   mt::cli::add_plan_command(app);
   mt::cli::add_calibrate_command(app);
   try {
+    // Decides the kernels' level, and caps oneDNN to it, before any product runs; a bad MEMTRAIN_MAX_ISA is a
+    // usage error before any work.
+    mt::kernels::cpu_isa();
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);

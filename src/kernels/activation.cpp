@@ -5,10 +5,13 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/isa_variant.h"
 #include "kernels/typed_io.h"
 #include "kernels/vec_math.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -113,6 +116,26 @@ void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t M, int64_t I)
   });
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n) {
+  dispatch<&gelu_forward<T>>(out, inp, n);
+}
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  dispatch<&gelu_backward<T>>(dinp, inp, dout, n);
+}
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int64_t M, int64_t I) {
+  dispatch<&swiglu_forward<T>>(out, inp, M, I);
+}
+template <typename T>
+void swiglu_backward(T* dinp, const T* inp, const T* dout, int64_t M, int64_t I) {
+  dispatch<&swiglu_backward<T>>(dinp, inp, dout, M, I);
+}
+
 template void swiglu_forward<float>(float*, const float*, int64_t, int64_t);
 template void swiglu_forward<bf16>(bf16*, const bf16*, int64_t, int64_t);
 template void swiglu_forward<f16>(f16*, const f16*, int64_t, int64_t);
@@ -125,5 +148,17 @@ template void gelu_forward<f16>(f16*, const f16*, int64_t);
 template void gelu_backward<float>(float*, const float*, const float*, int64_t);
 template void gelu_backward<bf16>(bf16*, const bf16*, const bf16*, int64_t);
 template void gelu_backward<f16>(f16*, const f16*, const f16*, int64_t);
+#endif
+
+namespace MT_ISA {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::gelu_forward<T>>(gelu_forward) &&
+         enroll<&kernels::gelu_backward<T>>(gelu_backward) &&
+         enroll<&kernels::swiglu_forward<T>>(swiglu_forward) &&
+         enroll<&kernels::swiglu_backward<T>>(swiglu_backward);
+}
+const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -8,8 +8,11 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "kernels/isa_variant.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -122,23 +125,6 @@ void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n,
   }
 }
 
-#define MT_INSTANTIATE_ADAMW(P, G, M)                                                          \
-  template void adamw_update<P, G, M>(float*, P*, const G*, M*, M*, int64_t, const AdamWStep&, \
-                                      const AdamWRounding&);
-MT_INSTANTIATE_ADAMW(float, float, float)
-MT_INSTANTIATE_ADAMW(float, float, bf16)
-MT_INSTANTIATE_ADAMW(float, bf16, float)
-MT_INSTANTIATE_ADAMW(float, bf16, bf16)
-MT_INSTANTIATE_ADAMW(bf16, float, float)
-MT_INSTANTIATE_ADAMW(bf16, float, bf16)
-MT_INSTANTIATE_ADAMW(bf16, bf16, float)
-MT_INSTANTIATE_ADAMW(bf16, bf16, bf16)
-MT_INSTANTIATE_ADAMW(f16, float, float)
-MT_INSTANTIATE_ADAMW(f16, float, bf16)
-MT_INSTANTIATE_ADAMW(f16, bf16, float)
-MT_INSTANTIATE_ADAMW(f16, bf16, bf16)
-#undef MT_INSTANTIATE_ADAMW
-
 template <typename G>
 double sum_of_squares(const G* x, int64_t n) {
   const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
@@ -159,7 +145,51 @@ double sum_of_squares(const G* x, int64_t n) {
   return total;
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename P, typename G, typename M>
+void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const AdamWStep& s,
+                  const AdamWRounding& rounding) {
+  dispatch<&adamw_update<P, G, M>>(master, param, grad, m, v, n, s, rounding);
+}
+template <typename G>
+double sum_of_squares(const G* x, int64_t n) {
+  return dispatch<&sum_of_squares<G>>(x, n);
+}
+
+#define MT_INSTANTIATE_ADAMW(P, G, M)                                                          \
+  template void adamw_update<P, G, M>(float*, P*, const G*, M*, M*, int64_t, const AdamWStep&, \
+                                      const AdamWRounding&);
+MT_INSTANTIATE_ADAMW(float, float, float)
+MT_INSTANTIATE_ADAMW(float, float, bf16)
+MT_INSTANTIATE_ADAMW(float, bf16, float)
+MT_INSTANTIATE_ADAMW(float, bf16, bf16)
+MT_INSTANTIATE_ADAMW(bf16, float, float)
+MT_INSTANTIATE_ADAMW(bf16, float, bf16)
+MT_INSTANTIATE_ADAMW(bf16, bf16, float)
+MT_INSTANTIATE_ADAMW(bf16, bf16, bf16)
+MT_INSTANTIATE_ADAMW(f16, float, float)
+MT_INSTANTIATE_ADAMW(f16, float, bf16)
+MT_INSTANTIATE_ADAMW(f16, bf16, float)
+MT_INSTANTIATE_ADAMW(f16, bf16, bf16)
+#undef MT_INSTANTIATE_ADAMW
 template double sum_of_squares<float>(const float*, int64_t);
 template double sum_of_squares<bf16>(const bf16*, int64_t);
+#endif
+
+namespace MT_ISA {
+// Weights of every storage type, gradients and moments fp32 or bf16.
+template <typename P>
+bool enroll_weights() {
+  return enroll<&kernels::adamw_update<P, float, float>>(adamw_update) &&
+         enroll<&kernels::adamw_update<P, float, bf16>>(adamw_update) &&
+         enroll<&kernels::adamw_update<P, bf16, float>>(adamw_update) &&
+         enroll<&kernels::adamw_update<P, bf16, bf16>>(adamw_update);
+}
+const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>() &&
+                      enroll<&kernels::sum_of_squares<float>>(sum_of_squares) &&
+                      enroll<&kernels::sum_of_squares<bf16>>(sum_of_squares);
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -12,9 +12,12 @@
 #include <type_traits>
 
 #include "kernels/attention_16bit.h"
+#include "kernels/isa_variant.h"
 #include "kernels/vec_math.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -118,12 +121,6 @@ void backward_f32(float* dqkv, const float* dout, const float* qkv, const float*
 
 }  // namespace
 
-int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype) {
-  const int64_t per_thread =
-      dtype == DType::f32 ? f32_scratch_per_thread(T) : attention16_scratch_per_thread(T, head_size, dtype);
-  return per_thread * threads;
-}
-
 template <typename T>
 void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
                        int64_t NKV, float* scratch) {
@@ -146,6 +143,26 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
   }
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype) {
+  const int64_t per_thread = dtype == DType::f32 ? MT_ISA::f32_scratch_per_thread(T)
+                                                 : attention16_scratch_per_thread(T, head_size, dtype);
+  return per_thread * threads;
+}
+
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                       int64_t NKV, float* scratch) {
+  dispatch<&attention_forward<T>>(out, lse, qkv, B, T_len, C, NH, NKV, scratch);
+}
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
+                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch) {
+  dispatch<&attention_backward<T>>(dqkv, dout, qkv, out, lse, B, T_len, C, NH, NKV, scratch);
+}
+
 template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
                                        int64_t, float*);
 template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,
@@ -158,5 +175,15 @@ template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf
                                        int64_t, int64_t, int64_t, int64_t, float*);
 template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
                                       int64_t, int64_t, int64_t, int64_t, float*);
+#endif
+
+namespace MT_ISA {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::attention_forward<T>>(attention_forward) &&
+         enroll<&kernels::attention_backward<T>>(attention_backward);
+}
+const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -17,10 +17,13 @@
 #include <limits>
 
 #include "kernels/attention_tiles.h"
+#include "kernels/isa_variant.h"
 #include "kernels/typed_io.h"
 #include "kernels/vec_math.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -277,10 +280,6 @@ void dsoftmax_row(float* p, float* dp, int64_t t, float lse, float D, float scal
 
 }  // namespace
 
-int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype) {
-  return scratch_floats(dims_for(T, head_size, dtype));
-}
-
 template <typename T>
 void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
                          float* scratch) {
@@ -383,6 +382,24 @@ void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, co
   }
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype) {
+  return MT_ISA::scratch_floats(MT_ISA::dims_for(T, head_size, dtype));
+}
+
+template <typename T>
+void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
+                         float* scratch) {
+  dispatch<&attention16_forward<T>>(out, lse, qkv, B, T_len, qkv_at, scratch);
+}
+template <typename T>
+void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
+                          int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
+  dispatch<&attention16_backward<T>>(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
+}
+
 template void attention16_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, const QkvLayout&,
                                         float*);
 template void attention16_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, const QkvLayout&, float*);
@@ -390,5 +407,15 @@ template void attention16_backward<bf16>(bf16*, const bf16*, const bf16*, const 
                                          int64_t, const QkvLayout&, float*);
 template void attention16_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
                                         int64_t, const QkvLayout&, float*);
+#endif
+
+namespace MT_ISA {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::attention16_forward<T>>(attention16_forward) &&
+         enroll<&kernels::attention16_backward<T>>(attention16_backward);
+}
+const bool enrolled = enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -7,8 +7,8 @@
 // hardware's bf16 dot product multiplies such pairs: AVX512-BF16's vdpbf16ps, 2 products per fp32 lane);
 // an fp32 lane is one value. A is row-major [M, K lanes]. B is [K lanes, N], each lane of B pairing two
 // depth values of one column ("VNNI" layout). The summation order of every C element is fixed (depth in
-// order), so results are the same whatever the blocking, thread count or causal limits. Builds without
-// AVX512 (-DMEMTRAIN_NATIVE=OFF on an older CPU) take the portable loops beside each intrinsic.
+// order), so results are the same whatever the blocking, thread count or causal limits. Levels without
+// AVX512 (kernels/cpu_isa.h) take the portable loops beside each intrinsic, which GCC vectorizes for theirs.
 #pragma once
 
 #include <algorithm>
@@ -20,12 +20,13 @@
 #include <utility>
 
 #include "core/half.h"
+#include "kernels/isa_variant.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::MT_ISA {
 
 using v16f = float __attribute__((vector_size(64)));
 using v16u = uint32_t __attribute__((vector_size(64)));
@@ -246,4 +247,4 @@ void transpose(X* dst, int64_t ld_dst, const X* src, int64_t ld_src, int64_t row
   }
 }
 
-}  // namespace mt::kernels
+}  // namespace mt::kernels::MT_ISA

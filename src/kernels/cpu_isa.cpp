@@ -73,7 +73,10 @@ std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
 }
 
 std::string cpu_isa_choices() {
-  return "generic, avx2, avx512 or avx512_bf16";
+  std::string choices;
+  for (int i = 0; i < kNumCpuIsas; ++i)
+    choices += std::string(i == 0 ? "" : i + 1 == kNumCpuIsas ? " or " : ", ") + std::string(kNames[i]);
+  return choices;
 }
 
 CpuIsa cpu_isa_supported() {

@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/isa_variant.h"
 #include "kernels/vec_math.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
                            int64_t Vp, bool compute_grad, float grad_scale) {
@@ -38,5 +41,18 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
     }
   }
 }
+
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
+                           int64_t Vp, bool compute_grad, float grad_scale) {
+  dispatch<&softmax_cross_entropy>(logits, losses, targets, N, V, Vp, compute_grad, grad_scale);
+}
+#endif
+
+namespace MT_ISA {
+const bool enrolled = enroll<&kernels::softmax_cross_entropy>(softmax_cross_entropy);
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -6,9 +6,12 @@
 #include <type_traits>
 
 #include "kernels/column_blocks.h"
+#include "kernels/isa_variant.h"
 #include "kernels/typed_io.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -90,6 +93,20 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
   }
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename T>
+void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_len,
+                       int64_t C) {
+  dispatch<&embedding_forward<T>>(out, tokens, wte, wpe, B, T_len, C);
+}
+template <typename T, typename G>
+void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
+                        int64_t C) {
+  dispatch<&embedding_backward<T, G>>(dwte, dwpe, dout, tokens, B, T_len, C);
+}
+
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int64_t, int64_t,
                                        int64_t);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int64_t, int64_t,
@@ -103,5 +120,16 @@ template void embedding_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const in
                                              int64_t);
 template void embedding_backward<f16, float>(float*, float*, const f16*, const int32_t*, int64_t, int64_t,
                                              int64_t);
+#endif
+
+namespace MT_ISA {
+const bool enrolled = enroll<&kernels::embedding_forward<float>>(embedding_forward) &&
+                      enroll<&kernels::embedding_forward<bf16>>(embedding_forward) &&
+                      enroll<&kernels::embedding_forward<f16>>(embedding_forward) &&
+                      enroll<&kernels::embedding_backward<float, float>>(embedding_backward) &&
+                      enroll<&kernels::embedding_backward<bf16, float>>(embedding_backward) &&
+                      enroll<&kernels::embedding_backward<bf16, bf16>>(embedding_backward) &&
+                      enroll<&kernels::embedding_backward<f16, float>>(embedding_backward);
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -8,9 +8,12 @@
 #include <type_traits>
 
 #include "kernels/column_blocks.h"
+#include "kernels/isa_variant.h"
 #include "kernels/typed_io.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -158,6 +161,29 @@ void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T*
   norm_backward<false>(dinp, dweight, static_cast<G*>(nullptr), dout, inp, weight, nullptr, rstd, N, C);
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* weight, const T* bias,
+                       int64_t N, int64_t C, float eps) {
+  dispatch<&layernorm_forward<T>>(out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+template <typename T, typename G>
+void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int64_t N, int64_t C) {
+  dispatch<&layernorm_backward<T, G>>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, const T* inp, const T* weight, int64_t N, int64_t C, float eps) {
+  dispatch<&rmsnorm_forward<T>>(out, rstd, inp, weight, N, C, eps);
+}
+template <typename T, typename G>
+void rmsnorm_backward(T* dinp, G* dweight, const T* dout, const T* inp, const T* weight, const float* rstd,
+                      int64_t N, int64_t C) {
+  dispatch<&rmsnorm_backward<T, G>>(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
 template void rmsnorm_backward<float, float>(float*, float*, const float*, const float*, const float*,
                                              const float*, int64_t, int64_t);
 template void rmsnorm_backward<bf16, float>(bf16*, float*, const bf16*, const bf16*, const bf16*,
@@ -183,5 +209,23 @@ template void layernorm_backward<bf16, bf16>(bf16*, bf16*, bf16*, const bf16*, c
                                              const float*, const float*, int64_t, int64_t);
 template void layernorm_backward<f16, float>(f16*, float*, float*, const f16*, const f16*, const f16*,
                                              const float*, const float*, int64_t, int64_t);
+#endif
+
+namespace MT_ISA {
+// Activations of type T with gradients of type G.
+template <typename T, typename G>
+bool enroll_types() {
+  return enroll<&kernels::layernorm_backward<T, G>>(layernorm_backward) &&
+         enroll<&kernels::rmsnorm_backward<T, G>>(rmsnorm_backward);
+}
+template <typename T>
+bool enroll_forward() {
+  return enroll<&kernels::layernorm_forward<T>>(layernorm_forward) &&
+         enroll<&kernels::rmsnorm_forward<T>>(rmsnorm_forward);
+}
+const bool enrolled = enroll_forward<float>() && enroll_forward<bf16>() && enroll_forward<f16>() &&
+                      enroll_types<float, float>() && enroll_types<bf16, float>() &&
+                      enroll_types<bf16, bf16>() && enroll_types<f16, float>();
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -5,9 +5,12 @@
 #include "core/half.h"
 #include "kernels/convert.h"
 #include "kernels/cross_entropy.h"
+#include "kernels/isa_variant.h"
 #include "kernels/matmul.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 template <typename T, typename G>
 void lm_head_loss_chunk(const LmHeadChunk<T, G>& c) {
@@ -26,9 +29,25 @@ void lm_head_loss_chunk(const LmHeadChunk<T, G>& c) {
   gemm(true, false, c.Vp, c.C, c.rows, dlogits, c.Vp, c.x, c.C, 1.0f, c.dwte, c.C, c.matmul_scratch);
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename T, typename G>
+void lm_head_loss_chunk(const LmHeadChunk<T, G>& c) {
+  dispatch<&lm_head_loss_chunk<T, G>>(c);
+}
+
 template void lm_head_loss_chunk<float, float>(const LmHeadChunk<float, float>&);
 template void lm_head_loss_chunk<bf16, float>(const LmHeadChunk<bf16, float>&);
 template void lm_head_loss_chunk<bf16, bf16>(const LmHeadChunk<bf16, bf16>&);
 template void lm_head_loss_chunk<f16, float>(const LmHeadChunk<f16, float>&);
+#endif
+
+namespace MT_ISA {
+const bool enrolled = enroll<&kernels::lm_head_loss_chunk<float, float>>(lm_head_loss_chunk) &&
+                      enroll<&kernels::lm_head_loss_chunk<bf16, float>>(lm_head_loss_chunk) &&
+                      enroll<&kernels::lm_head_loss_chunk<bf16, bf16>>(lm_head_loss_chunk) &&
+                      enroll<&kernels::lm_head_loss_chunk<f16, float>>(lm_head_loss_chunk);
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -1,9 +1,9 @@
 // Matrix products through oneDNN or OpenBLAS, and the linear layer (bias fused) built on them. fp32 goes to
-// the chosen backend's sgemm, bf16 to oneDNN's matmul primitive, f16 through fp32 tiles to sgemm.
+// the chosen backend's sgemm; bf16 to oneDNN's matmul primitive where the level has it (AVX-512 and up),
+// else, as f16 always, through fp32 tiles to sgemm.
 #include "kernels/matmul.h"
 
 #include <cblas.h>
-#include <immintrin.h>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
@@ -13,17 +13,15 @@
 #include <type_traits>
 
 #include "kernels/column_blocks.h"
+#include "kernels/isa_variant.h"
 #include "kernels/onednn_matmul.h"
+#include "kernels/typed_io.h"
 
 namespace mt::kernels {
 
+namespace MT_ISA {
+
 namespace {
-
-constexpr std::string_view kDefaultBackend = MEMTRAIN_GEMM_DEFAULT;
-static_assert(kDefaultBackend == "onednn" || kDefaultBackend == "openblas",
-              "MEMTRAIN_GEMM must be onednn or openblas");
-
-GemmBackend current_backend = kDefaultBackend == "openblas" ? GemmBackend::openblas : GemmBackend::onednn;
 
 // Debian's OpenBLAS runs its own pthread pool beside OpenMP's; keeping it at OpenMP's thread count stops the
 // two pools from oversubscribing the cores when the caller lowered omp_set_num_threads.
@@ -38,24 +36,17 @@ void match_openblas_threads() {
 
 }  // namespace
 
-GemmBackend gemm_backend() {
-  return current_backend;
-}
-
-void set_gemm_backend(GemmBackend backend) {
-  current_backend = backend;
-}
-
-std::string_view gemm_backend_name(GemmBackend backend) {
-  return backend == GemmBackend::openblas ? "openblas" : "onednn";
-}
+// This level's gemm, declared as in matmul.h: the fp32 product below is its specialization.
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);
 
 template <>
 void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                         float* /*scratch*/) {
   const float alpha = 1.0f;
-  if (current_backend == GemmBackend::onednn) {
+  if (gemm_backend() == GemmBackend::onednn) {
     const dnnl_status_t status =
         dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     if (status != dnnl_success)
@@ -69,60 +60,40 @@ void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 
 namespace {
 
-// Rows, columns and depth of one f16 tile; scratch holds the A, B and (for f16 output) C tiles, 2 MiB. Every
-// K step ends in barriers, which cost most when other jobs hold the cores, so the tiles are not smaller.
+// Rows, columns and depth of one conversion tile; scratch holds the A, B and (for 16-bit output) C tiles,
+// 2 MiB. Every K step ends in barriers, which cost most when other jobs hold the cores, so the tiles are not
+// smaller.
 constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
-constexpr int64_t kF16ScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
-
-// d[0, n) = s[0, n), converted element by element.
-template <typename To, typename From>
-void convert_row(To* d, const From* s, int64_t n) {
-#pragma omp simd
-  for (int64_t c = 0; c < n; ++c) d[c] = round_to<To>(to_f32(s[c]));
-}
-
-#ifdef __F16C__
-// GCC leaves _Float16 conversions scalar; F16C converts 8 at a time (nearest even, as round_to<f16>).
-template <>
-void convert_row<float, f16>(float* d, const f16* s, int64_t n) {
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    _mm256_storeu_ps(d + c, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + c))));
-  }
-  for (; c < n; ++c) d[c] = to_f32(s[c]);
-}
-template <>
-void convert_row<f16, float>(f16* d, const float* s, int64_t n) {
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(d + c),
-                     _mm256_cvtps_ph(_mm256_loadu_ps(s + c), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  for (; c < n; ++c) d[c] = round_to<f16>(s[c]);
-}
-#endif
+constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
 
 // dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
 template <typename To, typename From>
 void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
 #pragma omp parallel for
-  for (int64_t r = 0; r < rows; ++r) convert_row(dst + r * ld_dst, src + r * ld_src, cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<To, float>)
+      widen_n(dst + r * ld_dst, src + r * ld_src, cols);
+    else
+      narrow_n(dst + r * ld_dst, src + r * ld_src, cols);
+  }
 }
 
 // Both operand tiles of one K step in one parallel region: one barrier instead of two.
-void widen_tiles(float* a_tile, const f16* a, int64_t lda, int64_t a_rows, int64_t a_cols, float* b_tile,
-                 const f16* b, int64_t ldb, int64_t b_rows, int64_t b_cols) {
+template <typename In>
+void widen_tiles(float* a_tile, const In* a, int64_t lda, int64_t a_rows, int64_t a_cols, float* b_tile,
+                 const In* b, int64_t ldb, int64_t b_rows, int64_t b_cols) {
 #pragma omp parallel
   {
 #pragma omp for nowait
-    for (int64_t r = 0; r < a_rows; ++r) convert_row(a_tile + r * a_cols, a + r * lda, a_cols);
+    for (int64_t r = 0; r < a_rows; ++r) widen_n(a_tile + r * a_cols, a + r * lda, a_cols);
 #pragma omp for
-    for (int64_t r = 0; r < b_rows; ++r) convert_row(b_tile + r * b_cols, b + r * ldb, b_cols);
+    for (int64_t r = 0; r < b_rows; ++r) widen_n(b_tile + r * b_cols, b + r * ldb, b_cols);
   }
 }
 
 // acc[rows, cols] = (keep ? acc : 0) + bias, row by row.
-void add_bias(float* acc, int64_t ld, const f16* bias, int64_t rows, int64_t cols, bool keep) {
+template <typename In>
+void add_bias(float* acc, int64_t ld, const In* bias, int64_t rows, int64_t cols, bool keep) {
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     float* a = acc + r * ld;
@@ -131,12 +102,13 @@ void add_bias(float* acc, int64_t ld, const f16* bias, int64_t rows, int64_t col
   }
 }
 
-// C = op(A) @ op(B) + bias (+ C with accumulate) for f16 inputs, which no library here multiplies: each
+// C = op(A) @ op(B) + bias (+ C with accumulate) for 16-bit inputs the library does not multiply: each
 // output tile accumulates in fp32 over K tiles converted exactly to fp32, and is rounded into Out once.
-template <typename Out>
-void f16_tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda,
-                      const f16* B, int64_t ldb, const f16* bias, bool accumulate, Out* C, int64_t ldc,
-                      float* scratch) {
+template <typename In, typename Out>
+void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda,
+                  const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
+                  float* scratch) {
+  if (!scratch) throw std::logic_error("16-bit product without its conversion tiles (gemm_scratch_floats)");
   float* a_tile = scratch;
   float* b_tile = a_tile + kTileM * kTileK;
   float* c_tile = b_tile + kTileK * kTileN;
@@ -162,8 +134,8 @@ void f16_tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
         // transposes.
         const int64_t a_rows = trans_a ? kt : mt, a_cols = trans_a ? mt : kt;
         const int64_t b_rows = trans_b ? nt : kt, b_cols = trans_b ? kt : nt;
-        const f16* a = trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0;
-        const f16* b = trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0;
+        const In* a = trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0;
+        const In* b = trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0;
         widen_tiles(a_tile, a, lda, a_rows, a_cols, b_tile, b, ldb, b_rows, b_cols);
         gemm<float, float>(trans_a, trans_b, mt, nt, kt, a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc,
                            nullptr);
@@ -174,18 +146,16 @@ void f16_tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t 
   }
 }
 
-// The 16-bit products, one entry point per input type.
-template <typename Out>
-void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
-              const bf16* B, int64_t ldb, const bf16* bias, bool accumulate, Out* C, int64_t ldc,
-              float* /*scratch*/) {
-  onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc);
-}
-template <typename Out>
-void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const f16* A, int64_t lda,
-              const f16* B, int64_t ldb, const f16* bias, bool accumulate, Out* C, int64_t ldc,
+// The 16-bit products: bf16 through oneDNN where the active level has its bf16 product, else fp32 tiles.
+template <typename In, typename Out>
+void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda,
+              const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
               float* scratch) {
-  f16_tiled_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc, scratch);
+  if constexpr (std::is_same_v<In, bf16>) {
+    if (native_bf16_gemm(cpu_isa()))
+      return onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc);
+  }
+  tiled_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc, scratch);
 }
 
 // dbias[j] += sum over rows of dout[:, j], summed in fp32 and rounded into G once.
@@ -204,10 +174,6 @@ void add_column_sums(G* dbias, const T* dout, int64_t M, int64_t n_out) {
 
 }  // namespace
 
-int64_t gemm_scratch_floats(DType in) {
-  return in == DType::f16 ? kF16ScratchFloats : 0;
-}
-
 template <typename In, typename Out>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
           int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch) {
@@ -215,6 +181,14 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In*
   if (beta != 0.0f && beta != 1.0f) throw std::invalid_argument("16-bit gemm takes beta 0 or 1");
   matmul16(trans_a, trans_b, M, N, K, A, lda, B, ldb, static_cast<const In*>(nullptr), beta == 1.0f, C, ldc,
            scratch);
+}
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::out_in;
+  matmul16(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias, accumulate, out,
+           n_out, scratch);
 }
 
 template <>
@@ -239,14 +213,6 @@ void linear_forward<float>(float* out, const float* inp, const float* weight, co
   gemm(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, beta, out, n_out, scratch);
 }
 
-template <typename T>
-void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
-                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
-  const bool out_in = layout == WeightLayout::out_in;
-  matmul16(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias, accumulate, out,
-           n_out, scratch);
-}
-
 template <typename T, typename G>
 void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
                      int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
@@ -262,6 +228,59 @@ void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
   if (dbias) add_column_sums(dbias, dout, M, n_out);
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+namespace {
+
+constexpr std::string_view kDefaultBackend = MEMTRAIN_GEMM_DEFAULT;
+static_assert(kDefaultBackend == "onednn" || kDefaultBackend == "openblas",
+              "MEMTRAIN_GEMM must be onednn or openblas");
+
+GemmBackend current_backend = kDefaultBackend == "openblas" ? GemmBackend::openblas : GemmBackend::onednn;
+
+}  // namespace
+
+GemmBackend gemm_backend() {
+  return current_backend;
+}
+
+void set_gemm_backend(GemmBackend backend) {
+  current_backend = backend;
+}
+
+std::string_view gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::openblas ? "openblas" : "onednn";
+}
+
+int64_t gemm_scratch_floats(DType in, CpuIsa isa) {
+  const bool tiled = in == DType::f16 || (in == DType::bf16 && !native_bf16_gemm(isa));
+  return tiled ? MT_ISA::kTileScratchFloats : 0;
+}
+
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch) {
+  dispatch<&gemm<In, Out>>(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch);
+}
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
+  dispatch<&linear_forward<T>>(out, inp, weight, bias, M, n_in, n_out, accumulate, scratch, layout);
+}
+
+template <typename T, typename G>
+void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
+  dispatch<&linear_backward<T, G>>(dinp, dweight, dbias, dout, inp, weight, M, n_in, n_out, accumulate_dinp,
+                                   scratch, layout);
+}
+
+template void gemm<float, float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                                 int64_t, float, float*, int64_t, float*);
+template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t,
+                                    int64_t, bool, float*, WeightLayout);
 template void gemm<bf16, float>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
                                 int64_t, float, float*, int64_t, float*);
 template void gemm<bf16, bf16>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
@@ -282,5 +301,17 @@ template void linear_backward<bf16, bf16>(bf16*, bf16*, bf16*, const bf16*, cons
                                           int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<f16, float>(f16*, float*, float*, const f16*, const f16*, const f16*, int64_t,
                                           int64_t, int64_t, bool, float*, WeightLayout);
+#endif
+
+namespace MT_ISA {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
+         enroll<&kernels::linear_backward<T, float>>(linear_backward);
+}
+const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
+                      enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
+                      enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward);
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "core/half.h"
+#include "kernels/cpu_isa.h"
 
 namespace mt::kernels {
 
@@ -17,10 +18,11 @@ GemmBackend gemm_backend();
 void set_gemm_backend(GemmBackend backend);
 std::string_view gemm_backend_name(GemmBackend backend);
 
-// Floats of scratch a product of In-typed inputs needs: 0 where the library takes the type directly (fp32,
-// bf16), fixed-size fp32 tiles where it does not (f16 on CPUs without f16 arithmetic: the operands are
-// converted tile by tile and multiplied in fp32, exactly, since every f16 is an fp32).
-int64_t gemm_scratch_floats(DType in);
+// Floats of scratch a product of In-typed inputs needs at ISA level `isa`: 0 where the library takes the type
+// directly (fp32; bf16 at AVX-512 and up), fixed-size fp32 tiles where it does not (f16, and bf16 below
+// AVX-512: the operands are converted tile by tile and multiplied in fp32, exactly, since every f16 and
+// bf16 is an fp32).
+int64_t gemm_scratch_floats(DType in, CpuIsa isa);
 
 // C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32;
 // op(X) = X^T when trans_X, and leading dimensions are row strides. Instantiated for In = Out = float; In =

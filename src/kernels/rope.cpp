@@ -5,9 +5,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/isa_variant.h"
 #include "kernels/typed_io.h"
 
 namespace mt::kernels {
+
+namespace MT_ISA {
 
 namespace {
 
@@ -65,11 +68,32 @@ void rope_backward(T* dqkv, int64_t B, int64_t T_len, const QkvLayout& layout, f
   rotate(dqkv, B, T_len, layout, theta, -1.0f);
 }
 
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename T>
+void rope_forward(T* qkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
+  dispatch<&rope_forward<T>>(qkv, B, T_len, layout, theta);
+}
+template <typename T>
+void rope_backward(T* dqkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
+  dispatch<&rope_backward<T>>(dqkv, B, T_len, layout, theta);
+}
+
 template void rope_forward<float>(float*, int64_t, int64_t, const QkvLayout&, float);
 template void rope_forward<bf16>(bf16*, int64_t, int64_t, const QkvLayout&, float);
 template void rope_forward<f16>(f16*, int64_t, int64_t, const QkvLayout&, float);
 template void rope_backward<float>(float*, int64_t, int64_t, const QkvLayout&, float);
 template void rope_backward<bf16>(bf16*, int64_t, int64_t, const QkvLayout&, float);
 template void rope_backward<f16>(f16*, int64_t, int64_t, const QkvLayout&, float);
+#endif
+
+namespace MT_ISA {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::rope_forward<T>>(rope_forward) && enroll<&kernels::rope_backward<T>>(rope_backward);
+}
+const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -7,15 +7,16 @@
 // it scalar. The f16 versions here use integer operations instead, computing every case and selecting one
 // without branches.
 //
-// widen_n and narrow_n convert a row with the CPU's conversion instructions where the build targets them:
-// one instruction per 16 or 32 values instead of about ten integer operations each, which decides
-// whether a 16-bit kernel keeps up with its fp32 version.
+// widen_n and narrow_n convert a row with the CPU's conversion instructions where the level has them
+// (AVX-512 for f16 and, with AVX512-BF16, bf16; F16C at avx2): one instruction per 8 to 32 values instead
+// of about ten integer operations each, which decides whether a 16-bit kernel keeps up with its fp32
+// version.
 //
 // load_row, read_row, output_row and store_row let one kernel body serve every storage type: fp32 rows are
 // used in place, 16-bit rows go through fp32 buffers where that is faster.
 #pragma once
 
-#ifdef __AVX512F__
+#if defined(__AVX512F__) || defined(__F16C__)
 #include <immintrin.h>
 #endif
 
@@ -24,8 +25,9 @@
 #include <type_traits>
 
 #include "core/half.h"
+#include "kernels/isa_variant.h"
 
-namespace mt::kernels {
+namespace mt::kernels::MT_ISA {
 
 template <typename T>
 inline float widen(T x) {
@@ -80,6 +82,11 @@ inline void widen_n(float* dst, const T* src, int64_t n) {
       _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(kAllLanes, h));
     }
   }
+#elif defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+  }
 #endif
 #pragma omp simd
   for (int64_t j = i; j < n; ++j) dst[j] = widen(src[j]);
@@ -95,6 +102,14 @@ inline void narrow_n(T* dst, const float* src, int64_t n) {
       const __m256i h = _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src + i),
                                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+    }
+  }
+#elif defined(__F16C__)
+  if constexpr (std::is_same_v<T, f16>) {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h =
+          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
     }
   }
 #endif
@@ -155,4 +170,4 @@ inline void store_row(T* row, const float* values, int64_t n) {
   if constexpr (!std::is_same_v<T, float>) narrow_n(row, values, n);
 }
 
-}  // namespace mt::kernels
+}  // namespace mt::kernels::MT_ISA

@@ -6,7 +6,9 @@
 #include <bit>
 #include <cstdint>
 
-namespace mt::kernels {
+#include "kernels/isa_variant.h"
+
+namespace mt::kernels::MT_ISA {
 
 // exp(x) within about 2 ulp for x in [-87, 88] (inputs outside are clamped, so the result is never 0 or inf).
 // x = n*ln2 + r with |r| <= ln2/2, exp(r) by its Taylor series to degree 7, then the exponent bits get n.
@@ -35,4 +37,4 @@ inline float vtanh(float x) {
   return 1.0f - 2.0f / (vexp(2.0f * x) + 1.0f);
 }
 
-}  // namespace mt::kernels
+}  // namespace mt::kernels::MT_ISA

@@ -8,18 +8,20 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "kernels/cpu_isa.h"
 #include "model/graph.h"
 #include "model/recompute.h"
 
 namespace mt {
 
-// How one training step runs: the micro-batch shape, the threads kernels size their scratch for, the storage
-// dtype and the recompute policy.
+// How one training step runs: the micro-batch shape, the threads and ISA level kernels size their scratch
+// for, the storage dtype and the recompute policy.
 struct StepConfig {
   int64_t batch = 1;         // B, sequences per micro-batch
   int64_t seq_len = 1;       // T
   int threads = 0;           // OpenMP threads the kernels' scratch is sized for; 0: omp_get_max_threads()
   DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
+  kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
 };
 
@@ -36,7 +38,8 @@ struct ModelGraph {
 // Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch.
 class GraphBuilder {
  public:
-  // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (f16).
+  // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (16-bit inputs
+  // the library does not multiply at step.isa).
   GraphBuilder(ModelGraph& model, const StepConfig& step);
 
   const StepConfig& step() const { return step_; }

@@ -7,7 +7,8 @@
 
 namespace mt {
 
-RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes) {
+RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
+                 kernels::CpuIsa isa) {
   RunPlan run;
   run.spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   run.seq_len = cfg.seq_len != 0 ? cfg.seq_len : run.spec.n_positions;
@@ -16,9 +17,12 @@ RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64
   const int64_t B = cfg.micro_batch, T = run.seq_len;
 
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
-  run.model = build_model_graph(
-      run.spec,
-      {.batch = B, .seq_len = T, .threads = threads, .dtype = policy.weights, .recompute = cfg.recompute});
+  run.model = build_model_graph(run.spec, {.batch = B,
+                                           .seq_len = T,
+                                           .threads = threads,
+                                           .dtype = policy.weights,
+                                           .isa = isa,
+                                           .recompute = cfg.recompute});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};
   run.val_data = {B, T, false, cfg.seed, vocab};

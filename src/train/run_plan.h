@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "data/loader.h"
+#include "kernels/cpu_isa.h"
 #include "memory/plan.h"
 #include "model/model.h"
 #include "model/zero_schedule.h"
@@ -26,9 +27,10 @@ struct RunPlan {
   Plan plan;
 };
 
-// The plan of rank `rank` of `world` data-parallel ranks, its kernels sized for `threads` OpenMP threads,
-// with a communicator holding `comm_buffer_bytes` of its own. Checks the flags first (mt::Error on bad
-// input); reads no data.
-RunPlan plan_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes);
+// The plan of rank `rank` of `world` data-parallel ranks, its kernels sized for `threads` OpenMP threads at
+// ISA level `isa` (this process's by default), with a communicator holding `comm_buffer_bytes` of its own.
+// Checks the flags first (mt::Error on bad input); reads no data.
+RunPlan plan_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes,
+                 kernels::CpuIsa isa = kernels::cpu_isa());
 
 }  // namespace mt

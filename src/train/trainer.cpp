@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "core/error.h"
+#include "kernels/cpu_isa.h"
 #include "kernels/matmul.h"
 #include "memory/report.h"
 #include "model/model.h"
@@ -52,11 +53,11 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
               with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
               static_cast<long long>(spec_.vocab_size), static_cast<long long>(spec_.padded_vocab_size));
-  std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | matmul %s | %zu train shards\n",
+  std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | cpu %s | matmul %s | %zu train shards\n",
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
-              threads, std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(),
-              train_shards.size());
+              threads, std::string(kernels::cpu_isa_name(kernels::cpu_isa())).c_str(),
+              std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(), train_shards.size());
   std::printf(
       "precision %s | weights %s%s, grads %s, moments %s: %g bytes/parameter | %lld micro-batch%s/step\n",
       precision_name(cfg.precision.precision).c_str(), std::string(dtype_name(policy.weights)).c_str(),
@@ -179,7 +180,8 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
       {"lr", outcome.lr},
       {"grad_norm", update.skipped ? nlohmann::json(nullptr) : nlohmann::json(update.grad_norm)},
       {"step_ms", outcome.step_ms},
-      {"tokens_per_sec", outcome.tokens_per_sec}};
+      {"tokens_per_sec", outcome.tokens_per_sec},
+      {"cpu_isa", kernels::cpu_isa_name(kernels::cpu_isa())}};
   if (world_ > 1) {
     // The exchanges' time on the worker, and the part of it the step waited for (not hidden by kernels).
     record["comm_ms"] = outcome.comm_busy_ms;
@@ -223,7 +225,9 @@ void Trainer::finish() {
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json = cfg_.out + (world_ > 1 ? "/memory.rank" + std::to_string(rank_) + ".json"
                                                          : std::string("/memory.json"));
-  write_file_atomically(memory_json, memory_report_json(report).dump(2) + "\n");
+  nlohmann::json json = memory_report_json(report);
+  json["cpu_isa"] = kernels::cpu_isa_name(kernels::cpu_isa());  // the level the plan was made for and ran at
+  write_file_atomically(memory_json, json.dump(2) + "\n");
   if (report.planned.bytes != report.measured.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
 }

@@ -5,12 +5,17 @@
 #include <numbers>
 
 #include "kernels/activation.h"
+#include "kernels/convert.h"
 #include "kernels/typed_io.h"
 #include "kernels/vec_math.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {
 namespace {
+
+// vexp, vtanh and the scalar conversions as the generic level builds them; the row conversions through the
+// convert kernel, at the level the test runs at.
+using namespace MT_ISA;
 
 using testing::bitwise_equal;
 using testing::expect_close;
@@ -65,7 +70,8 @@ TEST(KernelActivation, GeluBackwardMatchesFiniteDifferencesInPlace) {
   expect_close(grad, expected, 1e-5, 1e-5);
 }
 
-// typed_io.h serves every kernel; its conversions are tested here, beside the element-wise kernel.
+// typed_io.h serves every kernel; its conversions are tested here, beside the element-wise kernel: the
+// per-value ones directly, the row ones (widen_n, narrow_n, with each level's instructions) through convert.
 
 // Every 16-bit pattern, through the per-value and the row conversions.
 template <typename T>
@@ -73,7 +79,7 @@ void expect_widen_matches_half_h() {
   std::vector<T> x(65536);
   for (uint32_t bits = 0; bits < 65536; ++bits) x[bits] = T{static_cast<uint16_t>(bits)};
   std::vector<float> row(x.size());
-  widen_n(row.data(), x.data(), x.size());
+  convert(row.data(), x.data(), static_cast<int64_t>(x.size()));
   for (uint32_t bits = 0; bits < 65536; ++bits) {
     const float expected = to_f32(x[bits]);
     for (float actual : {widen(x[bits]), row[bits]}) {
@@ -114,7 +120,7 @@ template <typename T>
 void expect_narrow_matches_half_h() {
   const std::vector<float> x = narrow_inputs<T>();
   std::vector<T> row(x.size());
-  narrow_n(row.data(), x.data(), x.size());
+  convert(row.data(), x.data(), static_cast<int64_t>(x.size()));
   for (size_t i = 0; i < x.size(); ++i) {
     const uint16_t expected = round_to<T>(x[i]).bits;
     for (uint16_t actual : {narrow<T>(x[i]).bits, row[i].bits}) {

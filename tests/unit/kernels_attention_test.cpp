@@ -11,6 +11,9 @@
 namespace mt::kernels {
 namespace {
 
+// The tile helpers as the generic level builds them; the kernels at the level the test runs at.
+using namespace MT_ISA;
+
 using testing::bitwise_equal;
 using testing::expect_close;
 using testing::random_floats;
