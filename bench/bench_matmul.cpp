@@ -47,7 +47,8 @@ template <typename In, typename Out>
 double time_product(const Product& p, int reps, bool after_openmp, const std::vector<In>& a,
                     const std::vector<In>& b, std::vector<Out>& c) {
   const int64_t lda = p.trans_a ? p.M : p.K, ldb = p.trans_b ? p.K : p.N;
-  std::vector<float> scratch(mt::kernels::gemm_scratch_floats(mt::dtype_of<In>(), mt::kernels::cpu_isa()));
+  std::vector<float> scratch(
+      mt::kernels::gemm_scratch_floats(mt::dtype_of<In>(), mt::kernels::cpu_isa(), omp_get_max_threads()));
   std::vector<double> gflops;
   for (int r = 0; r <= reps; ++r) {
     if constexpr (std::is_same_v<Out, float>) {  // the 16-bit products are only timed alone

@@ -13,6 +13,7 @@ the warmup ones, and prints one JSON object on stdout.
 """
 import contextlib
 import argparse
+import ctypes
 import json
 import math
 import resource
@@ -191,10 +192,32 @@ def train(model, opt, data, args):
     return step_ms, losses, forward_rss_growth
 
 
+def cpu_capability():
+    """The instruction set ATen's own kernels run at (ATEN_CPU_CAPABILITY caps it), as torch.__config__ says."""
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return None
+
+
+def openblas_core():
+    """The kernels OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides it), or None without OpenBLAS.
+    Debian's torch multiplies fp32 through sgemm_ of libblas.so.3, which is OpenBLAS's unless the
+    alternatives say otherwise."""
+    try:
+        lib = ctypes.CDLL("libopenblas.so.0")  # the copy torch loaded, if it did
+    except OSError:
+        return None
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return lib.openblas_get_corename().decode()
+
+
 def run_settings(args):
     """The settings a run's JSON summary starts with."""
     return {
         "torch_version": torch.__version__,
+        "cpu_capability": cpu_capability(),
+        "openblas_core": openblas_core(),
         "autocast": args.autocast,
         "checkpoint": args.checkpoint,
         "threads": args.threads,

@@ -15,6 +15,7 @@ packages=(
   python3-torch python3-numpy                      # the reference in parity tests and bench/
   fortunes                                         # English text for the demo
   jq                                               # bench/ reads the runs' JSON
+  qemu-user binutils                               # tests as older CPUs; objdump for the ISA check
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,13 @@ struct bf16 {
 struct f16 {
   uint16_t bits;
 };
+// The compiler's binary16 type. GCC before 13 has _Float16 in C++ only on x86; aarch64's __fp16 is the same
+// IEEE format, converted by FCVT (nearest even).
+#if defined(__aarch64__)
+using native_f16 = __fp16;
+#else
+using native_f16 = _Float16;
+#endif
 
 inline float to_f32(float x) {
   return x;
@@ -26,7 +33,7 @@ inline float to_f32(bf16 x) {
   return std::bit_cast<float>(static_cast<uint32_t>(x.bits) << 16);
 }
 inline float to_f32(f16 x) {
-  return static_cast<float>(std::bit_cast<_Float16>(x.bits));
+  return static_cast<float>(std::bit_cast<native_f16>(x.bits));
 }
 
 // Round to nearest, ties to even; NaN stays NaN, overflow becomes inf.
@@ -45,7 +52,7 @@ inline bf16 round_to<bf16>(float x) {
 }
 template <>
 inline f16 round_to<f16>(float x) {
-  return f16{std::bit_cast<uint16_t>(static_cast<_Float16>(x))};
+  return f16{std::bit_cast<uint16_t>(static_cast<native_f16>(x))};
 }
 
 // Stochastic rounding to bf16: rounds up with probability equal to the distance from the value below, so

@@ -151,6 +151,8 @@ template void gelu_backward<f16>(f16*, const f16*, const f16*, int64_t);
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 template <typename T>
 bool enroll_type() {
   return enroll<&kernels::gelu_forward<T>>(gelu_forward) &&
@@ -159,6 +161,7 @@ bool enroll_type() {
          enroll<&kernels::swiglu_backward<T>>(swiglu_backward);
 }
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -179,6 +179,8 @@ template double sum_of_squares<bf16>(const bf16*, int64_t);
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 // Weights of every storage type, gradients and moments fp32 or bf16.
 template <typename P>
 bool enroll_weights() {
@@ -190,6 +192,7 @@ bool enroll_weights() {
 const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>() &&
                       enroll<&kernels::sum_of_squares<float>>(sum_of_squares) &&
                       enroll<&kernels::sum_of_squares<bf16>>(sum_of_squares);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

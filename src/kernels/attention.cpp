@@ -178,12 +178,15 @@ template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, 
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 template <typename T>
 bool enroll_type() {
   return enroll<&kernels::attention_forward<T>>(attention_forward) &&
          enroll<&kernels::attention_backward<T>>(attention_backward);
 }
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

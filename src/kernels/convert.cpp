@@ -43,10 +43,13 @@ template void convert<float, float>(float*, const float*, int64_t);
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 const bool enrolled =
     enroll<&kernels::convert<float, bf16>>(convert) && enroll<&kernels::convert<float, f16>>(convert) &&
     enroll<&kernels::convert<bf16, float>>(convert) && enroll<&kernels::convert<f16, float>>(convert) &&
     enroll<&kernels::convert<float, float>>(convert);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

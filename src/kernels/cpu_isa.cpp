@@ -25,6 +25,7 @@ CpuIsa detect() {
 #endif
 }
 
+#if defined(__x86_64__)
 // oneDNN's ISA of the same instructions as each level.
 dnnl_cpu_isa_t onednn_isa(CpuIsa isa) {
   switch (isa) {
@@ -39,6 +40,7 @@ dnnl_cpu_isa_t onednn_isa(CpuIsa isa) {
   }
   return dnnl_cpu_isa_all;
 }
+#endif
 
 CpuIsa decide() {
   CpuIsa isa = cpu_isa_supported();

@@ -52,7 +52,10 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 const bool enrolled = enroll<&kernels::softmax_cross_entropy>(softmax_cross_entropy);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -123,6 +123,8 @@ template void embedding_backward<f16, float>(float*, float*, const f16*, const i
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 const bool enrolled = enroll<&kernels::embedding_forward<float>>(embedding_forward) &&
                       enroll<&kernels::embedding_forward<bf16>>(embedding_forward) &&
                       enroll<&kernels::embedding_forward<f16>>(embedding_forward) &&
@@ -130,6 +132,7 @@ const bool enrolled = enroll<&kernels::embedding_forward<float>>(embedding_forwa
                       enroll<&kernels::embedding_backward<bf16, float>>(embedding_backward) &&
                       enroll<&kernels::embedding_backward<bf16, bf16>>(embedding_backward) &&
                       enroll<&kernels::embedding_backward<f16, float>>(embedding_backward);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

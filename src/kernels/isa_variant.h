@@ -17,8 +17,12 @@
 //   }
 //   #endif
 //   namespace MT_ISA {
+//   namespace {
 //   const bool enrolled = enroll<&kernels::gelu_forward<float>>(gelu_forward) && ...;
 //   }
+//   }
+// Every name a file defines for its enrolment is in an anonymous namespace: a helper of the same name in two
+// files, or two levels, would otherwise be one symbol with two bodies, and the linker would keep one.
 //   }  // namespace mt::kernels
 #pragma once
 
@@ -42,19 +46,23 @@ namespace mt::kernels {
 constexpr CpuIsa kBuildIsa = CpuIsa::MEMTRAIN_ISA;
 
 // The variants of public entry point Api, by level; null where a level's build has none (on processors
-// other than x86-64 only generic is built).
+// other than x86-64 only generic is built). No initializer: static storage starts zeroed, while an
+// initializer may be run (as a debug build does) after another file's enrolment, wiping it.
 template <auto Api>
 struct Variants {
-  static inline decltype(Api) at[kNumCpuIsas] = {};
+  static inline decltype(Api) at[kNumCpuIsas];
 };
 
+namespace MT_ISA {
 // Makes impl this build's variant of Api. Taking the overload set (a template's name) lets the pointer type
-// pick the instantiation: enroll<&kernels::f<float>>(f).
+// pick the instantiation: enroll<&kernels::f<float>>(f). In the level's namespace, as everything that
+// differs between the builds must be: one name for all would leave the linker one copy, one level's.
 template <auto Api>
 bool enroll(decltype(Api) impl) {
   Variants<Api>::at[static_cast<int>(kBuildIsa)] = impl;
   return true;
 }
+}  // namespace MT_ISA
 
 // Calls the variant of Api for the active level (kernels::cpu_isa()), or the nearest level below it.
 template <auto Api, typename... Args>

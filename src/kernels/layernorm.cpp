@@ -212,6 +212,8 @@ template void layernorm_backward<f16, float>(f16*, float*, float*, const f16*, c
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 // Activations of type T with gradients of type G.
 template <typename T, typename G>
 bool enroll_types() {
@@ -226,6 +228,7 @@ bool enroll_forward() {
 const bool enrolled = enroll_forward<float>() && enroll_forward<bf16>() && enroll_forward<f16>() &&
                       enroll_types<float, float>() && enroll_types<bf16, float>() &&
                       enroll_types<bf16, bf16>() && enroll_types<f16, float>();
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -44,10 +44,13 @@ template void lm_head_loss_chunk<f16, float>(const LmHeadChunk<f16, float>&);
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 const bool enrolled = enroll<&kernels::lm_head_loss_chunk<float, float>>(lm_head_loss_chunk) &&
                       enroll<&kernels::lm_head_loss_chunk<bf16, float>>(lm_head_loss_chunk) &&
                       enroll<&kernels::lm_head_loss_chunk<bf16, bf16>>(lm_head_loss_chunk) &&
                       enroll<&kernels::lm_head_loss_chunk<f16, float>>(lm_head_loss_chunk);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

@@ -18,7 +18,7 @@ struct LmHeadChunk {
   float* losses;           // [rows]
   T* dx;                   // [rows, C], written (null: evaluation)
   G* dwte;                 // [Vp, C], accumulated into
-  float* matmul_scratch;   // gemm_scratch_floats(T, isa) floats, or null when that is 0
+  float* matmul_scratch;   // gemm_scratch_floats(T, isa, threads) floats, or null when that is 0
   int64_t rows, C, V, Vp;  // V real vocabulary columns of the Vp padded ones
   float grad_scale;        // the gradient of each row's loss is grad_scale * (softmax - onehot)
 };

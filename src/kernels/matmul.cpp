@@ -60,16 +60,15 @@ void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_
 
 namespace {
 
-// Rows, columns and depth of one conversion tile; scratch holds the A, B and (for 16-bit output) C tiles,
-// 2 MiB. Every K step ends in barriers, which cost most when other jobs hold the cores, so the tiles are not
-// smaller.
+// Rows, columns and depth of one conversion tile. Each thread holds its own A, B and (for 16-bit output) C
+// tiles, 2 MiB, and multiplies them single-threaded: one parallel region per product, with no barrier
+// between its K steps, which cost most when other jobs hold the cores.
 constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
 constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
 
 // dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
 template <typename To, typename From>
 void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
-#pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     if constexpr (std::is_same_v<To, float>)
       widen_n(dst + r * ld_dst, src + r * ld_src, cols);
@@ -78,23 +77,9 @@ void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int
   }
 }
 
-// Both operand tiles of one K step in one parallel region: one barrier instead of two.
-template <typename In>
-void widen_tiles(float* a_tile, const In* a, int64_t lda, int64_t a_rows, int64_t a_cols, float* b_tile,
-                 const In* b, int64_t ldb, int64_t b_rows, int64_t b_cols) {
-#pragma omp parallel
-  {
-#pragma omp for nowait
-    for (int64_t r = 0; r < a_rows; ++r) widen_n(a_tile + r * a_cols, a + r * lda, a_cols);
-#pragma omp for
-    for (int64_t r = 0; r < b_rows; ++r) widen_n(b_tile + r * b_cols, b + r * ldb, b_cols);
-  }
-}
-
 // acc[rows, cols] = (keep ? acc : 0) + bias, row by row.
 template <typename In>
 void add_bias(float* acc, int64_t ld, const In* bias, int64_t rows, int64_t cols, bool keep) {
-#pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r) {
     float* a = acc + r * ld;
 #pragma omp simd
@@ -102,48 +87,69 @@ void add_bias(float* acc, int64_t ld, const In* bias, int64_t rows, int64_t cols
   }
 }
 
+// One output tile C[i0:i0+mt, j0:j0+nt] of tiled_matmul, in the calling thread, with its tiles at `tiles`.
+template <typename In, typename Out>
+void tiled_block(bool trans_a, bool trans_b, int64_t i0, int64_t mt, int64_t j0, int64_t nt, int64_t K,
+                 const In* A, int64_t lda, const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C,
+                 int64_t ldc, float* tiles) {
+  float* a_tile = tiles;
+  float* b_tile = a_tile + kTileM * kTileK;
+  Out* c = C + i0 * ldc + j0;
+  // An fp32 C accumulates in place; a 16-bit one in the C tile.
+  float* acc = b_tile + kTileK * kTileN;
+  int64_t ld_acc = nt;
+  if constexpr (std::is_same_v<Out, float>) {
+    acc = c;
+    ld_acc = ldc;
+  } else if (accumulate) {
+    convert_block(acc, ld_acc, c, ldc, mt, nt);
+  }
+  if (bias) add_bias(acc, ld_acc, bias + j0, mt, nt, accumulate);
+  float beta = (accumulate || bias) ? 1.0f : 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+    const int64_t kt = std::min(kTileK, K - k0);
+    // The stored blocks are converted as they lie (row strides a_cols, b_cols); sgemm applies the transposes.
+    const int64_t a_rows = trans_a ? kt : mt, a_cols = trans_a ? mt : kt;
+    const int64_t b_rows = trans_b ? nt : kt, b_cols = trans_b ? kt : nt;
+    convert_block(a_tile, a_cols, trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0, lda, a_rows, a_cols);
+    convert_block(b_tile, b_cols, trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0, ldb, b_rows, b_cols);
+    // oneDNN runs one thread inside a parallel region (OpenBLAS, a pthread pool of its own, would not).
+    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mt, nt, kt, 1.0f,
+                                            a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc);
+    if (status != dnnl_success)
+      throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+    beta = 1.0f;
+  }
+  if constexpr (!std::is_same_v<Out, float>) convert_block(c, ldc, acc, ld_acc, mt, nt);
+}
+
 // C = op(A) @ op(B) + bias (+ C with accumulate) for 16-bit inputs the library does not multiply: each
-// output tile accumulates in fp32 over K tiles converted exactly to fp32, and is rounded into Out once.
+// output tile accumulates in fp32 over K tiles converted exactly to fp32, and is rounded into Out once. The
+// tiles are shared out among the threads; every element's sum runs in the same order whatever their count.
 template <typename In, typename Out>
 void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda,
                   const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
                   float* scratch) {
   if (!scratch) throw std::logic_error("16-bit product without its conversion tiles (gemm_scratch_floats)");
-  float* a_tile = scratch;
-  float* b_tile = a_tile + kTileM * kTileK;
-  float* c_tile = b_tile + kTileK * kTileN;
-  for (int64_t i0 = 0; i0 < M; i0 += kTileM) {
-    const int64_t mt = std::min(kTileM, M - i0);
-    for (int64_t j0 = 0; j0 < N; j0 += kTileN) {
-      const int64_t nt = std::min(kTileN, N - j0);
-      Out* c = C + i0 * ldc + j0;
-      // An fp32 C accumulates in place; an f16 one in c_tile.
-      float* acc = c_tile;
-      int64_t ld_acc = nt;
-      if constexpr (std::is_same_v<Out, float>) {
-        acc = c;
-        ld_acc = ldc;
-      } else if (accumulate) {
-        convert_block(acc, ld_acc, c, ldc, mt, nt);
+  const int64_t row_tiles = (M + kTileM - 1) / kTileM, col_tiles = (N + kTileN - 1) / kTileN;
+  // The first error of any thread, rethrown after the region: an exception must not leave it.
+  std::string error;
+#pragma omp parallel
+  {
+    float* tiles = scratch + omp_get_thread_num() * kTileScratchFloats;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+      const int64_t i0 = t / col_tiles * kTileM, j0 = t % col_tiles * kTileN;
+      try {
+        tiled_block(trans_a, trans_b, i0, std::min(kTileM, M - i0), j0, std::min(kTileN, N - j0), K, A, lda,
+                    B, ldb, bias, accumulate, C, ldc, tiles);
+      } catch (const std::exception& e) {
+#pragma omp critical(memtrain_tiled_matmul_error)
+        if (error.empty()) error = e.what();
       }
-      if (bias) add_bias(acc, ld_acc, bias + j0, mt, nt, accumulate);
-      float beta = (accumulate || bias) ? 1.0f : 0.0f;
-      for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-        const int64_t kt = std::min(kTileK, K - k0);
-        // The stored blocks are converted as they lie (row strides a_cols, b_cols); sgemm applies the
-        // transposes.
-        const int64_t a_rows = trans_a ? kt : mt, a_cols = trans_a ? mt : kt;
-        const int64_t b_rows = trans_b ? nt : kt, b_cols = trans_b ? kt : nt;
-        const In* a = trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0;
-        const In* b = trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0;
-        widen_tiles(a_tile, a, lda, a_rows, a_cols, b_tile, b, ldb, b_rows, b_cols);
-        gemm<float, float>(trans_a, trans_b, mt, nt, kt, a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc,
-                           nullptr);
-        beta = 1.0f;
-      }
-      if constexpr (!std::is_same_v<Out, float>) convert_block(c, ldc, acc, ld_acc, mt, nt);
     }
   }
+  if (!error.empty()) throw std::runtime_error(error);
 }
 
 // The 16-bit products: bf16 through oneDNN where the active level has its bf16 product, else fp32 tiles.
@@ -253,9 +259,9 @@ std::string_view gemm_backend_name(GemmBackend backend) {
   return backend == GemmBackend::openblas ? "openblas" : "onednn";
 }
 
-int64_t gemm_scratch_floats(DType in, CpuIsa isa) {
+int64_t gemm_scratch_floats(DType in, CpuIsa isa, int threads) {
   const bool tiled = in == DType::f16 || (in == DType::bf16 && !native_bf16_gemm(isa));
-  return tiled ? MT_ISA::kTileScratchFloats : 0;
+  return tiled ? MT_ISA::kTileScratchFloats * threads : 0;
 }
 
 template <typename In, typename Out>
@@ -304,6 +310,8 @@ template void linear_backward<f16, float>(f16*, float*, float*, const f16*, cons
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 template <typename T>
 bool enroll_type() {
   return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
@@ -312,6 +320,7 @@ bool enroll_type() {
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
                       enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
                       enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward);
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

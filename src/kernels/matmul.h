@@ -18,16 +18,17 @@ GemmBackend gemm_backend();
 void set_gemm_backend(GemmBackend backend);
 std::string_view gemm_backend_name(GemmBackend backend);
 
-// Floats of scratch a product of In-typed inputs needs at ISA level `isa`: 0 where the library takes the type
-// directly (fp32; bf16 at AVX-512 and up), fixed-size fp32 tiles where it does not (f16, and bf16 below
-// AVX-512: the operands are converted tile by tile and multiplied in fp32, exactly, since every f16 and
-// bf16 is an fp32).
-int64_t gemm_scratch_floats(DType in, CpuIsa isa);
+// Floats of scratch a product of In-typed inputs needs at ISA level `isa` with `threads` OpenMP threads: 0
+// where the library takes the type directly (fp32; bf16 at AVX-512 and up), fixed-size fp32 tiles per thread
+// where it does not (f16, and bf16 below AVX-512: the operands are converted tile by tile and multiplied in
+// fp32, exactly, since every f16 and bf16 is an fp32).
+int64_t gemm_scratch_floats(DType in, CpuIsa isa, int threads);
 
 // C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32;
 // op(X) = X^T when trans_X, and leading dimensions are row strides. Instantiated for In = Out = float; In =
 // bf16 or f16 with Out = float or In, where beta must be 0 or 1 (std::invalid_argument otherwise) and a
-// 16-bit C is rounded once. `scratch` holds gemm_scratch_floats(In) floats (may be null when that is 0).
+// 16-bit C is rounded once. `scratch` holds gemm_scratch_floats(In, level, threads) floats for the active
+// level and OpenMP's thread count (may be null when that is 0).
 template <typename In, typename Out>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
           int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);

@@ -89,11 +89,14 @@ template void rope_backward<f16>(f16*, int64_t, int64_t, const QkvLayout&, float
 #endif
 
 namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
 template <typename T>
 bool enroll_type() {
   return enroll<&kernels::rope_forward<T>>(rope_forward) && enroll<&kernels::rope_backward<T>>(rope_backward);
 }
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>();
+}  // namespace
 }  // namespace MT_ISA
 
 }  // namespace mt::kernels

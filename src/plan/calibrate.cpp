@@ -85,8 +85,8 @@ std::pair<double, double> linear_seconds(GemmShape s, double budget) {
   std::vector<T> out = buffer(M * n_out, T(0.0f)), dout = buffer(M * n_out, T(0.01f));
   std::vector<T> dinp = buffer(M * n_in, T(0.0f)), bias(static_cast<size_t>(n_out), T(0.1f));
   std::vector<float> dweight = buffer(n_in * n_out, 0.0f), dbias(static_cast<size_t>(n_out));
-  std::vector<float> scratch(static_cast<size_t>(
-      kernels::gemm_scratch_floats(std::is_same_v<T, float> ? DType::f32 : DType::bf16, kernels::cpu_isa())));
+  std::vector<float> scratch(static_cast<size_t>(kernels::gemm_scratch_floats(
+      std::is_same_v<T, float> ? DType::f32 : DType::bf16, kernels::cpu_isa(), omp_get_max_threads())));
   int64_t i = 0;
   const double forward = best_seconds(budget, [&] {
     i = (i + 1) % n;
@@ -131,8 +131,8 @@ double lm_head_gflops(double budget) {
   for (int64_t i = 0; i < rows; ++i) targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % V);
   std::vector<float> logits(static_cast<size_t>(rows * Vp)), losses(static_cast<size_t>(rows));
   std::vector<float> dwte(static_cast<size_t>(Vp * C));
-  std::vector<float> scratch(static_cast<size_t>(
-      kernels::gemm_scratch_floats(std::is_same_v<T, float> ? DType::f32 : DType::bf16, kernels::cpu_isa())));
+  std::vector<float> scratch(static_cast<size_t>(kernels::gemm_scratch_floats(
+      std::is_same_v<T, float> ? DType::f32 : DType::bf16, kernels::cpu_isa(), omp_get_max_threads())));
   const double seconds = best_seconds(budget, [&] {
     kernels::lm_head_loss_chunk<T, float>({.x = x.data(),
                                            .wte = wte.data(),
@@ -271,8 +271,8 @@ double comm_overlap(AsyncCommunicator& comm, std::vector<float>& data, double ex
       b(static_cast<size_t>(s.K * s.N), bf16(0.25f));
   std::vector<bf16> c(static_cast<size_t>(s.M * s.N));
   // Below AVX-512 the bf16 products go through fp32 tiles.
-  std::vector<float> scratch(
-      static_cast<size_t>(kernels::gemm_scratch_floats(DType::bf16, kernels::cpu_isa())));
+  std::vector<float> scratch(static_cast<size_t>(
+      kernels::gemm_scratch_floats(DType::bf16, kernels::cpu_isa(), omp_get_max_threads())));
   const auto product = [&] {
     kernels::linear_forward<bf16>(c.data(), a.data(), b.data(), nullptr, s.M, s.K, s.N, false,
                                   scratch.data());

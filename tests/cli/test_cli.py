@@ -255,13 +255,20 @@ class GoodRuns(CliTestCase):
 
         records = read_metrics(out)
         self.assertEqual([r["step"] for r in records], [1, 2, 3])
+        memory = json.loads((out / "memory.json").read_text())
+        # The kernels' level: the CPU's own, or MEMTRAIN_MAX_ISA's cap below it, the same in both files.
+        levels = ["generic", "avx2", "avx512", "avx512_bf16"]
+        self.assertIn(memory["cpu_isa"], levels)
+        cap = os.environ.get("MEMTRAIN_MAX_ISA")
+        if cap:
+            self.assertLessEqual(levels.index(memory["cpu_isa"]), levels.index(cap))
         for record in records:
             evaluated = record["step"] in (2, 3)  # every 2 steps, and the last
-            expected = {"step", "loss", "lr", "grad_norm", "tokens_per_sec", "step_ms"}
+            expected = {"step", "loss", "lr", "grad_norm", "tokens_per_sec", "step_ms", "cpu_isa"}
             self.assertEqual(set(record), expected | ({"val_loss"} if evaluated else set()), record)
+            self.assertEqual(record.pop("cpu_isa"), memory["cpu_isa"])
             self.assertTrue(all(math.isfinite(record[k]) for k in record), record)
 
-        memory = json.loads((out / "memory.json").read_text())
         self.assertTrue(memory["planned"], memory)
         self.assertEqual(memory["planned"], memory["measured"])
 

@@ -111,7 +111,7 @@ TEST(KernelMatmul, GemmAllTransposesBothBackends) {
 template <typename In, typename Out>
 void check_gemm_16bit(int64_t M, int64_t N, int64_t K) {
   const int64_t pad = 3;
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<In>(), cpu_isa()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<In>(), cpu_isa(), omp_get_max_threads()));
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
       for (float beta : {0.0f, 1.0f}) {
@@ -163,11 +163,28 @@ TEST(KernelMatmul, GemmF16) {
 TEST(KernelMatmul, GemmScratchByLevel) {
   for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16}) {
     SCOPED_TRACE(std::string(cpu_isa_name(isa)));
-    EXPECT_EQ(gemm_scratch_floats(DType::f32, isa), 0);
-    EXPECT_GT(gemm_scratch_floats(DType::f16, isa), 0);
+    EXPECT_EQ(gemm_scratch_floats(DType::f32, isa, 2), 0);
+    EXPECT_GT(gemm_scratch_floats(DType::f16, isa, 2), 0);
     // bf16 goes through fp32 tiles exactly where oneDNN has no bf16 product.
-    EXPECT_EQ(gemm_scratch_floats(DType::bf16, isa) > 0, isa < CpuIsa::avx512);
+    EXPECT_EQ(gemm_scratch_floats(DType::bf16, isa, 2) > 0, isa < CpuIsa::avx512);
   }
+}
+
+// Each thread multiplies whole tiles in a fixed order: the bits do not depend on how many there are.
+TEST(KernelMatmul, TiledProductsSameBitsForAnyThreadCount) {
+  const int64_t M = 300, N = 600, K = 700;
+  const std::vector<f16> a = random_values<f16>(M * K, 1), b = random_values<f16>(K * N, 2);
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 2, 3}) {
+    with_threads(threads, [&] {
+      std::vector<float> scratch(gemm_scratch_floats(DType::f16, cpu_isa(), threads));
+      std::vector<f16> c(M * N);
+      gemm(false, true, M, N, K, a.data(), K, b.data(), K, 0.0f, c.data(), N, scratch.data());
+      results.push_back(testing::to_float(c));
+    });
+  }
+  EXPECT_TRUE(bitwise_equal(results[0], results[1]));
+  EXPECT_TRUE(bitwise_equal(results[0], results[2]));
 }
 
 TEST(KernelMatmul, Gemm16BitRejectsOtherBeta) {
@@ -176,7 +193,7 @@ TEST(KernelMatmul, Gemm16BitRejectsOtherBeta) {
   EXPECT_THROW(gemm(false, false, 2, 2, 2, a.data(), 2, a.data(), 2, 0.5f, c.data(), 2, nullptr),
                std::invalid_argument);
   const std::vector<f16> h(4);
-  std::vector<float> scratch(gemm_scratch_floats(DType::f16, cpu_isa()));
+  std::vector<float> scratch(gemm_scratch_floats(DType::f16, cpu_isa(), omp_get_max_threads()));
   EXPECT_THROW(gemm(false, false, 2, 2, 2, h.data(), 2, h.data(), 2, -1.0f, c.data(), 2, scratch.data()),
                std::invalid_argument);
 }
@@ -291,7 +308,7 @@ void check_linear_forward_16bit() {
   const auto inp = random_values<T>(M * n_in, 1), W = random_values<T>(n_in * n_out, 2);
   const auto bias = random_values<T>(n_out, 3), residual = random_values<T>(M * n_out, 4);
   const auto inp_f = to_floats(inp), W_f = to_floats(W), bias_f = to_floats(bias);
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()));
   for (bool with_bias : {false, true}) {
     for (bool accumulate : {false, true}) {
       SCOPED_TRACE("bias=" + std::to_string(with_bias) + " accumulate=" + std::to_string(accumulate));
@@ -318,7 +335,7 @@ void check_linear_backward_16bit() {
   const auto dout = random_values<T>(M * n_out, 3), dinp0 = random_values<T>(M * n_in, 4);
   const auto dW0 = random_values<G>(n_in * n_out, 5), db0 = random_values<G>(n_out, 6);
   const auto inp_f = to_floats(inp), W_f = to_floats(W), dout_f = to_floats(dout);
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()));
   for (bool accumulate : {false, true}) {
     SCOPED_TRACE("accumulate=" + std::to_string(accumulate));
     std::vector<T> dinp = dinp0;
@@ -352,7 +369,7 @@ TEST(KernelMatmul, LinearBackward16Bit) {
 // (the dW of one is the transpose of the other's), in fp32 and bf16.
 template <typename T>
 void check_out_in_layout() {
-  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa()));
+  std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()));
   const int64_t M = 37, n_in = 24, n_out = 40;
   const auto inp = random_values<T>(M * n_in, 1), w_out_in = random_values<T>(n_out * n_in, 2);
   const auto dout = random_values<T>(M * n_out, 3), bias = random_values<T>(n_out, 4);
