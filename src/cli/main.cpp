@@ -12,17 +12,17 @@
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
   app.require_subcommand(1);
-  mt::cli::add_train_command(app);
-  mt::cli::add_estimate_command(app);
-  mt::cli::add_prepare_command(app);
-  mt::cli::add_report_command(app);
-  mt::cli::add_checkpoint_commands(app);
-  mt::cli::add_plan_command(app);
-  mt::cli::add_calibrate_command(app);
   try {
-    // Decides the kernels' level, and caps oneDNN to it, before any product runs; a bad MEMTRAIN_MAX_ISA is a
-    // usage error before any work.
+    // Decides the kernels' level, and caps oneDNN to it, before anything reads it (the commands' defaults
+    // do) or any product runs; a bad MEMTRAIN_MAX_ISA is a usage error before any work.
     mt::kernels::cpu_isa();
+    mt::cli::add_train_command(app);
+    mt::cli::add_estimate_command(app);
+    mt::cli::add_prepare_command(app);
+    mt::cli::add_report_command(app);
+    mt::cli::add_checkpoint_commands(app);
+    mt::cli::add_plan_command(app);
+    mt::cli::add_calibrate_command(app);
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);

@@ -146,6 +146,14 @@ class BadFlags(CliTestCase):
     def test_missing_required_flag(self):
         self.assert_train_fails(2, "--train-iters", train_iters=None)
 
+    def test_unknown_isa_cap(self):
+        # Every command reads the level (plan's and estimate's defaults too), so every one refuses it.
+        for command in (["estimate", "--model", "gpt2-tiny"], ["plan", "--model", "gpt2-tiny", "--device-memory",
+                                                               "1GiB", "--global-batch-size", "8"]):
+            result = subprocess.run([MEMTRAIN, *command], capture_output=True, text=True, timeout=60,
+                                    env={**os.environ, "MEMTRAIN_MAX_ISA": "avx"})
+            self.assert_error(result, 2, "MEMTRAIN_MAX_ISA", "avx2")
+
     def test_seq_length_above_model_positions(self):
         self.assert_train_fails(2, "--seq-length", seq_length=TINY_POSITIONS + 1)
 
