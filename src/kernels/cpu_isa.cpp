@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "core/word_list.h"
 
 namespace mt::kernels {
 
@@ -75,10 +76,7 @@ std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
 }
 
 std::string cpu_isa_choices() {
-  std::string choices;
-  for (int i = 0; i < kNumCpuIsas; ++i)
-    choices += std::string(i == 0 ? "" : i + 1 == kNumCpuIsas ? " or " : ", ") + std::string(kNames[i]);
-  return choices;
+  return word_list({kNames.begin(), kNames.end()}, " or ");
 }
 
 CpuIsa cpu_isa_supported() {

@@ -34,6 +34,15 @@ void match_openblas_threads() {
   }
 }
 
+// C = op(A) @ op(B) + beta * C through oneDNN's sgemm.
+void onednn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+}
+
 }  // namespace
 
 // This level's gemm, declared as in matmul.h: the fp32 product below is its specialization.
@@ -45,17 +54,11 @@ template <>
 void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
                         float* /*scratch*/) {
-  const float alpha = 1.0f;
-  if (gemm_backend() == GemmBackend::onednn) {
-    const dnnl_status_t status =
-        dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-    if (status != dnnl_success)
-      throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
-    return;
-  }
+  if (gemm_backend() == GemmBackend::onednn)
+    return onednn_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
   match_openblas_threads();
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
-              K, alpha, A, lda, B, ldb, beta, C, ldc);
+              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
 }
 
 namespace {
@@ -114,10 +117,7 @@ void tiled_block(bool trans_a, bool trans_b, int64_t i0, int64_t mt, int64_t j0,
     convert_block(a_tile, a_cols, trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0, lda, a_rows, a_cols);
     convert_block(b_tile, b_cols, trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0, ldb, b_rows, b_cols);
     // oneDNN runs one thread inside a parallel region (OpenBLAS, a pthread pool of its own, would not).
-    const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', mt, nt, kt, 1.0f,
-                                            a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc);
-    if (status != dnnl_success)
-      throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+    onednn_sgemm(trans_a, trans_b, mt, nt, kt, a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc);
     beta = 1.0f;
   }
   if constexpr (!std::is_same_v<Out, float>) convert_block(c, ldc, acc, ld_acc, mt, nt);

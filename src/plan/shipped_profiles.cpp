@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "core/word_list.h"
 #include "plan/cpu_model.h"
 
 namespace mt {
@@ -13,14 +14,6 @@ namespace {
 
 std::string thread_count(int threads) {
   return std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-}
-
-// "ISA level", "ISA level and thread count", "ISA level, thread count and CPU".
-std::string listed(const std::vector<std::string>& things) {
-  std::string s;
-  for (size_t i = 0; i < things.size(); ++i)
-    s += (i == 0 ? "" : i + 1 == things.size() ? " and " : ", ") + things[i];
-  return s;
 }
 
 }  // namespace
@@ -66,7 +59,7 @@ std::string describe_profile(const HardwareProfile& profile, kernels::CpuIsa isa
   if (this_cpu && profile.cpu_model != host_cpu_model()) other.push_back("CPU");
   if (!other.empty())
     s += "; this plan: " + std::string(kernels::cpu_isa_name(isa)) + ", " + thread_count(threads) +
-         (this_cpu ? " on " + host_cpu_model() : "") + ": rates from another " + listed(other);
+         (this_cpu ? " on " + host_cpu_model() : "") + ": rates from another " + word_list(other, " and ");
   return s + ")";
 }
 
