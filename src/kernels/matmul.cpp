@@ -69,6 +69,10 @@ namespace {
 constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
 constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
 
+constexpr int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
 // dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
 template <typename To, typename From>
 void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
@@ -131,7 +135,11 @@ void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
                   const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
                   float* scratch) {
   if (!scratch) throw std::logic_error("16-bit product without its conversion tiles (gemm_scratch_floats)");
+  // Tiles of near-equal size, so that the threads' shares stay balanced (768 columns: 384 + 384, not
+  // 512 + 256); they depend on the shape alone, never on the thread count.
   const int64_t row_tiles = (M + kTileM - 1) / kTileM, col_tiles = (N + kTileN - 1) / kTileN;
+  const int64_t tile_m = round_up((M + row_tiles - 1) / row_tiles, 16);
+  const int64_t tile_n = round_up((N + col_tiles - 1) / col_tiles, 16);
   // The first error of any thread, rethrown after the region: an exception must not leave it.
   std::string error;
 #pragma omp parallel
@@ -139,9 +147,9 @@ void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
     float* tiles = scratch + omp_get_thread_num() * kTileScratchFloats;
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
-      const int64_t i0 = t / col_tiles * kTileM, j0 = t % col_tiles * kTileN;
+      const int64_t i0 = t / col_tiles * tile_m, j0 = t % col_tiles * tile_n;
       try {
-        tiled_block(trans_a, trans_b, i0, std::min(kTileM, M - i0), j0, std::min(kTileN, N - j0), K, A, lda,
+        tiled_block(trans_a, trans_b, i0, std::min(tile_m, M - i0), j0, std::min(tile_n, N - j0), K, A, lda,
                     B, ldb, bias, accumulate, C, ldc, tiles);
       } catch (const std::exception& e) {
 #pragma omp critical(memtrain_tiled_matmul_error)
