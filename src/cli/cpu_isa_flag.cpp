@@ -7,10 +7,11 @@
 namespace mt::cli {
 
 void add_cpu_isa_flag(CLI::App& cmd, std::string& level) {
-  cmd.add_option("--cpu-isa", level,
-                 "ISA level to plan for: " + kernels::cpu_isa_choices() +
-                     " (default: this machine's, capped by MEMTRAIN_MAX_ISA); bf16 products below avx512 "
-                     "need fp32 conversion tiles");
+  cmd.add_option(
+      "--cpu-isa", level,
+      "ISA level to plan for: " + kernels::cpu_isa_choices() +
+          " (default: this machine's, capped by MEMTRAIN_MAX_ISA); bf16 products below avx512_bf16 "
+          "need fp32 conversion tiles");
 }
 
 kernels::CpuIsa resolve_cpu_isa(const std::string& level) {

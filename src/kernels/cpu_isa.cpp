@@ -96,7 +96,7 @@ void set_cpu_isa(CpuIsa isa) {
 }
 
 bool native_bf16_gemm(CpuIsa isa) {
-  return isa >= CpuIsa::avx512;
+  return isa >= CpuIsa::avx512_bf16;
 }
 
 }  // namespace mt::kernels

@@ -34,8 +34,9 @@ CpuIsa cpu_isa();
 // cpu_isa_supported(). oneDNN keeps its cap.
 void set_cpu_isa(CpuIsa isa);
 
-// Whether oneDNN multiplies bf16 directly at this level (it needs AVX-512); below it, bf16 products convert
-// tiles to fp32 for sgemm, as f16 products always do (kernels/matmul.h).
+// Whether oneDNN multiplies bf16 directly at this level: with AVX512-BF16's dot products. At plain AVX-512 it
+// would emulate them at about a third of its fp32 rate, so there and below, bf16 products convert tiles to
+// fp32 for sgemm, as f16 products always do (kernels/matmul.h).
 bool native_bf16_gemm(CpuIsa isa);
 
 }  // namespace mt::kernels

@@ -19,9 +19,9 @@ void set_gemm_backend(GemmBackend backend);
 std::string_view gemm_backend_name(GemmBackend backend);
 
 // Floats of scratch a product of In-typed inputs needs at ISA level `isa` with `threads` OpenMP threads: 0
-// where the library takes the type directly (fp32; bf16 at AVX-512 and up), fixed-size fp32 tiles per thread
-// where it does not (f16, and bf16 below AVX-512: the operands are converted tile by tile and multiplied in
-// fp32, exactly, since every f16 and bf16 is an fp32).
+// where the library takes the type directly (fp32; bf16 with AVX512-BF16), fixed-size fp32 tiles per thread
+// where it does not (f16, and bf16 without AVX512-BF16: the operands are converted tile by tile and
+// multiplied in fp32, exactly, since every f16 and bf16 is an fp32).
 int64_t gemm_scratch_floats(DType in, CpuIsa isa, int threads);
 
 // C[M,N] = op(A) @ op(B) + beta * C with A, B of type In and C of type Out (fp32 or In), accumulated in fp32;

@@ -12,7 +12,7 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   if (step_.threads <= 0) step_.threads = omp_get_max_threads();
   m_.graph.threads = step_.threads;
   // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs,
-  // bf16 below AVX-512).
+  // bf16 without AVX512-BF16).
   const int64_t matmul_floats = kernels::gemm_scratch_floats(step_.dtype, step_.isa, step_.threads);
   if (matmul_floats > 0) mm_ = scratch("matmul.scratch", matmul_floats);
   m_.tokens = tensor("batch.tokens", {step_.batch, step_.seq_len}, Category::other, DType::i32);

@@ -301,7 +301,9 @@ double comm_overlap(AsyncCommunicator& comm, std::vector<float>& data, double ex
     comm.wait(ticket);
     both = std::min(both, seconds_since(start));
   }
-  return 1 - (both - alone) / exchanges_alone;
+  // Both together cannot beat the products alone; a value above 1 is other jobs slowing the `alone` runs,
+  // and a profile holds at most 1.
+  return std::min(1.0, 1 - (both - alone) / exchanges_alone);
 }
 
 // Writes a file the size of a large model's optimizer chunk stream under `dir` with fsync and reads it back,

@@ -67,7 +67,7 @@ struct HardwareProfile {
   double disk_gbps = 0;  // sequential write + read of the offload directory
 
   // fp16 products run as fp32 on CPUs without f16 arithmetic (kernels/matmul.h); bf16 has its own rate
-  // (below AVX-512, that of its products through fp32 conversion tiles).
+  // (without AVX512-BF16, that of its products through fp32 conversion tiles).
   const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
   double lm_head(bool sixteen_bit) const { return lm_head_gflops[sixteen_bit ? 1 : 0]; }

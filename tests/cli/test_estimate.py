@@ -274,17 +274,17 @@ class EstimateCommand(unittest.TestCase):
             self.assertEqual(os.listdir(cwd), [])
 
     def test_cpu_isa_plans_for_a_level(self):
-        """bf16 products below AVX-512 hold the fp32 conversion tiles that f16 products hold at every level, as
+        """bf16 products below AVX512-BF16 hold the fp32 conversion tiles that f16 products hold at every level, as
         workspace, and nothing else changes; the level is in the header and the JSON, by default this process's."""
         flags = ["--model", "gpt2-tiny", "--seq-length", "64", "--threads", "1"]
         avx2 = estimate(*flags, "--bf16", "--cpu-isa", "avx2")
-        avx512 = estimate(*flags, "--bf16", "--cpu-isa", "avx512")
-        f16 = estimate(*flags, "--fp16", "--cpu-isa", "avx512")
-        self.assertEqual((avx2["cpu_isa"], avx512["cpu_isa"]), ("avx2", "avx512"))
-        tiles = f16["ranks"][0]["bytes"]["workspace"] - avx512["ranks"][0]["bytes"]["workspace"]
+        native = estimate(*flags, "--bf16", "--cpu-isa", "avx512_bf16")
+        f16 = estimate(*flags, "--fp16", "--cpu-isa", "avx512_bf16")
+        self.assertEqual((avx2["cpu_isa"], native["cpu_isa"]), ("avx2", "avx512_bf16"))
+        tiles = f16["ranks"][0]["bytes"]["workspace"] - native["ranks"][0]["bytes"]["workspace"]
         self.assertGreater(tiles, 0)
         for c in CATEGORIES:
-            self.assertEqual(avx2["ranks"][0]["bytes"][c] - avx512["ranks"][0]["bytes"][c],
+            self.assertEqual(avx2["ranks"][0]["bytes"][c] - native["ranks"][0]["bytes"][c],
                              tiles if c == "workspace" else 0, c)
         text = subprocess.run([MEMTRAIN, "estimate", *flags, "--cpu-isa", "avx2"], capture_output=True, text=True,
                               timeout=60)

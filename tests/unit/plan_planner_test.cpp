@@ -67,7 +67,7 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
     }
 }
 
-// bf16 below AVX-512 holds conversion tiles: every candidate's bytes are plan_run's at the request's level.
+// bf16 without AVX512-BF16 holds conversion tiles: every candidate's bytes are plan_run's at the request's level.
 TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
   const TrainConfig base = tiny_base("gpt2-tiny", 8);
   for (kernels::CpuIsa isa : {kernels::CpuIsa::avx2, kernels::CpuIsa::avx512}) {
