@@ -1,12 +1,7 @@
 #include "memory/tracked.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <utility>
-
-#include "memory/plan.h"
 
 namespace mt {
 
@@ -22,10 +17,7 @@ void MemoryTracker::on_release(Category c, int64_t bytes) {
 TrackedBuffer::TrackedBuffer(MemoryTracker& tracker, Category category, int64_t bytes)
     : tracker_(&tracker), category_(category), bytes_(bytes) {
   if (bytes == 0) return;
-  const int64_t rounded = (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-  data_ = std::aligned_alloc(kArenaAlignment, rounded);
-  if (!data_) throw std::bad_alloc();
-  std::memset(data_, 0, bytes);
+  data_ = tracker.allocator().allocate(bytes);
   tracker.on_allocate(category, bytes);
 }
 
@@ -50,7 +42,7 @@ TrackedBuffer& TrackedBuffer::operator=(TrackedBuffer&& other) noexcept {
 
 void TrackedBuffer::release() {
   if (data_) {
-    std::free(data_);
+    tracker_->allocator().release(data_, bytes_);
     tracker_->on_release(category_, bytes_);
   }
   data_ = nullptr;

@@ -7,11 +7,15 @@
 #include <memory>
 
 #include "memory/category.h"
+#include "memory/device_allocator.h"
 
 namespace mt {
 
+// Counts the bytes of the buffers taken from one allocator.
 class MemoryTracker {
  public:
+  explicit MemoryTracker(DeviceAllocator& allocator = host_allocator()) : allocator_(&allocator) {}
+  DeviceAllocator& allocator() const { return *allocator_; }
   void on_allocate(Category c, int64_t bytes);
   void on_release(Category c, int64_t bytes);
   // The most bytes held at once, per category.
@@ -19,11 +23,13 @@ class MemoryTracker {
   const CategoryBytes& held() const { return held_; }
 
  private:
+  DeviceAllocator* allocator_;
   CategoryBytes held_;
   CategoryBytes peak_;
 };
 
-// One zero-filled, 64-byte aligned block of a category, counted by its tracker while it lives.
+// One zero-filled, 64-byte aligned block of a category from its tracker's allocator, counted by the tracker
+// while it lives.
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;
