@@ -34,7 +34,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
 void* Allocation::data(int id) const {
   const TensorDesc& t = table_[id];
   if (t.category == Category::params) {
-    if (plan_.sharding.shards_weights()) return in_bound_block(bound_.weights, id, dtype_size(t.dtype));
+    if (plan_.sharding.shards_weights()) throw_not_held(id, "weights");
     return params_.as<char>() + param_offset(id) * static_cast<int64_t>(dtype_size(t.dtype));
   }
   if (t.has_lifetime()) {
@@ -44,12 +44,17 @@ void* Allocation::data(int id) const {
   return others_[id].as<void>();
 }
 
-void* Allocation::in_bound_block(void* base, int param_id, size_t element_size) const {
-  const int64_t offset = param_offset(param_id);
-  if (!base || offset < bound_.begin || offset + table_[param_id].numel() > bound_.end)
-    throw std::logic_error("allocation: " + table_[param_id].name +
-                           " is used outside the window of its block (ZeRO schedule bug)");
-  return static_cast<char*>(base) + (offset - bound_.begin) * static_cast<int64_t>(element_size);
+void Allocation::throw_not_held(int param_id, const char* what) const {
+  throw std::logic_error("allocation: this rank holds a shard of the " + std::string(what) + ", not all of " +
+                         table_[param_id].name + " (ZeRO schedule bug: the op names no window buffer)");
+}
+
+int64_t Allocation::block_offset(int block_tensor, int first_param, int param_id) const {
+  const int64_t offset = param_offset(param_id) - param_offset(first_param);
+  if (offset < 0 || offset + table_[param_id].numel() > table_[block_tensor].numel())
+    throw std::logic_error("allocation: " + table_[param_id].name + " is not in " +
+                           table_[block_tensor].name + " (ZeRO schedule bug)");
+  return offset;
 }
 
 int64_t Allocation::held_index(int64_t flat, int64_t begin, int64_t end, const char* what) const {
@@ -88,7 +93,6 @@ void Allocation::reset_arenas() {
   activations_.reset();
   workspace_.reset();
   comm_arena_.reset();
-  bound_ = {};
 }
 
 CategoryBytes Allocation::measured() const {

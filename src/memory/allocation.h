@@ -22,7 +22,8 @@ class Allocation {
  public:
   Allocation(const TensorTable& table, const Plan& plan);
 
-  // A tensor's memory: parameters from the weight buffer, arena tensors while live, others from their buffer.
+  // A tensor's memory: parameters from the weight buffer (which must hold them whole: not under ZeRO-3),
+  // arena tensors while live, others from their buffer.
   void* data(int id) const;
   // The same, typed; T must be the tensor's dtype (checked: a mismatch is a bug, not bad input).
   template <typename T>
@@ -35,13 +36,19 @@ class Allocation {
     check_dtype(table_[id].dtype, DType::i32, id);
     return static_cast<int32_t*>(data(id));
   }
-  // A parameter's gradient (G = the policy's gradient dtype); under ZeRO-2 the bound block's gradient sum.
+  // A parameter's gradient (G = the policy's gradient dtype) in the gradient buffer, which must hold it
+  // whole: under ZeRO-2/3 an op names its window's gradient sum instead (in_block).
   template <typename G>
   G* grad(int param_id) const {
     check_dtype(plan_.policy.grads, dtype_of<G>(), param_id);
-    if (plan_.sharding.shards_grads())
-      return static_cast<G*>(in_bound_block(bound_.grads, param_id, sizeof(G)));
+    if (plan_.sharding.shards_grads()) throw_not_held(param_id, "gradient");
     return grads_.as<G>() + param_offset(param_id);
+  }
+  // A parameter's place in a comm tensor that holds its block's flat range from first_param on (ZeRO-2/3's
+  // gathered weights and gradient sums); T is the tensor's dtype.
+  template <typename T>
+  T* in_block(int block_tensor, int first_param, int param_id) const {
+    return as<T>(block_tensor) + block_offset(block_tensor, first_param, param_id);
   }
   // Element `flat` of the flat weights or gradients, which must lie in the range this rank's buffer holds
   // (Plan::weights_begin/grads_begin, end included as a one-past pointer).
@@ -55,12 +62,6 @@ class Allocation {
     check_dtype(plan_.policy.grads, dtype_of<G>(), -1);
     return grads_.as<G>() + held_index(flat, plan_.grads_begin(), plan_.grads_end(), "gradients");
   }
-  // ZeRO-2/3: while a block's window runs, the weights (stage 3) and gradients (stage 2) of the parameters in
-  // the flat range [begin, end) are these comm tensors. Null leaves that kind unbound.
-  void bind_block(int64_t begin, int64_t end, void* weights, void* grads) {
-    bound_ = {begin, end, weights, grads};
-  }
-
   // Whole model-state buffers in the policy's dtypes, num_params() elements each. Master weights and Adam
   // moments are reached through optimizer_state(): in memory, or in the plan's offload file.
   const Plan& plan() const { return plan_; }
@@ -84,15 +85,9 @@ class Allocation {
   const Arena& workspace() const { return workspace_; }
 
  private:
-  struct BoundBlock {
-    int64_t begin = 0, end = 0;
-    void* weights = nullptr;
-    void* grads = nullptr;
-  };
-
   void check_dtype(DType actual, DType requested, int id) const;
-  // The parameter's place in the bound block's `base`; throws when the block is not bound (a schedule bug).
-  void* in_bound_block(void* base, int param_id, size_t element_size) const;
+  [[noreturn]] void throw_not_held(int param_id, const char* what) const;
+  int64_t block_offset(int block_tensor, int first_param, int param_id) const;
   int64_t held_index(int64_t flat, int64_t begin, int64_t end, const char* what) const;
 
   const TensorTable& table_;
@@ -101,7 +96,6 @@ class Allocation {
   TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_;
-  BoundBlock bound_;
   std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, adam_m_, adam_v_
 };
 

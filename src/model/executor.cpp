@@ -56,7 +56,8 @@ double Executor::run_ops(int end, bool training, float grad_scale) {
 }
 
 double Executor::mean_loss(double loss_sum) const {
-  return loss_sum / static_cast<double>(graph_.table[graph_.ops[graph_.loss_op].labels].numel());
+  const ops::LmHeadLoss& head = graph_.ops[graph_.loss_op].as<ops::LmHeadLoss>();
+  return loss_sum / static_cast<double>(graph_.table[head.targets].numel());
 }
 
 StepResult Executor::train_step(float grad_scale) {
@@ -80,32 +81,33 @@ void Executor::forward_logits(float* out) {
 }
 
 template <typename T>
-void Executor::logits(const Op& head, float* out) {
-  const int64_t N = graph_.table[head.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
-  float* mm = head.matmul_scratch >= 0 ? memory_.f32(head.matmul_scratch) : nullptr;
-  kernels::gemm(false, true, N, Vp, C, memory_.as<T>(head.inp), C, memory_.as<T>(head.weight), C, 0.0f, out,
-                Vp, mm);
+void Executor::logits(const Op& op, float* out) {
+  const ops::LmHeadLoss& head = op.as<ops::LmHeadLoss>();
+  const int64_t N = graph_.table[head.targets].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  kernels::gemm(false, true, N, Vp, C, memory_.as<T>(head.inp), C, weights<T>(op, head.weight), C, 0.0f, out,
+                Vp, optional<float>(head.matmul_scratch));
 }
 
 // The head works a chunk of rows at a time (kernels/lm_head.h), so the fp32 logits exist for one chunk.
 template <typename T, typename G>
 void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum) {
+  const ops::LmHeadLoss& a = op.as<ops::LmHeadLoss>();
   const TensorTable& table = graph_.table;
-  const int64_t N = table[op.labels].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
-  const int64_t rows = table[op.scratch].numel() / Vp;
-  float* losses = memory_.f32(op.stat0);
+  const int64_t N = table[a.targets].numel(), C = spec_.n_embd, Vp = spec_.padded_vocab_size;
+  const int64_t rows = table[a.logits].numel() / Vp;
+  float* losses = memory_.f32(a.losses);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     kernels::lm_head_loss_chunk<T, G>({
-        .x = memory_.as<T>(op.inp) + r0 * C,
-        .wte = memory_.as<T>(op.weight),
-        .targets = memory_.i32(op.labels) + r0,
-        .logits = memory_.f32(op.scratch),
-        .dlogits = op.dscratch >= 0 ? memory_.as<T>(op.dscratch) : nullptr,
+        .x = memory_.as<T>(a.inp) + r0 * C,
+        .wte = weights<T>(op, a.weight),
+        .targets = memory_.i32(a.targets) + r0,
+        .logits = memory_.f32(a.logits),
+        .dlogits = optional<T>(a.logits_grad),
         .losses = losses + r0,
-        .dx = training ? memory_.as<T>(op.dinp) + r0 * C : nullptr,
-        .dwte = training ? memory_.grad<G>(op.weight) : nullptr,
-        .matmul_scratch = op.matmul_scratch >= 0 ? memory_.f32(op.matmul_scratch) : nullptr,
+        .dx = training ? memory_.as<T>(a.dinp) + r0 * C : nullptr,
+        .dwte = training ? grad<G>(op, a.weight) : nullptr,
+        .matmul_scratch = optional<float>(a.matmul_scratch),
         .rows = n,
         .C = C,
         .V = spec_.vocab_size,
@@ -116,119 +118,139 @@ void Executor::lm_head_loss(const Op& op, bool training, float grad_scale, doubl
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
 }
 
-Executor::LinearShape Executor::linear_shape(const Op& op) const {
-  const TensorDesc& w = graph_.table[op.weight];
-  const int64_t in = w.shape[op.weight_out_in ? 1 : 0], out = w.shape[op.weight_out_in ? 0 : 1];
-  return {graph_.table[op.inp].numel() / in, in, out,
-          op.weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
+Executor::LinearShape Executor::linear_shape(int inp, int weight, bool weight_out_in) const {
+  const TensorDesc& w = graph_.table[weight];
+  const int64_t in = w.shape[weight_out_in ? 1 : 0], out = w.shape[weight_out_in ? 0 : 1];
+  return {graph_.table[inp].numel() / in, in, out,
+          weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
 }
 
 kernels::QkvLayout Executor::qkv_layout() const {
   return {spec_.n_embd, spec_.n_head, spec_.n_kv_head};
 }
 
+// One case per kind: its operands, its shape from the table, its kernel.
 template <typename T, typename G>
 void Executor::run(const Op& op, bool training, float grad_scale, double& loss_sum) {
   const TensorTable& table = graph_.table;
   const Allocation& m = memory_;
-  float* mm = op.matmul_scratch >= 0 ? m.f32(op.matmul_scratch) : nullptr;
-  switch (op.kind) {
+  switch (op.kind()) {
     case OpKind::embedding: {
-      const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_forward(m.as<T>(op.out), m.i32(op.labels), m.as<T>(op.weight), optional<T>(op.bias),
-                                 tokens.shape[0], tokens.shape[1], spec_.n_embd);
+      const auto& a = op.as<ops::Embedding>();
+      const TensorDesc& tokens = table[a.tokens];
+      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), weights<T>(op, a.wte),
+                                 weights<T>(op, a.wpe), tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }
     case OpKind::layernorm: {
-      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::layernorm_forward(m.as<T>(op.out), m.f32(op.stat0), m.f32(op.stat1), m.as<T>(op.inp),
-                                 m.as<T>(op.weight), m.as<T>(op.bias), N, C, spec_.ln_eps);
+      const auto& a = op.as<ops::LayerNorm>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::layernorm_forward(m.as<T>(a.out), m.f32(a.mean), m.f32(a.rstd), m.as<T>(a.inp),
+                                 weights<T>(op, a.weight), weights<T>(op, a.bias), N, C, spec_.ln_eps);
       return;
     }
     case OpKind::rmsnorm: {
-      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::rmsnorm_forward(m.as<T>(op.out), m.f32(op.stat1), m.as<T>(op.inp), m.as<T>(op.weight), N, C,
+      const auto& a = op.as<ops::RmsNorm>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::rmsnorm_forward(m.as<T>(a.out), m.f32(a.rstd), m.as<T>(a.inp), weights<T>(op, a.weight), N, C,
                                spec_.ln_eps);
       return;
     }
     case OpKind::linear: {
-      const LinearShape s = linear_shape(op);
-      if (op.residual >= 0) std::memcpy(m.data(op.out), m.data(op.residual), table[op.out].bytes());
-      kernels::linear_forward(m.as<T>(op.out), m.as<T>(op.inp), m.as<T>(op.weight), optional<T>(op.bias), s.M,
-                              s.in, s.out, op.residual >= 0, mm, s.layout);
+      const auto& a = op.as<ops::Linear>();
+      const LinearShape s = linear_shape(a.inp, a.weight, a.weight_out_in);
+      if (a.residual >= 0) std::memcpy(m.data(a.out), m.data(a.residual), table[a.out].bytes());
+      kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(op, a.weight),
+                              weights<T>(op, a.bias), s.M, s.in, s.out, a.residual >= 0,
+                              optional<float>(a.matmul_scratch), s.layout);
       return;
     }
     case OpKind::rope: {
-      const TensorDesc& qkv = table[op.out];
-      kernels::rope_forward(m.as<T>(op.out), qkv.shape[0], qkv.shape[1], qkv_layout(), spec_.rope_theta);
+      const auto& a = op.as<ops::Rope>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::rope_forward(m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1], qkv_layout(), spec_.rope_theta);
       return;
     }
     case OpKind::attention: {
-      const TensorDesc& qkv = table[op.inp];
-      kernels::attention_forward(m.as<T>(op.out), m.f32(op.stat0), m.as<T>(op.inp), qkv.shape[0],
-                                 qkv.shape[1], spec_.n_embd, spec_.n_head, spec_.n_kv_head,
-                                 m.f32(op.scratch));
+      const auto& a = op.as<ops::Attention>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1],
+                                 spec_.n_embd, spec_.n_head, spec_.n_kv_head, m.f32(a.scratch));
       return;
     }
-    case OpKind::gelu:
-      kernels::gelu_forward(m.as<T>(op.out), m.as<T>(op.inp), table[op.inp].numel());
+    case OpKind::gelu: {
+      const auto& a = op.as<ops::Gelu>();
+      kernels::gelu_forward(m.as<T>(a.out), m.as<T>(a.inp), table[a.inp].numel());
       return;
+    }
     case OpKind::swiglu: {
-      const int64_t I = table[op.out].shape[2];
-      kernels::swiglu_forward(m.as<T>(op.out), m.as<T>(op.inp), table[op.out].numel() / I, I);
+      const auto& a = op.as<ops::Swiglu>();
+      const int64_t I = table[a.out].shape[2];
+      kernels::swiglu_forward(m.as<T>(a.out), m.as<T>(a.gate_up), table[a.out].numel() / I, I);
       return;
     }
     case OpKind::lm_head_loss:
       lm_head_loss<T, G>(op, training, grad_scale, loss_sum);
       return;
-    case OpKind::zero:
-      std::memset(m.data(op.out), 0, table[op.out].bytes());
+    case OpKind::zero: {
+      const auto& a = op.as<ops::Zero>();
+      std::memset(m.data(a.out), 0, table[a.out].bytes());
       return;
+    }
     case OpKind::layernorm_backward: {
-      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::layernorm_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.grad<G>(op.bias),
-                                  m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.weight), m.f32(op.stat0),
-                                  m.f32(op.stat1), N, C);
+      const auto& a = op.as<ops::LayerNormBackward>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::layernorm_backward(m.as<T>(a.dinp), grad<G>(op, a.weight), grad<G>(op, a.bias),
+                                  m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(op, a.weight), m.f32(a.mean),
+                                  m.f32(a.rstd), N, C);
       return;
     }
     case OpKind::rmsnorm_backward: {
-      const int64_t C = table[op.weight].numel(), N = table[op.inp].numel() / C;
-      kernels::rmsnorm_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), m.as<T>(op.dout), m.as<T>(op.inp),
-                                m.as<T>(op.weight), m.f32(op.stat1), N, C);
+      const auto& a = op.as<ops::RmsNormBackward>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::rmsnorm_backward(m.as<T>(a.dinp), grad<G>(op, a.weight), m.as<T>(a.dout), m.as<T>(a.inp),
+                                weights<T>(op, a.weight), m.f32(a.rstd), N, C);
       return;
     }
     case OpKind::linear_backward: {
-      const LinearShape s = linear_shape(op);
-      kernels::linear_backward(m.as<T>(op.dinp), m.grad<G>(op.weight), optional_grad<G>(op.bias),
-                               m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.weight), s.M, s.in, s.out,
-                               op.accumulate, mm, s.layout);
+      const auto& a = op.as<ops::LinearBackward>();
+      const LinearShape s = linear_shape(a.inp, a.weight, a.weight_out_in);
+      kernels::linear_backward(m.as<T>(a.dinp), grad<G>(op, a.weight), grad<G>(op, a.bias), m.as<T>(a.dout),
+                               m.as<T>(a.inp), weights<T>(op, a.weight), s.M, s.in, s.out, a.accumulate,
+                               optional<float>(a.matmul_scratch), s.layout);
       return;
     }
     case OpKind::rope_backward: {
-      const TensorDesc& dqkv = table[op.dinp];
-      kernels::rope_backward(m.as<T>(op.dinp), dqkv.shape[0], dqkv.shape[1], qkv_layout(), spec_.rope_theta);
+      const auto& a = op.as<ops::RopeBackward>();
+      const TensorDesc& dqkv = table[a.dqkv];
+      kernels::rope_backward(m.as<T>(a.dqkv), dqkv.shape[0], dqkv.shape[1], qkv_layout(), spec_.rope_theta);
       return;
     }
     case OpKind::attention_backward: {
-      const TensorDesc& qkv = table[op.inp];
-      kernels::attention_backward(m.as<T>(op.dinp), m.as<T>(op.dout), m.as<T>(op.inp), m.as<T>(op.out),
-                                  m.f32(op.stat0), qkv.shape[0], qkv.shape[1], spec_.n_embd, spec_.n_head,
-                                  spec_.n_kv_head, m.f32(op.scratch));
+      const auto& a = op.as<ops::AttentionBackward>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
+                                  m.f32(a.lse), qkv.shape[0], qkv.shape[1], spec_.n_embd, spec_.n_head,
+                                  spec_.n_kv_head, m.f32(a.scratch));
       return;
     }
-    case OpKind::gelu_backward:
-      kernels::gelu_backward(m.as<T>(op.dinp), m.as<T>(op.inp), m.as<T>(op.dout), table[op.inp].numel());
+    case OpKind::gelu_backward: {
+      const auto& a = op.as<ops::GeluBackward>();
+      kernels::gelu_backward(m.as<T>(a.dinp), m.as<T>(a.inp), m.as<T>(a.dout), table[a.inp].numel());
       return;
+    }
     case OpKind::swiglu_backward: {
-      const int64_t I = table[op.dout].shape[2];
-      kernels::swiglu_backward(m.as<T>(op.dinp), m.as<T>(op.inp), m.as<T>(op.dout),
-                               table[op.dout].numel() / I, I);
+      const auto& a = op.as<ops::SwigluBackward>();
+      const int64_t I = table[a.dout].shape[2];
+      kernels::swiglu_backward(m.as<T>(a.dgate_up), m.as<T>(a.gate_up), m.as<T>(a.dout),
+                               table[a.dout].numel() / I, I);
       return;
     }
     case OpKind::embedding_backward: {
-      const TensorDesc& tokens = table[op.labels];
-      kernels::embedding_backward(m.grad<G>(op.weight), optional_grad<G>(op.bias), m.as<T>(op.dout),
-                                  m.i32(op.labels), tokens.shape[0], tokens.shape[1], spec_.n_embd);
+      const auto& a = op.as<ops::EmbeddingBackward>();
+      const TensorDesc& tokens = table[a.tokens];
+      kernels::embedding_backward(grad<G>(op, a.wte), grad<G>(op, a.wpe), m.as<T>(a.dout), m.i32(a.tokens),
+                                  tokens.shape[0], tokens.shape[1], spec_.n_embd);
       return;
     }
   }

@@ -64,16 +64,26 @@ class Executor {
     int64_t M, in, out;
     kernels::WeightLayout layout;
   };
-  LinearShape linear_shape(const Op& op) const;
+  LinearShape linear_shape(int inp, int weight, bool weight_out_in) const;
   kernels::QkvLayout qkv_layout() const;
-  // A tensor of an optional operand slot (bias, position embedding), or its gradient: null when unset.
+  // A tensor of an optional operand (a bias, the conversion tiles): null when left out.
   template <typename T>
   T* optional(int id) const {
     return id >= 0 ? memory_.as<T>(id) : nullptr;
   }
+  // A parameter's weights and gradient as the op names them: in its window's buffers under ZeRO-2/3
+  // (Op::window), else in the model states. Null for an optional parameter left out.
+  template <typename T>
+  T* weights(const Op& op, int param) const {
+    if (param < 0) return nullptr;
+    const WindowBuffers& w = op.window;
+    return w.weights >= 0 ? memory_.in_block<T>(w.weights, w.first_param, param) : memory_.as<T>(param);
+  }
   template <typename G>
-  G* optional_grad(int id) const {
-    return id >= 0 ? memory_.grad<G>(id) : nullptr;
+  G* grad(const Op& op, int param) const {
+    if (param < 0) return nullptr;
+    const WindowBuffers& w = op.window;
+    return w.grads >= 0 ? memory_.in_block<G>(w.grads, w.first_param, param) : memory_.grad<G>(param);
   }
 
   const ModelSpec& spec_;

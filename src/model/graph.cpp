@@ -7,20 +7,29 @@ namespace mt {
 
 std::vector<int> Op::operands() const {
   std::vector<int> ids;
-  for (int id : {inp, out, residual, weight, bias, stat0, stat1, dinp, dout, scratch, dscratch,
-                 matmul_scratch, labels})
-    if (id >= 0) ids.push_back(id);
+  for_each_operand([&](int id) { ids.push_back(id); });
   return ids;
+}
+
+int param_block(const TensorTable& table, const Op& op) {
+  int block = -1;
+  op.for_each_operand([&](int id) {
+    if (table[id].category != Category::params) return;
+    if (block >= 0 && table[id].block != block)
+      throw std::logic_error("graph: op " + op.name + " reads parameters of two blocks");
+    block = table[id].block;
+  });
+  return block;
 }
 
 void assign_lifetimes(Graph& graph) {
   for (int op = 0; op < static_cast<int>(graph.ops.size()); ++op) {
-    for (int id : graph.ops[op].operands()) {
+    graph.ops[op].for_each_operand([&](int id) {
       TensorDesc& t = graph.table[id];
-      if (t.category != Category::activations && t.category != Category::workspace) continue;
+      if (t.category != Category::activations && t.category != Category::workspace) return;
       t.first_op = t.first_op < 0 ? op : std::min(t.first_op, op);
       t.last_op = std::max(t.last_op, op);
-    }
+    });
   }
   for (const TensorDesc& t : graph.table.tensors())
     if ((t.category == Category::activations || t.category == Category::workspace) && !t.has_lifetime())

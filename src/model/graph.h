@@ -3,50 +3,212 @@
 #pragma once
 
 #include <string>
+#include <tuple>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "memory/tensor_table.h"
 
 namespace mt {
 
+// One alternative of OpArgs per kind, in the same order (checked below).
 enum class OpKind {
-  embedding,           // out = wte[tokens] (weight) + wpe (bias, when set)
-  layernorm,           // out, stat0 = mean, stat1 = rstd  <-  inp, weight, bias
-  rmsnorm,             // out, stat1 = rstd  <-  inp, weight
-  linear,              // out = inp @ weight + bias (+ residual when set); weight [out, in] when weight_out_in
-  rope,                // out (qkv): q and k rotated in place
-  attention,           // out, stat0 = lse  <-  inp (qkv), scratch
-  gelu,                // out = gelu(inp)
-  swiglu,              // out = silu(gate) * up  <-  inp = [gate | up]
-  lm_head_loss,        // losses of inp @ weight^T against labels; training: dinp and weight grad too
-  layernorm_backward,  // dinp += ..., grads of weight and bias  <-  dout, inp, weight, stat0, stat1
-  rmsnorm_backward,    // dinp += ..., grad of weight  <-  dout, inp, weight, stat1
-  linear_backward,     // dinp (=, or += with accumulate) and grads  <-  dout, inp, weight
-  rope_backward,       // dinp (dqkv): dq and dk rotated back in place
-  attention_backward,  // dinp (dqkv)  <-  dout, inp (qkv), out, stat0, scratch
-  gelu_backward,       // dinp = dout * gelu'(inp), in place when dinp == dout
-  swiglu_backward,     // dinp = [dgate | dup]  <-  dout, inp
-  embedding_backward,  // grads of wte (weight) and wpe (bias, when set)  <-  dout
-  zero,                // out = 0 (a gradient that backward ops accumulate into)
+  embedding,
+  layernorm,
+  rmsnorm,
+  linear,
+  rope,
+  attention,
+  gelu,
+  swiglu,
+  lm_head_loss,
+  layernorm_backward,
+  rmsnorm_backward,
+  linear_backward,
+  rope_backward,
+  attention_backward,
+  gelu_backward,
+  swiglu_backward,
+  embedding_backward,
+  zero,
+};
+
+// The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
+// Parameter gradients share their parameter's id. ids() lists every operand; the order is the order in
+// which a copied graph (plan/model_parallel.cpp) adds them to its table, so it is kept fixed.
+namespace ops {
+
+struct Embedding {  // out = wte[tokens] (+ wpe)
+  static constexpr OpKind kind = OpKind::embedding;
+  int out = -1, wte = -1, wpe = -1, tokens = -1;
+  auto ids() { return std::tie(out, wte, wpe, tokens); }
+};
+
+struct LayerNorm {  // out, mean, rstd  <-  inp, weight, bias
+  static constexpr OpKind kind = OpKind::layernorm;
+  int inp = -1, out = -1, weight = -1, bias = -1, mean = -1, rstd = -1;
+  auto ids() { return std::tie(inp, out, weight, bias, mean, rstd); }
+};
+
+struct RmsNorm {  // out, rstd  <-  inp, weight
+  static constexpr OpKind kind = OpKind::rmsnorm;
+  int inp = -1, out = -1, weight = -1, rstd = -1;
+  auto ids() { return std::tie(inp, out, weight, rstd); }
+};
+
+struct Linear {  // out = inp @ weight + bias (+ residual, copied into out first)
+  static constexpr OpKind kind = OpKind::linear;
+  int inp = -1, out = -1, residual = -1, weight = -1, bias = -1;
+  int matmul_scratch = -1;     // conversion tiles, when the compute dtype needs them
+  bool weight_out_in = false;  // weight stored [out, in] (torch.nn.Linear) rather than [in, out]
+  auto ids() { return std::tie(inp, out, residual, weight, bias, matmul_scratch); }
+};
+
+struct Rope {  // q and k of qkv rotated in place
+  static constexpr OpKind kind = OpKind::rope;
+  int qkv = -1;
+  auto ids() { return std::tie(qkv); }
+};
+
+struct Attention {  // out, lse (log-sum-exp per head and position)  <-  qkv
+  static constexpr OpKind kind = OpKind::attention;
+  int qkv = -1, out = -1, lse = -1, scratch = -1;
+  auto ids() { return std::tie(qkv, out, lse, scratch); }
+};
+
+struct Gelu {  // out = gelu(inp)
+  static constexpr OpKind kind = OpKind::gelu;
+  int inp = -1, out = -1;
+  auto ids() { return std::tie(inp, out); }
+};
+
+struct Swiglu {  // out = silu(gate) * up
+  static constexpr OpKind kind = OpKind::swiglu;
+  int gate_up = -1, out = -1;
+  auto ids() { return std::tie(gate_up, out); }
+};
+
+// Per-position losses of inp @ weight^T against targets, a chunk of logits at a time; training also takes
+// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad.
+struct LmHeadLoss {
+  static constexpr OpKind kind = OpKind::lm_head_loss;
+  int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
+      targets = -1;
+  auto ids() { return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets); }
+};
+
+struct LayerNormBackward {  // dinp +=, grads of weight and bias  <-  dout, inp, weight, mean, rstd
+  static constexpr OpKind kind = OpKind::layernorm_backward;
+  int inp = -1, weight = -1, bias = -1, mean = -1, rstd = -1, dinp = -1, dout = -1;
+  auto ids() { return std::tie(inp, weight, bias, mean, rstd, dinp, dout); }
+};
+
+struct RmsNormBackward {  // dinp +=, grad of weight  <-  dout, inp, weight, rstd
+  static constexpr OpKind kind = OpKind::rmsnorm_backward;
+  int inp = -1, weight = -1, rstd = -1, dinp = -1, dout = -1;
+  auto ids() { return std::tie(inp, weight, rstd, dinp, dout); }
+};
+
+struct LinearBackward {  // dinp (=, or += with accumulate), grads of weight and bias  <-  dout, inp, weight
+  static constexpr OpKind kind = OpKind::linear_backward;
+  int inp = -1, weight = -1, bias = -1, dinp = -1, dout = -1, matmul_scratch = -1;
+  bool accumulate = false;
+  bool weight_out_in = false;
+  auto ids() { return std::tie(inp, weight, bias, dinp, dout, matmul_scratch); }
+};
+
+struct RopeBackward {  // dq and dk of dqkv rotated back in place
+  static constexpr OpKind kind = OpKind::rope_backward;
+  int dqkv = -1;
+  auto ids() { return std::tie(dqkv); }
+};
+
+struct AttentionBackward {  // dqkv  <-  dout, qkv, out, lse
+  static constexpr OpKind kind = OpKind::attention_backward;
+  int qkv = -1, out = -1, lse = -1, dqkv = -1, dout = -1, scratch = -1;
+  auto ids() { return std::tie(qkv, out, lse, dqkv, dout, scratch); }
+};
+
+struct GeluBackward {  // dinp = dout * gelu'(inp), in place when dinp == dout
+  static constexpr OpKind kind = OpKind::gelu_backward;
+  int inp = -1, dinp = -1, dout = -1;
+  auto ids() { return std::tie(inp, dinp, dout); }
+};
+
+struct SwigluBackward {  // dgate_up  <-  dout, gate_up
+  static constexpr OpKind kind = OpKind::swiglu_backward;
+  int gate_up = -1, dgate_up = -1, dout = -1;
+  auto ids() { return std::tie(gate_up, dgate_up, dout); }
+};
+
+struct EmbeddingBackward {  // grads of wte (and wpe)  <-  dout
+  static constexpr OpKind kind = OpKind::embedding_backward;
+  int wte = -1, wpe = -1, dout = -1, tokens = -1;
+  auto ids() { return std::tie(wte, wpe, dout, tokens); }
+};
+
+struct Zero {  // out = 0: a gradient that backward ops accumulate into
+  static constexpr OpKind kind = OpKind::zero;
+  int out = -1;
+  auto ids() { return std::tie(out); }
+};
+
+}  // namespace ops
+
+using OpArgs =
+    std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope, ops::Attention,
+                 ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
+                 ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
+                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero>;
+
+namespace detail {
+template <size_t... I>
+constexpr bool kinds_in_order(std::index_sequence<I...>) {
+  return ((std::variant_alternative_t<I, OpArgs>::kind == static_cast<OpKind>(I)) && ...);
+}
+}  // namespace detail
+static_assert(detail::kinds_in_order(std::make_index_sequence<std::variant_size_v<OpArgs>>()),
+              "OpArgs alternatives must follow OpKind");
+
+// Under ZeRO-2/3 (model/zero_schedule.h) the ops of a block's window read its parameters from, and sum their
+// gradients into, comm tensors that hold the block's flat range; without them the model-state buffers.
+struct WindowBuffers {
+  int weights = -1;      // stage 3: the block's weights, gathered from their owners
+  int grads = -1;        // stages 2, 3, ops that write gradients: the window's gradient sum
+  int first_param = -1;  // the block's first parameter, element 0 of both tensors
 };
 
 struct Op {
-  OpKind kind;
   std::string name;
-  // Operands are TensorTable ids; -1 when the op does not use the slot. Parameter gradients share their
-  // parameter's id (they live at the same offset of the gradient buffer).
-  int inp = -1, out = -1, residual = -1;
-  int weight = -1, bias = -1;
-  int stat0 = -1, stat1 = -1;
-  int dinp = -1, dout = -1;
-  int scratch = -1;
-  int dscratch = -1;        // lm_head in 16-bit runs: the logits' gradient in the compute dtype
-  int matmul_scratch = -1;  // ops with matrix products, when the compute dtype needs conversion tiles
-  int labels = -1;          // token ids: the embedding's input tokens, the loss's targets
-  bool accumulate = false;
-  bool weight_out_in = false;  // linear: weight stored [out, in] (torch.nn.Linear) rather than [in, out]
+  OpArgs args;
+  WindowBuffers window = {};
 
+  OpKind kind() const { return static_cast<OpKind>(args.index()); }
+  template <typename A>
+  const A& as() const {
+    return std::get<A>(args);
+  }
+  // Calls f(id) for every tensor the op touches, window buffers included.
+  template <typename F>
+  void for_each_operand(F f) const {
+    auto call = [&](int id) {
+      if (id >= 0) f(id);
+    };
+    std::visit([&](auto a) { std::apply([&](auto... id) { (call(id), ...); }, a.ids()); }, args);
+    call(window.weights);
+    call(window.grads);
+  }
   std::vector<int> operands() const;
+  // Replaces every operand id by map(id); -1 stays -1.
+  template <typename F>
+  void remap_operands(F map) {
+    auto apply = [&](int& id) { id = id < 0 ? -1 : map(id); };
+    std::visit([&](auto& a) { std::apply([&](auto&... id) { (apply(id), ...); }, a.ids()); }, args);
+    apply(window.weights);
+    apply(window.grads);
+    apply(window.first_param);
+  }
 };
 
 struct Graph {
@@ -56,6 +218,10 @@ struct Graph {
   int loss_op = 0;
   int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
 };
+
+// The block (TensorDesc::block) of the parameters the op reads, or -1 when it reads none; a logic error when
+// they belong to two blocks.
+int param_block(const TensorTable& table, const Op& op);
 
 // Sets first_op/last_op of every activation and workspace tensor from the ops that touch it.
 void assign_lifetimes(Graph& graph);

@@ -1,6 +1,7 @@
 // What the model builders (gpt2.cpp, llama.cpp) share: the table and op list built side by side, the batch
-// tensors, linear layers, the fused LM head + loss, and the loops over the layers, forward and backward under
-// a recompute policy. A model supplies its parameters and one block's ops (BlockEmitter).
+// tensors, one emitter per kind of op, the transformer layer (TransformerBlocks) and the step around the
+// layers (emit_step), forward and backward under a recompute policy. A family supplies its parameters, its
+// names and what differs (BlockFamily: LayerNorm or RMSNorm, GELU or SwiGLU, RoPE, weight layout).
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 #include "kernels/cpu_isa.h"
 #include "model/graph.h"
 #include "model/recompute.h"
+#include "model/spec.h"
 
 namespace mt {
 
@@ -35,7 +37,22 @@ struct ModelGraph {
   std::vector<int> params;
 };
 
-// Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch.
+enum class NormKind { layernorm, rmsnorm };
+enum class Activation { gelu, swiglu };
+
+struct NormParams {
+  int weight = -1, bias = -1;  // bias: LayerNorm only
+};
+// A norm's output and the statistics its backward reads (mean: LayerNorm only).
+struct NormActs {
+  int out = -1, mean = -1, rstd = -1;
+};
+struct LinearParams {
+  int weight = -1, bias = -1;
+};
+
+// Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch. An emitter
+// named `name` with a `suffix` (".recomputed" under recompute) names its op name + suffix.
 class GraphBuilder {
  public:
   // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (16-bit inputs
@@ -43,6 +60,7 @@ class GraphBuilder {
   GraphBuilder(ModelGraph& model, const StepConfig& step);
 
   const StepConfig& step() const { return step_; }
+  const ModelGraph& model() const { return m_; }
   // Parameters from here on belong to a new block (TensorDesc::block: what ZeRO-2/3 exchange together).
   void begin_block() { ++block_; }
   int param(const std::string& name, std::vector<int64_t> shape);  // also listed in model.params
@@ -51,11 +69,24 @@ class GraphBuilder {
   int act(const std::string& name, int64_t width) { return act(name, {step_.batch, step_.seq_len, width}); }
   int stat(const std::string& name, std::vector<int64_t> shape);  // fp32 activation
   int scratch(const std::string& name, int64_t floats);           // fp32 workspace
-  void op(Op o);
+  void op(std::string name, OpArgs args);
 
-  void linear(const std::string& name, int inp, int out, int residual, int w, int bias, bool out_in = false);
-  void linear_backward(const std::string& name, int inp, int w, int bias, int dinp, int dout,
-                       bool out_in = false);
+  void linear(const std::string& name, int inp, int out, int residual, LinearParams p, bool out_in);
+  void linear_backward(const std::string& name, int inp, LinearParams p, int dinp, int dout, bool out_in);
+  // A norm over the last dimension (width) into new output and statistics tensors.
+  NormActs norm(NormKind kind, const std::string& name, const std::string& suffix, int inp, NormParams p,
+                int64_t width);
+  void norm_backward(NormKind kind, const std::string& name, int inp, NormParams p, const NormActs& acts,
+                     int dinp, int dout);
+  // Causal attention over qkv [B, T, C + 2 KV] with its scratch of scratch_floats.
+  void attention(const std::string& name, const std::string& suffix, int qkv, int out, int lse,
+                 int64_t scratch_floats);
+  void attention_backward(const std::string& name, int qkv, int out, int lse, int dqkv, int dout,
+                          int64_t scratch_floats);
+  // GELU (inp [.., width]) or SwiGLU (inp [.., 2 width] = [gate | up]) into a new output [.., width].
+  int activation(Activation kind, const std::string& name, const std::string& suffix, int inp, int64_t width);
+  // GELU's backward runs in place (dinp == dout).
+  void activation_backward(Activation kind, const std::string& name, int inp, int dinp, int dout);
   // The fused LM head + loss over inp [B,T,C] with weight [Vp,C]; returns the gradient tensor of inp. Its
   // logits exist one chunk of rows at a time and the loss's gradient is taken inside the same op, so the step
   // never holds [B*T, Vp] logits. In 16-bit runs the loss gradient is rounded into its own chunk buffer.
@@ -70,25 +101,74 @@ class GraphBuilder {
   int block_ = 0;
 };
 
-// One transformer block's ops. Forward tensors emitted with suffix ".recomputed" (full recompute) are new
-// tensors, alive from the recompute to their last backward use; the block keeps the latest ones per layer.
-class BlockEmitter {
- public:
-  virtual ~BlockEmitter() = default;
-  // Emits layer l's forward from inp; returns its output, the residual stream after the layer.
-  virtual int forward(int64_t l, int inp, const std::string& suffix) = 0;
-  // Emits layer l's backward from its latest forward; the residual gradient dres flows through in place.
-  // With `selective`, the cheap elementwise outputs are recomputed right before the op that needs them.
-  virtual void backward(int64_t l, int dres, bool selective) = 0;
+// What a family's layer is. Every family's layer is
+//   x -> norm1 -> qkv projection [-> RoPE] -> attention -> output projection (+ x)
+//     -> norm2 -> up projection -> activation -> down projection (+ the residual after attention);
+// names are relative to the layer's prefix (`layer_prefix` + index + ".").
+struct BlockFamily {
+  NormKind norm = NormKind::layernorm;
+  Activation activation = Activation::gelu;
+  bool rope = false;
+  bool weight_out_in = false;  // projections in torch.nn.Linear layout [out, in]
+  int64_t qkv_width = 0;       // C + 2 KV
+  int64_t mlp_width = 0;       // the activation's output; its input is twice that under SwiGLU
+  std::string layer_prefix;
+  std::string norm1, qkv_proj, attention, out_proj, norm2, up_proj, up_out, activation_name, down_proj;
 };
 
-// The blocks' forward from inp, layer after layer; each layer's output is the next one's input, the residual
-// stream never copied. Returns the last output; inputs[l] is layer l's input.
-int emit_layers_forward(BlockEmitter& blocks, int64_t n_layer, int inp, std::vector<int>& inputs);
+struct LayerParams {
+  NormParams norm1;
+  LinearParams qkv, out;
+  NormParams norm2;
+  LinearParams up, down;
+};
 
-// The blocks' backward from the top, rerunning each full-recompute group's forward from the input it kept
-// when the backward enters the group.
-void emit_layers_backward(BlockEmitter& blocks, const StepConfig& step, int64_t n_layer,
-                          const std::vector<int>& inputs, int dres);
+// The layers' ops. Forward tensors emitted with suffix ".recomputed" (full recompute) are new tensors, alive
+// from the recompute to their last backward use; each layer keeps the latest ones.
+class TransformerBlocks {
+ public:
+  TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, BlockFamily family,
+                    std::vector<LayerParams> params);
+
+  // The layers' forward from inp, layer after layer; each layer's output is the next one's input, the
+  // residual stream never copied. Returns the last output.
+  int forward(int inp);
+  // The layers' backward from the top; the residual gradient dres flows through in place. Each
+  // full-recompute group's forward reruns from the input it kept when the backward enters the group.
+  void backward(int dres);
+
+ private:
+  struct LayerActs {
+    int inp, qkv, atty, lse, res2, up, act, out;
+    NormActs norm1, norm2;
+  };
+
+  int layer_forward(int64_t l, int inp, const std::string& suffix);
+  // With `selective`, the norms' and activation's outputs are recomputed right before the op that needs them.
+  void layer_backward(int64_t l, int dres, bool selective);
+  std::string prefix(int64_t l) const { return family_.layer_prefix + std::to_string(l) + "."; }
+  int64_t up_width() const;
+
+  GraphBuilder& b_;
+  BlockFamily family_;
+  std::vector<LayerParams> params_;
+  int64_t C_, NH_;
+  int64_t attn_scratch_;
+  std::vector<LayerActs> acts_;
+  std::vector<int> inputs_;  // per layer: its input from the first forward
+};
+
+// The parameters around the layers and the names of their tensors.
+struct StepParams {
+  int wte = -1, wpe = -1;  // token and (learned) position embeddings
+  NormParams final_norm;
+  int head = -1;  // the LM head's weight [Vp, C], wte when tied
+  std::string embed_out, final_norm_name;
+};
+
+// The whole step: embedding, the layers, the final norm, the LM head + loss, and the backward of all of
+// it, then the lifetimes.
+void emit_step(GraphBuilder& b, TransformerBlocks& blocks, const ModelSpec& spec, NormKind norm,
+               const StepParams& p);
 
 }  // namespace mt

@@ -8,22 +8,11 @@ namespace mt {
 
 namespace {
 
+// The kinds whose ops add into parameter gradients.
 bool writes_gradients(OpKind kind) {
   return kind == OpKind::lm_head_loss || kind == OpKind::layernorm_backward ||
          kind == OpKind::rmsnorm_backward || kind == OpKind::linear_backward ||
          kind == OpKind::embedding_backward;
-}
-
-// The block of the parameters an op reads, or -1 when it reads none.
-int block_of(const TensorTable& table, const Op& op) {
-  int block = -1;
-  for (int id : {op.weight, op.bias}) {
-    if (id < 0 || table[id].category != Category::params) continue;
-    if (block >= 0 && table[id].block != block)
-      throw std::logic_error("zero schedule: op " + op.name + " reads parameters of two blocks");
-    block = table[id].block;
-  }
-  return block;
 }
 
 // Every block's parameters in table order, which is their order in the flat buffers; a block whose
@@ -59,12 +48,12 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
   const std::map<int, std::vector<int>> blocks = params_by_block(table);
   std::vector<BlockWindow>& windows = schedule.windows;
   for (int i = 0; i < static_cast<int>(graph.ops.size()); ++i) {
-    const int block = block_of(table, graph.ops[i]);
+    const int block = param_block(table, graph.ops[i]);
     if (block < 0) continue;
     if (windows.empty() || windows.back().block != block)
       windows.push_back({.block = block, .first_op = i, .last_op = i, .params = blocks.at(block)});
     windows.back().last_op = i;
-    if (writes_gradients(graph.ops[i].kind)) windows.back().writes_grads = true;
+    if (writes_gradients(graph.ops[i].kind())) windows.back().writes_grads = true;
     schedule.window_of_op[i] = static_cast<int>(windows.size()) - 1;
   }
   std::map<int, int> last_grads;  // block -> its last window that writes gradients
@@ -92,6 +81,13 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
                                 .category = Category::comm,
                                 .first_op = window.first_op,
                                 .last_op = w + 1 < windows.size() ? windows[w + 1].last_op : last_op});
+    for (int i = window.first_op; i <= window.last_op; ++i) {
+      Op& op = graph.ops[i];
+      if (schedule.window_of_op[i] != static_cast<int>(w)) continue;
+      op.window = {.weights = window.weights,
+                   .grads = writes_gradients(op.kind()) ? window.grads : -1,
+                   .first_param = window.params.front()};
+    }
   }
   return schedule;
 }

@@ -5,7 +5,8 @@
 // from a comm tensor gathered during the window before (prefetch); under stages 2 and 3 a window whose ops
 // write gradients sums them in a comm tensor that is reduced to the ranks owning each part of the block
 // during the window after. Both are TensorTable entries with lifetimes, so the Plan packs them by offset like
-// activations, and the estimate counts them exactly.
+// activations, and the estimate counts them exactly; each op of the window names them (Op::window), so the
+// executor reads and writes them, never a model-state buffer this rank holds only a shard of.
 #pragma once
 
 #include <vector>
@@ -31,7 +32,7 @@ struct ZeroSchedule {
 };
 
 // The windows of the graph's ops; for stages 2 and 3 also their comm tensors (weights in the parameters'
-// dtype, gradients in `grads`), added to the graph's table.
+// dtype, gradients in `grads`), added to the graph's table and set as the window buffers of its ops.
 ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads);
 
 }  // namespace mt

@@ -1,6 +1,7 @@
 #include "plan/cost_model.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "plan/shipped_profiles.h"
 
@@ -18,6 +19,50 @@ double operand_bytes(const TensorTable& table, const Op& op) {
   for (int id : op.operands())
     if (id >= 0) bytes += static_cast<double>(table[id].bytes());
   return bytes;
+}
+
+// A matrix product's operands, forward or backward (dinp: -1 in the forward).
+struct LinearOperands {
+  int inp, weight, dinp;
+  bool weight_out_in;
+};
+
+LinearOperands linear_operands(const Op& op) {
+  if (op.kind() == OpKind::linear) {
+    const auto& a = op.as<ops::Linear>();
+    return {a.inp, a.weight, -1, a.weight_out_in};
+  }
+  const auto& a = op.as<ops::LinearBackward>();
+  return {a.inp, a.weight, a.dinp, a.weight_out_in};
+}
+
+// The tensor an elementwise op's time scales with: the forward's output, the backward's incoming gradient,
+// RoPE's rotated one.
+int elementwise_extent(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::layernorm:
+      return op.as<ops::LayerNorm>().out;
+    case OpKind::rmsnorm:
+      return op.as<ops::RmsNorm>().out;
+    case OpKind::gelu:
+      return op.as<ops::Gelu>().out;
+    case OpKind::swiglu:
+      return op.as<ops::Swiglu>().out;
+    case OpKind::rope:
+      return op.as<ops::Rope>().qkv;
+    case OpKind::layernorm_backward:
+      return op.as<ops::LayerNormBackward>().dout;
+    case OpKind::rmsnorm_backward:
+      return op.as<ops::RmsNormBackward>().dout;
+    case OpKind::gelu_backward:
+      return op.as<ops::GeluBackward>().dout;
+    case OpKind::swiglu_backward:
+      return op.as<ops::SwigluBackward>().dout;
+    case OpKind::rope_backward:
+      return op.as<ops::RopeBackward>().dqkv;
+    default:
+      throw std::logic_error("cost model: " + op.name + " is not elementwise");
+  }
 }
 
 // Bytes one rank sends and receives per step for the ZeRO stage's exchanges (ring algorithms: an all-reduce
@@ -45,17 +90,18 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
 OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
                        const HardwareProfile& profile) {
   OpCost c;
-  switch (op.kind) {
+  switch (op.kind()) {
     case OpKind::linear:
     case OpKind::linear_backward: {
       c.kind = OpCostKind::matmul;
-      const TensorDesc& weight = table[op.weight];
-      const int64_t n_in = op.weight_out_in ? weight.shape[1] : weight.shape[0];
-      const int64_t n_out = op.weight_out_in ? weight.shape[0] : weight.shape[1];
-      const int64_t M = table[op.inp].numel() / n_in;
+      const LinearOperands a = linear_operands(op);
+      const TensorDesc& weight = table[a.weight];
+      const int64_t n_in = a.weight_out_in ? weight.shape[1] : weight.shape[0];
+      const int64_t n_out = a.weight_out_in ? weight.shape[0] : weight.shape[1];
+      const int64_t M = table[a.inp].numel() / n_in;
       // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
-      const bool forward = op.kind == OpKind::linear;
-      const double products = forward ? 1 : (op.dinp >= 0 ? 2 : 1);
+      const bool forward = op.kind() == OpKind::linear;
+      const double products = forward ? 1 : (a.dinp >= 0 ? 2 : 1);
       c.flops =
           products * 2.0 * static_cast<double>(M) * static_cast<double>(n_in) * static_cast<double>(n_out);
       const LinearRates& rates = rates_for(profile, weight.dtype);
@@ -66,9 +112,10 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
     case OpKind::lm_head_loss: {
       // Logits, then in training the input's and the weight's gradient, at the head's calibrated rate.
       c.kind = OpCostKind::matmul;
-      const TensorDesc& weight = table[op.weight];  // [Vp, C]
-      const int64_t M = table[op.inp].numel() / weight.shape[1];
-      const double products = op.dinp >= 0 ? 3 : 1;
+      const auto& a = op.as<ops::LmHeadLoss>();
+      const TensorDesc& weight = table[a.weight];  // [Vp, C]
+      const int64_t M = table[a.inp].numel() / weight.shape[1];
+      const double products = a.dinp >= 0 ? 3 : 1;
       c.flops = products * 2.0 * static_cast<double>(M) * static_cast<double>(weight.shape[0]) *
                 static_cast<double>(weight.shape[1]);
       c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9);
@@ -79,9 +126,10 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
       // dQ and dK; at the attention kernels' calibrated rate.
       c.kind = OpCostKind::attention;
-      const TensorDesc& qkv = table[op.inp];
+      const TensorDesc& qkv = table[op.kind() == OpKind::attention ? op.as<ops::Attention>().qkv
+                                                                   : op.as<ops::AttentionBackward>().qkv];
       const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
-      const double products = op.kind == OpKind::attention ? 2 : 5;
+      const double products = op.kind() == OpKind::attention ? 2 : 5;
       c.flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
                 static_cast<double>(T) * static_cast<double>(hd) / 2;
       c.seconds = c.flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
@@ -90,7 +138,8 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
     case OpKind::embedding:
     case OpKind::embedding_backward: {
       // Only the batch's rows of the table are touched: as many as the activation's.
-      const int act = op.kind == OpKind::embedding ? op.out : op.dout;
+      const int act =
+          op.kind() == OpKind::embedding ? op.as<ops::Embedding>().out : op.as<ops::EmbeddingBackward>().dout;
       c.seconds = 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
       break;
     }
@@ -106,10 +155,9 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
     case OpKind::rope_backward: {
       // The forward's output elements (the backward's incoming gradient's, or RoPE's in-place one) at the
       // kernel family's rate.
-      const bool norm = op.kind == OpKind::layernorm || op.kind == OpKind::rmsnorm ||
-                        op.kind == OpKind::layernorm_backward || op.kind == OpKind::rmsnorm_backward;
-      const int id = op.out >= 0 ? op.out : op.dout >= 0 ? op.dout : op.dinp;
-      const double elements = static_cast<double>(table[id].numel());
+      const bool norm = op.kind() == OpKind::layernorm || op.kind() == OpKind::rmsnorm ||
+                        op.kind() == OpKind::layernorm_backward || op.kind() == OpKind::rmsnorm_backward;
+      const double elements = static_cast<double>(table[elementwise_extent(op)].numel());
       c.seconds = elements / ((norm ? profile.norm_melems : profile.activation_melems) * 1e6);
       break;
     }

@@ -99,7 +99,7 @@ nlohmann::ordered_json bytes_json(const CategoryBytes& bytes) {
 
 // A pipeline stage's graph has no loss op: its loss_op is its last forward op (plan/model_parallel.h).
 std::string phase_of(const Graph& graph, int op) {
-  if (graph.ops[op].kind == OpKind::lm_head_loss) return "loss";
+  if (graph.ops[op].kind() == OpKind::lm_head_loss) return "loss";
   return op <= graph.loss_op ? "forward" : "backward";
 }
 

@@ -49,8 +49,7 @@ std::vector<int> op_stages(const Graph& graph, int64_t n_layer, int pp) {
     const Op& op = graph.ops[i];
     if (static_cast<int>(i) == graph.loss_op) {
       current = pp - 1;
-    } else if (op.weight >= 0) {
-      const int block = graph.table[op.weight].block;
+    } else if (const int block = param_block(graph.table, op); block >= 0) {
       if (block == 0)
         current = 0;
       else if (block >= last_block)
@@ -83,9 +82,7 @@ Graph stage_graph(const Graph& full, const std::vector<int>& stage_of_op, int st
   for (size_t i = 0; i < full.ops.size(); ++i) {
     if (stage_of_op[i] != stage) continue;
     Op op = full.ops[i];
-    for (int* operand : {&op.inp, &op.out, &op.residual, &op.weight, &op.bias, &op.stat0, &op.stat1, &op.dinp,
-                         &op.dout, &op.scratch, &op.dscratch, &op.matmul_scratch, &op.labels})
-      *operand = copy(*operand);
+    op.remap_operands(copy);
     if (static_cast<int>(i) <= full.loss_op) g.loss_op = static_cast<int>(g.ops.size());
     g.ops.push_back(op);
   }

@@ -87,18 +87,13 @@ void ZeroSync::before(int op, bool training) {
     if (overlap_ && w + 1 < windows) gathers_[w + 1] = start_gather(w + 1);  // its tensor is live from now on
   }
   // The previous window's reduction had this window to run; its gradient tensor ends with this window.
-  const bool grads = training && window.grads >= 0;
-  if (grads) start_gradients(w);
-  const BlockRange& range = ranges_[w];
-  memory_.bind_block(range.begin, range.end, window.weights >= 0 ? memory_.data(window.weights) : nullptr,
-                     grads ? memory_.data(window.grads) : nullptr);
+  if (training && window.grads >= 0) start_gradients(w);
 }
 
 void ZeroSync::after(int op, bool training) {
   const int w = schedule_.window_of_op[op];
   if (w < 0 || op != schedule_.windows[w].last_op) return;
   const BlockWindow& window = schedule_.windows[w];
-  memory_.bind_block(0, 0, nullptr, nullptr);
   if (w > 0) wait(reductions_[w - 1]);  // its gradient tensor is released with this op
   if (!training) return;
   if (window.grads >= 0) {

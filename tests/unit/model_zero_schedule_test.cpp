@@ -46,12 +46,22 @@ TEST(ZeroSchedule, Gpt2WindowsFollowTheBlocks) {
       EXPECT_GT(window.first_op, s.windows[w - 1].last_op);
     }
   }
-  // Every op that reads parameters lies in a window of their block.
+  // Every op that reads parameters lies in a window of their block and names the window's buffers: its
+  // gathered weights, and its gradient sum when the op writes gradients.
   for (int i = 0; i < static_cast<int>(m.graph.ops.size()); ++i) {
-    const int weight = m.graph.ops[i].weight;
-    if (weight < 0) continue;
-    ASSERT_GE(s.window_of_op[i], 0) << m.graph.ops[i].name;
-    EXPECT_EQ(s.windows[s.window_of_op[i]].block, t[weight].block);
+    const Op& op = m.graph.ops[i];
+    const int block = param_block(t, op);
+    if (block < 0) {
+      EXPECT_EQ(op.window.weights, -1) << op.name;
+      continue;
+    }
+    ASSERT_GE(s.window_of_op[i], 0) << op.name;
+    const BlockWindow& window = s.windows[s.window_of_op[i]];
+    EXPECT_EQ(window.block, block);
+    EXPECT_EQ(op.window.weights, window.weights) << op.name;
+    EXPECT_EQ(op.window.first_param, window.params.front()) << op.name;
+    const bool backward = op.name.ends_with(".backward") || i == m.graph.loss_op;
+    EXPECT_EQ(op.window.grads, backward ? window.grads : -1) << op.name;
   }
 }
 
@@ -64,6 +74,7 @@ TEST(ZeroSchedule, StagesBelowTwoAddNoTensors) {
   const ZeroSchedule s = add_zero_schedule(m.graph, 1, DType::f32);
   EXPECT_EQ(m.graph.table.size(), tensors);
   std::vector<int> finals(static_cast<size_t>(spec.n_layer) + 2, 0);
+  for (const Op& op : m.graph.ops) EXPECT_EQ(op.window.first_param, -1) << op.name;
   for (const BlockWindow& w : s.windows) {
     EXPECT_EQ(w.weights, -1);
     EXPECT_EQ(w.grads, -1);

@@ -80,11 +80,12 @@ TEST(CostModel, EachOpAtItsKernelsRate) {
       const double before = predict_op_cost(run.model.graph.table, op, run.spec, base).seconds;
       const double after = predict_op_cost(run.model.graph.table, op, run.spec, p).seconds;
       if (before == 0) continue;  // an op with no work (a zero-sized tensor)
-      EXPECT_NEAR(before / after, kinds.count(op.kind) ? 2.0 : 1.0, 1e-12) << op.name;
+      EXPECT_NEAR(before / after, kinds.count(op.kind()) ? 2.0 : 1.0, 1e-12) << op.name;
     }
     priced.insert(kinds.begin(), kinds.end());
   }
-  for (const Op& op : run.model.graph.ops) EXPECT_TRUE(priced.count(op.kind)) << op.name << " has no family";
+  for (const Op& op : run.model.graph.ops)
+    EXPECT_TRUE(priced.count(op.kind())) << op.name << " has no family";
   // The optimizer's part: AdamW at its moments' rate.
   HardwareProfile p = base;
   p.adamw_mparams[0] *= 2;
