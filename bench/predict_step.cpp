@@ -19,7 +19,7 @@
 
 #include "core/rng.h"
 #include "dist/communicator.h"
-#include "model/executor.h"
+#include "exec/executor.h"
 #include "optim/adamw.h"
 #include "plan/cost_model.h"
 

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "dist/async_communicator.h"
+#include "exec/executor.h"
 #include "memory/allocation.h"
-#include "model/executor.h"
 #include "model/zero_schedule.h"
 
 namespace mt {

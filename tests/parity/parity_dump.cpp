@@ -13,12 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "exec/executor.h"
 #include "io/safetensors.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
 #include "model/checkpoint_layout.h"
-#include "model/executor.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "optim/adamw.h"

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/plan.h"
-#include "model/executor.h"
 #include "model/gpt2.h"
 #include "model_test_util.h"
 

@@ -6,11 +6,11 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
 #include "memory/plan.h"
 #include "memory/timeline.h"
-#include "model/executor.h"
 #include "model/gpt2.h"
 
 namespace mt {

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/error.h"
+#include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
-#include "model/executor.h"
 #include "model/gpt2.h"
 #include "model/model.h"
 #include "optim/adamw.h"

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "core/error.h"
+#include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
-#include "model/executor.h"
 #include "model/gpt2.h"
 #include "model/model.h"
 #include "model/recompute.h"

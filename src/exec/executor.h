@@ -1,13 +1,12 @@
-// Runs a Graph's ops on an Allocation: each op binds its tensors in the arenas, calls its kernel, and
-// releases the tensors whose lifetime ends there. The kernels are chosen once, from the dtypes of the
-// weights (fp32, bf16, f16) and of the gradients (fp32, bf16).
+// Runs a Graph's ops on an Allocation: each op binds its tensors in the arenas, has the backend run its
+// kernel (exec/backend.h), and releases the tensors whose lifetime ends there.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
-#include "kernels/attention.h"
-#include "kernels/matmul.h"
+#include "exec/backend.h"
 #include "memory/allocation.h"
 #include "model/graph.h"
 #include "model/spec.h"
@@ -47,50 +46,14 @@ class Executor {
   void set_op_hooks(OpHooks* hooks) { hooks_ = hooks; }
 
  private:
-  using RunOp = void (Executor::*)(const Op& op, bool training, float grad_scale, double& loss_sum);
-
   // Runs ops [0, end) with their tensors bound and released; returns the sum of per-position losses.
   double run_ops(int end, bool training, float grad_scale);
   double mean_loss(double loss_sum) const;
-  // T: weights and activations; G: parameter gradients.
-  template <typename T, typename G>
-  void run(const Op& op, bool training, float grad_scale, double& loss_sum);
-  template <typename T, typename G>
-  void lm_head_loss(const Op& op, bool training, float grad_scale, double& loss_sum);
-  template <typename T>
-  void logits(const Op& head, float* out);
-
-  struct LinearShape {
-    int64_t M, in, out;
-    kernels::WeightLayout layout;
-  };
-  LinearShape linear_shape(int inp, int weight, bool weight_out_in) const;
-  kernels::QkvLayout qkv_layout() const;
-  // A tensor of an optional operand (a bias, the conversion tiles): null when left out.
-  template <typename T>
-  T* optional(int id) const {
-    return id >= 0 ? memory_.as<T>(id) : nullptr;
-  }
-  // A parameter's weights and gradient as the op names them: in its window's buffers under ZeRO-2/3
-  // (Op::window), else in the model states. Null for an optional parameter left out.
-  template <typename T>
-  T* weights(const Op& op, int param) const {
-    if (param < 0) return nullptr;
-    const WindowBuffers& w = op.window;
-    return w.weights >= 0 ? memory_.in_block<T>(w.weights, w.first_param, param) : memory_.as<T>(param);
-  }
-  template <typename G>
-  G* grad(const Op& op, int param) const {
-    if (param < 0) return nullptr;
-    const WindowBuffers& w = op.window;
-    return w.grads >= 0 ? memory_.in_block<G>(w.grads, w.first_param, param) : memory_.grad<G>(param);
-  }
 
   const ModelSpec& spec_;
   const Graph& graph_;
   Allocation& memory_;
-  RunOp run_op_;
-  void (Executor::*logits_)(const Op& head, float* out);
+  std::unique_ptr<Backend> backend_;
   std::function<void(int op)> observer_;
   OpHooks* hooks_ = nullptr;
 };

@@ -1,0 +1,253 @@
+// The CPU backend: each op kind's operands, its shape from the table and its kernel in backend/cpu/, over
+// T-typed weights and activations (fp32, bf16, f16) and G-typed gradients (fp32, bf16), chosen once.
+#include "exec/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "kernels/activation.h"
+#include "kernels/attention.h"
+#include "kernels/embedding.h"
+#include "kernels/layernorm.h"
+#include "kernels/lm_head.h"
+#include "kernels/matmul.h"
+#include "kernels/rope.h"
+
+namespace mt {
+
+namespace {
+
+struct LinearShape {
+  int64_t M, in, out;
+  kernels::WeightLayout layout;
+};
+
+LinearShape linear_shape(const TensorTable& table, int inp, int weight, bool weight_out_in) {
+  const TensorDesc& w = table[weight];
+  const int64_t in = w.shape[weight_out_in ? 1 : 0], out = w.shape[weight_out_in ? 0 : 1];
+  return {table[inp].numel() / in, in, out,
+          weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
+}
+
+kernels::QkvLayout qkv_layout(const ModelSpec& spec) {
+  return {spec.n_embd, spec.n_head, spec.n_kv_head};
+}
+
+// One case per kind: its operands, its shape from the table, its kernel.
+
+// A tensor of an optional operand (a bias, the conversion tiles): null when left out.
+template <typename T>
+T* optional(const Allocation& m, int id) {
+  return id >= 0 ? m.as<T>(id) : nullptr;
+}
+
+// A parameter's weights and gradient as the op names them: in its window's buffers under ZeRO-2/3
+// (Op::window), else in the model states. Null for an optional parameter left out.
+template <typename T>
+T* weights(const Allocation& m, const Op& op, int param) {
+  if (param < 0) return nullptr;
+  const WindowBuffers& w = op.window;
+  return w.weights >= 0 ? m.in_block<T>(w.weights, w.first_param, param) : m.as<T>(param);
+}
+
+template <typename G>
+G* grad(const Allocation& m, const Op& op, int param) {
+  if (param < 0) return nullptr;
+  const WindowBuffers& w = op.window;
+  return w.grads >= 0 ? m.in_block<G>(w.grads, w.first_param, param) : m.grad<G>(param);
+}
+
+template <typename T, typename G>
+class CpuBackend final : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+  double run(const Op& op, const OpRun& r) override;
+  void logits(const Op& head, const OpRun& r, float* out) override;
+
+ private:
+  double lm_head_loss(const Op& op, const OpRun& r);
+};
+
+template <typename T, typename G>
+void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
+  const ops::LmHeadLoss& head = op.as<ops::LmHeadLoss>();
+  const int64_t N = r.graph.table[head.targets].numel(), C = r.spec.n_embd, Vp = r.spec.padded_vocab_size;
+  kernels::gemm(false, true, N, Vp, C, r.memory.as<T>(head.inp), C, weights<T>(r.memory, op, head.weight), C,
+                0.0f, out, Vp, optional<float>(r.memory, head.matmul_scratch));
+}
+
+// The head works a chunk of rows at a time (kernels/lm_head.h), so the fp32 logits exist for one chunk.
+template <typename T, typename G>
+double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
+  const ops::LmHeadLoss& a = op.as<ops::LmHeadLoss>();
+  const TensorTable& table = r.graph.table;
+  const Allocation& m = r.memory;
+  const ModelSpec& spec = r.spec;
+  const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = spec.padded_vocab_size;
+  const int64_t rows = table[a.logits].numel() / Vp;
+  float* losses = m.f32(a.losses);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    kernels::lm_head_loss_chunk<T, G>({
+        .x = m.as<T>(a.inp) + r0 * C,
+        .wte = weights<T>(m, op, a.weight),
+        .targets = m.i32(a.targets) + r0,
+        .logits = m.f32(a.logits),
+        .dlogits = optional<T>(m, a.logits_grad),
+        .losses = losses + r0,
+        .dx = r.training ? m.as<T>(a.dinp) + r0 * C : nullptr,
+        .dwte = r.training ? grad<G>(m, op, a.weight) : nullptr,
+        .matmul_scratch = optional<float>(m, a.matmul_scratch),
+        .rows = n,
+        .C = C,
+        .V = spec.vocab_size,
+        .Vp = Vp,
+        .grad_scale = r.grad_scale / static_cast<float>(N),
+    });
+  }
+  double loss_sum = 0;
+  for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
+  return loss_sum;
+}
+
+template <typename T, typename G>
+double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
+  const TensorTable& table = r.graph.table;
+  const Allocation& m = r.memory;
+  const ModelSpec& spec = r.spec;
+  switch (op.kind()) {
+    case OpKind::embedding: {
+      const auto& a = op.as<ops::Embedding>();
+      const TensorDesc& tokens = table[a.tokens];
+      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), weights<T>(m, op, a.wte),
+                                 weights<T>(m, op, a.wpe), tokens.shape[0], tokens.shape[1], spec.n_embd);
+      return 0;
+    }
+    case OpKind::layernorm: {
+      const auto& a = op.as<ops::LayerNorm>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::layernorm_forward(m.as<T>(a.out), m.f32(a.mean), m.f32(a.rstd), m.as<T>(a.inp),
+                                 weights<T>(m, op, a.weight), weights<T>(m, op, a.bias), N, C, spec.ln_eps);
+      return 0;
+    }
+    case OpKind::rmsnorm: {
+      const auto& a = op.as<ops::RmsNorm>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::rmsnorm_forward(m.as<T>(a.out), m.f32(a.rstd), m.as<T>(a.inp), weights<T>(m, op, a.weight), N,
+                               C, spec.ln_eps);
+      return 0;
+    }
+    case OpKind::linear: {
+      const auto& a = op.as<ops::Linear>();
+      const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
+      if (a.residual >= 0) std::memcpy(m.data(a.out), m.data(a.residual), table[a.out].bytes());
+      kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
+                              weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0,
+                              optional<float>(m, a.matmul_scratch), s.layout);
+      return 0;
+    }
+    case OpKind::rope: {
+      const auto& a = op.as<ops::Rope>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::rope_forward(m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1], qkv_layout(spec), spec.rope_theta);
+      return 0;
+    }
+    case OpKind::attention: {
+      const auto& a = op.as<ops::Attention>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1],
+                                 spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
+      return 0;
+    }
+    case OpKind::gelu: {
+      const auto& a = op.as<ops::Gelu>();
+      kernels::gelu_forward(m.as<T>(a.out), m.as<T>(a.inp), table[a.inp].numel());
+      return 0;
+    }
+    case OpKind::swiglu: {
+      const auto& a = op.as<ops::Swiglu>();
+      const int64_t I = table[a.out].shape[2];
+      kernels::swiglu_forward(m.as<T>(a.out), m.as<T>(a.gate_up), table[a.out].numel() / I, I);
+      return 0;
+    }
+    case OpKind::lm_head_loss:
+      return lm_head_loss(op, r);
+    case OpKind::zero: {
+      const auto& a = op.as<ops::Zero>();
+      std::memset(m.data(a.out), 0, table[a.out].bytes());
+      return 0;
+    }
+    case OpKind::layernorm_backward: {
+      const auto& a = op.as<ops::LayerNormBackward>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::layernorm_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
+                                  m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), m.f32(a.mean),
+                                  m.f32(a.rstd), N, C);
+      return 0;
+    }
+    case OpKind::rmsnorm_backward: {
+      const auto& a = op.as<ops::RmsNormBackward>();
+      const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
+      kernels::rmsnorm_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), m.as<T>(a.dout), m.as<T>(a.inp),
+                                weights<T>(m, op, a.weight), m.f32(a.rstd), N, C);
+      return 0;
+    }
+    case OpKind::linear_backward: {
+      const auto& a = op.as<ops::LinearBackward>();
+      const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
+      kernels::linear_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
+                               m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
+                               a.accumulate, optional<float>(m, a.matmul_scratch), s.layout);
+      return 0;
+    }
+    case OpKind::rope_backward: {
+      const auto& a = op.as<ops::RopeBackward>();
+      const TensorDesc& dqkv = table[a.dqkv];
+      kernels::rope_backward(m.as<T>(a.dqkv), dqkv.shape[0], dqkv.shape[1], qkv_layout(spec),
+                             spec.rope_theta);
+      return 0;
+    }
+    case OpKind::attention_backward: {
+      const auto& a = op.as<ops::AttentionBackward>();
+      const TensorDesc& qkv = table[a.qkv];
+      kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
+                                  m.f32(a.lse), qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head,
+                                  spec.n_kv_head, m.f32(a.scratch));
+      return 0;
+    }
+    case OpKind::gelu_backward: {
+      const auto& a = op.as<ops::GeluBackward>();
+      kernels::gelu_backward(m.as<T>(a.dinp), m.as<T>(a.inp), m.as<T>(a.dout), table[a.inp].numel());
+      return 0;
+    }
+    case OpKind::swiglu_backward: {
+      const auto& a = op.as<ops::SwigluBackward>();
+      const int64_t I = table[a.dout].shape[2];
+      kernels::swiglu_backward(m.as<T>(a.dgate_up), m.as<T>(a.gate_up), m.as<T>(a.dout),
+                               table[a.dout].numel() / I, I);
+      return 0;
+    }
+    case OpKind::embedding_backward: {
+      const auto& a = op.as<ops::EmbeddingBackward>();
+      const TensorDesc& tokens = table[a.tokens];
+      kernels::embedding_backward(grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout),
+                                  m.i32(a.tokens), tokens.shape[0], tokens.shape[1], spec.n_embd);
+      return 0;
+    }
+  }
+  throw std::logic_error("cpu backend: op " + op.name + " of no known kind");
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelStatePolicy& p) {
+  if (p.weights == DType::f32 && p.grads == DType::f32) return std::make_unique<CpuBackend<float, float>>();
+  if (p.weights == DType::bf16 && p.grads == DType::f32) return std::make_unique<CpuBackend<bf16, float>>();
+  if (p.weights == DType::bf16 && p.grads == DType::bf16) return std::make_unique<CpuBackend<bf16, bf16>>();
+  if (p.weights == DType::f16 && p.grads == DType::f32) return std::make_unique<CpuBackend<f16, float>>();
+  throw std::logic_error("cpu backend: no kernels for weights " + std::string(dtype_name(p.weights)) +
+                         " with gradients " + std::string(dtype_name(p.grads)));
+}
+
+}  // namespace mt
