@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "train/run_flag_table.h"
 
 namespace mt {
 
@@ -46,8 +47,9 @@ void apply_deepspeed_config(const std::string& path, TrainConfig& c) {
     read(z, "reduce_bucket_size", bucket_elems, path, "zero_optimization.");
     if (bucket_elems > 0) c.bucket_size_mb = static_cast<double>(bucket_elems) * 4 / (1 << 20);
     if (z.contains("offload_optimizer")) {
-      read(z["offload_optimizer"], "device", c.offload_optimizer, path,
-           "zero_optimization.offload_optimizer.");
+      std::string device(kOffloadOptimizerNames.name(c.offload_optimizer));
+      read(z["offload_optimizer"], "device", device, path, "zero_optimization.offload_optimizer.");
+      c.offload_optimizer = parse_offload_optimizer(device);
       read(z["offload_optimizer"], "nvme_path", c.offload_path, path, "zero_optimization.offload_optimizer.");
     }
   }

@@ -15,7 +15,7 @@ namespace mt {
 
 void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   Trainer trainer(cfg, comm);
-  const int64_t resumed = cfg.load.empty() && cfg.resume.empty() ? 0 : trainer.resume();
+  const int64_t resumed = cfg.load.empty() && cfg.resume == ResumeMode::off ? 0 : trainer.resume();
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);
   int64_t last_saved = resumed;

@@ -37,7 +37,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       rank_(comm.rank()),
       run_(plan_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
       scaler_(make_loss_scaler(cfg)),
-      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, parse_decay_style(cfg.decay_style)},
+      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0) {
   const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
   const std::vector<std::string> val_shards =
