@@ -46,6 +46,8 @@ struct RunFlag {
   std::string_view names;  // CLI11's spelling: the Megatron/DeepSpeed name first, aliases after; "!" negates
   std::string_view help;
   FlagField (*field)(RunFlagInput&);
+  // The key of a DeepSpeed config that sets the same field ("zero_optimization.stage"); empty: none.
+  std::string_view deepspeed = {};
   FlagKind kind = FlagKind::value;
   bool show_default = false;  // --help shows the default
   bool memory = false;        // changes the memory plan: `estimate` reads it
