@@ -33,7 +33,7 @@ double median_ms(mt::Communicator& comm, int iterations, const std::function<voi
 int main(int argc, char** argv) {
   const int64_t bytes = (argc > 1 ? std::atoll(argv[1]) : 16) << 20;
   const int iterations = argc > 2 ? std::atoi(argv[2]) : 20;
-  const auto comm = mt::make_communicator("auto");
+  const auto comm = mt::make_communicator(mt::DistBackend::automatic);
   const int n = comm->size();
   if (comm->rank() == 0) {
     std::printf("%s, %d ranks, %.0f MiB buffers, communicator buffer %.1f MiB, median of %d\n",

@@ -29,7 +29,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--threads", *threads, "OpenMP threads, 0 = all cores (one per rank under mpirun)")
       ->capture_default_str();
   cmd->callback([out, options, threads] {
-    auto comm = std::make_unique<AsyncCommunicator>(make_communicator("auto"));
+    auto comm = std::make_unique<AsyncCommunicator>(make_communicator(DistBackend::automatic));
     if (*threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
     if (*threads > 0 || comm->size() > 1) omp_set_num_threads(*threads > 0 ? *threads : 1);
     const HardwareProfile profile = calibrate(*comm, *options);

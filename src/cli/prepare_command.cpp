@@ -3,11 +3,16 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/names.h"
 #include "data/prepare.h"
 
 namespace mt::cli {
 
 namespace {
+
+enum class TokenizerKind { gpt2, byte };
+constexpr auto kTokenizerNames =
+    name_table(std::pair{TokenizerKind::gpt2, "gpt2"}, std::pair{TokenizerKind::byte, "byte"});
 
 struct PrepareArgs {
   PrepareConfig config;
@@ -17,13 +22,10 @@ struct PrepareArgs {
 };
 
 void run_prepare(const PrepareArgs& a) {
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (a.tokenizer == "gpt2")
-    tokenizer = load_gpt2_tokenizer(a.encoder_json, a.vocab_bpe);
-  else if (a.tokenizer == "byte")
-    tokenizer = make_byte_tokenizer();
-  else
-    fail_usage("--tokenizer: expected gpt2 or byte, got \"" + a.tokenizer + "\"");
+  const std::optional<TokenizerKind> kind = kTokenizerNames.parse(a.tokenizer);
+  if (!kind) fail_usage("--tokenizer: expected " + kTokenizerNames.list() + ", got \"" + a.tokenizer + "\"");
+  const std::unique_ptr<Tokenizer> tokenizer =
+      *kind == TokenizerKind::gpt2 ? load_gpt2_tokenizer(a.encoder_json, a.vocab_bpe) : make_byte_tokenizer();
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
   const PrepareResult r = prepare_shards(a.config, *tokenizer);

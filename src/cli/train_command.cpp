@@ -7,7 +7,7 @@
 #include "core/error.h"
 #include "core/units.h"
 #include "plan/oom_doctor.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 namespace mt::cli {
 

@@ -76,17 +76,19 @@ int64_t mpi_buffer_bytes(int world) {
   return (world - 1) * kMpiRoundBytes;
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend) {
-  if (backend != "auto" && backend != "single" && backend != "mpi") {
-    fail_usage("--dist-backend: unknown backend '" + backend + "' (auto, single or mpi)");
-  }
+DistBackend parse_dist_backend(const std::string& name) {
+  if (const std::optional<DistBackend> backend = kDistBackendNames.parse(name)) return *backend;
+  fail_usage("--dist-backend: unknown backend '" + name + "' (" + kDistBackendNames.list() + ")");
+}
+
+std::unique_ptr<Communicator> make_communicator(DistBackend backend) {
   const int ranks = launched_ranks();
-  const bool want_mpi = backend == "mpi" || (backend == "auto" && ranks > 1);
+  const bool want_mpi = backend == DistBackend::mpi || (backend == DistBackend::automatic && ranks > 1);
   if (!want_mpi) return std::make_unique<SingleCommunicator>();
 #ifdef MEMTRAIN_HAVE_MPI
   return make_mpi_communicator();
 #else
-  if (backend == "mpi") fail_usage("--dist-backend mpi: this memtrain was built without MPI");
+  if (backend == DistBackend::mpi) fail_usage("--dist-backend mpi: this memtrain was built without MPI");
   fail_usage(
       "--dist-backend auto: launched as " + std::to_string(ranks) +
       " ranks, but this memtrain was built without MPI (install libopenmpi-dev and rebuild, or run one "

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/names.h"
 
 namespace mt {
 
@@ -51,15 +52,24 @@ constexpr int64_t kMpiRoundBytes = int64_t{1} << 20;
 // without starting MPI, for plans of runs not launched yet.
 int64_t mpi_buffer_bytes(int world);
 
-// "auto": MPI when launched by mpirun with more than one rank (OMPI_COMM_WORLD_SIZE / PMI env), else single;
-// "single"; "mpi". A usage error (mt::fail_usage, core/error.h) names --dist-backend for anything else, or
-// for "mpi" when the binary was built without MPI, or for "auto" under a multi-rank launch without MPI (the
-// ranks would otherwise train independently, unaware of each other).
+// --dist-backend: "auto" (MPI when launched by mpirun with more than one rank, OMPI_COMM_WORLD_SIZE / PMI
+// env, else single), "single" or "mpi".
+enum class DistBackend { automatic, single, mpi };
+inline constexpr auto kDistBackendNames =
+    name_table(std::pair{DistBackend::automatic, "auto"}, std::pair{DistBackend::single, "single"},
+               std::pair{DistBackend::mpi, "mpi"});
+
+// A usage error naming --dist-backend for a name not in kDistBackendNames.
+DistBackend parse_dist_backend(const std::string& name);
+
+// A usage error (mt::fail_usage, core/error.h) names --dist-backend for "mpi" when the binary was built
+// without MPI, or for "auto" under a multi-rank launch without MPI (the ranks would otherwise train
+// independently, unaware of each other).
 //
 // The MPI communicator initialises MPI in its constructor and finalises it in its destructor, so a process
 // makes at most one. A destructor that runs while an exception unwinds skips MPI_Finalize (which waits for
 // every rank): the process then exits without finalising, and mpirun ends the whole job instead of leaving
 // the other ranks blocked in a collective.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend);
+std::unique_ptr<Communicator> make_communicator(DistBackend backend);
 
 }  // namespace mt

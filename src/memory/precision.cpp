@@ -5,22 +5,12 @@
 namespace mt {
 
 Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::fp32;
-  if (name == "bf16") return Precision::bf16;
-  if (name == "fp16") return Precision::fp16;
-  fail_usage("--precision " + name + ": expected fp32, bf16 or fp16");
+  if (const std::optional<Precision> p = kPrecisionNames.parse(name)) return *p;
+  fail_usage("--precision " + name + ": expected " + kPrecisionNames.list());
 }
 
 std::string precision_name(Precision p) {
-  switch (p) {
-    case Precision::fp32:
-      return "fp32";
-    case Precision::bf16:
-      return "bf16";
-    case Precision::fp16:
-      return "fp16";
-  }
-  return "?";
+  return std::string(kPrecisionNames.name(p));
 }
 
 void check_precision(const PrecisionConfig& c) {

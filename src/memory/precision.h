@@ -6,11 +6,15 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "core/names.h"
 #include "memory/plan.h"
 
 namespace mt {
 
 enum class Precision { fp32, bf16, fp16 };
+inline constexpr auto kPrecisionNames =
+    name_table(std::pair{Precision::fp32, "fp32"}, std::pair{Precision::bf16, "bf16"},
+               std::pair{Precision::fp16, "fp16"});
 
 struct PrecisionConfig {
   Precision precision = Precision::fp32;

@@ -7,38 +7,36 @@ namespace mt {
 RecomputeConfig parse_recompute(const std::string& granularity, const std::string& method, int64_t num_layers,
                                 bool recompute_activations) {
   RecomputeConfig c;
-  if (recompute_activations && !granularity.empty() && granularity != "selective")
+  const std::string selective(kRecomputeGranularityNames.name(RecomputeGranularity::selective));
+  if (recompute_activations && !granularity.empty() && granularity != selective)
     fail_usage("--recompute-activations means --recompute-granularity selective, not " + granularity);
-  const std::string g = recompute_activations ? "selective" : granularity;
-  if (g == "selective")
-    c.granularity = RecomputeGranularity::selective;
-  else if (g == "full")
-    c.granularity = RecomputeGranularity::full;
-  else if (!g.empty())
-    fail_usage("--recompute-granularity " + g + ": expected selective or full");
+  const std::string g = recompute_activations ? selective : granularity;
+  if (!g.empty()) {
+    const std::optional<RecomputeGranularity> parsed = kRecomputeGranularityNames.parse(g);
+    if (!parsed)
+      fail_usage("--recompute-granularity " + g + ": expected " + kRecomputeGranularityNames.list());
+    c.granularity = *parsed;
+  }
   const bool full = c.granularity == RecomputeGranularity::full;
   if (!method.empty() && !full) fail_usage("--recompute-method needs --recompute-granularity full");
   if (num_layers != 0 && !full) fail_usage("--recompute-num-layers needs --recompute-granularity full");
-  if (method == "block")
-    c.method = RecomputeMethod::block;
-  else if (!method.empty() && method != "uniform")
-    fail_usage("--recompute-method " + method + ": expected uniform or block");
+  if (!method.empty()) {
+    const std::optional<RecomputeMethod> parsed = kRecomputeMethodNames.parse(method);
+    if (!parsed) fail_usage("--recompute-method " + method + ": expected " + kRecomputeMethodNames.list());
+    c.method = *parsed;
+  }
   if (num_layers < 0) fail_usage("--recompute-num-layers must be positive");
   if (num_layers != 0) c.num_layers = num_layers;
   return c;
 }
 
 std::string recompute_name(const RecomputeConfig& c) {
-  switch (c.granularity) {
-    case RecomputeGranularity::none:
-      return "none";
-    case RecomputeGranularity::selective:
-      return "selective";
-    case RecomputeGranularity::full:
-      return std::string("full, ") + (c.method == RecomputeMethod::uniform ? "uniform" : "block") + ", " +
-             std::to_string(c.num_layers) + " layer" + (c.num_layers == 1 ? "" : "s");
-  }
-  return "?";
+  if (c.granularity != RecomputeGranularity::full)
+    return c.granularity == RecomputeGranularity::none
+               ? "none"
+               : std::string(kRecomputeGranularityNames.name(c.granularity));
+  return "full, " + std::string(kRecomputeMethodNames.name(c.method)) + ", " + std::to_string(c.num_layers) +
+         " layer" + (c.num_layers == 1 ? "" : "s");
 }
 
 std::vector<int64_t> full_recompute_groups(const RecomputeConfig& c, int64_t n_layer) {

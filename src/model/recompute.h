@@ -14,10 +14,17 @@
 #include <string>
 #include <vector>
 
+#include "core/names.h"
+
 namespace mt {
 
 enum class RecomputeGranularity { none, selective, full };
 enum class RecomputeMethod { uniform, block };
+// The names the flags take; no recompute is the absence of --recompute-granularity.
+inline constexpr auto kRecomputeGranularityNames = name_table(
+    std::pair{RecomputeGranularity::selective, "selective"}, std::pair{RecomputeGranularity::full, "full"});
+inline constexpr auto kRecomputeMethodNames =
+    name_table(std::pair{RecomputeMethod::uniform, "uniform"}, std::pair{RecomputeMethod::block, "block"});
 
 struct RecomputeConfig {
   RecomputeGranularity granularity = RecomputeGranularity::none;

@@ -8,10 +8,8 @@
 namespace mt {
 
 DecayStyle parse_decay_style(const std::string& name) {
-  if (name == "cosine") return DecayStyle::cosine;
-  if (name == "linear") return DecayStyle::linear;
-  if (name == "constant") return DecayStyle::constant;
-  fail_usage("--lr-decay-style: expected cosine, linear or constant, got \"" + name + "\"");
+  if (const std::optional<DecayStyle> style = kDecayStyleNames.parse(name)) return *style;
+  fail_usage("--lr-decay-style: expected " + kDecayStyleNames.list() + ", got \"" + name + "\"");
 }
 
 float LrSchedule::at(int64_t step) const {

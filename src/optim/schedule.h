@@ -4,9 +4,14 @@
 #include <cstdint>
 #include <string>
 
+#include "core/names.h"
+
 namespace mt {
 
 enum class DecayStyle { cosine, linear, constant };
+inline constexpr auto kDecayStyleNames =
+    name_table(std::pair{DecayStyle::cosine, "cosine"}, std::pair{DecayStyle::linear, "linear"},
+               std::pair{DecayStyle::constant, "constant"});
 
 DecayStyle parse_decay_style(const std::string& name);  // usage error naming --lr-decay-style
 

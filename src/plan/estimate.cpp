@@ -27,7 +27,8 @@ std::string describe_run(const Estimate& e) {
       << (e.policy.master_weights ? " + F32 master" : "") << ", grads " << dtype_name(e.policy.grads)
       << ", moments " << dtype_name(e.policy.moments) << " | ZeRO stage " << (e.dp > 1 ? c.zero_stage : 0)
       << " over " << e.dp << " rank" << (e.dp == 1 ? "" : "s") << " | recompute "
-      << recompute_name(c.recompute) << (c.offload_optimizer == "nvme" ? " | optimizer offloaded (nvme)" : "")
+      << recompute_name(c.recompute)
+      << (c.offload_optimizer == OffloadOptimizer::nvme ? " | optimizer offloaded (nvme)" : "")
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
       << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
@@ -192,7 +193,7 @@ ModelStateLayout model_state_layout(const Estimate& e) {
           .published_params = e.modelled() ? r.num_params : e.spec.num_parameters(),
           .dp = e.dp,
           .stage = e.dp > 1 ? e.config.zero_stage : 0,
-          .offloaded = e.config.offload_optimizer == "nvme",
+          .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,
           .planned = r.bytes};
 }
 

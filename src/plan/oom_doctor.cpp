@@ -11,6 +11,7 @@
 #include "memory/report.h"
 #include "plan/planner.h"
 #include "plan/shipped_profiles.h"
+#include "train/run_flag_table.h"
 #include "train/train_flags.h"
 
 namespace mt {
@@ -29,12 +30,38 @@ namespace {
 // One change of flags: what it does to the configuration, returning what the user adds to the command line.
 using Change = std::function<std::string(TrainConfig&)>;
 
-// A change whose flags do not depend on the configuration it is applied to.
-Change fixed(std::string flags, std::function<void(TrainConfig&)> apply) {
-  return [flags = std::move(flags), apply = std::move(apply)](TrainConfig& t) {
+// A change said as `verb` and the arguments of `flags` in the changed configuration.
+Change flag_change(std::string verb, std::vector<std::string_view> flags,
+                   std::function<void(TrainConfig&)> apply) {
+  return [verb = std::move(verb), flags = std::move(flags), apply = std::move(apply)](TrainConfig& t) {
     apply(t);
-    return flags;
+    return verb + command_line_args(t, flags);
   };
+}
+
+// bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
+void add_precision_changes(const PrecisionConfig& p, std::vector<Change>& changes) {
+  if (p.precision != Precision::fp32 && p.precision != Precision::bf16) return;
+  std::vector<std::string_view> added;
+  if (p.precision == Precision::fp32) {
+    added.push_back("--precision");
+    changes.push_back(
+        flag_change("add", added, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
+  }
+  if (!p.o2_optimizer) {
+    added.push_back("--o2-optimizer");
+    changes.push_back(flag_change("add", added, [](TrainConfig& t) {
+      t.precision.precision = Precision::bf16;
+      t.precision.o2_optimizer = true;
+    }));
+  }
+  if (!p.o2_gradient) {
+    added.push_back("--o2-gradient");
+    changes.push_back(flag_change("add", added, [](TrainConfig& t) {
+      t.precision.precision = Precision::bf16;
+      t.precision.o2_optimizer = t.precision.o2_gradient = true;
+    }));
+  }
 }
 
 // Block recompute comes last: in a pair it is applied after the other change, and bisects for the fewest
@@ -42,59 +69,40 @@ Change fixed(std::string flags, std::function<void(TrainConfig&)> apply) {
 std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer,
                                       const std::function<bool(const TrainConfig&)>& fits) {
   std::vector<Change> changes;
-  const PrecisionConfig& p = c.precision;
-  // bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
-  if (p.precision == Precision::fp32 || p.precision == Precision::bf16) {
-    const std::string bf16 = p.precision == Precision::fp32 ? " --bf16" : "";
-    if (!bf16.empty())
-      changes.push_back(fixed("add" + bf16, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
-    if (!p.o2_optimizer)
-      changes.push_back(fixed("add" + bf16 + " --o2-optimizer", [](TrainConfig& t) {
-        t.precision.precision = Precision::bf16;
-        t.precision.o2_optimizer = true;
-      }));
-    if (!p.o2_gradient)
-      changes.push_back(fixed("add" + bf16 + (p.o2_optimizer ? "" : " --o2-optimizer") + " --o2-gradient",
-                              [](TrainConfig& t) {
-                                t.precision.precision = Precision::bf16;
-                                t.precision.o2_optimizer = t.precision.o2_gradient = true;
-                              }));
-  }
+  add_precision_changes(c.precision, changes);
   for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
-    changes.push_back(fixed("use --zero-stage " + std::to_string(stage),
-                            [stage](TrainConfig& t) { t.zero_stage = stage; }));
+    changes.push_back(
+        flag_change("use", {"--zero-stage"}, [stage](TrainConfig& t) { t.zero_stage = stage; }));
   if (c.recompute.granularity == RecomputeGranularity::none)
-    changes.push_back(fixed("use --recompute-granularity selective", [](TrainConfig& t) {
+    changes.push_back(flag_change("use", {"--recompute-granularity"}, [](TrainConfig& t) {
       t.recompute = {.granularity = RecomputeGranularity::selective};
     }));
-  changes.push_back(
-      fixed("use --recompute-granularity full --recompute-method uniform --recompute-num-layers 1",
-            [](TrainConfig& t) { t.recompute = full_recompute(RecomputeMethod::uniform, 1); }));
+  changes.push_back(flag_change("use", {"--recompute-granularity"}, [](TrainConfig& t) {
+    t.recompute = full_recompute(RecomputeMethod::uniform, 1);
+  }));
   // A smaller micro-batch with the same sequences per step: more accumulation, said the way the run said it.
   const int64_t per_rank =
       c.global_batch > 0 ? c.global_batch / world : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
+  const std::string_view batch_flag = c.global_batch > 0 ? "--global-batch-size" : "--grad-accum-steps";
   for (int64_t micro = c.micro_batch / 2; micro >= 1; micro /= 2) {
     if (per_rank % micro != 0) continue;
-    const std::string batch = c.global_batch > 0 ? " --global-batch-size " + std::to_string(c.global_batch)
-                                                 : " --grad-accum-steps " + std::to_string(per_rank / micro);
-    changes.push_back(fixed("use --micro-batch-size " + std::to_string(micro) + batch,
-                            [micro, per_rank, global = c.global_batch](TrainConfig& t) {
-                              t.micro_batch = micro;
-                              if (global == 0) t.grad_accum_steps = per_rank / micro;
-                            }));
+    changes.push_back([micro, per_rank, batch_flag, global = c.global_batch](TrainConfig& t) {
+      t.micro_batch = micro;
+      if (global == 0) t.grad_accum_steps = per_rank / micro;
+      return "use " + flag_with_value(t, "--micro-batch-size") + " " + flag_with_value(t, batch_flag);
+    });
   }
-  if (c.offload_optimizer != "nvme") {
+  if (c.offload_optimizer != OffloadOptimizer::nvme) {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
-    changes.push_back(fixed("use --offload-optimizer nvme --offload-path " + path, [path](TrainConfig& t) {
-      t.offload_optimizer = "nvme";
+    changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {
+      t.offload_optimizer = OffloadOptimizer::nvme;
       t.offload_path = path;
     }));
   }
   changes.push_back([n_layer, fits](TrainConfig& t) {
     const int64_t layers = fewest_block_layers(t, n_layer, fits);
     t.recompute = full_recompute(RecomputeMethod::block, layers > 0 ? layers : n_layer);
-    return "use --recompute-granularity full --recompute-method block --recompute-num-layers " +
-           std::to_string(t.recompute.num_layers);
+    return "use " + flag_args(t, "--recompute-granularity");
   });
   return changes;
 }

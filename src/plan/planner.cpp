@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "model/spec.h"
+#include "train/run_flag_table.h"
 #include "train/train_flags.h"
 
 namespace mt {
@@ -191,11 +192,11 @@ PlanResult search_plans(const PlanRequest& request) {
   GroupSearch group(request, result);
   std::vector<int> stages = {0};
   if (request.ranks > 1) stages = {0, 1, 2, 3};
-  std::vector<std::string> offloads = {"none"};
-  if (!base.offload_path.empty()) offloads.push_back("nvme");
+  std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
+  if (!base.offload_path.empty()) offloads.push_back(OffloadOptimizer::nvme);
   for (const PrecisionConfig& precision : precision_choices())
     for (int stage : stages)
-      for (const std::string& offload : offloads) {
+      for (OffloadOptimizer offload : offloads) {
         TrainConfig config = base;
         config.precision = precision;
         config.zero_stage = stage;
@@ -221,32 +222,26 @@ std::string describe_config(const TrainConfig& c) {
   if (!p.master_weights) s += " -master";
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
   s += ", micro-batch " + std::to_string(c.micro_batch);
-  if (c.offload_optimizer != "none") s += ", offload " + c.offload_optimizer;
+  if (c.offload_optimizer != OffloadOptimizer::none)
+    s += ", offload " + std::string(mode_name(c.offload_optimizer));
   return s;
 }
 
 std::string train_command_line(const TrainConfig& c, int ranks) {
   std::string s = ranks > 1 ? "mpirun -np " + std::to_string(ranks) + " memtrain train" : "memtrain train";
-  s += " --model " + c.model + " --data " + c.data + " --train-iters " + std::to_string(c.train_iters);
-  if (c.seq_len > 0) s += " --seq-length " + std::to_string(c.seq_len);
-  s += " --micro-batch-size " + std::to_string(c.micro_batch);
-  s += " --global-batch-size " + std::to_string(c.global_batch);
-  const PrecisionConfig& p = c.precision;
-  if (p.precision != Precision::fp32) s += " --" + precision_name(p.precision);
-  if (p.o2_optimizer) s += " --o2-optimizer";
-  if (p.o2_gradient) s += " --o2-gradient";
-  if (!p.master_weights) s += " --no-master-weights";
-  if (c.zero_stage > 0) s += " --zero-stage " + std::to_string(c.zero_stage);
-  const RecomputeConfig& r = c.recompute;
-  if (r.granularity == RecomputeGranularity::selective) s += " --recompute-granularity selective";
-  if (r.granularity == RecomputeGranularity::full)
-    s += std::string(" --recompute-granularity full --recompute-method ") +
-         (r.method == RecomputeMethod::block ? "block" : "uniform") + " --recompute-num-layers " +
-         std::to_string(r.num_layers);
-  if (c.offload_optimizer != "none")
-    s += " --offload-optimizer " + c.offload_optimizer + " --offload-path " + c.offload_path;
-  if (c.eval_interval != 100) s += " --eval-interval " + std::to_string(c.eval_interval);
-  if (c.threads > 0) s += " --threads " + std::to_string(c.threads);
+  const auto with_value = [&](std::initializer_list<std::string_view> flags) {
+    for (std::string_view flag : flags) {
+      s += ' ';
+      s += flag_with_value(c, flag);
+    }
+  };
+  with_value({"--model", "--data", "--train-iters"});
+  s += command_line_args(c, {"--seq-length"});
+  with_value({"--micro-batch-size", "--global-batch-size"});
+  // What the search chose, then what the request fixed.
+  s += command_line_args(
+      c, {"--precision", "--o2-optimizer", "--o2-gradient", "--no-master-weights", "--zero-stage",
+          "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads"});
   return s;
 }
 

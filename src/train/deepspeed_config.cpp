@@ -3,8 +3,11 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <type_traits>
 
 #include "core/error.h"
+#include "train/run_flag_table.h"
 
 namespace mt {
 
@@ -23,6 +26,31 @@ void read(const json& j, const char* key, T& out, const std::string& path, const
   }
 }
 
+// The flag field at dotted `key` ("zero_optimization.stage"); a mode reads its name and parses it.
+void read_key(const json& j, std::string_view key, FlagField field, const std::string& path) {
+  const size_t dot = key.rfind('.');
+  const std::string prefix(dot == std::string_view::npos ? "" : key.substr(0, dot + 1));
+  const json* node = &j;
+  for (size_t begin = 0, end; (end = key.find('.', begin)) != std::string_view::npos; begin = end + 1) {
+    const std::string part(key.substr(begin, end - begin));
+    if (!node->is_object() || !node->contains(part)) return;
+    node = &(*node)[part];
+  }
+  const std::string last(key.substr(prefix.size()));
+  std::visit(
+      [&](auto* p) {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_enum_v<T>) {
+          std::string name(mode_name(*p));
+          read(*node, last.c_str(), name, path, prefix);
+          parse_flag_value(name, *p);
+        } else {
+          read(*node, last.c_str(), *p, path, prefix);
+        }
+      },
+      field);
+}
+
 }  // namespace
 
 void apply_deepspeed_config(const std::string& path, TrainConfig& c) {
@@ -35,34 +63,24 @@ void apply_deepspeed_config(const std::string& path, TrainConfig& c) {
     fail_data(path + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) fail_data(path + ": expected a JSON object");
-  read(j, "train_micro_batch_size_per_gpu", c.micro_batch, path, "");
-  read(j, "gradient_accumulation_steps", c.grad_accum_steps, path, "");
-  read(j, "train_batch_size", c.global_batch, path, "");
+  RunFlagInput flags;
+  flags.config = c;
+  for (const RunFlag& flag : run_flag_table())
+    if (!flag.deepspeed.empty()) read_key(j, flag.deepspeed, flag.field(flags), path);
+  c = flags.config;
   if (j.contains("zero_optimization")) {
-    const json& z = j["zero_optimization"];
-    read(z, "stage", c.zero_stage, path, "zero_optimization.");
-    read(z, "overlap_comm", c.overlap_comm, path, "zero_optimization.");
     int64_t bucket_elems = 0;
-    read(z, "reduce_bucket_size", bucket_elems, path, "zero_optimization.");
+    read(j["zero_optimization"], "reduce_bucket_size", bucket_elems, path, "zero_optimization.");
     if (bucket_elems > 0) c.bucket_size_mb = static_cast<double>(bucket_elems) * 4 / (1 << 20);
-    if (z.contains("offload_optimizer")) {
-      read(z["offload_optimizer"], "device", c.offload_optimizer, path,
-           "zero_optimization.offload_optimizer.");
-      read(z["offload_optimizer"], "nvme_path", c.offload_path, path, "zero_optimization.offload_optimizer.");
-    }
   }
   bool bf16 = false, fp16 = false;
   if (j.contains("bf16")) read(j["bf16"], "enabled", bf16, path, "bf16.");
   if (j.contains("fp16")) {
     const json& f = j["fp16"];
     read(f, "enabled", fp16, path, "fp16.");
-    read(f, "loss_scale", c.static_loss_scale, path, "fp16.");
     int power = 0;
     read(f, "initial_scale_power", power, path, "fp16.");
     if (power > 0) c.loss_scaler.initial_scale = std::ldexp(1.0f, power);
-    read(f, "loss_scale_window", c.loss_scaler.window, path, "fp16.");
-    read(f, "hysteresis", c.loss_scaler.hysteresis, path, "fp16.");
-    read(f, "min_loss_scale", c.loss_scaler.min_scale, path, "fp16.");
   }
   if (bf16 && fp16) fail_data(path + ": bf16.enabled and fp16.enabled exclude each other");
   if (bf16) c.precision.precision = Precision::bf16;

@@ -8,10 +8,8 @@
 
 namespace mt {
 
-// Keys read: zero_optimization.{stage, overlap_comm, reduce_bucket_size, offload_optimizer.{device,
-// nvme_path}},
-// train_micro_batch_size_per_gpu, gradient_accumulation_steps, train_batch_size, bf16.enabled,
-// fp16.{enabled, loss_scale, initial_scale_power, loss_scale_window, hysteresis, min_loss_scale}. Unknown
+// Keys read: each run flag's `deepspeed` key (train/run_flag_table.h), and those that convert:
+// zero_optimization.reduce_bucket_size (elements), bf16.enabled, fp16.{enabled, initial_scale_power}. Unknown
 // keys are ignored (DeepSpeed files carry many); a known key of the wrong type is a data error naming the
 // file.
 void apply_deepspeed_config(const std::string& path, TrainConfig& config);

@@ -32,7 +32,7 @@ RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64
     run.val_window = table.add({"loader.val.window", {Loader::window_tokens(run.val_data)}, DType::u16});
   // Checkpoints stream tensors straight from the model states; reading files back to checksum them goes
   // through this buffer, at most one tensor (and 1 MiB) in size.
-  if (!cfg.save.empty() || !cfg.load.empty() || !cfg.resume.empty() || cfg.verify_resume > 0) {
+  if (!cfg.save.empty() || !cfg.load.empty() || cfg.resume != ResumeMode::off || cfg.verify_resume > 0) {
     int64_t largest = 1;
     for (int id : run.model.params) largest = std::max(largest, table[id].numel());
     run.checkpoint_stream =
@@ -45,7 +45,7 @@ RunPlan plan_run(const TrainConfig& cfg, int world, int rank, int threads, int64
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm_buffer_bytes};
   const OptimizerOffload offload{
-      .enabled = cfg.offload_optimizer == "nvme",
+      .enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
       .path = cfg.offload_path,
       .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
   run.plan = make_plan(table, policy, sharding, offload);

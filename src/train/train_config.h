@@ -4,12 +4,24 @@
 #include <cstdint>
 #include <string>
 
+#include "core/names.h"
+#include "dist/communicator.h"
 #include "memory/precision.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/schedule.h"
 
 namespace mt {
+
+// --offload-optimizer: where master weights and Adam moments live.
+enum class OffloadOptimizer { none, nvme };
+inline constexpr auto kOffloadOptimizerNames =
+    name_table(std::pair{OffloadOptimizer::none, "none"}, std::pair{OffloadOptimizer::nvme, "nvme"});
+
+// --resume: `off` is the flag's absence.
+enum class ResumeMode { off, automatic };
+inline constexpr auto kResumeModeNames = name_table(std::pair{ResumeMode::automatic, "auto"});
 
 struct TrainConfig {
   std::string model;                // preset name or config.json
@@ -23,20 +35,20 @@ struct TrainConfig {
   float lr = 6e-4f;
   float min_lr = 0.0f;
   int64_t warmup_iters = 0;
-  std::string decay_style = "cosine";
+  DecayStyle decay_style = DecayStyle::cosine;
   AdamWConfig adam;
   PrecisionConfig precision;
   RecomputeConfig recompute;
   LossScalerConfig loss_scaler;  // fp16 only
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
-  std::string dist_backend = "auto";  // auto, single or mpi
-  int zero_stage = 0;                 // 0-3
-  double bucket_size_mb = 25;         // gradient and weight exchanges in chunks of this many MiB
-  bool overlap_comm = true;  // exchanges run alongside the kernels; off: each one is waited for at once
-  std::string offload_optimizer = "none";  // none or nvme
-  std::string offload_path;                // nvme: directory for this run's optimizer-state files
-  double offload_chunk_mb = 4;             // nvme: chunk of fp32 elements streamed per I/O, in MiB
+  DistBackend dist_backend = DistBackend::automatic;
+  int zero_stage = 0;          // 0-3
+  double bucket_size_mb = 25;  // gradient and weight exchanges in chunks of this many MiB
+  bool overlap_comm = true;    // exchanges run alongside the kernels; off: each one is waited for at once
+  OffloadOptimizer offload_optimizer = OffloadOptimizer::none;
+  std::string offload_path;     // nvme: directory for this run's optimizer-state files
+  double offload_chunk_mb = 4;  // nvme: chunk of fp32 elements streamed per I/O, in MiB
   uint64_t seed = 1234;
   bool shuffle = true;
   int64_t log_interval = 1;
@@ -51,8 +63,9 @@ struct TrainConfig {
   int64_t save_interval = 0;
   int keep_checkpoints = 0;
   int64_t exit_interval = 0;
-  std::string load;    // a checkpoint, or a save directory (its newest checkpoint that verifies)
-  std::string resume;  // "auto": the newest verifying checkpoint in `save`, or a fresh start without one
+  std::string load;  // a checkpoint, or a save directory (its newest checkpoint that verifies)
+  ResumeMode resume =
+      ResumeMode::off;  // automatic: the newest verifying checkpoint in `save`, or a fresh start
   // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
   int64_t verify_resume = 0;
   std::string out = "run";  // metrics.jsonl and memory.json

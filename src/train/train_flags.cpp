@@ -34,13 +34,7 @@ void check_parallel_flags(const TrainConfig& c) {
         "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every "
         "rank "
         "writes its part of the checkpoint's model.safetensors) and `memtrain export`");
-  if (c.offload_optimizer == "cpu")
-    fail_usage(
-        "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
-        "optimizer in host memory (use none)");
-  if (c.offload_optimizer != "none" && c.offload_optimizer != "nvme")
-    fail_usage("--offload-optimizer must be none or nvme, got " + c.offload_optimizer);
-  if (c.offload_optimizer == "nvme" && c.offload_path.empty())
+  if (c.offload_optimizer == OffloadOptimizer::nvme && c.offload_path.empty())
     fail_usage("--offload-optimizer nvme needs --offload-path DIR");
   if (!(c.offload_chunk_mb > 0)) fail_usage("--offload-chunk-mb must be positive");
 }
@@ -87,16 +81,15 @@ void check_checkpoint_flags(const TrainConfig& c) {
   if (c.save.empty() && c.save_interval > 0) fail_usage("--save-interval needs --save DIR");
   if (c.save.empty() && c.exit_interval > 0)
     fail_usage("--exit-interval saves before it exits: it needs --save DIR");
-  if (!c.resume.empty() && c.resume != "auto")
-    fail_usage("--resume " + c.resume + ": only auto is known (or --load DIR for a given checkpoint)");
-  if (c.resume == "auto" && c.save.empty())
+  if (c.resume == ResumeMode::automatic && c.save.empty())
     fail_usage("--resume auto looks in the --save directory: give --save");
-  if (!c.resume.empty() && !c.load.empty()) fail_usage("--resume auto and --load exclude each other");
+  if (c.resume != ResumeMode::off && !c.load.empty())
+    fail_usage("--resume auto and --load exclude each other");
   if (c.verify_resume < 0) fail_usage("--verify-resume must be a positive number of steps");
   if (c.verify_resume > 0 && c.verify_resume >= c.train_iters)
     fail_usage("--verify-resume " + std::to_string(c.verify_resume) + " must be below --train-iters " +
                std::to_string(c.train_iters) + " (steps after the save are what it compares)");
-  if (c.verify_resume > 0 && (!c.load.empty() || !c.resume.empty() || !c.save.empty()))
+  if (c.verify_resume > 0 && (!c.load.empty() || c.resume != ResumeMode::off || !c.save.empty()))
     fail_usage(
         "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
 }

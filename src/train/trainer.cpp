@@ -16,9 +16,6 @@
 #include "memory/report.h"
 #include "model/model.h"
 #include "model/weights.h"
-#include "train/signals.h"
-#include "train/train_flags.h"
-#include "train/verify_resume.h"
 
 namespace mt {
 
@@ -40,16 +37,20 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       rank_(comm.rank()),
       run_(plan_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
       scaler_(make_loss_scaler(cfg)),
-      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, parse_decay_style(cfg.decay_style)},
+      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0) {
-  const int threads = omp_get_max_threads();
-  const int64_t B = cfg.micro_batch, T = seq_len_;
   const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
   const std::vector<std::string> val_shards =
       evaluating_ ? find_shards(cfg.data, "val") : std::vector<std::string>{};
-  const ModelStatePolicy& policy = plan_.policy;
-  const TensorTable& table = model_.graph.table;
+  print_banner(train_shards.size());
+  allocate(train_shards, val_shards);
+}
 
+void Trainer::print_banner(size_t train_shards) const {
+  const TrainConfig& cfg = cfg_;
+  const int threads = omp_get_max_threads();
+  const int64_t B = cfg.micro_batch, T = seq_len_;
+  const ModelStatePolicy& policy = plan_.policy;
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
               with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
               static_cast<long long>(spec_.vocab_size), static_cast<long long>(spec_.padded_vocab_size));
@@ -57,7 +58,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
               threads, std::string(kernels::cpu_isa_name(kernels::cpu_isa())).c_str(),
-              std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(), train_shards.size());
+              std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(), train_shards);
   std::printf(
       "precision %s | weights %s%s, grads %s, moments %s: %g bytes/parameter | %lld micro-batch%s/step\n",
       precision_name(cfg.precision.precision).c_str(), std::string(dtype_name(policy.weights)).c_str(),
@@ -79,10 +80,17 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model_.graph.ops) op_names.push_back(op.name);
-    std::printf(
-        "%s", format_largest_tensors(table, plan_.activations, Category::activations, 10, op_names).c_str());
+    std::printf("%s", format_largest_tensors(model_.graph.table, plan_.activations, Category::activations, 10,
+                                             op_names)
+                          .c_str());
   }
+}
 
+void Trainer::allocate(const std::vector<std::string>& train_shards,
+                       const std::vector<std::string>& val_shards) {
+  const TrainConfig& cfg = cfg_;
+  const int64_t B = cfg.micro_batch, T = seq_len_;
+  const TensorTable& table = model_.graph.table;
   memory_ = std::make_unique<Allocation>(table, plan_);
   Allocation& memory = *memory_;
   if (cfg.init_from.empty())
@@ -102,7 +110,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
-  sync_ = std::make_unique<ZeroSync>(comm, memory, zero_schedule_, cfg.overlap_comm);
+  sync_ = std::make_unique<ZeroSync>(comm_, memory, zero_schedule_, cfg.overlap_comm);
   if (world_ > 1) exec_->set_op_hooks(sync_.get());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                       precision_name(cfg.precision.precision),
@@ -258,54 +266,6 @@ void Trainer::save_memory_timeline() {
   const TimelinePoint& peak = timeline_.points[timeline_.peak_point()];
   std::printf("memory timeline: %zu ops, peak %s during %s -> %s\n", timeline_.points.size(),
               human_bytes(peak.live.total()).c_str(), peak.name.c_str(), written.c_str());
-}
-
-// The step loop with its checkpoint hooks: resume before it, a save after a step when due, and a stop
-// (signal or --exit-interval) that saves and ends the run normally.
-void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
-  Trainer trainer(cfg, comm);
-  const int64_t resumed = cfg.load.empty() && cfg.resume.empty() ? 0 : trainer.resume();
-  // Only now, with every input read and checked, does the run write anything.
-  trainer.open_outputs(resumed);
-  int64_t last_saved = resumed;
-  for (int64_t step = resumed + 1; step <= cfg.train_iters; ++step) {
-    const StepOutcome outcome = trainer.step(step);
-    trainer.log(step, outcome);
-    const bool signalled = trainer.any_rank(stop_requested());
-    const bool exit_now = cfg.exit_interval > 0 && step % cfg.exit_interval == 0;
-    const bool save_now = (cfg.save_interval > 0 && step % cfg.save_interval == 0) || step == cfg.train_iters;
-    if (!cfg.save.empty() && (save_now || signalled || exit_now)) {
-      trainer.save(cfg.save, step, outcome);
-      last_saved = step;
-    }
-    if (signalled || exit_now) {
-      const std::string saved = cfg.save.empty() ? " (no --save: nothing saved)"
-                                                 : ", checkpoint of step " + std::to_string(last_saved);
-      std::printf("%s after step %lld%s\n", signalled ? "stopping on a signal" : "--exit-interval reached",
-                  static_cast<long long>(step), saved.c_str());
-      break;
-    }
-  }
-  trainer.finish();
-}
-
-void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
-  check_parallel_flags(cfg);
-  check_checkpoint_flags(cfg);
-  catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
-  // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
-  AsyncCommunicator comm(make_communicator(cfg.dist_backend));
-  // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
-  if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-    fail_data("cannot silence rank " + std::to_string(comm.rank()));
-  // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  omp_set_num_threads(rank_threads(cfg, comm.size()));
-  if (check_fit)
-    check_fit(plan_run(cfg, comm.size(), 0, omp_get_max_threads(), comm.buffer_bytes()), cfg, comm.size());
-  if (cfg.verify_resume > 0)
-    verify_resume(cfg, comm);
-  else
-    run_training(cfg, comm);
 }
 
 }  // namespace mt

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -68,6 +67,10 @@ class Trainer {
   void finish();
 
  private:
+  // The model, batch, precision, recompute and offload lines (and --memory-report) before allocating.
+  void print_banner(size_t train_shards) const;
+  // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
+  void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
   void save_memory_timeline();
   ckpt::CheckpointState checkpoint_state(int64_t step, const StepOutcome& outcome) const;
@@ -95,12 +98,5 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
 };
-
-// Judges rank 0's plan (the largest shard) of a run of `world` ranks before anything is allocated; throws
-// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/plan/ for `memtrain train`).
-using MemoryFitCheck = std::function<void(const RunPlan& rank0_plan, const TrainConfig& config, int world)>;
-
-// Runs the whole training; throws mt::Error for bad input (with nothing half-written).
-void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});
 
 }  // namespace mt

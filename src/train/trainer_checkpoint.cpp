@@ -8,42 +8,10 @@
 #include "core/error.h"
 #include "model/checkpoint_layout.h"
 #include "model/hf_config.h"
+#include "train/run_flag_table.h"
 #include "train/trainer.h"
 
 namespace mt {
-
-namespace {
-
-// The settings that shape the trajectory, keyed by the flag that sets them: a resume must repeat them.
-// Left out on purpose: --train-iters (the total, which a resume may extend), the world size, ZeRO stage and
-// recompute (the same trajectory either way), paths and logging.
-nlohmann::json run_settings(const TrainConfig& c, int64_t seq_len, int64_t samples_per_step) {
-  return {{"--seed", c.seed},
-          {"--no-shuffle", !c.shuffle},
-          {"--micro-batch-size", c.micro_batch},
-          {"--seq-length", seq_len},
-          {"--global-batch-size", samples_per_step},
-          {"--precision", precision_name(c.precision.precision)},
-          {"--o2-optimizer", c.precision.o2_optimizer},
-          {"--o2-gradient", c.precision.o2_gradient},
-          {"--no-master-weights", !c.precision.master_weights},
-          {"--o2-stochastic-rounding", c.precision.o2_stochastic_rounding},
-          {"--lr", c.lr},
-          {"--min-lr", c.min_lr},
-          {"--lr-warmup-iters", c.warmup_iters},
-          {"--lr-decay-style", c.decay_style},
-          {"--weight-decay", c.adam.weight_decay},
-          {"--adam-beta1", c.adam.beta1},
-          {"--adam-beta2", c.adam.beta2},
-          {"--adam-eps", c.adam.eps},
-          {"--clip-grad", c.adam.clip_grad},
-          {"--loss-scale", c.static_loss_scale},
-          {"--loss-scale-window", c.loss_scaler.window},
-          {"--hysteresis", c.loss_scaler.hysteresis},
-          {"--min-loss-scale", c.loss_scaler.min_scale}};
-}
-
-}  // namespace
 
 std::span<char> Trainer::checkpoint_stream() const {
   return {static_cast<char*>(memory_->data(run_.checkpoint_stream)),
@@ -86,7 +54,7 @@ std::string Trainer::save(const std::string& save_dir, int64_t step, const StepO
 }
 
 int64_t Trainer::resume() {
-  const bool automatic = cfg_.resume == "auto";
+  const bool automatic = cfg_.resume == ResumeMode::automatic;
   const std::string dir = automatic ? cfg_.save : cfg_.load;
   const std::string chosen = ckpt::select_checkpoint(dir, automatic ? "--resume auto: --save" : "--load",
                                                      automatic, checkpoint_stream());

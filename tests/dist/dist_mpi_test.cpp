@@ -183,7 +183,7 @@ void check_overlap(AsyncCommunicator& comm, uint64_t salt) {
 }
 
 int run_checks() {
-  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator("mpi"));
+  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator(DistBackend::mpi));
   g_rank = comm->rank();
   const int ranks = comm->size();
   CHECK(comm->backend() == "mpi");
@@ -233,7 +233,7 @@ int run_checks() {
 
 // The last rank fails; the others wait in a collective that can never complete. mpirun must end the job.
 int run_failure(const std::string& mode) {
-  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator("mpi"));
+  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator(DistBackend::mpi));
   g_rank = comm->rank();
   std::vector<float> data(1000, 1.0f);
   if (comm->rank() == comm->size() - 1) {

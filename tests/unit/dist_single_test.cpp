@@ -39,7 +39,7 @@ class ScopedEnv {
 
 int usage_error_of(const std::string& backend, std::string* message) {
   try {
-    make_communicator(backend);
+    make_communicator(parse_dist_backend(backend));
   } catch (const Error& e) {
     *message = e.what();
     return e.exit_code();
@@ -48,21 +48,21 @@ int usage_error_of(const std::string& backend, std::string* message) {
 }
 
 TEST(DistSingle, AutoOutsideMpirunIsSingle) {
-  const auto comm = make_communicator("auto");
+  const auto comm = make_communicator(DistBackend::automatic);
   EXPECT_EQ(comm->backend(), "single");
   EXPECT_EQ(comm->rank(), 0);
   EXPECT_EQ(comm->size(), 1);
   EXPECT_EQ(comm->buffer_bytes(), 0);
-  EXPECT_EQ(make_communicator("single")->backend(), "single");
+  EXPECT_EQ(make_communicator(DistBackend::single)->backend(), "single");
 }
 
 TEST(DistSingle, AutoUnderOneRankMpirunIsSingle) {
   ScopedEnv ranks("OMPI_COMM_WORLD_SIZE", "1");
-  EXPECT_EQ(make_communicator("auto")->backend(), "single");
+  EXPECT_EQ(make_communicator(DistBackend::automatic)->backend(), "single");
 }
 
 TEST(DistSingle, SumsAreTheData) {
-  const auto comm = make_communicator("single");
+  const auto comm = make_communicator(DistBackend::single);
   std::vector<float> f = {1.5f, -0.0f, 3e38f, 1e-45f};
   const std::vector<float> f_before = f;
   comm->all_reduce_sum(f.data(), static_cast<int64_t>(f.size()), DType::f32);
@@ -83,7 +83,7 @@ TEST(DistSingle, SumsAreTheData) {
 }
 
 TEST(DistSingle, GatherAndBroadcastCopyAnyDtype) {
-  const auto comm = make_communicator("single");
+  const auto comm = make_communicator(DistBackend::single);
   const std::vector<int32_t> send = {7, -1, 1 << 30};
   std::vector<int32_t> recv(3, 0);
   comm->all_gather(send.data(), recv.data(), 3, DType::i32);
@@ -98,7 +98,7 @@ TEST(DistSingle, GatherAndBroadcastCopyAnyDtype) {
 }
 
 TEST(DistSingle, RejectsBadArguments) {
-  const auto comm = make_communicator("single");
+  const auto comm = make_communicator(DistBackend::single);
   int32_t i = 0;
   EXPECT_THROW(comm->all_reduce_sum(&i, 1, DType::i32), std::invalid_argument);
   EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::f16), std::invalid_argument);
@@ -168,7 +168,7 @@ namespace {
 
 // Work runs in submission order on the worker; a failure comes back from the wait that covers it, once.
 TEST(DistAsync, RunsInOrderAndRethrowsEachFailureOnce) {
-  AsyncCommunicator comm(make_communicator("single"));
+  AsyncCommunicator comm(make_communicator(DistBackend::single));
   std::vector<int> order;
   const auto first = comm.start([&](Communicator&) { order.push_back(1); });
   const auto failing = comm.start([](Communicator& c) {

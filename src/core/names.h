@@ -1,0 +1,44 @@
+// The names of a mode's values, one table per enum: the command line parses with it and prints with it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "core/word_list.h"
+
+namespace mt {
+
+template <typename E, size_t N>
+struct NameTable {
+  std::array<std::pair<E, std::string_view>, N> entries;
+
+  constexpr std::optional<E> parse(std::string_view name) const {
+    for (const auto& [value, text] : entries)
+      if (text == name) return value;
+    return std::nullopt;
+  }
+  // Empty for a value without a name (a mode's "not given").
+  constexpr std::string_view name(E value) const {
+    for (const auto& [v, text] : entries)
+      if (v == value) return text;
+    return {};
+  }
+  // "a, b or c", for messages.
+  std::string list(std::string_view last = " or ") const {
+    std::vector<std::string> words;
+    for (const auto& entry : entries) words.emplace_back(entry.second);
+    return word_list(words, last);
+  }
+};
+
+template <typename E, typename... Names>
+constexpr NameTable<E, sizeof...(Names)> name_table(std::pair<E, Names>... entries) {
+  return {{std::pair<E, std::string_view>(entries.first, entries.second)...}};
+}
+
+}  // namespace mt

@@ -1,0 +1,24 @@
+// The top of `memtrain train`: flag checks, signals, the communicator, the OOM check, then the step loop
+// (or --verify-resume). Start reading the training code here.
+#pragma once
+
+#include <functional>
+
+#include "dist/async_communicator.h"
+#include "train/run_plan.h"
+#include "train/train_config.h"
+
+namespace mt {
+
+// Judges rank 0's plan (the largest shard) of a run of `world` ranks before anything is allocated; throws
+// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/plan/ for `memtrain train`).
+using MemoryFitCheck = std::function<void(const RunPlan& rank0_plan, const TrainConfig& config, int world)>;
+
+// Runs the whole training; throws mt::Error for bad input (with nothing half-written).
+void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});
+
+// The step loop with its checkpoint hooks: resume before it, a save after a step when due, and a stop
+// (signal or --exit-interval) that saves and ends the run normally.
+void run_training(const TrainConfig& config, AsyncCommunicator& comm);
+
+}  // namespace mt

@@ -1,0 +1,529 @@
+#include "train/run_flag_table.h"
+
+#include <cstdio>
+#include <stdexcept>
+#include <type_traits>
+
+#include "core/error.h"
+#include "train/deepspeed_config.h"
+
+namespace mt {
+
+namespace {
+
+template <auto Member>
+FlagField config_field(RunFlagInput& in) {
+  return &(in.config.*Member);
+}
+template <auto Group, auto Member>
+FlagField group_field(RunFlagInput& in) {
+  return &((in.config.*Group).*Member);
+}
+template <auto Member>
+FlagField input_field(RunFlagInput& in) {
+  return &(in.*Member);
+}
+
+// Megatron's spelling: --bf16, --fp16; fp32 is the default.
+std::string print_precision(const TrainConfig& c) {
+  const Precision p = c.precision.precision;
+  return p == Precision::fp32 ? "" : "--" + precision_name(p);
+}
+nlohmann::json precision_setting(const TrainConfig& c) {
+  return precision_name(c.precision.precision);
+}
+
+// The whole group: method and layer count are spelt out even at their defaults.
+std::string print_recompute(const TrainConfig& c) {
+  const RecomputeConfig& r = c.recompute;
+  if (r.granularity == RecomputeGranularity::none) return "";
+  std::string s = "--recompute-granularity " + std::string(kRecomputeGranularityNames.name(r.granularity));
+  if (r.granularity == RecomputeGranularity::full)
+    s += " --recompute-method " + std::string(kRecomputeMethodNames.name(r.method)) +
+         " --recompute-num-layers " + std::to_string(r.num_layers);
+  return s;
+}
+
+// The path goes with the offload that reads it.
+std::string print_offload(const TrainConfig& c) {
+  if (c.offload_optimizer == OffloadOptimizer::none) return "";
+  return "--offload-optimizer " + std::string(mode_name(c.offload_optimizer)) + " --offload-path " +
+         c.offload_path;
+}
+std::string printed_by_offload(const TrainConfig&) {
+  return "";
+}
+
+using K = FlagKind;
+using C = TrainConfig;
+
+const RunFlag kRunFlags[] = {
+    {.names = "--model",
+     .help = "preset name or a Hugging Face config.json (GPT-2 or LLaMA family)",
+     .field = &config_field<&C::model>,
+     .memory = true},
+    {.names = "--data",
+     .help = "directory of token shards (*_train_*.bin, *_val_*.bin) or a glob",
+     .field = &config_field<&C::data>},
+    {.names = "--make-vocab-size-divisible-by",
+     .help = "pad the vocabulary to a multiple",
+     .field = &config_field<&C::pad_vocab_multiple>,
+     .show_default = true,
+     .memory = true},
+    {.names = "--seq-length",
+     .help = "sequence length T (default: the model's positions)",
+     .field = &config_field<&C::seq_len>,
+     .memory = true,
+     .trajectory = true},
+    {.names = "--micro-batch-size",
+     .help = "sequences per micro-batch B",
+     .field = &config_field<&C::micro_batch>,
+     .deepspeed = "train_micro_batch_size_per_gpu",
+     .show_default = true,
+     .memory = true,
+     .trajectory = true},
+    {.names = "--global-batch-size",
+     .help = "sequences per optimizer step (accumulates micro-batches)",
+     .field = &config_field<&C::global_batch>,
+     .deepspeed = "train_batch_size",
+     .trajectory = true},
+    {.names = "--grad-accum-steps",
+     .help = "micro-batches per optimizer step",
+     .field = &config_field<&C::grad_accum_steps>,
+     .deepspeed = "gradient_accumulation_steps"},
+    {.names = "--precision",
+     .help = "fp32, bf16 or fp16 (16-bit weights and activations, fp32 math)",
+     .field = &input_field<&RunFlagInput::precision>,
+     .memory = true,
+     .trajectory = true,
+     .print = &print_precision,
+     .setting = &precision_setting},
+    {.names = "--bf16",
+     .help = "same as --precision bf16",
+     .field = &input_field<&RunFlagInput::bf16>,
+     .kind = K::switch_on,
+     .memory = true},
+    {.names = "--fp16",
+     .help = "same as --precision fp16 (with dynamic loss scaling)",
+     .field = &input_field<&RunFlagInput::fp16>,
+     .kind = K::switch_on,
+     .memory = true},
+    {.names = "--o2-optimizer",
+     .help = "Adam moments in bf16 (bf16 only)",
+     .field = &group_field<&C::precision, &PrecisionConfig::o2_optimizer>,
+     .kind = K::switch_on,
+     .memory = true,
+     .trajectory = true},
+    {.names = "--o2-gradient",
+     .help = "gradients accumulated and stored in bf16 (bf16 only)",
+     .field = &group_field<&C::precision, &PrecisionConfig::o2_gradient>,
+     .kind = K::switch_on,
+     .memory = true,
+     .trajectory = true},
+    {.names = "!--no-master-weights",
+     .help = "no fp32 weight copy: bf16 weights updated with stochastic rounding (bf16 only)",
+     .field = &group_field<&C::precision, &PrecisionConfig::master_weights>,
+     .kind = K::switch_off,
+     .memory = true,
+     .trajectory = true},
+    {.names = "--o2-stochastic-rounding",
+     .help = "round bf16 Adam moments stochastically (seeded) instead of to nearest",
+     .field = &group_field<&C::precision, &PrecisionConfig::o2_stochastic_rounding>,
+     .kind = K::switch_on,
+     .trajectory = true},
+    {.names = "--loss-scale",
+     .help = "fp16: a static loss scale instead of the dynamic one",
+     .field = &config_field<&C::static_loss_scale>,
+     .deepspeed = "fp16.loss_scale",
+     .trajectory = true},
+    {.names = "--initial-loss-scale",
+     .help = "fp16: the dynamic scale's start",
+     .field = &group_field<&C::loss_scaler, &LossScalerConfig::initial_scale>,
+     .show_default = true},
+    {.names = "--loss-scale-window",
+     .help = "fp16: clean steps before the scale doubles",
+     .field = &group_field<&C::loss_scaler, &LossScalerConfig::window>,
+     .deepspeed = "fp16.loss_scale_window",
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--hysteresis",
+     .help = "fp16: overflows tolerated before the scale halves",
+     .field = &group_field<&C::loss_scaler, &LossScalerConfig::hysteresis>,
+     .deepspeed = "fp16.hysteresis",
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--min-loss-scale",
+     .help = "fp16: the dynamic scale's floor",
+     .field = &group_field<&C::loss_scaler, &LossScalerConfig::min_scale>,
+     .deepspeed = "fp16.min_loss_scale",
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--recompute-granularity",
+     .help = "selective (LayerNorm and GELU outputs) or full (whole layers from their inputs)",
+     .field = &input_field<&RunFlagInput::recompute_granularity>,
+     .memory = true,
+     .print = &print_recompute},
+    {.names = "--recompute-method",
+     .help = "full only: uniform (groups of N layers) or block (the first N layers); default uniform",
+     .field = &input_field<&RunFlagInput::recompute_method>,
+     .memory = true},
+    {.names = "--recompute-num-layers",
+     .help = "full only: N (default 1)",
+     .field = &input_field<&RunFlagInput::recompute_num_layers>,
+     .memory = true},
+    {.names = "--recompute-activations",
+     .help = "same as --recompute-granularity selective",
+     .field = &input_field<&RunFlagInput::recompute_activations>,
+     .kind = K::switch_on,
+     .memory = true},
+    {.names = "--dist-backend",
+     .help = "auto (MPI under mpirun), single or mpi",
+     .field = &config_field<&C::dist_backend>,
+     .show_default = true},
+    {.names = "--zero-stage",
+     .help =
+         "ZeRO stage: 0 replicated, 1 shards master weights and moments, 2 also gradients, 3 also weights",
+     .field = &config_field<&C::zero_stage>,
+     .deepspeed = "zero_optimization.stage",
+     .show_default = true,
+     .memory = true},
+    {.names = "--overlap-comm,!--no-overlap-comm",
+     .help = "run the exchanges on a worker thread while the kernels go on (default on)",
+     .field = &config_field<&C::overlap_comm>,
+     .deepspeed = "zero_optimization.overlap_comm",
+     .kind = K::switch_on},
+    {.names = "--use-distributed-optimizer",
+     .help = "same as --zero-stage 1",
+     .field = &input_field<&RunFlagInput::distributed_optimizer>,
+     .kind = K::switch_on,
+     .memory = true},
+    {.names = "--bucket-size-mb",
+     .help = "MiB per gradient/weight exchange",
+     .field = &config_field<&C::bucket_size_mb>,
+     .show_default = true,
+     .memory = true},
+    {.names = "--offload-optimizer",
+     .help = "none, or nvme: master weights and Adam moments in files under --offload-path",
+     .field = &config_field<&C::offload_optimizer>,
+     .deepspeed = "zero_optimization.offload_optimizer.device",
+     .show_default = true,
+     .memory = true,
+     .print = &print_offload},
+    {.names = "--offload-path",
+     .help = "directory for offloaded optimizer states",
+     .field = &config_field<&C::offload_path>,
+     .deepspeed = "zero_optimization.offload_optimizer.nvme_path",
+     .print = &printed_by_offload},
+    {.names = "--offload-chunk-mb",
+     .help = "offloaded states stream in chunks of this many MiB of fp32 elements (two held per state)",
+     .field = &config_field<&C::offload_chunk_mb>,
+     .show_default = true,
+     .memory = true},
+    {.names = "--deepspeed-config",
+     .help = "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags",
+     .field = &input_field<&RunFlagInput::deepspeed_config>,
+     .memory = true},
+    {.names = "--train-iters", .help = "optimizer steps", .field = &config_field<&C::train_iters>},
+    {.names = "--lr",
+     .help = "peak learning rate",
+     .field = &config_field<&C::lr>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--min-lr",
+     .help = "learning rate at the end of decay",
+     .field = &config_field<&C::min_lr>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--lr-warmup-iters",
+     .help = "linear warmup steps",
+     .field = &config_field<&C::warmup_iters>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--lr-decay-style",
+     .help = "cosine, linear or constant",
+     .field = &config_field<&C::decay_style>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--weight-decay",
+     .help = "AdamW decoupled weight decay",
+     .field = &group_field<&C::adam, &AdamWConfig::weight_decay>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--adam-beta1",
+     .help = "",
+     .field = &group_field<&C::adam, &AdamWConfig::beta1>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--adam-beta2",
+     .help = "",
+     .field = &group_field<&C::adam, &AdamWConfig::beta2>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--adam-eps",
+     .help = "",
+     .field = &group_field<&C::adam, &AdamWConfig::eps>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--clip-grad",
+     .help = "global gradient-norm clip, 0 = off",
+     .field = &group_field<&C::adam, &AdamWConfig::clip_grad>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "--seed",
+     .help = "initialisation and data-order seed",
+     .field = &config_field<&C::seed>,
+     .show_default = true,
+     .trajectory = true},
+    {.names = "!--no-shuffle",
+     .help = "read windows in order instead of a seeded permutation",
+     .field = &config_field<&C::shuffle>,
+     .kind = K::switch_off,
+     .trajectory = true},
+    {.names = "--log-interval",
+     .help = "steps between progress lines",
+     .field = &config_field<&C::log_interval>,
+     .show_default = true},
+    {.names = "--eval-interval",
+     .help = "steps between validations, 0 = off",
+     .field = &config_field<&C::eval_interval>,
+     .show_default = true,
+     .memory = true},
+    {.names = "--eval-iters",
+     .help = "validation batches per evaluation",
+     .field = &config_field<&C::eval_iters>,
+     .show_default = true},
+    {.names = "--init-from",
+     .help = "start from these safetensors weights (a file, a model.safetensors.index.json or its folder)",
+     .field = &config_field<&C::init_from>},
+    {.names = "--save-weights",
+     .help = "write the final weights as safetensors (shards beside it when it ends in .index.json)",
+     .field = &config_field<&C::save_weights>},
+    {.names = "--save",
+     .help = "directory of checkpoints (one step_N directory each)",
+     .field = &config_field<&C::save>,
+     .memory = true},
+    {.names = "--save-interval",
+     .help = "steps between checkpoints (0: only at the end)",
+     .field = &config_field<&C::save_interval>,
+     .show_default = true},
+    {.names = "--keep-checkpoints",
+     .help = "keep the newest K checkpoints, 0 = all",
+     .field = &config_field<&C::keep_checkpoints>,
+     .show_default = true},
+    {.names = "--exit-interval",
+     .help = "save and exit 0 when the step is a multiple of N",
+     .field = &config_field<&C::exit_interval>},
+    {.names = "--load",
+     .help = "resume from a checkpoint directory, or the newest verifying checkpoint of a --save directory",
+     .field = &config_field<&C::load>,
+     .memory = true},
+    {.names = "--resume",
+     .help = "auto: resume from the newest verifying checkpoint in --save, if any",
+     .field = &config_field<&C::resume>,
+     .memory = true},
+    {.names = "--verify-resume",
+     .help = "train K steps, save, reload into a fresh trainer and check that the remaining steps' losses "
+             "and the final state match the uninterrupted run",
+     .field = &config_field<&C::verify_resume>,
+     .memory = true},
+    {.names = "--out",
+     .help = "directory for metrics.jsonl and memory.json",
+     .field = &config_field<&C::out>,
+     .show_default = true},
+    {.names = "--threads",
+     .help = "OpenMP threads, 0 = all cores",
+     .field = &config_field<&C::threads>,
+     .show_default = true,
+     .memory = true},
+    {.names = "--memory-report",
+     .help = "print the memory plan and the ten largest activations with their lifetimes before training",
+     .field = &config_field<&C::memory_report>,
+     .kind = K::switch_on},
+    {.names = "--memory-timeline",
+     .help = "record the bytes held per category during each op of step 1 into OUT/memory_timeline.json "
+             "(drawn by `memtrain report OUT`) and, given FILE, into FILE too (CSV if it ends in .csv, else "
+             "JSON)",
+     .field = &config_field<&C::memory_timeline>,
+     .kind = K::optional_value},
+};
+
+// --precision NAME, or Megatron's --bf16 / --fp16; they must not contradict each other.
+Precision resolve_precision(const RunFlagInput& f) {
+  if (f.bf16 && f.fp16) fail_usage("--bf16 and --fp16 exclude each other");
+  const std::string alias = f.bf16 ? "bf16" : f.fp16 ? "fp16" : "";
+  if (!alias.empty() && !f.precision.empty() && f.precision != alias)
+    fail_usage("--precision " + f.precision + " contradicts --" + alias);
+  return parse_precision(!alias.empty() ? alias : f.precision.empty() ? "fp32" : f.precision);
+}
+
+std::string number_text(double value, int digits) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.*g", digits, value);
+  return text;
+}
+
+// The value as the flag takes it; enough digits that it parses back to the same bits.
+std::string value_text(FlagField field) {
+  return std::visit(
+      [](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::string>)
+          return *p;
+        else if constexpr (std::is_same_v<T, bool>)
+          return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, float>)
+          return number_text(*p, 9);
+        else if constexpr (std::is_same_v<T, double>)
+          return number_text(*p, 17);
+        else if constexpr (std::is_enum_v<T>)
+          return std::string(mode_name(*p));
+        else
+          return std::to_string(*p);
+      },
+      field);
+}
+
+// `config` as the flags would have written it, the aliases at their defaults.
+RunFlagInput input_of(const TrainConfig& config) {
+  RunFlagInput input;
+  input.config = config;
+  return input;
+}
+
+bool is_default(const RunFlag& flag, const TrainConfig& config) {
+  RunFlagInput given = input_of(config), defaults;
+  const FlagField theirs = flag.field(defaults);
+  return std::visit([&](auto* p) { return *p == *std::get<decltype(p)>(theirs); }, flag.field(given));
+}
+
+// A switch's name that sets `value`: the first plain one for true, the "!" one for false.
+std::string switch_name(const RunFlag& flag, bool value) {
+  std::string_view rest = flag.names;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    if (name.starts_with('!') != value) return std::string(name.substr(name.starts_with('!') ? 1 : 0));
+    rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+  }
+  throw std::logic_error("flag " + std::string(flag.names) + " has no name that sets it to " +
+                         (value ? "true" : "false"));
+}
+
+}  // namespace
+
+std::span<const RunFlag> run_flag_table() {
+  return kRunFlags;
+}
+
+const RunFlag& run_flag(std::string_view name) {
+  for (const RunFlag& flag : kRunFlags)
+    if (flag.name() == name) return flag;
+  throw std::logic_error("no run flag " + std::string(name));
+}
+
+TrainConfig resolve_run_flags(const RunFlagInput& input) {
+  TrainConfig c = input.config;
+  c.precision.precision = resolve_precision(input);
+  if (input.distributed_optimizer) {
+    if (c.zero_stage > 1) fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
+    c.zero_stage = 1;
+  }
+  if (!input.deepspeed_config.empty()) apply_deepspeed_config(input.deepspeed_config, c);
+  c.recompute = parse_recompute(input.recompute_granularity, input.recompute_method,
+                                input.recompute_num_layers, input.recompute_activations);
+  if (input.memory_timeline_given && c.memory_timeline.empty())
+    c.memory_timeline = c.out + "/memory_timeline.json";
+  return c;
+}
+
+std::string flag_args(const TrainConfig& config, std::string_view name) {
+  const RunFlag& flag = run_flag(name);
+  if (flag.print) return flag.print(config);
+  if (is_default(flag, config)) return "";
+  RunFlagInput given = input_of(config);
+  const FlagField field = flag.field(given);
+  if (bool* const* on = std::get_if<bool*>(&field)) return switch_name(flag, **on);
+  return std::string(flag.name()) + " " + value_text(field);
+}
+
+std::string flag_with_value(const TrainConfig& config, std::string_view name) {
+  RunFlagInput given = input_of(config);
+  return std::string(name) + " " + value_text(run_flag(name).field(given));
+}
+
+std::string command_line_args(const TrainConfig& config, const std::vector<std::string_view>& names) {
+  std::string s;
+  for (std::string_view name : names)
+    if (const std::string args = flag_args(config, name); !args.empty()) s += " " + args;
+  return s;
+}
+
+nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t samples_per_step) {
+  RunFlagInput resolved = input_of(config);
+  resolved.config.seq_len = seq_len;
+  resolved.config.global_batch = samples_per_step;
+  nlohmann::json settings = nlohmann::json::object();
+  for (const RunFlag& flag : kRunFlags) {
+    if (!flag.trajectory) continue;
+    if (flag.setting) {
+      settings[std::string(flag.name())] = flag.setting(resolved.config);
+      continue;
+    }
+    settings[std::string(flag.name())] = std::visit(
+        [&](auto* p) -> nlohmann::json {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_enum_v<T>)
+            return std::string(mode_name(*p));
+          else if constexpr (std::is_same_v<T, bool>)
+            return flag.kind == FlagKind::switch_off ? !*p : *p;
+          else
+            return *p;
+        },
+        flag.field(resolved));
+  }
+  return settings;
+}
+
+void parse_flag_value(const std::string& text, DecayStyle& out) {
+  out = parse_decay_style(text);
+}
+void parse_flag_value(const std::string& text, DistBackend& out) {
+  out = parse_dist_backend(text);
+}
+void parse_flag_value(const std::string& text, OffloadOptimizer& out) {
+  out = parse_offload_optimizer(text);
+}
+void parse_flag_value(const std::string& text, ResumeMode& out) {
+  if (text.empty()) {
+    out = ResumeMode::off;
+    return;
+  }
+  const std::optional<ResumeMode> mode = kResumeModeNames.parse(text);
+  if (!mode) fail_usage("--resume " + text + ": only auto is known (or --load DIR for a given checkpoint)");
+  out = *mode;
+}
+
+OffloadOptimizer parse_offload_optimizer(const std::string& name) {
+  if (name == "cpu")
+    fail_usage(
+        "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
+        "optimizer in host memory (use none)");
+  const std::optional<OffloadOptimizer> mode = kOffloadOptimizerNames.parse(name);
+  if (!mode) fail_usage("--offload-optimizer must be " + kOffloadOptimizerNames.list() + ", got " + name);
+  return *mode;
+}
+
+std::string_view mode_name(DecayStyle mode) {
+  return kDecayStyleNames.name(mode);
+}
+std::string_view mode_name(DistBackend mode) {
+  return kDistBackendNames.name(mode);
+}
+std::string_view mode_name(OffloadOptimizer mode) {
+  return kOffloadOptimizerNames.name(mode);
+}
+std::string_view mode_name(ResumeMode mode) {
+  return kResumeModeNames.name(mode);
+}
+
+}  // namespace mt

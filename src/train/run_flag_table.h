@@ -1,0 +1,101 @@
+// Every flag of a training run, declared once: its names, the field it sets, how its value parses, whether
+// it changes memory (estimate plans it) or the trajectory (a resume must repeat it), and how it prints back
+// as a command-line argument. `memtrain train` and `estimate` declare their flags from this table, the
+// planner and the OOM doctor print command lines with it, and checkpoints record the run's settings with it.
+// Defaults are TrainConfig's member initialisers.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "train/train_config.h"
+
+namespace mt {
+
+// What the flags write, before resolve_run_flags folds the aliases (--bf16, --use-distributed-optimizer,
+// --recompute-activations, a DeepSpeed config) into the TrainConfig.
+struct RunFlagInput {
+  TrainConfig config;
+  std::string precision;  // --precision; empty: not given
+  bool bf16 = false, fp16 = false;
+  std::string recompute_granularity, recompute_method;
+  int64_t recompute_num_layers = 0;
+  bool recompute_activations = false;
+  std::string deepspeed_config;
+  bool distributed_optimizer = false;
+  bool memory_timeline_given = false;  // --memory-timeline, with or without FILE
+};
+
+// Where a flag's value goes. A mode (an enum) parses with its name table.
+using FlagField = std::variant<std::string*, int64_t*, int*, uint64_t*, float*, double*, bool*, DecayStyle*,
+                               DistBackend*, OffloadOptimizer*, ResumeMode*>;
+
+enum class FlagKind {
+  value,           // --name VALUE
+  optional_value,  // --name [FILE]
+  switch_on,       // --name sets true (a "!--no-name" alias sets false)
+  switch_off,      // !--no-name: sets false
+};
+
+struct RunFlag {
+  std::string_view names;  // CLI11's spelling: the Megatron/DeepSpeed name first, aliases after; "!" negates
+  std::string_view help;
+  FlagField (*field)(RunFlagInput&);
+  // The key of a DeepSpeed config that sets the same field ("zero_optimization.stage"); empty: none.
+  std::string_view deepspeed = {};
+  FlagKind kind = FlagKind::value;
+  bool show_default = false;  // --help shows the default
+  bool memory = false;        // changes the memory plan: `estimate` reads it
+  bool trajectory = false;    // changes the losses: a checkpoint records it and a resume must repeat it
+  // The arguments that give `config`'s value, empty for the default or when another flag's arguments carry
+  // it; null: the field's value after the flag's name.
+  std::string (*print)(const TrainConfig& config) = nullptr;
+  // What a checkpoint records (trajectory flags); null: the field's value (switch_off: the flag's own sense).
+  nlohmann::json (*setting)(const TrainConfig& config) = nullptr;
+
+  // The first name, without a negation's "!": the flag's key in run_settings and in the printers.
+  std::string_view name() const {
+    const std::string_view first = names.substr(0, names.find(','));
+    return first.starts_with('!') ? first.substr(1) : first;
+  }
+};
+
+// In --help order.
+std::span<const RunFlag> run_flag_table();
+// By its first name; std::logic_error for a name not in the table.
+const RunFlag& run_flag(std::string_view name);
+
+// The configuration the flags mean; usage errors for contradictions.
+TrainConfig resolve_run_flags(const RunFlagInput& input);
+
+// The arguments of flag `name` that reproduce `config`'s value ("--zero-stage 2"), empty for the default.
+std::string flag_args(const TrainConfig& config, std::string_view name);
+// A value flag with its value, default or not ("--micro-batch-size 4").
+std::string flag_with_value(const TrainConfig& config, std::string_view name);
+// `names`' arguments for `config`, each after a space, skipping those that print nothing.
+std::string command_line_args(const TrainConfig& config, const std::vector<std::string_view>& names);
+
+// The settings that shape the trajectory, keyed by flag, with the sequence length and the global batch as
+// the run resolved them. Left out: --train-iters (a resume may extend the run), the world size, ZeRO stage
+// and recompute (the same trajectory either way), --initial-loss-scale (the checkpoint holds the scaler's
+// state), paths and logging.
+nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t samples_per_step);
+
+// The modes' parsers: a usage error naming the flag for an unknown name.
+void parse_flag_value(const std::string& text, DecayStyle& out);
+void parse_flag_value(const std::string& text, DistBackend& out);
+void parse_flag_value(const std::string& text, OffloadOptimizer& out);
+void parse_flag_value(const std::string& text, ResumeMode& out);
+OffloadOptimizer parse_offload_optimizer(const std::string& name);
+
+std::string_view mode_name(DecayStyle mode);
+std::string_view mode_name(DistBackend mode);
+std::string_view mode_name(OffloadOptimizer mode);
+std::string_view mode_name(ResumeMode mode);
+
+}  // namespace mt

@@ -1,0 +1,165 @@
+// The flag table against the parser it declares: printed arguments parse back to the same configuration,
+// --help shows the table's defaults, and a mode's unknown name is a usage error naming its flag.
+#include <gtest/gtest.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/run_flags.h"
+#include "core/error.h"
+#include "train/run_flag_table.h"
+#include "train/run_plan.h"
+
+namespace mt {
+namespace {
+
+// `args` (split at spaces) parsed by a command declared from the table, resolved.
+TrainConfig parse(const std::string& args) {
+  CLI::App app;
+  std::shared_ptr<cli::RunFlags> flags = cli::add_run_flags(app);
+  std::vector<std::string> words;
+  std::istringstream in(args);
+  for (std::string w; in >> w;) words.push_back(w);
+  std::reverse(words.begin(), words.end());
+  app.parse(words);
+  return flags->resolve();
+}
+
+std::string all_args(const TrainConfig& c) {
+  std::string s;
+  for (const RunFlag& flag : run_flag_table())
+    if (const std::string a = flag_args(c, flag.name()); !a.empty()) s += " " + a;
+  return s;
+}
+
+TrainConfig changed_config() {
+  TrainConfig c;
+  c.model = "llama-tiny";
+  c.data = "shards";
+  c.seq_len = 32;
+  c.micro_batch = 2;
+  c.global_batch = 16;
+  c.train_iters = 7;
+  c.lr = 3.3e-4f;
+  c.decay_style = DecayStyle::linear;
+  c.adam.beta2 = 0.95f;
+  c.precision = {.precision = Precision::bf16, .o2_optimizer = true, .master_weights = false};
+  c.recompute = {
+      .granularity = RecomputeGranularity::full, .method = RecomputeMethod::block, .num_layers = 2};
+  c.dist_backend = DistBackend::single;
+  c.zero_stage = 2;
+  c.overlap_comm = false;
+  c.bucket_size_mb = 0.1;
+  c.offload_optimizer = OffloadOptimizer::nvme;
+  c.offload_path = "/tmp/x";
+  c.shuffle = false;
+  c.eval_interval = 0;
+  c.save = "ck";
+  c.resume = ResumeMode::automatic;
+  c.threads = 3;
+  return c;
+}
+
+TEST(RunFlagTable, PrintedArgumentsParseBackToTheSameConfig) {
+  const TrainConfig c = changed_config();
+  const TrainConfig back = parse(all_args(c).substr(1));
+  EXPECT_EQ(all_args(back), all_args(c));
+  EXPECT_EQ(run_settings(back, 32, 16), run_settings(c, 32, 16));
+  EXPECT_EQ(back.lr, c.lr);
+  EXPECT_EQ(back.bucket_size_mb, c.bucket_size_mb);
+  EXPECT_EQ(back.recompute.num_layers, 2);
+  EXPECT_EQ(back.offload_path, "/tmp/x");
+  EXPECT_FALSE(back.overlap_comm);
+  EXPECT_EQ(back.resume, ResumeMode::automatic);
+}
+
+TEST(RunFlagTable, DefaultsPrintNothing) {
+  EXPECT_EQ(all_args(TrainConfig{}), "");
+  EXPECT_EQ(flag_with_value(TrainConfig{}, "--micro-batch-size"), "--micro-batch-size 4");
+}
+
+TEST(RunFlagTable, HelpShowsTheDefaultsOfTrainConfig) {
+  CLI::App app;
+  cli::add_run_flags(app);
+  const std::string help = app.help();
+  const TrainConfig d;
+  for (const RunFlag& flag : run_flag_table()) {
+    if (!flag.show_default) continue;
+    const std::string shown = app.get_option(std::string(flag.name()))->get_default_str();
+    EXPECT_FALSE(shown.empty()) << flag.name();
+    EXPECT_NE(help.find(std::string(flag.name())), std::string::npos) << flag.name();
+  }
+  EXPECT_EQ(app.get_option("--eval-interval")->get_default_str(), std::to_string(d.eval_interval));
+  EXPECT_EQ(app.get_option("--lr-decay-style")->get_default_str(), "cosine");
+  EXPECT_EQ(app.get_option("--dist-backend")->get_default_str(), "auto");
+  EXPECT_EQ(app.get_option("--offload-optimizer")->get_default_str(), "none");
+}
+
+TEST(RunFlagTable, UnknownModeNamesAreUsageErrorsNamingTheFlag) {
+  for (const std::string flag : {"--lr-decay-style", "--dist-backend", "--offload-optimizer", "--resume"}) {
+    try {
+      parse("--model x " + flag + " bogus");
+      ADD_FAILURE() << flag;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(RunFlagTable, RunSettingsAreTheTrajectoryFlags) {
+  const nlohmann::json settings = run_settings(TrainConfig{}, 64, 8);
+  size_t trajectory = 0;
+  for (const RunFlag& flag : run_flag_table()) trajectory += flag.trajectory;
+  EXPECT_EQ(settings.size(), trajectory);
+  EXPECT_EQ(settings.at("--seq-length"), 64);
+  EXPECT_EQ(settings.at("--global-batch-size"), 8);
+  EXPECT_EQ(settings.at("--precision"), "fp32");
+  EXPECT_EQ(settings.at("--no-shuffle"), false);
+  EXPECT_EQ(settings.at("--lr-decay-style"), "cosine");
+}
+
+// A flag without the memory bit leaves every byte of the plan as it was, whatever its value.
+TEST(RunFlagTable, FlagsWithoutTheMemoryBitLeaveThePlanAlone) {
+  TrainConfig base;
+  base.model = "llama-tiny";
+  base.seq_len = 64;
+  base.train_iters = 10;
+  const auto bytes = [](const TrainConfig& c) { return plan_run(c, 1, 0, 1, 0).plan.bytes; };
+  const CategoryBytes planned = bytes(base);
+  int changed = 0;
+  for (const RunFlag& flag : run_flag_table()) {
+    if (flag.memory) continue;
+    RunFlagInput input;
+    input.config = base;
+    std::visit(
+        [](auto* p) {
+          using T = std::remove_pointer_t<decltype(p)>;
+          if constexpr (std::is_same_v<T, std::string>)
+            *p = "x";
+          else if constexpr (std::is_same_v<T, bool>)
+            *p = !*p;
+          else if constexpr (std::is_floating_point_v<T>)
+            *p = *p * T(0.5);
+          else if constexpr (std::is_enum_v<T>)
+            *p = T{1};
+          else
+            *p = *p + 1;
+        },
+        flag.field(input));
+    if (input.config.global_batch > 0) input.config.global_batch = 8;
+    try {
+      EXPECT_EQ(bytes(input.config).bytes, planned.bytes) << flag.name();
+      ++changed;
+    } catch (const Error&) {
+      // a value this configuration does not allow (--o2-stochastic-rounding without bf16)
+    }
+  }
+  EXPECT_GT(changed, 20);
+}
+
+}  // namespace
+}  // namespace mt
