@@ -10,3 +10,6 @@ add_custom_command(
   COMMENT "Embedding the hardware profiles of profiles/"
   VERBATIM)
 target_sources(memtrain_lib PRIVATE ${MEMTRAIN_PROFILES_CPP})
+# Installed beside the binary as files too (share/memtrain/profiles): the rates an installed binary plans with by
+# default, to read, or to edit and pass to `memtrain plan --profile`.
+install(FILES ${MEMTRAIN_PROFILES} DESTINATION ${CMAKE_INSTALL_DATADIR}/memtrain/profiles)

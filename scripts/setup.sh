@@ -2,7 +2,8 @@
 # Installs everything memtrain needs on a fresh Debian 12 machine, then builds it. Safe to run again:
 # packages already present are skipped, and the build is incremental.
 #   MEMTRAIN_BUILD_DIR   build folder (default: build)
-#   MEMTRAIN_CMAKE_ARGS  extra CMake arguments (e.g. -DMEMTRAIN_SANITIZE=ON)
+#   MEMTRAIN_CMAKE_ARGS  extra CMake arguments (e.g. -DMEMTRAIN_SANITIZE=ON, -DMEMTRAIN_WERROR=ON; README.md
+#                        lists the options)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

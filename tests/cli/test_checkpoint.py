@@ -3,53 +3,36 @@ loss scale, the final weights and optimizer states), n steps then a resume for n
 memory mode; across world sizes within 1e-5; after SIGKILLs at random moments of a save-every-step run; with
 corrupt, truncated, missing and foreign files; inspect, export and --verify-resume.
 
-usage: test_checkpoint.py MEMTRAIN
+Runs the binary memtrain_cli.py names.
 """
-import json
 import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import unittest
-from pathlib import Path
 
-from byte_data import ByteDataTestCase
+from memtrain_cli import CliTestCase, command, memtrain, read_metrics, read_json, run_flags
 
-MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 N = 3  # steps before the save; runs are 2N steps
 COMPARED = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
 
 
-class Checkpoint(ByteDataTestCase):
-    MEMTRAIN = MEMTRAIN
-    PREFIX = "memtrain-ckpt-"
-
-    def run_memtrain(self, *args, ranks=1, expect=0):
-        result = subprocess.run((MPIRUN if ranks == 2 else []) + [MEMTRAIN, *args], capture_output=True, text=True,
-                                timeout=300)
+class Checkpoint(CliTestCase):
+    def run_memtrain(self, *args, expect=0):
+        result = memtrain(*args)
         if expect is not None:
             self.assertEqual(result.returncode, expect, result.stdout[-3000:] + result.stderr[-3000:])
         return result
 
     def train_command(self, out, *flags, iters=2 * N):
-        defaults = {"--model": "gpt2-tiny", "--data": str(self.data), "--seq-length": "32", "--micro-batch-size": "2",
-                    "--train-iters": str(iters), "--eval-interval": "0", "--threads": "1", "--out": str(out)}
-        args = [MEMTRAIN, "train"]
-        for flag, value in defaults.items():
-            if flag not in flags:  # the test's own value wins
-                args += [flag, value]
-        return args + list(flags)
+        return command("train", *run_flags(*flags, data=self.data, out=out, train_iters=iters))
 
     def train(self, out, *flags, ranks=1, iters=2 * N, expect=0):
-        args = self.train_command(out, *flags, iters=iters)[1:]
-        return self.run_memtrain(*args, ranks=ranks, expect=expect)
+        return super().train(*flags, out=out, ranks=ranks, train_iters=iters, expect=expect)
 
     def records(self, out):
-        lines = (Path(out) / "metrics.jsonl").read_text().splitlines()
-        return [{k: r[k] for k in COMPARED if k in r} for r in map(json.loads, lines)]
+        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
 
     def uninterrupted_and_resumed(self, name, flags, ranks=1, resume_ranks=None, resume_flags=None):
         """Runs 2N steps straight, and N steps (--exit-interval) then a resume to 2N; returns both out dirs."""
@@ -241,14 +224,14 @@ class Checkpoint(ByteDataTestCase):
             self.assertIn(expected, inspected.stdout)
         model = self.tmp / "exported"
         self.run_memtrain("export", str(run / "ckpt"), "--out", str(model))
-        config = json.loads((model / "config.json").read_text())
+        config = read_json(model / "config.json")
         self.assertEqual((config["n_layer"], config["n_embd"], config["vocab_size"]), (2, 64, 256))
         # The exported weights, loaded back and left unchanged by a step at lr 0, give the same eval loss.
         check = self.tmp / "export-check"
         self.train(check, "--model", str(model / "config.json"), "--init-from", str(model / "model.safetensors"),
                    "--lr", "0", "--min-lr", "0", "--eval-interval", "1", "--eval-iters", "2", iters=1)
-        want = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["val_loss"]
-        got = json.loads((check / "metrics.jsonl").read_text().splitlines()[-1])["val_loss"]
+        want = read_metrics(run)[-1]["val_loss"]
+        got = read_metrics(check)[-1]["val_loss"]
         self.assertEqual(got, want)
 
     def test_verify_resume_prints_a_passing_verdict(self):

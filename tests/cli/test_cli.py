@@ -5,138 +5,22 @@ file and what was expected; exit code 2 for flags and model configuration, 1 for
 weights); never a crash, and no memory.json in --out after a failed run. A tiny run succeeds and writes
 metrics.jsonl and memory.json, and weights it saves load back.
 
-Runs the binary named by MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout.
+Runs the binary memtrain_cli.py names.
 """
 
 import json
 import math
 import os
-import shutil
 import struct
-import subprocess
-import tempfile
 import unittest
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 
-MEMTRAIN = os.environ.get("MEMTRAIN_BIN") or str(Path(__file__).resolve().parents[2] / "build" / "memtrain")
+from memtrain_cli import (CATEGORIES, TINY_POSITIONS, TINY_RUN, TINY_VOCAB, CliTestCase, memtrain, read_json,
+                          read_memory, read_metrics, read_safetensors, sample_text, train, write_safetensors,
+                          write_shard)
 
-# gpt2-tiny: 2 layers, 4 heads, C=64, 128 positions, vocabulary 256 (so byte tokens fit).
-TINY_VOCAB = 256
-TINY_POSITIONS = 128
-BATCH, SEQ = 2, 32
-
-SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
-
-data_dir: Path  # shards from `memtrain prepare --tokenizer byte`, made once for the module
-module_tmp: tempfile.TemporaryDirectory
-
-
-def memtrain(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([MEMTRAIN, *map(str, args)], capture_output=True, text=True, timeout=60)
-
-
-def sample_text(words: int) -> str:
-    """Deterministic English-like text, varied enough that the loss moves."""
-    vocabulary = "the quick brown fox jumps over a lazy dog while seven small cats watch".split()
-    return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
-
-
-def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION):
-    """An llm.c token shard: 256 int32 header [magic, version, token count, 0...], then uint16 tokens."""
-    header = [magic, version, len(tokens)] + [0] * (SHARD_HEADER_INTS - 3)
-    path.write_bytes(struct.pack(f"<{SHARD_HEADER_INTS}i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
-
-
-def read_safetensors(path: Path) -> dict:
-    """name -> (shape, raw float32 bytes); the metadata entry is dropped."""
-    blob = path.read_bytes()
-    (header_len,) = struct.unpack_from("<Q", blob)
-    header = json.loads(blob[8 : 8 + header_len])
-    data = blob[8 + header_len :]
-    header.pop("__metadata__", None)
-    tensors = {}
-    for name, entry in header.items():
-        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}"
-        begin, end = entry["data_offsets"]
-        tensors[name] = (entry["shape"], data[begin:end])
-    return tensors
-
-
-def write_safetensors(path: Path, tensors: dict):
-    """tensors: name -> (shape, raw float32 bytes), laid out in order."""
-    header, offset = {}, 0
-    for name, (shape, raw) in tensors.items():
-        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(raw)]}
-        offset += len(raw)
-    text = json.dumps(header).encode()
-    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(raw for _, raw in tensors.values()))
-
-
-def train(**flags) -> subprocess.CompletedProcess:
-    """`memtrain train` on gpt2-tiny with small defaults: keyword arguments set flags (save_weights= is
-    --save-weights), None leaves a flag out, True passes it without a value."""
-    defaults = {
-        "model": "gpt2-tiny",
-        "data": data_dir,
-        "train_iters": 2,
-        "seq_length": SEQ,
-        "micro_batch_size": BATCH,
-        "eval_interval": 0,
-        "threads": 1,
-    }
-    args = []
-    for name, value in {**defaults, **flags}.items():
-        if value is None:
-            continue
-        args.append("--" + name.replace("_", "-"))
-        if value is not True:
-            args.append(value)
-    return memtrain("train", *args)
-
-
-def read_metrics(out: Path) -> list:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def setUpModule():
-    global data_dir, module_tmp
-    module_tmp = tempfile.TemporaryDirectory(prefix="memtrain-cli-")
-    text = Path(module_tmp.name) / "text.txt"
-    text.write_text(sample_text(3000))
-    data_dir = Path(module_tmp.name) / "data"
-    result = memtrain("prepare", text, "--tokenizer", "byte", "--out", data_dir)
-    assert result.returncode == 0, f"prepare failed ({result.returncode}): {result.stderr}"
-
-
-def tearDownModule():
-    module_tmp.cleanup()
-
-
-class CliTestCase(unittest.TestCase):
-    """A fresh temporary folder per test, which holds --out unless a test names another."""
-
-    def setUp(self):
-        self.tmp = Path(tempfile.mkdtemp(prefix="memtrain-cli-case-"))
-        self.addCleanup(shutil.rmtree, self.tmp)
-
-    def train(self, **flags) -> subprocess.CompletedProcess:
-        return train(**{"out": self.tmp / "run", **flags})
-
-    def assert_error(self, result: subprocess.CompletedProcess, exit_code: int, *mentions):
-        """One `memtrain: error:` line on stderr that names each of mentions, and the expected exit code."""
-        context = f"\nexit code {result.returncode}, stderr:\n{result.stderr}"
-        lines = result.stderr.splitlines()
-        self.assertEqual(len(lines), 1, "expected exactly one line on stderr" + context)
-        self.assertTrue(lines[0].startswith("memtrain: error: "), "expected a `memtrain: error:` line" + context)
-        for mention in mentions:
-            self.assertIn(str(mention), lines[0], context)
-        self.assertEqual(result.returncode, exit_code, context)
-
-    def assert_train_fails(self, exit_code: int, *mentions, **flags):
-        out = self.tmp / "failed-run"
-        self.assert_error(self.train(out=out, **flags), exit_code, *mentions)
-        self.assertFalse((out / "memory.json").exists(), f"a failed run left {out / 'memory.json'}")
+BATCH, SEQ = TINY_RUN["micro_batch_size"], TINY_RUN["seq_length"]
 
 
 class BadFlags(CliTestCase):
@@ -150,8 +34,7 @@ class BadFlags(CliTestCase):
         # Every command reads the level (plan's and estimate's defaults too), so every one refuses it.
         for command in (["estimate", "--model", "gpt2-tiny"], ["plan", "--model", "gpt2-tiny", "--device-memory",
                                                                "1GiB", "--global-batch-size", "8"]):
-            result = subprocess.run([MEMTRAIN, *command], capture_output=True, text=True, timeout=60,
-                                    env={**os.environ, "MEMTRAIN_MAX_ISA": "avx"})
+            result = memtrain(*command, env={"MEMTRAIN_MAX_ISA": "avx"})
             self.assert_error(result, 2, "MEMTRAIN_MAX_ISA", "avx2")
 
     def test_seq_length_above_model_positions(self):
@@ -219,11 +102,11 @@ class BadWeights(CliTestCase):
 
     @classmethod
     def setUpClass(cls):
-        with tempfile.TemporaryDirectory(prefix="memtrain-cli-weights-") as tmp:
-            weights = Path(tmp) / "good.safetensors"
-            result = train(train_iters=1, save_weights=weights, out=Path(tmp) / "run")
-            assert result.returncode == 0, f"saving weights failed ({result.returncode}): {result.stderr}"
-            cls.good_weights = read_safetensors(weights)
+        super().setUpClass()
+        weights = Path(cls.class_tmp.name) / "good.safetensors"
+        result = train(data=cls.data, train_iters=1, save_weights=weights, out=Path(cls.class_tmp.name) / "good")
+        assert result.returncode == 0, f"saving weights failed ({result.returncode}): {result.stderr}"
+        cls.good_weights = read_safetensors(weights)
 
     def weights_file(self, tensors: dict) -> Path:
         path = self.tmp / "weights.safetensors"
@@ -263,7 +146,7 @@ class GoodRuns(CliTestCase):
 
         records = read_metrics(out)
         self.assertEqual([r["step"] for r in records], [1, 2, 3])
-        memory = json.loads((out / "memory.json").read_text())
+        memory = read_memory(out)
         # The kernels' level: the CPU's own, or MEMTRAIN_MAX_ISA's cap below it, the same in both files.
         levels = ["generic", "avx2", "avx512", "avx512_bf16"]
         self.assertIn(memory["cpu_isa"], levels)
@@ -345,7 +228,7 @@ class PrecisionRuns(CliTestCase):
                 out = self.tmp / name.replace(" ", "_").replace(",", "")
                 result = self.train(out=out, train_iters=2, **flags)
                 self.assertEqual(result.returncode, 0, result.stderr)
-                memory = json.loads((out / "memory.json").read_text())
+                memory = read_memory(out)
                 self.assertEqual(memory["planned"], memory["measured"])
                 self.assertEqual(memory["model_state_bytes_per_param"], {"planned": per_param, "measured": per_param})
                 self.assertTrue(all(math.isfinite(r["loss"]) for r in read_metrics(out)))
@@ -427,14 +310,14 @@ class Recompute(CliTestCase):
         base = self.train(out=self.tmp / "none", train_iters=4)
         self.assertEqual(base.returncode, 0, base.stderr)
         base_losses = [r["loss"] for r in read_metrics(self.tmp / "none")]
-        base_memory = json.loads((self.tmp / "none" / "memory.json").read_text())
+        base_memory = read_memory(self.tmp / "none")
         for name, (flags, saves) in self.MODES.items():
             with self.subTest(name):
                 out = self.tmp / name.replace(" ", "_")
                 result = self.train(out=out, train_iters=4, **flags)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertEqual([r["loss"] for r in read_metrics(out)], base_losses)
-                memory = json.loads((out / "memory.json").read_text())
+                memory = read_memory(out)
                 self.assertEqual(memory["planned"], memory["measured"])
                 activations, base_activations = memory["planned"]["activations"], base_memory["planned"]["activations"]
                 (self.assertLess if saves else self.assertEqual)(activations, base_activations)
@@ -447,13 +330,12 @@ class Recompute(CliTestCase):
 
 
 class MemoryTimeline(CliTestCase):
-    CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
     TITLES = ["parameters", "gradients", "optimizer states", "activations", "workspace"]  # those holding bytes
 
     def train_with_timeline(self, out: Path, **flags) -> dict:
         result = self.train(out=out, train_iters=3, eval_interval=2, eval_iters=1, memory_timeline=True, **flags)
         self.assertEqual(result.returncode, 0, result.stderr)
-        return json.loads((out / "memory_timeline.json").read_text())
+        return read_json(out / "memory_timeline.json")
 
     def test_timeline_has_one_point_per_op(self):
         out = self.tmp / "run"
@@ -464,10 +346,10 @@ class MemoryTimeline(CliTestCase):
         self.assertEqual(len(set(names)), len(names), "an op recorded twice")
         self.assertEqual((names[0], names[timeline["loss_op"]], names[-1]), ("embed", "lm_head", "embed.backward"))
 
-        planned = json.loads((out / "memory.json").read_text())["planned"]
+        planned = read_memory(out)["planned"]
         self.assertEqual(timeline["planned"], planned)
         for point in points:
-            self.assertEqual(list(point["bytes"]), self.CATEGORIES, point)
+            self.assertEqual(list(point["bytes"]), CATEGORIES, point)
             for constant in ("params", "master", "grads", "optim", "other"):
                 self.assertEqual(point["bytes"][constant], planned[constant], point)
             self.assertLessEqual(point["bytes"]["activations"], planned["activations"], point)
@@ -479,8 +361,8 @@ class MemoryTimeline(CliTestCase):
         result = self.train(out=out, memory_timeline=csv_path)
         self.assertEqual(result.returncode, 0, result.stderr)
         rows = csv_path.read_text().splitlines()
-        self.assertEqual(rows[0], "op,name," + ",".join(self.CATEGORIES) + ",total")
-        points = json.loads((out / "memory_timeline.json").read_text())["points"]
+        self.assertEqual(rows[0], "op,name," + ",".join(CATEGORIES) + ",total")
+        points = read_json(out / "memory_timeline.json")["points"]
         self.assertEqual(len(rows), len(points) + 1)
 
     def test_memory_report_lists_ten_largest_activations(self):

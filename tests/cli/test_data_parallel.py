@@ -2,36 +2,25 @@
 accumulating 2 micro-batches of b (ZeRO stages 0 to 3, fp32 and bf16), repeat bitwise, and every rank's
 memory.rank{r}.json shows measured == planned and the per-parameter bytes of its stage.
 
-usage: test_data_parallel.py MEMTRAIN
+Runs the binary memtrain_cli.py names.
 """
-import json
-import subprocess
-import sys
 import unittest
-from pathlib import Path
 
-from byte_data import ByteDataTestCase
+from memtrain_cli import CliTestCase, read_memory, read_metrics
 
-MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 STEPS = 4
 
 
-class DataParallel(ByteDataTestCase):
-    MEMTRAIN = MEMTRAIN
-    PREFIX = "memtrain-dp-"
-
+class DataParallel(CliTestCase):
     def train(self, name, ranks, *flags, global_batch=4, model="gpt2-tiny"):
+        """Trains on `ranks` processes into self.tmp / name, in order, and returns that folder."""
         out = self.tmp / name
-        args = [MEMTRAIN, "train", "--model", model, "--data", str(self.data), "--seq-length", "32",
-                "--micro-batch-size", "2", "--global-batch-size", str(global_batch), "--train-iters", str(STEPS),
-                *([] if "--eval-interval" in flags else ["--eval-interval", "0"]), "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
-        result = subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True, timeout=120)
-        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        super().train(*flags, out=out, ranks=ranks, expect=0, model=model, global_batch_size=global_batch,
+                      train_iters=STEPS, no_shuffle=True)
         return out
 
     def losses(self, out):
-        return [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+        return [r["loss"] for r in read_metrics(out)]
 
     def test_two_ranks_follow_one_process_accumulating(self):
         for precision, tolerance in (([], 1e-5), (["--bf16"], 1e-2)):
@@ -64,7 +53,7 @@ class DataParallel(ByteDataTestCase):
                 for a, b in zip(self.losses(out), single):
                     self.assertAlmostEqual(a, b, delta=1e-2 * b)
                 for rank in (0, 1):
-                    memory = json.loads((out / f"memory.rank{rank}.json").read_text())
+                    memory = read_memory(out, rank)
                     self.assertEqual(memory["planned"], memory["measured"])
 
     def test_runs_repeat_bitwise_with_or_without_overlap(self):
@@ -86,16 +75,14 @@ class DataParallel(ByteDataTestCase):
             out = self.train(f"memory{stage}", 2, "--zero-stage", stage, "--bf16")
             for rank in (0, 1):
                 with self.subTest(stage=stage, rank=rank):
-                    memory = json.loads((out / f"memory.rank{rank}.json").read_text())
+                    memory = read_memory(out, rank)
                     self.assertEqual(memory["planned"], memory["measured"])
                     self.assertAlmostEqual(memory["model_state_bytes_per_param"]["planned"], bytes_per_param,
                                            delta=1e-3)
 
     def test_saving_whole_weights_under_stage_3_is_a_usage_error(self):
         out = self.tmp / "s3-save"
-        result = subprocess.run([MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data),
-                                 "--train-iters", "1", "--zero-stage", "3", "--save-weights", str(out / "w.st"),
-                                 "--out", str(out)], capture_output=True, text=True, timeout=60)
+        result = super().train(train_iters=1, zero_stage=3, save_weights=out / "w.st", out=out)
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertIn("--zero-stage 3", result.stderr)
         self.assertFalse(out.exists())

@@ -5,7 +5,7 @@ on every rank, and the op where the estimate puts the peak is the one the run's 
 The model states agree with the published formulas (ZeRO, Megatron-LM, MindSpeed O2) at every stage.
 estimate reads no data, writes nothing, and answers for llama2-70b in under a second.
 
-usage: test_estimate.py MEMTRAIN [unittest arguments]
+Runs the binary memtrain_cli.py names.
 """
 import json
 import math
@@ -16,11 +16,7 @@ import tempfile
 import time
 import unittest
 
-from byte_data import ByteDataTestCase
-
-MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
-CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
+from memtrain_cli import CATEGORIES, MEMTRAIN, CliTestCase, memtrain, read_json, read_memory, run_flags
 
 PRECISIONS = {
     "fp32": [],
@@ -40,34 +36,23 @@ RECOMPUTE = {
 
 
 def estimate(*flags):
-    result = subprocess.run([MEMTRAIN, "estimate", *flags, "--json"], capture_output=True, text=True, timeout=60)
+    result = memtrain("estimate", *flags, "--json")
     if result.returncode != 0:
         raise AssertionError(f"estimate {' '.join(flags)}: exit {result.returncode}: {result.stderr}")
     return json.loads(result.stdout)
 
 
-class EstimateEqualsTrainer(ByteDataTestCase):
-    MEMTRAIN = MEMTRAIN
-    PREFIX = "memtrain-estimate-"
-
-    def run_flags(self, name, model, extra):
-        evaluation = [] if "--eval-interval" in extra else ["--eval-interval", "0"]
-        return ["--model", model, "--seq-length", "32", "--micro-batch-size", "2", "--train-iters", "1",
-                "--threads", "1", *evaluation, *extra]
-
+class EstimateEqualsTrainer(CliTestCase):
     def check(self, name, extra, ranks=1, model="gpt2-tiny", timeline=False):
         """Trains one step and compares every category of every rank with the estimate of the same flags."""
-        flags = self.run_flags(name, model, extra)
+        flags = run_flags(*extra, model=model, train_iters=1)
         out = self.tmp / name
-        train = [MEMTRAIN, "train", *flags, "--data", str(self.data), "--out", str(out)]
-        if timeline:
-            train.append("--memory-timeline")
-        result = subprocess.run((MPIRUN if ranks > 1 else []) + train, capture_output=True, text=True, timeout=120)
+        result = self.train(*flags, *(["--memory-timeline"] if timeline else []), out=out, ranks=ranks)
         self.assertEqual(result.returncode, 0, f"{name}: {result.stdout}{result.stderr}")
         est = estimate(*flags, "--dp", str(ranks))
         self.assertEqual(len(est["ranks"]), ranks)
         for rank in range(ranks):
-            memory = json.loads((out / ("memory.json" if ranks == 1 else f"memory.rank{rank}.json")).read_text())
+            memory = read_memory(out, None if ranks == 1 else rank)
             bytes_ = est["ranks"][rank]["bytes"]
             for c in CATEGORIES:
                 self.assertEqual(bytes_[c], memory["planned"][c], f"{name} rank {rank} {c} planned")
@@ -77,7 +62,7 @@ class EstimateEqualsTrainer(ByteDataTestCase):
             self.assertEqual(est["ranks"][rank]["offloaded_optimizer_file_bytes"],
                              memory["offloaded_optimizer_file_bytes"])
         if timeline:
-            recorded = json.loads((out / "memory_timeline.json").read_text())
+            recorded = read_json(out / "memory_timeline.json")
             points = recorded["points"]
             peak = max(points, key=lambda p: sum(p["bytes"].values()))  # max() keeps the first of equals
             self.assertEqual(est["ranks"][0]["peak"]["op"], peak["op"], name)
@@ -238,8 +223,7 @@ class ModelParallelModelled(unittest.TestCase):
         est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",
                        "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
         self.assertEqual(len(est["ranks"]), 4)
-        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--tp", "5"], capture_output=True,
-                                text=True, timeout=60)
+        result = memtrain("estimate", "--model", "gpt2", "--tp", "5")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--tp 5", result.stderr)
 
@@ -251,7 +235,7 @@ class EstimateCommand(unittest.TestCase):
                  "--seq-length", "4096", "--micro-batch-size", "1", "--recompute-granularity", "full",
                  "--device-memory", "80GiB", "--json"]
         start = time.monotonic()
-        result = subprocess.run([MEMTRAIN, "estimate", *flags], capture_output=True, text=True, timeout=60)
+        result = memtrain("estimate", *flags, timeout=60)
         elapsed = time.monotonic() - start
         self.assertEqual(result.returncode, 0, result.stderr)
         est = json.loads(result.stdout)
@@ -267,8 +251,7 @@ class EstimateCommand(unittest.TestCase):
 
     def test_no_data_and_no_files(self):
         with tempfile.TemporaryDirectory(prefix="memtrain-estimate-cwd-") as cwd:
-            result = subprocess.run([os.path.abspath(MEMTRAIN), "estimate", "--model", "gpt2", "--seq-length", "64",
-                                     "--device-memory", "24GB"], capture_output=True, text=True, cwd=cwd, timeout=60)
+            result = memtrain("estimate", "--model", "gpt2", "--seq-length", "64", "--device-memory", "24GB", cwd=cwd)
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertIn("fits in 22.35 GiB", result.stdout)  # 24e9 bytes, exactly
             self.assertEqual(os.listdir(cwd), [])
@@ -286,27 +269,23 @@ class EstimateCommand(unittest.TestCase):
         for c in CATEGORIES:
             self.assertEqual(avx2["ranks"][0]["bytes"][c] - native["ranks"][0]["bytes"][c],
                              tiles if c == "workspace" else 0, c)
-        text = subprocess.run([MEMTRAIN, "estimate", *flags, "--cpu-isa", "avx2"], capture_output=True, text=True,
-                              timeout=60)
+        text = memtrain("estimate", *flags, "--cpu-isa", "avx2")
         self.assertIn("kernels sized for 1 thread per rank at avx2\n", text.stdout)
         # Without the flag: this process's level, which MEMTRAIN_MAX_ISA=generic caps to generic on any CPU.
-        capped = subprocess.run([MEMTRAIN, "estimate", *flags, "--bf16", "--json"], capture_output=True, text=True,
-                                timeout=60, env={**os.environ, "MEMTRAIN_MAX_ISA": "generic"})
+        capped = memtrain("estimate", *flags, "--bf16", "--json", env={"MEMTRAIN_MAX_ISA": "generic"})
         self.assertEqual(capped.returncode, 0, capped.stderr)
         self.assertEqual(json.loads(capped.stdout)["cpu_isa"], "generic")
         self.assertEqual(json.loads(capped.stdout)["ranks"], avx2["ranks"])
 
     def test_bad_cpu_isa_is_a_usage_error(self):
-        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--cpu-isa", "avx3"], capture_output=True,
-                                text=True, timeout=60)
+        result = memtrain("estimate", "--model", "gpt2", "--cpu-isa", "avx3")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--cpu-isa avx3", result.stderr)
         self.assertIn("generic, avx2, avx512 or avx512_bf16", result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1)
 
     def test_bad_device_memory_is_a_usage_error(self):
-        result = subprocess.run([MEMTRAIN, "estimate", "--model", "gpt2", "--device-memory", "80 gigs"],
-                                capture_output=True, text=True, timeout=60)
+        result = memtrain("estimate", "--model", "gpt2", "--device-memory", "80 gigs")
         self.assertEqual(result.returncode, 2)
         self.assertIn("--device-memory", result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1)

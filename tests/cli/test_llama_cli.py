@@ -5,34 +5,24 @@ model.safetensors.index.json, including shards written here by hand with torch; 
 export Hugging Face files; a Hugging Face config.json selects the architecture; bad LLaMA shapes are one-line
 usage errors.
 
-Runs the binary named by MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout.
+Runs the binary memtrain_cli.py names.
 """
 
 import json
 import math
-import shutil
-import struct
-import tempfile
 import unittest
 from pathlib import Path
 
 import torch
 
-import test_cli as cli
+from memtrain_cli import (CliTestCase, memtrain, read_json, read_memory, read_metrics, read_safetensors,
+                          write_safetensors)
 
 LLAMA_TINY_CONFIG = {  # llama-tiny as a Hugging Face config.json
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 176,
     "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2, "max_position_embeddings": 128,
     "vocab_size": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": False,
 }
-
-
-def setUpModule():
-    cli.setUpModule()
-
-
-def tearDownModule():
-    cli.tearDownModule()
 
 
 def hf_llama_tensors(gen) -> dict:
@@ -57,7 +47,7 @@ def write_shards(folder: Path, tensors: dict, shards: int):
     for s in range(shards):
         file = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
         part = names[s::shards]
-        cli.write_safetensors(folder / file,
+        write_safetensors(folder / file,
                               {n: (list(tensors[n].shape), tensors[n].numpy().tobytes()) for n in part})
         weight_map.update({n: file for n in part})
     total = sum(t.numel() * 4 for t in tensors.values())
@@ -65,9 +55,9 @@ def write_shards(folder: Path, tensors: dict, shards: int):
         json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}))
 
 
-class LlamaRuns(cli.CliTestCase):
-    def train(self, **flags):
-        return super().train(**{"model": "llama-tiny", **flags})
+class LlamaRuns(CliTestCase):
+    def train(self, *words, **flags):
+        return super().train(*words, **{"model": "llama-tiny", **flags})
 
     def test_trains_with_measured_equal_to_planned_in_every_mode(self):
         modes = {"fp32": {}, "bf16": {"bf16": True}, "bf16 O2": {"bf16": True, "o2_optimizer": True},
@@ -78,10 +68,10 @@ class LlamaRuns(cli.CliTestCase):
                 result = self.train(out=out, train_iters=6, eval_interval=3, eval_iters=1, lr=3e-3, **flags)
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn("model llama-tiny: 125,248 parameters", result.stdout)
-                records = cli.read_metrics(out)
+                records = read_metrics(out)
                 self.assertTrue(all(math.isfinite(r["loss"]) for r in records), records)
                 self.assertLess(records[-1]["loss"], records[0]["loss"], records)
-                memory = json.loads((out / "memory.json").read_text())
+                memory = read_memory(out)
                 self.assertEqual(memory["planned"], memory["measured"])
 
     def test_recompute_repeats_the_loss_curve_bitwise(self):
@@ -89,7 +79,7 @@ class LlamaRuns(cli.CliTestCase):
         for name, flags in {"none": {}, "full": {"recompute_granularity": "full"}}.items():
             result = self.train(out=self.tmp / name, train_iters=3, **flags)
             self.assertEqual(result.returncode, 0, result.stderr)
-            losses.append([r["loss"] for r in cli.read_metrics(self.tmp / name)])
+            losses.append([r["loss"] for r in read_metrics(self.tmp / name)])
         self.assertEqual(losses[0], losses[1])
 
     def test_hf_config_json_selects_llama(self):
@@ -99,9 +89,9 @@ class LlamaRuns(cli.CliTestCase):
         self.assertEqual(by_config.returncode, 0, by_config.stderr)
         by_preset = self.train(out=self.tmp / "preset", train_iters=2)
         self.assertEqual(by_preset.returncode, 0, by_preset.stderr)
-        self.assertEqual(cli.read_metrics(self.tmp / "config"), [
+        self.assertEqual(read_metrics(self.tmp / "config"), [
             {**r, "step_ms": m["step_ms"], "tokens_per_sec": m["tokens_per_sec"]}
-            for r, m in zip(cli.read_metrics(self.tmp / "preset"), cli.read_metrics(self.tmp / "config"))])
+            for r, m in zip(read_metrics(self.tmp / "preset"), read_metrics(self.tmp / "config"))])
 
     def test_bad_llama_shapes_are_usage_errors(self):
         config = self.tmp / "config.json"
@@ -120,7 +110,7 @@ class LlamaRuns(cli.CliTestCase):
         single = self.tmp / "saved.safetensors"
         result = self.train(init_from=hf / "model.safetensors.index.json", lr=0, save_weights=single)
         self.assertEqual(result.returncode, 0, result.stderr)
-        saved = cli.read_safetensors(single)
+        saved = read_safetensors(single)
         self.assertEqual(set(saved), set(tensors))
         for name, t in tensors.items():
             self.assertEqual(saved[name], (list(t.shape), t.numpy().tobytes()), name)
@@ -129,11 +119,11 @@ class LlamaRuns(cli.CliTestCase):
         resharded.mkdir()
         result = self.train(init_from=hf, lr=0, save_weights=resharded / "model.safetensors.index.json")
         self.assertEqual(result.returncode, 0, result.stderr)
-        index = json.loads((resharded / "model.safetensors.index.json").read_text())
+        index = read_json(resharded / "model.safetensors.index.json")
         self.assertEqual(set(index["weight_map"]), set(tensors))
         self.assertEqual(index["metadata"]["total_size"], sum(t.numel() * 4 for t in tensors.values()))
         for name, t in tensors.items():
-            shard = cli.read_safetensors(resharded / index["weight_map"][name])
+            shard = read_safetensors(resharded / index["weight_map"][name])
             self.assertEqual(shard[name], (list(t.shape), t.numpy().tobytes()), name)
 
     def test_checkpoint_resumes_bitwise_and_exports_hugging_face_files(self):
@@ -147,19 +137,19 @@ class LlamaRuns(cli.CliTestCase):
         self.assertEqual(first.returncode, 0, first.stderr)
         resumed = self.train(out=run, save=save, save_interval=3, resume="auto", **common)
         self.assertEqual(resumed.returncode, 0, resumed.stderr)
-        self.assertEqual([r["loss"] for r in cli.read_metrics(run)],
-                         [r["loss"] for r in cli.read_metrics(self.tmp / "whole")])
+        self.assertEqual([r["loss"] for r in read_metrics(run)],
+                         [r["loss"] for r in read_metrics(self.tmp / "whole")])
 
         exported = self.tmp / "hf"
-        result = cli.memtrain("export", save, "--out", exported)
+        result = memtrain("export", save, "--out", exported)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(json.loads((exported / "config.json").read_text())["num_key_value_heads"], 2)
-        self.assertIn("model.layers.1.mlp.up_proj.weight", cli.read_safetensors(exported / "model.safetensors"))
+        self.assertEqual(read_json(exported / "config.json")["num_key_value_heads"], 2)
+        self.assertIn("model.layers.1.mlp.up_proj.weight", read_safetensors(exported / "model.safetensors"))
         saved = self.tmp / "saved.safetensors"
         again = self.train(model=exported / "config.json", init_from=exported, lr=0, save_weights=saved,
                            out=self.tmp / "again")
         self.assertEqual(again.returncode, 0, again.stderr)
-        self.assertEqual(cli.read_safetensors(saved), cli.read_safetensors(exported / "model.safetensors"))
+        self.assertEqual(read_safetensors(saved), read_safetensors(exported / "model.safetensors"))
 
     def test_missing_shard_tensor_names_it(self):
         tensors = hf_llama_tensors(torch.Generator().manual_seed(7))

@@ -2,32 +2,23 @@
 an AVX2 CPU without AVX-512 (Haswell), in bf16 with both O2 flags, detects the emulated CPU's level, keeps
 measured == planned memory, and gives the same losses, bit for bit, as this machine capped at that level.
 
-usage: test_old_cpus.py MEMTRAIN QEMU_X86_64
+usage: test_old_cpus.py QEMU_X86_64   (runs the binary memtrain_cli.py names)
 """
-import json
-import os
-import subprocess
 import sys
 import unittest
 
-from byte_data import ByteDataTestCase
+from memtrain_cli import CliTestCase, read_memory, read_metrics
 
 QEMU = "qemu-x86_64"
 CPUS = {"Nehalem": "generic", "Haswell": "avx2"}
 
 
-class OldCpus(ByteDataTestCase):
-    def train(self, name, prefix, env):
+class OldCpus(CliTestCase):
+    def train(self, name, launcher, env):
         out = self.tmp / name
-        flags = ["train", "--model", "gpt2-tiny", "--data", self.data, "--seq-length", "32", "--micro-batch-size",
-                 "2", "--train-iters", "4", "--log-interval", "1", "--eval-interval", "0", "--bf16",
-                 "--o2-optimizer", "--o2-gradient", "--out", out]
-        result = subprocess.run([*prefix, self.MEMTRAIN, *map(str, flags)], capture_output=True, text=True,
-                                timeout=600, env={**os.environ, **env})
-        self.assertEqual(result.returncode, 0, result.stderr)
-        memory = json.loads((out / "memory.json").read_text())
-        losses = [json.loads(line)["loss"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-        return memory, losses
+        super().train(out=out, launcher=launcher, env=env, timeout=600, expect=0, train_iters=4, log_interval=1,
+                      bf16=True, o2_optimizer=True, o2_gradient=True)
+        return read_memory(out), [r["loss"] for r in read_metrics(out)]
 
     def test_emulated_cpus_train_like_the_capped_host(self):
         for cpu, level in CPUS.items():
@@ -36,11 +27,11 @@ class OldCpus(ByteDataTestCase):
                 memory, losses = self.train(cpu, [QEMU, "-cpu", cpu], {"OPENBLAS_CORETYPE": cpu})
                 self.assertEqual(memory["cpu_isa"], level)
                 self.assertEqual(memory["planned"], memory["measured"])
-                host_memory, host_losses = self.train(cpu + "-host", [], {"MEMTRAIN_MAX_ISA": level})
+                host_memory, host_losses = self.train(cpu + "-host", None, {"MEMTRAIN_MAX_ISA": level})
                 self.assertEqual(host_memory["planned"], memory["planned"])
                 self.assertEqual(losses, host_losses)
 
 
 if __name__ == "__main__":
-    OldCpus.MEMTRAIN, QEMU = sys.argv[1], sys.argv[2]
-    unittest.main(argv=sys.argv[:1], verbosity=2)
+    QEMU = sys.argv.pop(1)
+    unittest.main(verbosity=2)

@@ -4,19 +4,15 @@ from --init-from too, in one process and under mpirun with ZeRO stage 1; memory.
 the chunk slots for master weights and moments and reports the file bytes apart; the files are gone after the
 run; a bad --offload-path is one clear error with nothing written.
 
-usage: test_optimizer_offload.py MEMTRAIN [unittest arguments, e.g. -k SingleProcess]
+Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k SingleProcess.
 """
 import fcntl
 import json
-import subprocess
-import sys
 import unittest
 from pathlib import Path
 
-from byte_data import ByteDataTestCase
+from memtrain_cli import CliTestCase, read_json, read_memory, read_metrics
 
-MEMTRAIN = sys.argv.pop(1) if len(sys.argv) > 1 else "build/memtrain"
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 STEPS = 4
 CHUNK_MB = 0.01  # 2621 elements: gpt2-tiny's shard streams in dozens of chunks, the last one shorter
 CHUNK_ELEMS = int(CHUNK_MB * (1 << 20) / 4)
@@ -31,20 +27,14 @@ MODES = {
 }
 
 
-class OffloadTestCase(ByteDataTestCase):
-    MEMTRAIN = MEMTRAIN
-    PREFIX = "memtrain-offload-"
-
+class OffloadTestCase(CliTestCase):
     def run_train(self, name, *flags, ranks=1):
+        """Trains on `ranks` processes into self.tmp / name, saving the weights where a rank holds them all."""
         out = self.tmp / name
-        args = [MEMTRAIN, "train", "--model", "gpt2-tiny", "--data", str(self.data), "--seq-length", "32",
-                "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", str(STEPS),
-                "--eval-interval", "0", "--no-shuffle", "--threads", "1", "--out", str(out), *flags]
         # Under ZeRO-3 no rank holds whole weights to save; the losses and gradient norms still compare.
-        if "3" not in flags:
-            args += ["--save-weights", str(out / "model.safetensors")]
-        return out, subprocess.run((MPIRUN if ranks == 2 else []) + args, capture_output=True, text=True,
-                                   timeout=120)
+        save = None if "3" in flags else out / "model.safetensors"
+        return out, super().train(*flags, out=out, ranks=ranks, global_batch_size=4, train_iters=STEPS,
+                                  no_shuffle=True, save_weights=save)
 
     def train(self, name, *flags, ranks=1):
         out, result = self.run_train(name, *flags, ranks=ranks)
@@ -59,7 +49,7 @@ class OffloadTestCase(ByteDataTestCase):
     def assert_same_run(self, offloaded: Path, in_memory: Path):
         """Losses and gradient norms of every step, and the saved weights, bit for bit."""
         def curve(out):
-            return [(r["loss"], r["grad_norm"]) for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())]
+            return [(r["loss"], r["grad_norm"]) for r in read_metrics(out)]
         self.assertEqual(len(curve(offloaded)), STEPS)
         self.assertEqual(curve(offloaded), curve(in_memory))
         saved = in_memory / "model.safetensors"
@@ -69,7 +59,7 @@ class OffloadTestCase(ByteDataTestCase):
     def assert_memory(self, memory_json: Path, in_memory_json: Path, master: int, moment: int, shard: int):
         """Measured == planned; master and optimizer states are two chunk slots each, the rest as in memory;
         the file holds the shard's master weights and moments."""
-        memory, reference = json.loads(memory_json.read_text()), json.loads(in_memory_json.read_text())
+        memory, reference = read_json(memory_json), read_json(in_memory_json)
         self.assertEqual(memory["planned"], memory["measured"])
         chunk = min(CHUNK_ELEMS, shard)
         self.assertEqual(memory["planned"]["master"], 2 * chunk * master)
@@ -90,7 +80,7 @@ class SingleProcess(OffloadTestCase):
                 path, offload = self.offload_flags(tag)
                 offloaded = self.train(tag + "-offloaded", *flags, *offload)
                 self.assert_same_run(offloaded, in_memory)
-                num_params = json.loads((in_memory / "memory.json").read_text())["num_params"]
+                num_params = read_memory(in_memory)["num_params"]
                 self.assert_memory(offloaded / "memory.json", in_memory / "memory.json", master, moment, num_params)
                 self.assertEqual(list(path.iterdir()), [])  # the state file is removed at the end
 
@@ -110,7 +100,7 @@ class SingleProcess(OffloadTestCase):
         in_memory = self.train("ds-reference", "--bf16")
         offloaded = self.train("ds", "--deepspeed-config", str(config))
         self.assert_same_run(offloaded, in_memory)
-        self.assertGreater(json.loads((offloaded / "memory.json").read_text())["offloaded_optimizer_file_bytes"], 0)
+        self.assertGreater(read_memory(offloaded)["offloaded_optimizer_file_bytes"], 0)
 
     def test_a_killed_runs_file_is_taken_over_a_live_runs_refused(self):
         flags, _, _ = MODES["bf16"]
@@ -129,7 +119,7 @@ class SingleProcess(OffloadTestCase):
 
     def test_bad_offload_path_is_one_clear_error_with_nothing_written(self):
         missing = self.tmp / "no-such-dir"
-        a_file = self.tmp / "text.txt"
+        a_file = self.text
         for path in (missing, a_file):
             with self.subTest(path=path):
                 out, result = self.run_train("bad-" + path.name, "--offload-optimizer", "nvme", "--offload-path", str(path))
@@ -162,7 +152,7 @@ class Mpi(OffloadTestCase):
                 path, offload = self.offload_flags(tag)
                 offloaded = self.train(tag + "-offloaded", "--zero-stage", stage, *flags, *offload, ranks=2)
                 self.assert_same_run(offloaded, in_memory)
-                num_params = json.loads((in_memory / "memory.rank0.json").read_text())["num_params"]
+                num_params = read_memory(in_memory, 0)["num_params"]
                 shard = (num_params + 1) // 2
                 for rank in (0, 1):
                     self.assert_memory(offloaded / f"memory.rank{rank}.json", in_memory / f"memory.rank{rank}.json",

@@ -8,21 +8,17 @@ measured == planned, within the limit.
 --cpu-isa: plan at another level, on the profile shipped for it.
 calibrate: a profile of positive rates, its level, threads and CPU, with MPI measured only under mpirun, that plan
 reads.
+
+Runs the binary memtrain_cli.py names.
 """
 import json
-import os
 import re
 import shlex
-import subprocess
-import sys
 import unittest
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from byte_data import ByteDataTestCase  # noqa: E402
+from memtrain_cli import CliTestCase, memtrain, read_json, read_memory, run_flags
 
 FLAGS = ["--model", "gpt2-tiny", "--seq-length", "64", "--threads", "1"]
-MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"]
 
 
 def with_change(args, change):
@@ -39,15 +35,10 @@ def with_change(args, change):
     return kept + change
 
 
-class PlanTest(ByteDataTestCase):
-    PREFIX = "memtrain-plan-"
-
-    def run_memtrain(self, *args):
-        return subprocess.run([self.MEMTRAIN, *map(str, args)], capture_output=True, text=True, timeout=120)
-
+class PlanTest(CliTestCase):
     def refused_total(self, args):
         """The per-rank total the OOM doctor prints when refusing `args` at a 1-byte limit."""
-        result = self.run_memtrain("train", *args, "--memory-limit", "1")
+        result = memtrain("train", *args, "--memory-limit", "1")
         self.assertEqual(result.returncode, 3, result.stderr)
         return int(re.search(r"^  total\s+(\d+)", result.stdout, re.M).group(1))
 
@@ -56,15 +47,15 @@ class PlanTest(ByteDataTestCase):
         words = shlex.split(command)
         ranks = ["--dp", words[2]] if words[0] == "mpirun" else []
         args = words[words.index("train") + 1 :]
-        result = self.run_memtrain("estimate", *args, *ranks, "--json")
+        result = memtrain("estimate", *args, *ranks, "--json")
         self.assertEqual(result.returncode, 0, result.stderr)
         return json.loads(result.stdout)["ranks"][0]["total_bytes"]
 
     def test_plan_lists_fitting_configurations_in_predicted_order(self):
         limit = 5 << 20
         for ranks in (1, 2):
-            result = self.run_memtrain("plan", *FLAGS, "--ranks", ranks, "--device-memory", f"{limit}B",
-                                       "--global-batch-size", 8, "--top", 20, "--data", self.data)
+            result = memtrain("plan", *FLAGS, "--ranks", ranks, "--device-memory", f"{limit}B",
+                              "--global-batch-size", 8, "--top", 20, "--data", self.data)
             self.assertEqual(result.returncode, 0, result.stderr)
             entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*?, ([\d.]+) s/step\n\s+((?:mpirun|memtrain) .*)\n",
                                  result.stdout)
@@ -85,8 +76,8 @@ class PlanTest(ByteDataTestCase):
     def test_plan_at_another_level_uses_its_profile(self):
         """--cpu-isa avx2: the avx2 profile shipped in profiles/, said to be of another thread count than this
         plan's one thread; the listed bytes are estimate's at avx2 (bf16 with fp32 conversion tiles)."""
-        result = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8,
-                                   "--cpu-isa", "avx2", "--top", 20)
+        result = memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--cpu-isa", "avx2",
+                          "--top", 20)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("1 thread per rank at avx2\nhardware profile: avx2, 2 threads, calibrated on ", result.stdout)
         # " on CPU" after the thread when avx2 is this machine's level, which then also compares the CPU model.
@@ -96,36 +87,32 @@ class PlanTest(ByteDataTestCase):
         self.assertTrue(entries, result.stdout)
         for planned, command in entries:
             args = shlex.split(command)[2:]
-            result = self.run_memtrain("estimate", *args, "--cpu-isa", "avx2", "--json")
+            result = memtrain("estimate", *args, "--cpu-isa", "avx2", "--json")
             self.assertEqual(json.loads(result.stdout)["ranks"][0]["total_bytes"], int(planned), command)
-        bad = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--cpu-isa",
-                                "sse9")
+        bad = memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--cpu-isa", "sse9")
         self.assertEqual(bad.returncode, 2)
         self.assertIn("--cpu-isa sse9", bad.stderr)
 
     def test_plan_rejects_bad_sizes(self):
-        result = self.run_memtrain("plan", "--model", "gpt2-tiny", "--device-memory", "80 parsecs",
-                                   "--global-batch-size", 8)
+        result = memtrain("plan", "--model", "gpt2-tiny", "--device-memory", "80 parsecs", "--global-batch-size", 8)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--device-memory", result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1)
 
     def test_oom_doctor_refuses_and_its_suggestion_fits(self):
         out = self.tmp / "doctor"
-        args = [*FLAGS, "--data", self.data, "--micro-batch-size", 8, "--train-iters", 1, "--eval-interval", 0,
-                "--out", out]
+        args = run_flags(*FLAGS, data=self.data, micro_batch_size=8, train_iters=1, out=out)
         total = self.refused_total(args)
         limit = total * 2 // 3
-        refused = self.run_memtrain("train", *args, "--memory-limit", limit)
+        refused = memtrain("train", *args, "--memory-limit", limit)
         self.assertEqual(refused.returncode, 3, refused.stderr)
         self.assertIn("--memory-limit", refused.stderr)
         self.assertFalse((out / "memory.json").exists())
         change = re.search(r"changes that fit, fastest first: (add|use) (.*?): -", refused.stdout)
         self.assertIsNotNone(change, refused.stdout)
-        fixed = self.run_memtrain("train", *with_change(args, shlex.split(change.group(2))), "--memory-limit",
-                                  limit)
+        fixed = memtrain("train", *with_change(args, shlex.split(change.group(2))), "--memory-limit", limit)
         self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
-        memory = json.loads((out / "memory.json").read_text())
+        memory = read_memory(out)
         self.assertEqual(memory["planned"], memory["measured"])
         self.assertLessEqual(sum(memory["planned"].values()), limit)
 
@@ -134,14 +121,13 @@ class PlanTest(ByteDataTestCase):
         capped to generic (bf16 products through fp32 tiles, beside the exchanges too): MPI bandwidth and the share
         of an exchange hidden behind the kernels measured too. Both name their level, threads and CPU. plan ranks
         with the file it is given."""
-        for launcher in ([], MPIRUN):
-            path = self.tmp / f"profile{len(launcher)}.json"
+        for ranks in (1, 2):
+            path = self.tmp / f"profile{ranks}.json"
             args = ["calibrate", "--threads", 1, "--seconds-per-test", 0.01, "--scratch-dir", self.tmp, "--out", path]
-            env = {**os.environ, "MEMTRAIN_MAX_ISA": "generic"} if launcher else None
-            result = subprocess.run([*launcher, self.MEMTRAIN, *map(str, args)], capture_output=True, text=True,
-                                    timeout=300, env=env)
+            env = {"MEMTRAIN_MAX_ISA": "generic"} if ranks > 1 else None
+            result = memtrain(*args, ranks=ranks, env=env)
             self.assertEqual(result.returncode, 0, result.stderr)
-            profile = json.loads(path.read_text())
+            profile = read_json(path)
             rates = [profile["memory_gbps"], profile["disk_gbps"], *profile["attention_gflops"].values(),
                      *profile["lm_head_gflops"].values(), *profile["adamw_mparams_per_sec"].values(),
                      *profile["elementwise_melems_per_sec"].values()]
@@ -150,28 +136,25 @@ class PlanTest(ByteDataTestCase):
                     for by_rows in profile["linear_gflops"][dtype][direction].values():
                         rates += by_rows
             self.assertTrue(all(rate > 0 for rate in rates), profile)
-            levels = ["generic"] if launcher else ["generic", "avx2", "avx512", "avx512_bf16"]
+            levels = ["generic"] if ranks > 1 else ["generic", "avx2", "avx512", "avx512_bf16"]
             self.assertIn(profile["cpu_isa"], levels)
             self.assertEqual(profile["threads"], 1)
             self.assertTrue(profile["cpu_model"])
-            if launcher:
+            if ranks > 1:
                 self.assertGreater(profile["mpi_gbps"], 0)
                 self.assertLessEqual(profile["comm_overlap"], 1)
             else:
                 self.assertIsNone(profile["mpi_gbps"])
                 self.assertIsNone(profile["comm_overlap"])
-            planned = self.run_memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8,
-                                        "--profile", path)
+            planned = memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--profile", path)
             self.assertEqual(planned.returncode, 0, planned.stderr)
             self.assertIn(str(path), planned.stdout)
 
     def test_memory_limit_must_be_a_size(self):
-        result = self.run_memtrain("train", *FLAGS, "--data", self.data, "--train-iters", 1, "--memory-limit",
-                                   "lots")
+        result = self.train(*FLAGS, "--memory-limit", "lots", train_iters=1)
         self.assertEqual(result.returncode, 2)
         self.assertIn("--memory-limit", result.stderr)
 
 
 if __name__ == "__main__":
-    PlanTest.MEMTRAIN = sys.argv.pop(1)
-    unittest.main()
+    unittest.main(verbosity=2)

@@ -3,12 +3,12 @@ fp32, bf16, fp16 (dynamic loss scaling), bf16 + O2 (bf16 moments and gradients) 
 weights. Prints the per-step loss and gradient-norm differences against fp32 (the check users make by hand
 before trusting a low-precision run) and requires every final validation loss within 2% of fp32's.
 
-usage: test_precision_convergence.py MEMTRAIN WORK_DIR
+usage: test_precision_convergence.py WORK_DIR   (runs the binary memtrain_cli.py names)
 """
-import json
-import subprocess
 import sys
 from pathlib import Path
+
+from memtrain_cli import memtrain, read_metrics, train
 
 STEPS = 300
 MODES = {
@@ -21,28 +21,32 @@ MODES = {
 TOLERANCE = 0.02
 
 
-def prepare(memtrain: str, data: Path):
+def check(result):
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(result.args)}: exit {result.returncode}\n{result.stderr}")
+
+
+def prepare(data: Path):
     if (data / "fortunes_train_000000.bin").exists():
         return
     texts = sorted(p for p in Path("/usr/share/games/fortunes").iterdir()
                    if p.is_file() and p.suffix not in (".dat", ".u8"))
-    subprocess.run([memtrain, "prepare", *map(str, texts), "--out", str(data), "--name", "fortunes"], check=True,
-                   stdout=subprocess.DEVNULL)
+    check(memtrain("prepare", *texts, "--out", data, "--name", "fortunes"))
 
 
-def train(memtrain: str, data: Path, out: Path, flags) -> list:
-    subprocess.run([memtrain, "train", "--model", "gpt2-demo", "--data", str(data), "--seq-length", "64",
-                    "--micro-batch-size", "8", "--train-iters", str(STEPS), "--lr", "2e-3", "--min-lr", "2e-4",
-                    "--lr-warmup-iters", "20", "--eval-interval", str(STEPS), "--eval-iters", "8",
-                    "--threads", "2", "--out", str(out), *flags], check=True, stdout=subprocess.DEVNULL)
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+def train_demo(data: Path, out: Path, flags) -> list:
+    """The demo's model and schedule on 64-token windows, evaluated once at the end."""
+    check(train(*flags, model="gpt2-demo", data=data, seq_length=64, micro_batch_size=8, train_iters=STEPS, lr=2e-3,
+                min_lr=2e-4, lr_warmup_iters=20, eval_interval=STEPS, eval_iters=8, threads=2, out=out,
+                timeout=1500))
+    return read_metrics(out)
 
 
 def main():
-    memtrain, work = sys.argv[1], Path(sys.argv[2])
+    work = Path(sys.argv[1])
     data = work / "data"
-    prepare(memtrain, data)
-    runs = {name: train(memtrain, data, work / name.replace(" ", "_").replace(",", ""), flags)
+    prepare(data)
+    runs = {name: train_demo(data, work / name.replace(" ", "_").replace(",", ""), flags)
             for name, flags in MODES.items()}
     reference = runs["fp32"]
     print(f"{'step':>5} " + " ".join(f"{name + ' dloss':>22} {'dnorm':>8}" for name in MODES if name != "fp32"))

@@ -1,0 +1,166 @@
+"""What the command-line tests share: the binary under test, one way to run it (alone or under mpirun), a
+`train()` whose defaults are one tiny run that each test changes only where it says so, readers of the JSON a
+run writes, the file formats tests write by hand, and a test case that prepares tiny byte-token data once.
+
+The binary is MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+MEMTRAIN = os.environ.get("MEMTRAIN_BIN") or str(Path(__file__).resolve().parents[2] / "build" / "memtrain")
+
+# gpt2-tiny (2 layers, 4 heads, C=64, 128 positions, vocabulary 256 so that byte tokens fit) for two steps of
+# 2 x 32 tokens on one thread, without evaluation. A test passes what differs.
+TINY_RUN = {"model": "gpt2-tiny", "seq_length": 32, "micro_batch_size": 2, "train_iters": 2, "eval_interval": 0,
+            "threads": 1}
+TINY_VOCAB, TINY_POSITIONS = 256, 128
+# memory.json's categories, in its order.
+CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
+
+SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
+
+
+def mpirun(ranks: int) -> list:
+    """The launcher of `ranks` processes: none for one; Open MPI's flags because containers often run as root
+    and CI machines have fewer cores than ranks."""
+    return [] if ranks == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(ranks)]
+
+
+def command(*args, ranks=1, launcher=None) -> list:
+    """The argument list that runs memtrain with `args`, under `launcher` (e.g. qemu) or mpirun(ranks)."""
+    return [*(mpirun(ranks) if launcher is None else launcher), MEMTRAIN, *map(str, args)]
+
+
+def memtrain(*args, ranks=1, launcher=None, env=None, cwd=None, timeout=300) -> subprocess.CompletedProcess:
+    """Runs memtrain to the end, its output captured as text; `env` adds to this process's environment."""
+    return subprocess.run(command(*args, ranks=ranks, launcher=launcher), capture_output=True, text=True,
+                          env={**os.environ, **env} if env else None, cwd=cwd, timeout=timeout)
+
+
+def flag_words(flags: dict) -> list:
+    """Keyword flags as command-line words: seq_length=32 is `--seq-length 32`, True a flag without a value,
+    None leaves the flag out."""
+    words = []
+    for name, value in flags.items():
+        if value is None:
+            continue
+        words.append("--" + name.replace("_", "-"))
+        if value is not True:
+            words.append(str(value))
+    return words
+
+
+def run_flags(*words, **flags) -> list:
+    """TINY_RUN changed by `flags`, then `words` (command-line words, which win over a keyword or default of
+    the same flag). What train takes and estimate reads."""
+    named = {word for word in map(str, words) if word.startswith("--")}
+    merged = {name: value for name, value in {**TINY_RUN, **flags}.items()
+              if "--" + name.replace("_", "-") not in named}
+    return flag_words(merged) + list(map(str, words))
+
+
+def train(*words, ranks=1, launcher=None, env=None, timeout=300, **flags) -> subprocess.CompletedProcess:
+    """`memtrain train` with run_flags(*words, **flags)."""
+    return memtrain("train", *run_flags(*words, **flags), ranks=ranks, launcher=launcher, env=env, timeout=timeout)
+
+
+def read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+def read_metrics(out: Path) -> list:
+    """metrics.jsonl of the run in `out`: one record per logged step."""
+    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def read_memory(out: Path, rank=None) -> dict:
+    """memory.json of the run in `out`, or memory.rank{rank}.json of one rank of several."""
+    return read_json(Path(out) / ("memory.json" if rank is None else f"memory.rank{rank}.json"))
+
+
+def sample_text(words: int) -> str:
+    """Deterministic English-like text, varied enough that the loss moves."""
+    vocabulary = "the quick brown fox jumps over a lazy dog while seven small cats watch".split()
+    return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
+
+
+def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION):
+    """An llm.c token shard: 256 int32 header [magic, version, token count, 0...], then uint16 tokens."""
+    header = [magic, version, len(tokens)] + [0] * (SHARD_HEADER_INTS - 3)
+    path.write_bytes(struct.pack(f"<{SHARD_HEADER_INTS}i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def read_safetensors(path: Path) -> dict:
+    """name -> (shape, raw float32 bytes); the metadata entry is dropped."""
+    blob = Path(path).read_bytes()
+    (header_len,) = struct.unpack_from("<Q", blob)
+    header = json.loads(blob[8 : 8 + header_len])
+    data = blob[8 + header_len :]
+    header.pop("__metadata__", None)
+    tensors = {}
+    for name, entry in header.items():
+        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}"
+        begin, end = entry["data_offsets"]
+        tensors[name] = (entry["shape"], data[begin:end])
+    return tensors
+
+
+def write_safetensors(path: Path, tensors: dict):
+    """tensors: name -> (shape, raw float32 bytes), laid out in order."""
+    header, offset = {}, 0
+    for name, (shape, raw) in tensors.items():
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(raw)]}
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(raw for _, raw in tensors.values()))
+
+
+class CliTestCase(unittest.TestCase):
+    """Byte-token shards of sample_text prepared once per class (cls.data, from the text file cls.text), and a
+    fresh folder per test (self.tmp), which holds --out unless a test names another."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.class_tmp = tempfile.TemporaryDirectory(prefix=f"memtrain-{cls.__name__}-")
+        cls.text = Path(cls.class_tmp.name) / "text.txt"
+        cls.text.write_text(sample_text(4000))
+        cls.data = Path(cls.class_tmp.name) / "data"
+        result = memtrain("prepare", cls.text, "--tokenizer", "byte", "--out", cls.data)
+        assert result.returncode == 0, f"prepare failed ({result.returncode}): {result.stderr}"
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.class_tmp.cleanup()
+
+    def setUp(self):
+        self.tmp = Path(tempfile.mkdtemp(prefix="case-", dir=self.class_tmp.name))
+        self.addCleanup(shutil.rmtree, self.tmp)
+
+    def train(self, *words, expect=None, **flags) -> subprocess.CompletedProcess:
+        """train() on this class's data into self.tmp / "run"; with `expect`, asserts that exit code."""
+        result = train(*words, **{"data": self.data, "out": self.tmp / "run", **flags})
+        if expect is not None:
+            self.assertEqual(result.returncode, expect, result.stdout[-3000:] + result.stderr[-3000:])
+        return result
+
+    def assert_error(self, result: subprocess.CompletedProcess, exit_code: int, *mentions):
+        """One `memtrain: error:` line on stderr that names each of mentions, and the expected exit code."""
+        context = f"\nexit code {result.returncode}, stderr:\n{result.stderr}"
+        lines = result.stderr.splitlines()
+        self.assertEqual(len(lines), 1, "expected exactly one line on stderr" + context)
+        self.assertTrue(lines[0].startswith("memtrain: error: "), "expected a `memtrain: error:` line" + context)
+        for mention in mentions:
+            self.assertIn(str(mention), lines[0], context)
+        self.assertEqual(result.returncode, exit_code, context)
+
+    def assert_train_fails(self, exit_code: int, *mentions, **flags):
+        """The run fails with assert_error's line and leaves no memory.json in its --out."""
+        out = self.tmp / "failed-run"
+        self.assert_error(self.train(out=out, **flags), exit_code, *mentions)
+        self.assertFalse((out / "memory.json").exists(), f"a failed run left {out / 'memory.json'}")
