@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/attention.h"
+#include "backend/cpu/attention.h"
 
 namespace {
 

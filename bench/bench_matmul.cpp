@@ -13,8 +13,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/convert.h"
-#include "kernels/matmul.h"
+#include "backend/cpu/convert.h"
+#include "backend/cpu/matmul.h"
 #include "model/gpt2.h"
 
 namespace {

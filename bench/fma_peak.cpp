@@ -2,8 +2,8 @@
 // independent chains of vector multiply-adds in registers (more than latency x pipes of any x86 core so far,
 // so the pipes never wait), touching no memory; the rate is the best of a few runs of about --seconds each.
 //   fma_peak [--threads N] [--isa LEVEL] [--seconds S] [--repeats R]
-// LEVEL is one of memtrain's (kernels/cpu_isa.h), default the one memtrain runs at (the widest this CPU has,
-// capped by MEMTRAIN_MAX_ISA), and picks the instructions:
+// LEVEL is one of memtrain's (backend/cpu/cpu_isa.h), default the one memtrain runs at (the widest this CPU
+// has, capped by MEMTRAIN_MAX_ISA), and picks the instructions:
 //   generic      128-bit mulps then addps: x86-64-v2 has no FMA, so this is what products there can reach
 //   avx2         256-bit vfmadd (x86-64-v3)
 //   avx512       512-bit vfmadd (x86-64-v4)
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu_isa.h"
+#include "backend/cpu/cpu_isa.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

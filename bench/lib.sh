@@ -97,7 +97,7 @@ run_memtrain() {
   jq -s --arg name "$name" --arg flags "$*" --arg load "$load" --arg load_end "$(load_average)" \
     --argjson skip "$skip" --slurpfile memory "$memory" \
     '{name: $name, engine: "memtrain", flags: $flags, load_average: $load, load_average_end: $load_end,
-      # The ISA level its kernels ran at (kernels/cpu_isa.h); builds before runtime dispatch do not say.
+      # The ISA level its kernels ran at (backend/cpu/cpu_isa.h); builds before runtime dispatch do not say.
       cpu_isa: ($memory[0].cpu_isa // "unknown"),
       steps: [.[] | select(.step > $skip) | .tokens_per_sec],
       step_ms: [.[] | select(.step > $skip) | .step_ms],

@@ -20,8 +20,8 @@
 #include "core/rng.h"
 #include "dist/communicator.h"
 #include "exec/executor.h"
+#include "forecast/cost_model.h"
 #include "optim/adamw.h"
-#include "plan/cost_model.h"
 
 namespace {
 
@@ -47,7 +47,7 @@ mt::TrainConfig config_from_args(char** args) {
 
 // Per op name with the layer index folded ("h.3.mlp.c_fc" -> "h.*.mlp.c_fc"): predicted and fastest measured
 // seconds, each summed over the ops of that name in one micro-batch.
-nlohmann::json measure_ops(const mt::RunPlan& run, const mt::HardwareProfile& profile,
+nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile,
                            double predicted_optimizer_s, int repeats) {
   const mt::Graph& graph = run.model.graph;
   mt::Allocation memory(graph.table, run.plan);
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
     mt::TrainConfig c = config_from_args(argv + 1);
     c.zero_stage = zero_stage;
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const mt::RunPlan run = mt::plan_run(c, ranks, 0, c.threads, ranks > 1 ? mt::mpi_buffer_bytes(ranks) : 0);
+    const mt::RunLayout run =
+        mt::lay_out_run(c, ranks, 0, c.threads, ranks > 1 ? mt::mpi_buffer_bytes(ranks) : 0);
     const mt::StepCost cost = mt::predict_step_cost(run, c, ranks, profile);
     nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
                           {"tokens_per_sec", cost.tokens_per_sec},

@@ -1,4 +1,4 @@
-# The hardware profiles of profiles/ compiled into memtrain_lib (src/plan/shipped_profiles.h), so the binary
+# The hardware profiles of profiles/ compiled into memtrain_lib (src/forecast/shipped_profiles.h), so the binary
 # plans from any directory; regenerated when a profile changes, and on reconfiguring when one is added.
 file(GLOB MEMTRAIN_PROFILES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/profiles/*.json)
 set(MEMTRAIN_PROFILES_CPP ${PROJECT_BINARY_DIR}/generated/shipped_profile_files.cpp)

@@ -6,7 +6,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "plan/calibrate.h"
+#include "forecast/calibrate.h"
 
 namespace mt::cli {
 

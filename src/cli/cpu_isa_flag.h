@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "kernels/cpu_isa.h"
+#include "backend/cpu/cpu_isa.h"
 
 namespace mt::cli {
 

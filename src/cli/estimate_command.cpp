@@ -9,8 +9,8 @@
 #include "cli/run_flags.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "plan/estimate.h"
-#include "plan/formulas.h"
+#include "forecast/estimate.h"
+#include "forecast/formulas.h"
 
 namespace mt::cli {
 

@@ -5,9 +5,9 @@
 #include <new>
 #include <stdexcept>
 
+#include "backend/cpu/cpu_isa.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "kernels/cpu_isa.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};

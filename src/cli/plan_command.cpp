@@ -7,9 +7,9 @@
 #include "cli/cpu_isa_flag.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "forecast/config_search.h"
+#include "forecast/shipped_profiles.h"
 #include "memory/report.h"
-#include "plan/planner.h"
-#include "plan/shipped_profiles.h"
 #include "train/train_flags.h"
 
 namespace mt::cli {
@@ -21,7 +21,7 @@ struct PlanFlags {
   int top = 5;
 };
 
-void print_plan(const PlanRequest& request, const PlanResult& result, int top, double seconds) {
+void print_plan(const SearchRequest& request, const SearchResult& result, int top, double seconds) {
   const int threads = rank_threads(request.base, request.ranks);
   std::printf("%d rank%s x %s | global batch %lld | %d thread%s per rank at %s\nhardware profile: %s\n",
               request.ranks, request.ranks == 1 ? "" : "s", human_bytes(request.device_memory).c_str(),
@@ -34,7 +34,7 @@ void print_plan(const PlanRequest& request, const PlanResult& result, int top, d
     throw Error(ErrorKind::no_fit, "no configuration fits in " + human_bytes(request.device_memory) +
                                        " per rank; more ranks or --device-memory");
   for (int i = 0; i < top && i < static_cast<int>(result.fitting.size()); ++i) {
-    const PlanCandidate& c = result.fitting[static_cast<size_t>(i)];
+    const ConfigCandidate& c = result.fitting[static_cast<size_t>(i)];
     std::printf(
         "\n#%d  %s\n    per rank %s = %lld B (model states %s, activations %s, workspace %s, comm %s) | "
         "predicted %.0f tokens/s, %.3f s/step\n    %s\n",
@@ -54,7 +54,7 @@ void print_plan(const PlanRequest& request, const PlanResult& result, int top, d
 }  // namespace
 
 void add_plan_command(CLI::App& app) {
-  auto request = std::make_shared<PlanRequest>();
+  auto request = std::make_shared<SearchRequest>();
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "search precision, O2, ZeRO, recompute, micro-batch and offload for the fastest runs that fit");
@@ -87,7 +87,7 @@ void add_plan_command(CLI::App& app) {
                                                     request->isa, rank_threads(request->base, request->ranks))
                                               : load_hardware_profile(flags->profile);
     const auto start = std::chrono::steady_clock::now();
-    const PlanResult result = search_plans(*request);
+    const SearchResult result = search_configs(*request);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     print_plan(*request, result, flags->top, seconds);
   });

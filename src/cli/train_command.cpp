@@ -6,7 +6,7 @@
 #include "cli/run_flags.h"
 #include "core/error.h"
 #include "core/units.h"
-#include "plan/oom_doctor.h"
+#include "forecast/oom_doctor.h"
 #include "train/run.h"
 
 namespace mt::cli {

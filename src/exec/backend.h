@@ -1,8 +1,9 @@
 // The seam between the executor and a device: the Executor walks a Graph's ops, binding and releasing their
 // tensors in an Allocation; a Backend runs one op's kernel on them, one virtual call per op. Today's one is
-// the CPU's (exec/cpu_backend.h over the kernels in kernels/). An accelerator's is a sibling: its kernels in
-// a folder of their own, its op runner beside this file, and its DeviceAllocator (memory/device_allocator.h)
-// under the Allocation, so that the tensors the ops are handed live in its memory.
+// the CPU's: its kernels in backend/cpu/, its op runner exec/cpu_backend.cpp. An accelerator's is a sibling:
+// its kernels in backend/<device>/, its op runner beside cpu_backend.cpp, and its DeviceAllocator
+// (memory/device_allocator.h) under the Allocation, so that the tensors the ops are handed live in its
+// memory.
 #pragma once
 
 #include <string_view>

@@ -6,13 +6,13 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/activation.h"
-#include "kernels/attention.h"
-#include "kernels/embedding.h"
-#include "kernels/layernorm.h"
-#include "kernels/lm_head.h"
-#include "kernels/matmul.h"
-#include "kernels/rope.h"
+#include "backend/cpu/activation.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/layernorm.h"
+#include "backend/cpu/lm_head.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/rope.h"
 
 namespace mt {
 
@@ -77,7 +77,7 @@ void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
                 0.0f, out, Vp, optional<float>(r.memory, head.matmul_scratch));
 }
 
-// The head works a chunk of rows at a time (kernels/lm_head.h), so the fp32 logits exist for one chunk.
+// The head works a chunk of rows at a time (backend/cpu/lm_head.h), so the fp32 logits exist for one chunk.
 template <typename T, typename G>
 double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const ops::LmHeadLoss& a = op.as<ops::LmHeadLoss>();

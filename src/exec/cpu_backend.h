@@ -1,4 +1,4 @@
-// The CPU backend: the kernels of kernels/ behind exec/backend.h.
+// The CPU backend: the kernels of backend/cpu/ behind exec/backend.h.
 #pragma once
 
 #include <memory>

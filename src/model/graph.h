@@ -36,7 +36,7 @@ enum class OpKind {
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
 // Parameter gradients share their parameter's id. ids() lists every operand; the order is the order in
-// which a copied graph (plan/model_parallel.cpp) adds them to its table, so it is kept fixed.
+// which a copied graph (forecast/model_parallel.cpp) adds them to its table, so it is kept fixed.
 namespace ops {
 
 struct Embedding {  // out = wte[tokens] (+ wpe)

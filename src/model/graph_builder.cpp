@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "kernels/attention.h"
-#include "kernels/matmul.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/matmul.h"
 
 namespace mt {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
-#include "kernels/cpu_isa.h"
 #include "model/graph.h"
 #include "model/recompute.h"
 #include "model/spec.h"

@@ -2,7 +2,7 @@
 
 #include <stdexcept>
 
-#include "kernels/convert.h"
+#include "backend/cpu/convert.h"
 
 namespace mt {
 

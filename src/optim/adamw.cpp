@@ -4,8 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "backend/cpu/adamw.h"
 #include "core/rng.h"
-#include "kernels/adamw.h"
 
 namespace mt {
 

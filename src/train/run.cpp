@@ -52,7 +52,7 @@ void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
   omp_set_num_threads(rank_threads(cfg, comm.size()));
   if (check_fit)
-    check_fit(plan_run(cfg, comm.size(), 0, omp_get_max_threads(), comm.buffer_bytes()), cfg, comm.size());
+    check_fit(lay_out_run(cfg, comm.size(), 0, omp_get_max_threads(), comm.buffer_bytes()), cfg, comm.size());
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm);
   else

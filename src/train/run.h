@@ -5,14 +5,14 @@
 #include <functional>
 
 #include "dist/async_communicator.h"
-#include "train/run_plan.h"
+#include "train/run_layout.h"
 #include "train/train_config.h"
 
 namespace mt {
 
 // Judges rank 0's plan (the largest shard) of a run of `world` ranks before anything is allocated; throws
-// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/plan/ for `memtrain train`).
-using MemoryFitCheck = std::function<void(const RunPlan& rank0_plan, const TrainConfig& config, int world)>;
+// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/forecast/ for `memtrain train`).
+using MemoryFitCheck = std::function<void(const RunLayout& rank0_plan, const TrainConfig& config, int world)>;
 
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
 void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});

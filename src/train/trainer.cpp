@@ -10,9 +10,9 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/matmul.h"
 #include "core/error.h"
-#include "kernels/cpu_isa.h"
-#include "kernels/matmul.h"
 #include "memory/report.h"
 #include "model/model.h"
 #include "model/weights.h"
@@ -35,7 +35,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       comm_(comm),
       world_(comm.size()),
       rank_(comm.rank()),
-      run_(plan_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
+      run_(lay_out_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0) {

@@ -19,7 +19,7 @@
 #include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
-#include "train/run_plan.h"
+#include "train/run_layout.h"
 #include "train/train_config.h"
 #include "train/zero_sync.h"
 
@@ -80,7 +80,7 @@ class Trainer {
   const TrainConfig& cfg_;
   AsyncCommunicator& comm_;
   const int world_, rank_;
-  RunPlan run_;  // the table and plan the allocation below refers to: never moved after construction
+  RunLayout run_;  // the table and plan the allocation below refers to: never moved after construction
   const ModelSpec& spec_ = run_.spec;
   const int64_t& seq_len_ = run_.seq_len;
   const int64_t& accum_ = run_.accum;

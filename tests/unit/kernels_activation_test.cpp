@@ -4,10 +4,10 @@
 #include <cmath>
 #include <numbers>
 
-#include "kernels/activation.h"
-#include "kernels/convert.h"
-#include "kernels/typed_io.h"
-#include "kernels/vec_math.h"
+#include "backend/cpu/activation.h"
+#include "backend/cpu/convert.h"
+#include "backend/cpu/typed_io.h"
+#include "backend/cpu/vec_math.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

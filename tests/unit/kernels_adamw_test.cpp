@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "kernels/adamw.h"
+#include "backend/cpu/adamw.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

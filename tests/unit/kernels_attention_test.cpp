@@ -4,8 +4,8 @@
 #include <bit>
 #include <cmath>
 
-#include "kernels/attention.h"
-#include "kernels/attention_tiles.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/attention_tiles.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

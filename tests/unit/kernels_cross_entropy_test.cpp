@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/cross_entropy.h"
+#include "backend/cpu/cross_entropy.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

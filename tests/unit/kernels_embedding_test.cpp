@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "kernels/embedding.h"
+#include "backend/cpu/embedding.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

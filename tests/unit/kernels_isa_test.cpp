@@ -12,18 +12,18 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/activation.h"
+#include "backend/cpu/adamw.h"
+#include "backend/cpu/attention.h"
+#include "backend/cpu/convert.h"
+#include "backend/cpu/cpu_isa.h"
+#include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/embedding.h"
+#include "backend/cpu/layernorm.h"
+#include "backend/cpu/lm_head.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/rope.h"
 #include "core/error.h"
-#include "kernels/activation.h"
-#include "kernels/adamw.h"
-#include "kernels/attention.h"
-#include "kernels/convert.h"
-#include "kernels/cpu_isa.h"
-#include "kernels/cross_entropy.h"
-#include "kernels/embedding.h"
-#include "kernels/layernorm.h"
-#include "kernels/lm_head.h"
-#include "kernels/matmul.h"
-#include "kernels/rope.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/layernorm.h"
+#include "backend/cpu/layernorm.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "kernels/matmul.h"
-#include "kernels/onednn_matmul.h"
+#include "backend/cpu/matmul.h"
+#include "backend/cpu/onednn_matmul.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

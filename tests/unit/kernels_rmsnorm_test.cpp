@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/layernorm.h"
+#include "backend/cpu/layernorm.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "kernels/rope.h"
+#include "backend/cpu/rope.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

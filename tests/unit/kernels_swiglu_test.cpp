@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "kernels/activation.h"
+#include "backend/cpu/activation.h"
 #include "kernels_test_util.h"
 
 namespace mt::kernels {

@@ -1,7 +1,7 @@
 // Shared by the planner's and the cost model's tests.
 #pragma once
 
-#include "plan/shipped_profiles.h"
+#include "forecast/shipped_profiles.h"
 
 namespace mt::testing {
 

@@ -11,7 +11,7 @@
 #include "cli/run_flags.h"
 #include "core/error.h"
 #include "train/run_flag_table.h"
-#include "train/run_plan.h"
+#include "train/run_layout.h"
 
 namespace mt {
 namespace {
@@ -128,7 +128,7 @@ TEST(RunFlagTable, FlagsWithoutTheMemoryBitLeaveThePlanAlone) {
   base.model = "llama-tiny";
   base.seq_len = 64;
   base.train_iters = 10;
-  const auto bytes = [](const TrainConfig& c) { return plan_run(c, 1, 0, 1, 0).plan.bytes; };
+  const auto bytes = [](const TrainConfig& c) { return lay_out_run(c, 1, 0, 1, 0).plan.bytes; };
   const CategoryBytes planned = bytes(base);
   int changed = 0;
   for (const RunFlag& flag : run_flag_table()) {

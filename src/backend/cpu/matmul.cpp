@@ -1,0 +1,334 @@
+// Matrix products through oneDNN or OpenBLAS, and the linear layer (bias fused) built on them. fp32 goes to
+// the chosen backend's sgemm; bf16 to oneDNN's matmul primitive where the level has it (AVX-512 and up),
+// else, as f16 always, through fp32 tiles to sgemm.
+#include "backend/cpu/matmul.h"
+
+#include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "backend/cpu/column_blocks.h"
+#include "backend/cpu/isa_variant.h"
+#include "backend/cpu/onednn_matmul.h"
+#include "backend/cpu/typed_io.h"
+
+namespace mt::kernels {
+
+namespace MT_ISA {
+
+namespace {
+
+// Debian's OpenBLAS runs its own pthread pool beside OpenMP's; keeping it at OpenMP's thread count stops the
+// two pools from oversubscribing the cores when the caller lowered omp_set_num_threads.
+void match_openblas_threads() {
+  static int openblas_threads = 0;
+  const int threads = omp_get_max_threads();
+  if (threads != openblas_threads) {
+    openblas_set_num_threads(threads);
+    openblas_threads = threads;
+  }
+}
+
+// C = op(A) @ op(B) + beta * C through oneDNN's sgemm.
+void onednn_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  const dnnl_status_t status =
+      dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  if (status != dnnl_success)
+    throw std::runtime_error("dnnl_sgemm failed with status " + std::to_string(status));
+}
+
+}  // namespace
+
+// This level's gemm, declared as in matmul.h: the fp32 product below is its specialization.
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);
+
+template <>
+void gemm<float, float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+                        int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc,
+                        float* /*scratch*/) {
+  if (gemm_backend() == GemmBackend::onednn)
+    return onednn_sgemm(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  match_openblas_threads();
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N,
+              K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+}
+
+namespace {
+
+// Rows, columns and depth of one conversion tile. Each thread holds its own A, B and (for 16-bit output) C
+// tiles, 2 MiB, and multiplies them single-threaded: one parallel region per product, with no barrier
+// between its K steps, which cost most when other jobs hold the cores.
+constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
+constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
+
+constexpr int64_t round_up(int64_t n, int64_t multiple) {
+  return (n + multiple - 1) / multiple * multiple;
+}
+
+// dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
+template <typename To, typename From>
+void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<To, float>)
+      widen_n(dst + r * ld_dst, src + r * ld_src, cols);
+    else
+      narrow_n(dst + r * ld_dst, src + r * ld_src, cols);
+  }
+}
+
+// acc[rows, cols] = (keep ? acc : 0) + bias, row by row.
+template <typename In>
+void add_bias(float* acc, int64_t ld, const In* bias, int64_t rows, int64_t cols, bool keep) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* a = acc + r * ld;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) a[c] = (keep ? a[c] : 0.0f) + to_f32(bias[c]);
+  }
+}
+
+// One output tile C[i0:i0+mt, j0:j0+nt] of tiled_matmul, in the calling thread, with its tiles at `tiles`.
+template <typename In, typename Out>
+void tiled_block(bool trans_a, bool trans_b, int64_t i0, int64_t mt, int64_t j0, int64_t nt, int64_t K,
+                 const In* A, int64_t lda, const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C,
+                 int64_t ldc, float* tiles) {
+  float* a_tile = tiles;
+  float* b_tile = a_tile + kTileM * kTileK;
+  Out* c = C + i0 * ldc + j0;
+  // An fp32 C accumulates in place; a 16-bit one in the C tile.
+  float* acc = b_tile + kTileK * kTileN;
+  int64_t ld_acc = nt;
+  if constexpr (std::is_same_v<Out, float>) {
+    acc = c;
+    ld_acc = ldc;
+  } else if (accumulate) {
+    convert_block(acc, ld_acc, c, ldc, mt, nt);
+  }
+  if (bias) add_bias(acc, ld_acc, bias + j0, mt, nt, accumulate);
+  float beta = (accumulate || bias) ? 1.0f : 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+    const int64_t kt = std::min(kTileK, K - k0);
+    // The stored blocks are converted as they lie (row strides a_cols, b_cols); sgemm applies the transposes.
+    const int64_t a_rows = trans_a ? kt : mt, a_cols = trans_a ? mt : kt;
+    const int64_t b_rows = trans_b ? nt : kt, b_cols = trans_b ? kt : nt;
+    convert_block(a_tile, a_cols, trans_a ? A + k0 * lda + i0 : A + i0 * lda + k0, lda, a_rows, a_cols);
+    convert_block(b_tile, b_cols, trans_b ? B + j0 * ldb + k0 : B + k0 * ldb + j0, ldb, b_rows, b_cols);
+    // oneDNN runs one thread inside a parallel region (OpenBLAS, a pthread pool of its own, would not).
+    onednn_sgemm(trans_a, trans_b, mt, nt, kt, a_tile, a_cols, b_tile, b_cols, beta, acc, ld_acc);
+    beta = 1.0f;
+  }
+  if constexpr (!std::is_same_v<Out, float>) convert_block(c, ldc, acc, ld_acc, mt, nt);
+}
+
+// C = op(A) @ op(B) + bias (+ C with accumulate) for 16-bit inputs the library does not multiply: each
+// output tile accumulates in fp32 over K tiles converted exactly to fp32, and is rounded into Out once. The
+// tiles are shared out among the threads; every element's sum runs in the same order whatever their count.
+template <typename In, typename Out>
+void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda,
+                  const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
+                  float* scratch) {
+  if (!scratch) throw std::logic_error("16-bit product without its conversion tiles (gemm_scratch_floats)");
+  // Tiles of near-equal size, so that the threads' shares stay balanced (768 columns: 384 + 384, not
+  // 512 + 256); they depend on the shape alone, never on the thread count.
+  const int64_t row_tiles = (M + kTileM - 1) / kTileM, col_tiles = (N + kTileN - 1) / kTileN;
+  const int64_t tile_m = round_up((M + row_tiles - 1) / row_tiles, 16);
+  const int64_t tile_n = round_up((N + col_tiles - 1) / col_tiles, 16);
+  // The first error of any thread, rethrown after the region: an exception must not leave it.
+  std::string error;
+#pragma omp parallel
+  {
+    float* tiles = scratch + omp_get_thread_num() * kTileScratchFloats;
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < row_tiles * col_tiles; ++t) {
+      const int64_t i0 = t / col_tiles * tile_m, j0 = t % col_tiles * tile_n;
+      try {
+        tiled_block(trans_a, trans_b, i0, std::min(tile_m, M - i0), j0, std::min(tile_n, N - j0), K, A, lda,
+                    B, ldb, bias, accumulate, C, ldc, tiles);
+      } catch (const std::exception& e) {
+#pragma omp critical(memtrain_tiled_matmul_error)
+        if (error.empty()) error = e.what();
+      }
+    }
+  }
+  if (!error.empty()) throw std::runtime_error(error);
+}
+
+// The 16-bit products: bf16 through oneDNN where the active level has its bf16 product, else fp32 tiles.
+template <typename In, typename Out>
+void matmul16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda,
+              const In* B, int64_t ldb, const In* bias, bool accumulate, Out* C, int64_t ldc,
+              float* scratch) {
+  if constexpr (std::is_same_v<In, bf16>) {
+    if (native_bf16_gemm(cpu_isa()))
+      return onednn_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc);
+  }
+  tiled_matmul(trans_a, trans_b, M, N, K, A, lda, B, ldb, bias, accumulate, C, ldc, scratch);
+}
+
+// dbias[j] += sum over rows of dout[:, j], summed in fp32 and rounded into G once.
+template <typename T, typename G>
+void add_column_sums(G* dbias, const T* dout, int64_t M, int64_t n_out) {
+  parallel_over_column_blocks(n_out, [&](int64_t j0, int64_t j1) {
+    float sum[kColumnBlock] = {};
+    for (int64_t i = 0; i < M; ++i) {
+      const T* row = dout + i * n_out;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) sum[j - j0] += to_f32(row[j]);
+    }
+    for (int64_t j = j0; j < j1; ++j) dbias[j] = round_to<G>(to_f32(dbias[j]) + sum[j - j0]);
+  });
+}
+
+}  // namespace
+
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch) {
+  // The libraries add C through a sum post-op or an fp32 tile, neither of which scales it.
+  if (beta != 0.0f && beta != 1.0f) throw std::invalid_argument("16-bit gemm takes beta 0 or 1");
+  matmul16(trans_a, trans_b, M, N, K, A, lda, B, ldb, static_cast<const In*>(nullptr), beta == 1.0f, C, ldc,
+           scratch);
+}
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::out_in;
+  matmul16(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias, accumulate, out,
+           n_out, scratch);
+}
+
+template <>
+void linear_forward<float>(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                           int64_t n_in, int64_t n_out, bool accumulate, float* scratch,
+                           WeightLayout layout) {
+  // The bias goes in first, so the product can land on it with beta = 1.
+  if (bias) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < M; ++i) {
+      float* row = out + i * n_out;
+      if (accumulate) {
+#pragma omp simd
+        for (int64_t j = 0; j < n_out; ++j) row[j] += bias[j];
+      } else {
+        std::copy(bias, bias + n_out, row);
+      }
+    }
+  }
+  const float beta = (bias || accumulate) ? 1.0f : 0.0f;
+  const bool out_in = layout == WeightLayout::out_in;
+  gemm(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, beta, out, n_out, scratch);
+}
+
+template <typename T, typename G>
+void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
+  const bool out_in = layout == WeightLayout::out_in;
+  if (dinp) {
+    gemm(false, !out_in, M, n_in, n_out, dout, n_out, weight, out_in ? n_in : n_out,
+         accumulate_dinp ? 1.0f : 0.0f, dinp, n_in, scratch);
+  }
+  if (out_in)
+    gemm(true, false, n_out, n_in, M, dout, n_out, inp, n_in, 1.0f, dweight, n_in, scratch);
+  else
+    gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
+  if (dbias) add_column_sums(dbias, dout, M, n_out);
+}
+
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+namespace {
+
+constexpr std::string_view kDefaultBackend = MEMTRAIN_GEMM_DEFAULT;
+static_assert(kDefaultBackend == "onednn" || kDefaultBackend == "openblas",
+              "MEMTRAIN_GEMM must be onednn or openblas");
+
+GemmBackend current_backend = kDefaultBackend == "openblas" ? GemmBackend::openblas : GemmBackend::onednn;
+
+}  // namespace
+
+GemmBackend gemm_backend() {
+  return current_backend;
+}
+
+void set_gemm_backend(GemmBackend backend) {
+  current_backend = backend;
+}
+
+std::string_view gemm_backend_name(GemmBackend backend) {
+  return backend == GemmBackend::openblas ? "openblas" : "onednn";
+}
+
+int64_t gemm_scratch_floats(DType in, CpuIsa isa, int threads) {
+  const bool tiled = in == DType::f16 || (in == DType::bf16 && !native_bf16_gemm(isa));
+  return tiled ? MT_ISA::kTileScratchFloats * threads : 0;
+}
+
+template <typename In, typename Out>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
+          int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch) {
+  dispatch<&gemm<In, Out>>(trans_a, trans_b, M, N, K, A, lda, B, ldb, beta, C, ldc, scratch);
+}
+
+template <typename T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
+                    int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
+  dispatch<&linear_forward<T>>(out, inp, weight, bias, M, n_in, n_out, accumulate, scratch, layout);
+}
+
+template <typename T, typename G>
+void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
+                     int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
+  dispatch<&linear_backward<T, G>>(dinp, dweight, dbias, dout, inp, weight, M, n_in, n_out, accumulate_dinp,
+                                   scratch, layout);
+}
+
+template void gemm<float, float>(bool, bool, int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                                 int64_t, float, float*, int64_t, float*);
+template void linear_forward<float>(float*, const float*, const float*, const float*, int64_t, int64_t,
+                                    int64_t, bool, float*, WeightLayout);
+template void gemm<bf16, float>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
+                                int64_t, float, float*, int64_t, float*);
+template void gemm<bf16, bf16>(bool, bool, int64_t, int64_t, int64_t, const bf16*, int64_t, const bf16*,
+                               int64_t, float, bf16*, int64_t, float*);
+template void gemm<f16, float>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*,
+                               int64_t, float, float*, int64_t, float*);
+template void gemm<f16, f16>(bool, bool, int64_t, int64_t, int64_t, const f16*, int64_t, const f16*, int64_t,
+                             float, f16*, int64_t, float*);
+template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, int64_t, int64_t, int64_t,
+                                   bool, float*, WeightLayout);
+template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int64_t, int64_t, int64_t, bool,
+                                  float*, WeightLayout);
+template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
+                                            int64_t, int64_t, int64_t, bool, float*, WeightLayout);
+template void linear_backward<bf16, float>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
+                                           int64_t, int64_t, int64_t, bool, float*, WeightLayout);
+template void linear_backward<bf16, bf16>(bf16*, bf16*, bf16*, const bf16*, const bf16*, const bf16*, int64_t,
+                                          int64_t, int64_t, bool, float*, WeightLayout);
+template void linear_backward<f16, float>(f16*, float*, float*, const f16*, const f16*, const f16*, int64_t,
+                                          int64_t, int64_t, bool, float*, WeightLayout);
+#endif
+
+namespace MT_ISA {
+// Enrolled at start-up; the helpers are this file's own (other files have their namesakes).
+namespace {
+template <typename T>
+bool enroll_type() {
+  return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
+         enroll<&kernels::linear_backward<T, float>>(linear_backward);
+}
+const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
+                      enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
+                      enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward);
+}  // namespace
+}  // namespace MT_ISA
+
+}  // namespace mt::kernels

@@ -1,0 +1,249 @@
+#include "forecast/config_search.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "model/spec.h"
+#include "train/run_flag_table.h"
+#include "train/train_flags.h"
+
+namespace mt {
+
+namespace {
+
+// The precision settings worth trying, in the order of the usual advice: fp32, bf16, then bf16's O2 savings
+// (moments, then gradients, then both), fp16 last. --no-master-weights is left out: it changes how the
+// weights are updated (stochastic rounding), not only where bytes go.
+std::vector<PrecisionConfig> precision_choices() {
+  const auto bf16 = [](bool optimizer, bool gradient) {
+    return PrecisionConfig{.precision = Precision::bf16, .o2_optimizer = optimizer, .o2_gradient = gradient};
+  };
+  return {{.precision = Precision::fp32},
+          bf16(false, false),
+          bf16(true, false),
+          bf16(false, true),
+          bf16(true, true),
+          {.precision = Precision::fp16}};
+}
+
+// The candidates of one (precision, stage, offload, micro-batch) that fit, least recompute first: none if it
+// fits, else selective if it fits, the fewest block layers that fit, and uniform 1 when no block count does.
+// Memory falls as more layers are recomputed, so the fewest is found by bisection.
+class GroupSearch {
+ public:
+  GroupSearch(const SearchRequest& request, SearchResult& result) : request_(request), result_(result) {}
+
+  // False when not even full recompute of every layer fits: a larger micro-batch will not either.
+  bool search(TrainConfig config, int64_t n_layer) {
+    config.recompute = {};
+    if (try_add(config)) return true;
+    config.recompute = {.granularity = RecomputeGranularity::selective};
+    const bool selective = try_add(config);
+    const int64_t layers =
+        fewest_block_layers(config, n_layer, [this](const TrainConfig& c) { return fits(c); });
+    if (layers == 0) {
+      config.recompute = full_recompute(RecomputeMethod::uniform, 1);
+      return try_add(config) || selective;
+    }
+    config.recompute = full_recompute(RecomputeMethod::block, layers);
+    return try_add(config);
+  }
+
+  bool fits(const TrainConfig& config) { return plan(config).rank_bytes <= request_.device_memory; }
+
+ private:
+  ConfigCandidate plan(const TrainConfig& config) {
+    ++result_.candidates_planned;
+    return evaluate_candidate(config, request_.ranks, request_.profile, request_.isa);
+  }
+  bool try_add(const TrainConfig& config) {
+    ConfigCandidate c = plan(config);
+    if (c.rank_bytes > request_.device_memory) return false;
+    result_.fitting.push_back(std::move(c));
+    return true;
+  }
+
+  const SearchRequest& request_;
+  SearchResult& result_;
+};
+
+bool is_plain(const PrecisionConfig& p) {
+  return !p.o2_optimizer && !p.o2_gradient;
+}
+
+const ConfigCandidate* fastest(const std::vector<ConfigCandidate>& ranked, auto&& pred) {
+  auto it = std::find_if(ranked.begin(), ranked.end(), pred);
+  return it == ranked.end() ? nullptr : &*it;
+}
+
+std::string tokens_per_sec(const ConfigCandidate& c) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.0f tokens/s", c.cost.tokens_per_sec);
+  return text;
+}
+
+// The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
+// overflow; recompute only as many layers as needed.
+std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked) {
+  std::vector<std::string> notes;
+  if (ranked.empty()) return notes;
+  const ConfigCandidate& top = ranked.front();
+  const ConfigCandidate* bf16 = fastest(
+      ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::bf16; });
+  const ConfigCandidate* fp16 = fastest(
+      ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::fp16; });
+  if (bf16 && fp16)
+    notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
+                    tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) +
+                    "; same bytes, but fp16 products run as fp32 on this CPU)");
+
+  // O2 optimizer first: at the top configuration's stage, when plain bf16 needs recompute to fit.
+  const auto same_stage = [&](const ConfigCandidate& c) {
+    return c.config.zero_stage == top.config.zero_stage;
+  };
+  const ConfigCandidate* plain_bare = fastest(ranked, [&](const ConfigCandidate& c) {
+    return same_stage(c) && c.config.precision.precision == Precision::bf16 && is_plain(c.config.precision) &&
+           c.config.recompute.granularity == RecomputeGranularity::none;
+  });
+  const ConfigCandidate* plain_recompute = fastest(ranked, [&](const ConfigCandidate& c) {
+    return same_stage(c) && c.config.precision.precision == Precision::bf16 && is_plain(c.config.precision) &&
+           c.config.recompute.granularity != RecomputeGranularity::none;
+  });
+  const ConfigCandidate* o2 = fastest(ranked, [&](const ConfigCandidate& c) {
+    return same_stage(c) && c.config.precision.o2_optimizer && !c.config.precision.o2_gradient;
+  });
+  if (!plain_bare && plain_recompute && o2)
+    notes.push_back(std::string(o2 < plain_recompute ? "agrees" : "DISAGREES") +
+                    ": O2 optimizer first when bf16's model states leave too little room (ZeRO " +
+                    std::to_string(top.config.zero_stage) + ": --o2-optimizer " + tokens_per_sec(*o2) +
+                    ", plain bf16 with " + recompute_name(plain_recompute->config.recompute) + " " +
+                    tokens_per_sec(*plain_recompute) + ")");
+
+  // Recompute no more than needed: the search keeps only the fewest layers that fit per micro-batch, so a
+  // top configuration recomputing more than another of the same flags does so for a larger micro-batch.
+  if (top.config.recompute.granularity != RecomputeGranularity::none) {
+    const ConfigCandidate* less = fastest(ranked, [&](const ConfigCandidate& c) {
+      return &c != &top && c.config.precision.precision == top.config.precision.precision &&
+             c.config.precision.o2_optimizer == top.config.precision.o2_optimizer &&
+             c.config.precision.o2_gradient == top.config.precision.o2_gradient &&
+             c.config.zero_stage == top.config.zero_stage &&
+             c.config.offload_optimizer == top.config.offload_optimizer &&
+             c.config.micro_batch < top.config.micro_batch;
+    });
+    if (less)
+      notes.push_back(
+          "DISAGREES: recompute only as many layers as needed: the top configuration recomputes "
+          "more (" +
+          recompute_name(top.config.recompute) + ") to fit micro-batch " +
+          std::to_string(top.config.micro_batch) + ", predicted faster than micro-batch " +
+          std::to_string(less->config.micro_batch) + " with " + recompute_name(less->config.recompute) +
+          " (" + tokens_per_sec(*less) + ")");
+    else
+      notes.push_back("agrees: recompute only as many layers as needed (" +
+                      recompute_name(top.config.recompute) + " is the least that fits at micro-batch " +
+                      std::to_string(top.config.micro_batch) + ")");
+  }
+  return notes;
+}
+
+}  // namespace
+
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
+  return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
+}
+
+int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
+                            const std::function<bool(const TrainConfig&)>& fits) {
+  config.recompute = full_recompute(RecomputeMethod::block, n_layer);
+  if (!fits(config)) return 0;
+  int64_t lo = 1, hi = n_layer;  // block `hi` fits; find the smallest that does
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    config.recompute = full_recompute(RecomputeMethod::block, mid);
+    if (fits(config))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return hi;
+}
+
+ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
+                                   kernels::CpuIsa isa) {
+  const RunLayout run =
+      lay_out_run(config, ranks, 0, rank_threads(config, ranks), mpi_buffer_bytes(ranks), isa);
+  ConfigCandidate c{
+      .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
+  c.cost = predict_step_cost(run, config, ranks, profile);
+  return c;
+}
+
+SearchResult search_configs(const SearchRequest& request) {
+  const TrainConfig& base = request.base;
+  if (request.ranks < 1) fail_usage("--ranks must be positive");
+  if (request.device_memory <= 0) fail_usage("--device-memory must be positive");
+  if (base.global_batch <= 0 || base.global_batch % request.ranks != 0)
+    fail_usage("--global-batch-size must be a positive multiple of --ranks");
+  const ModelSpec spec = resolve_model(base.model, base.pad_vocab_multiple);
+  const int64_t per_rank = base.global_batch / request.ranks;
+
+  SearchResult result;
+  GroupSearch group(request, result);
+  std::vector<int> stages = {0};
+  if (request.ranks > 1) stages = {0, 1, 2, 3};
+  std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
+  if (!base.offload_path.empty()) offloads.push_back(OffloadOptimizer::nvme);
+  for (const PrecisionConfig& precision : precision_choices())
+    for (int stage : stages)
+      for (OffloadOptimizer offload : offloads) {
+        TrainConfig config = base;
+        config.precision = precision;
+        config.zero_stage = stage;
+        config.offload_optimizer = offload;
+        for (int64_t micro = 1; micro <= per_rank; ++micro) {
+          if (per_rank % micro != 0) continue;
+          config.micro_batch = micro;
+          if (!group.search(config, spec.n_layer)) break;
+        }
+      }
+  std::stable_sort(
+      result.fitting.begin(), result.fitting.end(),
+      [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
+  result.notes = advice_notes(result.fitting);
+  return result;
+}
+
+std::string describe_config(const TrainConfig& c) {
+  const PrecisionConfig& p = c.precision;
+  std::string s = precision_name(p.precision);
+  if (p.o2_optimizer) s += " +O2-opt";
+  if (p.o2_gradient) s += " +O2-grad";
+  if (!p.master_weights) s += " -master";
+  s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
+  s += ", micro-batch " + std::to_string(c.micro_batch);
+  if (c.offload_optimizer != OffloadOptimizer::none)
+    s += ", offload " + std::string(mode_name(c.offload_optimizer));
+  return s;
+}
+
+std::string train_command_line(const TrainConfig& c, int ranks) {
+  std::string s = ranks > 1 ? "mpirun -np " + std::to_string(ranks) + " memtrain train" : "memtrain train";
+  const auto with_value = [&](std::initializer_list<std::string_view> flags) {
+    for (std::string_view flag : flags) {
+      s += ' ';
+      s += flag_with_value(c, flag);
+    }
+  };
+  with_value({"--model", "--data", "--train-iters"});
+  s += command_line_args(c, {"--seq-length"});
+  with_value({"--micro-batch-size", "--global-batch-size"});
+  // What the search chose, then what the request fixed.
+  s += command_line_args(
+      c, {"--precision", "--o2-optimizer", "--o2-gradient", "--no-master-weights", "--zero-stage",
+          "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads"});
+  return s;
+}
+
+}  // namespace mt

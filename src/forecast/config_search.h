@@ -1,0 +1,60 @@
+// `memtrain plan`: the search over the ways to run one model on `ranks` data-parallel ranks in
+// `device_memory` bytes per rank: precision and O2 flags, ZeRO stage, recompute, micro-batch (the global
+// batch fixed, accumulation making up the rest) and optimizer offload. Every candidate's memory is
+// lay_out_run's, exactly the trainer's; what does not fit is dropped and the rest ranked by the cost model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "forecast/cost_model.h"
+#include "forecast/hardware_profile.h"
+#include "train/train_config.h"
+
+namespace mt {
+
+struct SearchRequest {
+  TrainConfig base;  // model, seq_len, global batch, threads, data and train_iters for the command line
+  int ranks = 1;
+  int64_t device_memory = 0;  // bytes per rank
+  HardwareProfile profile;
+  kernels::CpuIsa isa = kernels::cpu_isa();  // every candidate's kernels run at this level
+};
+
+struct ConfigCandidate {
+  TrainConfig config;
+  int64_t rank_bytes = 0;  // lay_out_run's total on rank 0, whose shard is never smaller than another's
+  CategoryBytes bytes;
+  StepCost cost;
+};
+
+struct SearchResult {
+  std::vector<ConfigCandidate> fitting;  // fastest first by the cost model
+  int64_t candidates_planned = 0;        // lay_out_run calls the search made
+  std::vector<std::string> notes;        // where the ranking agrees or disagrees with the usual advice
+};
+
+SearchResult search_configs(const SearchRequest& request);
+
+RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
+
+// The fewest layers of full block recompute with which `config` fits, or 0 when not even all n_layer do.
+// Memory falls as layers are added, so by bisection.
+int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
+                            const std::function<bool(const TrainConfig&)>& fits);
+
+// Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use, at ISA level
+// `isa`.
+ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
+                                   kernels::CpuIsa isa);
+
+// The flags of `config` that differ from training's defaults: precision, O2, ZeRO, recompute, batch,
+// offload, threads (with `mpirun -np N` in front for N ranks).
+std::string train_command_line(const TrainConfig& config, int ranks);
+
+// "bf16 + O2 optimizer, ZeRO 1, full recompute (block 6), micro-batch 2 x 4": the candidate in a few words.
+std::string describe_config(const TrainConfig& config);
+
+}  // namespace mt

@@ -1,0 +1,206 @@
+#include "forecast/cost_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "forecast/shipped_profiles.h"
+
+namespace mt {
+
+namespace {
+
+// bf16 products have their own rates; f16 ones are converted and run as fp32 (backend/cpu/matmul.h).
+const LinearRates& rates_for(const HardwareProfile& profile, DType dtype) {
+  return profile.linear(dtype == DType::bf16);
+}
+
+double operand_bytes(const TensorTable& table, const Op& op) {
+  double bytes = 0;
+  for (int id : op.operands())
+    if (id >= 0) bytes += static_cast<double>(table[id].bytes());
+  return bytes;
+}
+
+// A matrix product's operands, forward or backward (dinp: -1 in the forward).
+struct LinearOperands {
+  int inp, weight, dinp;
+  bool weight_out_in;
+};
+
+LinearOperands linear_operands(const Op& op) {
+  if (op.kind() == OpKind::linear) {
+    const auto& a = op.as<ops::Linear>();
+    return {a.inp, a.weight, -1, a.weight_out_in};
+  }
+  const auto& a = op.as<ops::LinearBackward>();
+  return {a.inp, a.weight, a.dinp, a.weight_out_in};
+}
+
+// The tensor an elementwise op's time scales with: the forward's output, the backward's incoming gradient,
+// RoPE's rotated one.
+int elementwise_extent(const Op& op) {
+  switch (op.kind()) {
+    case OpKind::layernorm:
+      return op.as<ops::LayerNorm>().out;
+    case OpKind::rmsnorm:
+      return op.as<ops::RmsNorm>().out;
+    case OpKind::gelu:
+      return op.as<ops::Gelu>().out;
+    case OpKind::swiglu:
+      return op.as<ops::Swiglu>().out;
+    case OpKind::rope:
+      return op.as<ops::Rope>().qkv;
+    case OpKind::layernorm_backward:
+      return op.as<ops::LayerNormBackward>().dout;
+    case OpKind::rmsnorm_backward:
+      return op.as<ops::RmsNormBackward>().dout;
+    case OpKind::gelu_backward:
+      return op.as<ops::GeluBackward>().dout;
+    case OpKind::swiglu_backward:
+      return op.as<ops::SwigluBackward>().dout;
+    case OpKind::rope_backward:
+      return op.as<ops::RopeBackward>().dqkv;
+    default:
+      throw std::logic_error("cost model: " + op.name + " is not elementwise");
+  }
+}
+
+// Bytes one rank sends and receives per step for the ZeRO stage's exchanges (ring algorithms: an all-reduce
+// moves 2 (N-1)/N of the buffer, a reduce-scatter or all-gather (N-1)/N).
+double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
+  if (world < 2) return 0;
+  const double ring = static_cast<double>(world - 1) / world;
+  const double n = static_cast<double>(plan.num_params);
+  const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
+  const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
+  switch (stage) {
+    case 0:
+      return 2 * grads * ring;  // all-reduce once per step
+    case 1:
+      return (grads + weights) * ring;  // reduce to owners, gather the updated weights
+    case 2:
+      return (accum * grads + weights) * ring;  // every micro-batch's windows reduced to owners
+    default:                                    // and each window's weights gathered twice a pass
+      return (accum * grads + 2 * accum * weights) * ring;
+  }
+}
+
+}  // namespace
+
+OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
+                       const HardwareProfile& profile) {
+  OpCost c;
+  switch (op.kind()) {
+    case OpKind::linear:
+    case OpKind::linear_backward: {
+      c.kind = OpCostKind::matmul;
+      const LinearOperands a = linear_operands(op);
+      const TensorDesc& weight = table[a.weight];
+      const int64_t n_in = a.weight_out_in ? weight.shape[1] : weight.shape[0];
+      const int64_t n_out = a.weight_out_in ? weight.shape[0] : weight.shape[1];
+      const int64_t M = table[a.inp].numel() / n_in;
+      // The backward takes the weight's gradient and, unless it is the first layer's, the input's.
+      const bool forward = op.kind() == OpKind::linear;
+      const double products = forward ? 1 : (a.dinp >= 0 ? 2 : 1);
+      c.flops =
+          products * 2.0 * static_cast<double>(M) * static_cast<double>(n_in) * static_cast<double>(n_out);
+      const LinearRates& rates = rates_for(profile, weight.dtype);
+      c.seconds =
+          c.flops / ((forward ? rates.forward : rates.backward).at(weight_class(n_in, n_out), M) * 1e9);
+      break;
+    }
+    case OpKind::lm_head_loss: {
+      // Logits, then in training the input's and the weight's gradient, at the head's calibrated rate.
+      c.kind = OpCostKind::matmul;
+      const auto& a = op.as<ops::LmHeadLoss>();
+      const TensorDesc& weight = table[a.weight];  // [Vp, C]
+      const int64_t M = table[a.inp].numel() / weight.shape[1];
+      const double products = a.dinp >= 0 ? 3 : 1;
+      c.flops = products * 2.0 * static_cast<double>(M) * static_cast<double>(weight.shape[0]) *
+                static_cast<double>(weight.shape[1]);
+      c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9);
+      break;
+    }
+    case OpKind::attention:
+    case OpKind::attention_backward: {
+      // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
+      // dQ and dK; at the attention kernels' calibrated rate.
+      c.kind = OpCostKind::attention;
+      const TensorDesc& qkv = table[op.kind() == OpKind::attention ? op.as<ops::Attention>().qkv
+                                                                   : op.as<ops::AttentionBackward>().qkv];
+      const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
+      const double products = op.kind() == OpKind::attention ? 2 : 5;
+      c.flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
+                static_cast<double>(T) * static_cast<double>(hd) / 2;
+      c.seconds = c.flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
+      break;
+    }
+    case OpKind::embedding:
+    case OpKind::embedding_backward: {
+      // Only the batch's rows of the table are touched: as many as the activation's.
+      const int act =
+          op.kind() == OpKind::embedding ? op.as<ops::Embedding>().out : op.as<ops::EmbeddingBackward>().dout;
+      c.seconds = 2.0 * static_cast<double>(table[act].bytes()) / (profile.memory_gbps * 1e9);
+      break;
+    }
+    case OpKind::layernorm:
+    case OpKind::rmsnorm:
+    case OpKind::layernorm_backward:
+    case OpKind::rmsnorm_backward:
+    case OpKind::gelu:
+    case OpKind::swiglu:
+    case OpKind::rope:
+    case OpKind::gelu_backward:
+    case OpKind::swiglu_backward:
+    case OpKind::rope_backward: {
+      // The forward's output elements (the backward's incoming gradient's, or RoPE's in-place one) at the
+      // kernel family's rate.
+      const bool norm = op.kind() == OpKind::layernorm || op.kind() == OpKind::rmsnorm ||
+                        op.kind() == OpKind::layernorm_backward || op.kind() == OpKind::rmsnorm_backward;
+      const double elements = static_cast<double>(table[elementwise_extent(op)].numel());
+      c.seconds = elements / ((norm ? profile.norm_melems : profile.activation_melems) * 1e6);
+      break;
+    }
+    default:
+      c.seconds = operand_bytes(table, op) / (profile.memory_gbps * 1e9);
+  }
+  return c;
+}
+
+StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int world,
+                           const HardwareProfile& profile) {
+  const Plan& plan = run.plan;
+  const double accum = static_cast<double>(run.accum);
+  StepCost c;
+  for (const Op& op : run.model.graph.ops) {
+    const OpCost op_cost = predict_op_cost(run.model.graph.table, op, run.spec, profile);
+    c.flops += op_cost.flops * accum;
+    double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
+                      : op_cost.kind == OpCostKind::attention ? c.attention_s
+                                                              : c.elementwise_s;
+    seconds += op_cost.seconds * accum;
+  }
+  // Per step besides the ops: the gradients zeroed, their norm summed for clipping, and AdamW over this
+  // rank's shard at the calibrated rate of its moments' dtype.
+  const double shard_params = static_cast<double>(plan.shard_elems);
+  const double grads = static_cast<double>(plan.bytes[Category::grads]);
+  c.optimizer_s = 2 * grads / (profile.memory_gbps * 1e9) +
+                  shard_params / (profile.adamw(plan.policy.moments == DType::bf16) * 1e6);
+  if (plan.offload.enabled)
+    c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
+  // A profile calibrated outside mpirun has no MPI rates: the shipped ones of its level and threads stand in.
+  const HardwareProfile& mpi =
+      profile.mpi_gbps ? profile : shipped_hardware_profile(profile.cpu_isa, profile.threads);
+  c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (*mpi.mpi_gbps * 1e9);
+  // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
+  // negative share (exchanges and kernels sharing the cores) costs more than waiting for them.
+  const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
+  c.comm_exposed_s =
+      config.overlap_comm ? std::max(c.comm_s * (1 - *mpi.comm_overlap), c.comm_s - compute_s / 2) : c.comm_s;
+  c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.offload_s;
+  const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * world;
+  c.tokens_per_sec = tokens / c.step_s;
+  return c;
+}
+
+}  // namespace mt

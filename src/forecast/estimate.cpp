@@ -1,0 +1,280 @@
+#include "forecast/estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "dist/communicator.h"
+#include "memory/report.h"
+#include "train/run_layout.h"
+#include "train/train_flags.h"
+
+namespace mt {
+
+namespace {
+
+std::string percent(int64_t part, int64_t whole) {
+  char text[16];
+  std::snprintf(text, sizeof text, "%.1f%%", whole > 0 ? 100.0 * static_cast<double>(part) / whole : 0.0);
+  return text;
+}
+
+std::string describe_run(const Estimate& e) {
+  const TrainConfig& c = e.config;
+  std::ostringstream out;
+  out << precision_name(c.precision.precision) << " | weights " << dtype_name(e.policy.weights)
+      << (e.policy.master_weights ? " + F32 master" : "") << ", grads " << dtype_name(e.policy.grads)
+      << ", moments " << dtype_name(e.policy.moments) << " | ZeRO stage " << (e.dp > 1 ? c.zero_stage : 0)
+      << " over " << e.dp << " rank" << (e.dp == 1 ? "" : "s") << " | recompute "
+      << recompute_name(c.recompute)
+      << (c.offload_optimizer == OffloadOptimizer::nvme ? " | optimizer offloaded (nvme)" : "")
+      << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
+      << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
+      << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
+  if (e.modelled())
+    out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
+        << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run it";
+  return out.str();
+}
+
+// "0-7", or "0, 2, 5" when not consecutive.
+std::string rank_list(const std::vector<int>& ranks) {
+  if (ranks.back() - ranks.front() + 1 == static_cast<int>(ranks.size()))
+    return ranks.size() == 1 ? std::to_string(ranks.front())
+                             : std::to_string(ranks.front()) + "-" + std::to_string(ranks.back());
+  std::string list;
+  for (int r : ranks) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  return list;
+}
+
+bool same_memory(const RankEstimate& a, const RankEstimate& b) {
+  return a.bytes.bytes == b.bytes.bytes && a.peak.op == b.peak.op && a.peak.live.bytes == b.peak.live.bytes;
+}
+
+std::string format_rank(const Estimate& e, const RankEstimate& r, const std::string& title) {
+  std::ostringstream out;
+  char line[160];
+  const int64_t total = r.bytes.total();
+  out << title << "\n";
+  std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s\n", "category", "bytes", "", "share");
+  out << line;
+  for (Category c : kAllCategories) {
+    std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s\n", std::string(category_title(c)).c_str(),
+                  with_commas(r.bytes[c]).c_str(), human_bytes(r.bytes[c]).c_str(),
+                  percent(r.bytes[c], total).c_str());
+    out << line;
+  }
+  std::snprintf(line, sizeof line, "  %-18s %18s %12s\n", "total", with_commas(total).c_str(),
+                human_bytes(total).c_str());
+  out << line;
+  out << "  model states " << model_state_bytes_per_param(r.bytes, r.num_params)
+      << " bytes/parameter; activation arena " << human_bytes(r.activations_packed) << " packed from "
+      << human_bytes(r.activations_unpacked) << " of tensors\n";
+  if (e.modelled())
+    out << "  1F1B: activations of " << r.in_flight << " micro-batch" << (r.in_flight == 1 ? "" : "es")
+        << " in flight, " << human_bytes(r.saved_per_micro_batch)
+        << " kept by each from forward to backward\n";
+  if (r.offloaded_bytes > 0)
+    out << "  optimizer offload file " << human_bytes(r.offloaded_bytes) << " (on disk, not in memory)\n";
+  out << "  peak: " << human_bytes(r.peak.live.total()) << " live during op " << r.peak.op << " "
+      << r.peak.name << " (" << r.peak.phase << "); " << human_bytes(total)
+      << " held for the whole step (arenas are reserved at their packed size)\n";
+  if (e.device_memory) {
+    const int64_t headroom = *e.device_memory - total;
+    if (headroom >= 0)
+      out << "  fits in " << human_bytes(*e.device_memory) << ": headroom " << human_bytes(headroom) << " ("
+          << percent(headroom, *e.device_memory) << " of the device)\n";
+    else
+      out << "  does NOT fit in " << human_bytes(*e.device_memory) << ": short by " << human_bytes(-headroom)
+          << "\n";
+  }
+  return out.str();
+}
+
+nlohmann::ordered_json bytes_json(const CategoryBytes& bytes) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::object();
+  for (Category c : kAllCategories) json[std::string(category_key(c))] = bytes[c];
+  return json;
+}
+
+// A pipeline stage's graph has no loss op: its loss_op is its last forward op (forecast/model_parallel.h).
+std::string phase_of(const Graph& graph, int op) {
+  if (graph.ops[op].kind() == OpKind::lm_head_loss) return "loss";
+  return op <= graph.loss_op ? "forward" : "backward";
+}
+
+}  // namespace
+
+OpPeak peak_op(const Graph& graph, const Plan& plan) {
+  const int num_ops = static_cast<int>(graph.ops.size());
+  // Arena tensors enter at their first op and leave after their last: a running sum over a difference array.
+  std::vector<CategoryBytes> change(num_ops + 1);
+  CategoryBytes fixed = plan.bytes;
+  for (const auto& [category, layout] :
+       {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
+        std::pair{Category::comm, &plan.comm}}) {
+    fixed[category] -= layout->size;
+    for (int id = 0; id < graph.table.size(); ++id) {
+      if (layout->offset[id] < 0) continue;
+      const TensorDesc& t = graph.table[id];
+      change[t.first_op][category] += arena_aligned(t.bytes());
+      change[t.last_op + 1][category] -= arena_aligned(t.bytes());
+    }
+  }
+  OpPeak peak;
+  CategoryBytes live = fixed;
+  for (int op = 0; op < num_ops; ++op) {
+    for (Category c : kAllCategories) live[c] += change[op][c];
+    if (peak.op < 0 || live.total() > peak.live.total())
+      peak = {op, graph.ops[op].name, phase_of(graph, op), live};
+  }
+  return peak;
+}
+
+const RankEstimate& Estimate::largest() const {
+  return *std::max_element(ranks.begin(), ranks.end(), [](const RankEstimate& a, const RankEstimate& b) {
+    return a.bytes.total() < b.bytes.total();
+  });
+}
+
+Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
+                      std::optional<int64_t> device_memory, kernels::CpuIsa isa) {
+  if (dp < 1 || mp.tp < 1 || mp.pp < 1) fail_usage("--dp, --tp and --pp must be at least 1");
+  check_parallel_flags(config);
+  check_checkpoint_flags(config);
+  Estimate e;
+  e.config = config;
+  e.dp = dp;
+  e.mp = mp;
+  e.threads = rank_threads(config, dp);
+  e.isa = isa;
+  e.device_memory = device_memory;
+  auto add_rank = [&](int rank, int stage, const Graph& graph, const Plan& plan) {
+    e.ranks.push_back({.rank = rank,
+                       .stage = stage,
+                       .bytes = plan.bytes,
+                       .num_params = plan.num_params,
+                       .shard_begin = plan.shard_begin,
+                       .shard_end = plan.shard_end,
+                       .shard_elems = plan.shard_elems,
+                       .activations_packed = plan.activations.size,
+                       .activations_unpacked = plan.activations.sum_of_tensors,
+                       .offloaded_bytes = plan.offloaded_bytes,
+                       .peak = peak_op(graph, plan)});
+    return &e.ranks.back();
+  };
+  for (int rank = 0; rank < dp; ++rank) {
+    const RunLayout run = lay_out_run(config, dp, rank, e.threads, mpi_buffer_bytes(dp), isa);
+    if (rank == 0) {
+      e.spec = run.spec;
+      e.seq_len = run.seq_len;
+      e.accum = run.accum;
+      e.policy = run.plan.policy;
+      e.padded_params = run.plan.num_params;
+    }
+    if (!e.modelled()) {
+      add_rank(rank, 0, run.model.graph, run.plan);
+      continue;
+    }
+    for (const StageLayout& stage : plan_model_parallel(run, mp)) {
+      RankEstimate* r = add_rank(rank, stage.stage, stage.graph, stage.plan);
+      r->in_flight = stage.in_flight;
+      r->saved_per_micro_batch = stage.saved_per_micro_batch;
+    }
+  }
+  return e;
+}
+
+ModelStateLayout model_state_layout(const Estimate& e) {
+  const RankEstimate& r = e.largest();
+  return {.num_params = r.num_params,
+          .shard_elems = r.shard_elems,
+          .published_params = e.modelled() ? r.num_params : e.spec.num_parameters(),
+          .dp = e.dp,
+          .stage = e.dp > 1 ? e.config.zero_stage : 0,
+          .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,
+          .planned = r.bytes};
+}
+
+std::string format_estimate(const Estimate& e) {
+  std::ostringstream out;
+  out << "model " << e.spec.name << ": " << with_commas(e.spec.num_parameters()) << " parameters ("
+      << with_commas(e.padded_params) << " with the vocabulary padded to " << e.spec.padded_vocab_size
+      << ")\n"
+      << describe_run(e) << "\n";
+  // Ranks of one stage with the same bytes and peak print once.
+  std::vector<bool> printed(e.ranks.size(), false);
+  for (size_t i = 0; i < e.ranks.size(); ++i) {
+    if (printed[i]) continue;
+    std::vector<int> same;
+    for (size_t j = i; j < e.ranks.size(); ++j)
+      if (!printed[j] && e.ranks[j].stage == e.ranks[i].stage && same_memory(e.ranks[j], e.ranks[i])) {
+        printed[j] = true;
+        same.push_back(e.ranks[j].rank);
+      }
+    std::string title =
+        (same.size() == 1 ? "rank " : "ranks ") + rank_list(same) + (same.size() > 1 ? " (each)" : "");
+    if (e.modelled())
+      title += ", pipeline stage " + std::to_string(e.ranks[i].stage) + " of " + std::to_string(e.mp.pp) +
+               ", each of " + std::to_string(e.mp.tp) + " tensor-parallel rank" + (e.mp.tp == 1 ? "" : "s") +
+               " (modelled)";
+    out << format_rank(e, e.ranks[i], title);
+  }
+  return out.str();
+}
+
+nlohmann::ordered_json estimate_json(const Estimate& e) {
+  using json = nlohmann::ordered_json;
+  json ranks = json::array();
+  for (const RankEstimate& r : e.ranks) {
+    json rank = {{"rank", r.rank},
+                 {"stage", r.stage},
+                 {"bytes", bytes_json(r.bytes)},
+                 {"total_bytes", r.bytes.total()},
+                 {"num_params", r.num_params},
+                 {"shard", {r.shard_begin, r.shard_end}},
+                 {"model_state_bytes_per_param", model_state_bytes_per_param(r.bytes, r.num_params)},
+                 {"activations_packed_bytes", r.activations_packed},
+                 {"activations_unpacked_bytes", r.activations_unpacked},
+                 {"offloaded_optimizer_file_bytes", r.offloaded_bytes},
+                 {"peak",
+                  {{"op", r.peak.op},
+                   {"name", r.peak.name},
+                   {"phase", r.peak.phase},
+                   {"total_bytes", r.peak.live.total()},
+                   {"bytes", bytes_json(r.peak.live)}}}};
+    if (e.modelled()) {
+      rank["in_flight_micro_batches"] = r.in_flight;
+      rank["saved_activation_bytes_per_micro_batch"] = r.saved_per_micro_batch;
+    }
+    if (e.device_memory) {
+      rank["fits"] = r.bytes.total() <= *e.device_memory;
+      rank["headroom_bytes"] = *e.device_memory - r.bytes.total();
+    }
+    ranks.push_back(rank);
+  }
+  json out = {{"model", e.spec.name},
+              {"parameters", e.spec.num_parameters()},
+              {"padded_parameters", e.padded_params},
+              {"precision", precision_name(e.config.precision.precision)},
+              {"zero_stage", e.dp > 1 ? e.config.zero_stage : 0},
+              {"dp", e.dp},
+              {"tp", e.mp.tp},
+              {"pp", e.mp.pp},
+              {"modelled", e.modelled()},
+              {"micro_batch_size", e.config.micro_batch},
+              {"seq_length", e.seq_len},
+              {"micro_batches_per_step", e.accum},
+              {"threads_per_rank", e.threads},
+              {"cpu_isa", std::string(kernels::cpu_isa_name(e.isa))},
+              {"recompute", recompute_name(e.config.recompute)},
+              {"ranks", ranks}};
+  if (e.device_memory) {
+    out["device_memory_bytes"] = *e.device_memory;
+    out["fits"] = e.largest().bytes.total() <= *e.device_memory;
+  }
+  return out;
+}
+
+}  // namespace mt

@@ -1,0 +1,176 @@
+#include "forecast/formulas.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "memory/report.h"
+
+namespace mt {
+
+namespace {
+
+// Each term shards from the stage ZeRO gives it: optimizer states (master weights, moments) at 1, gradients
+// at 2, weights at 3. Megatron's and MindSpeed's distributed optimizer is stage 1.
+std::vector<FormulaTerm> terms(double weights, double grads, double master, double moments) {
+  return {{Category::params, weights, 3},
+          {Category::grads, grads, 2},
+          {Category::master, master, 1},
+          {Category::optim, moments, 1}};
+}
+
+bool sharded(const FormulaTerm& term, int stage, int dp) {
+  return dp > 1 && stage >= term.sharded_from_stage;
+}
+
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", v);
+  return text;
+}
+
+// "6 + 12/d", "18", "18/d": the terms kept whole, plus those divided among d ranks.
+std::string total_per_param(const PublishedFormula& f, int stage) {
+  double whole = 0, divided = 0;
+  for (const FormulaTerm& t : f.terms) (stage >= t.sharded_from_stage ? divided : whole) += t.bytes_per_param;
+  if (divided == 0) return number(whole);
+  if (whole == 0) return number(divided) + "/d";
+  return number(whole) + " + " + number(divided) + "/d";
+}
+
+// A table row without the spaces an empty last column leaves.
+std::string trimmed(const std::string& row) {
+  return row.substr(0, row.find_last_not_of(" \n") + 1) + "\n";
+}
+
+std::string state_name(Category c) {
+  return c == Category::optim ? "Adam moments" : std::string(category_title(c));
+}
+
+std::string why_not_counted(Category c) {
+  switch (c) {
+    case Category::activations:
+      return "saved for backward and the backward's activation gradients, packed by lifetime";
+    case Category::workspace:
+      return "kernel scratch: the LM head's logits chunk, attention rows, conversion tiles";
+    case Category::comm:
+      return "the MPI communicator's receive buffer and ZeRO-2/3's per-block window buffers";
+    case Category::other:
+      return "token ids, the loaders' windows, the checkpoint buffer";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
+std::vector<PublishedFormula> published_formulas(const PrecisionConfig& p, int stage) {
+  std::vector<PublishedFormula> rows;
+  const std::string mindspeed = "MindSpeed O2 (bf16 with ";
+  if (p.precision == Precision::fp32 || !p.master_weights)
+    ;  // no source tabulates fp32 Adam or bf16 weights without a master copy
+  else if (!p.o2_optimizer && !p.o2_gradient)
+    rows = {{"Megatron-LM, bf16/fp16 with fp32 gradients and the distributed optimizer", "", 1,
+             terms(2, 4, 4, 8)}};
+  else if (!p.o2_optimizer)
+    rows = {{"ZeRO (Rajbhandari et al. 2020), mixed-precision Adam with 16-bit gradients, K = 12", "", 3,
+             terms(2, 2, 4, 8)},
+            {mindspeed + "bf16 gradients), with the distributed optimizer", "", 1, terms(2, 2, 4, 8)}};
+  else if (!p.o2_gradient)
+    rows = {{mindspeed + "bf16 Adam moments), with the distributed optimizer", "", 1, terms(2, 4, 4, 4)}};
+  else
+    rows = {{mindspeed + "bf16 gradients and Adam moments), with the distributed optimizer", "", 1,
+             terms(2, 2, 4, 4)}};
+  for (PublishedFormula& f : rows) f.total = total_per_param(f, stage);
+  return rows;
+}
+
+FormulaComparison compare_with_formula(const PublishedFormula& formula, const ModelStateLayout& m) {
+  FormulaComparison out{.formula = formula, .terms = {}};
+  const double n = static_cast<double>(m.num_params);
+  for (const FormulaTerm& t : formula.terms) {
+    const bool divided = sharded(t, m.stage, m.dp);
+    const double expected = t.bytes_per_param * (divided ? n / m.dp : n);
+    const int64_t planned = m.planned[t.category];
+    std::string why;
+    const bool optimizer_state = t.category == Category::master || t.category == Category::optim;
+    if (m.offloaded && optimizer_state)
+      why =
+          "offloaded: the rank's shard is in the --offload-path file; memory holds two chunk slots per state";
+    else if (static_cast<double>(planned) != expected && divided &&
+             planned == static_cast<int64_t>(t.bytes_per_param) * m.shard_elems)
+      why = "shard padding: every rank holds S = ceil(N/d) = " + with_commas(m.shard_elems) +
+            " elements, the last shard padded";
+    else if (static_cast<double>(planned) != expected)
+      why = "not the formula's layout";
+    out.terms.push_back({t.category, expected, planned, why});
+    out.formula_total += expected;
+    out.planned_total += planned;
+  }
+  return out;
+}
+
+std::string format_explanation(const std::vector<FormulaComparison>& comparisons, const ModelStateLayout& m) {
+  std::ostringstream out;
+  char line[240];
+  out << "model states against the published formulas: N = " << with_commas(m.num_params)
+      << " parameter elements held";
+  if (m.num_params != m.published_params)
+    out << " (the published " << with_commas(m.published_params) << " plus the vocabulary padding)";
+  out << ", d = " << m.dp << ", ZeRO stage " << m.stage << "\n";
+  if (comparisons.empty())
+    out << "  no published formula stores model states this way (fp32 Adam, or bf16 without a master copy)\n";
+  for (const FormulaComparison& c : comparisons) {
+    out << "  " << c.formula.source << ": " << c.formula.total << " bytes/parameter";
+    if (m.dp > 1 && m.stage > c.formula.highest_stage)
+      out << " (ZeRO's stage-" << m.stage << " partitioning applied; the source stops at stage "
+          << c.formula.highest_stage << ")";
+    out << "\n";
+    std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s  %s\n", "state", "formula", "planned",
+                  "difference", "why");
+    out << line;
+    for (const FormulaComparison::Term& t : c.terms) {
+      const FormulaTerm& term = *std::find_if(c.formula.terms.begin(), c.formula.terms.end(),
+                                              [&](const FormulaTerm& f) { return f.category == t.category; });
+      const std::string expr =
+          number(term.bytes_per_param) + (sharded(term, m.stage, m.dp) ? " x N/d = " : " x N = ");
+      std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s  %s\n", state_name(t.category).c_str(),
+                    (expr + with_commas(std::llround(t.formula_bytes))).c_str(),
+                    with_commas(t.planned_bytes).c_str(),
+                    with_commas(t.planned_bytes - std::llround(t.formula_bytes)).c_str(), t.why.c_str());
+      out << trimmed(line);
+    }
+    std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s\n", "total",
+                  with_commas(std::llround(c.formula_total)).c_str(), with_commas(c.planned_total).c_str(),
+                  with_commas(c.planned_total - std::llround(c.formula_total)).c_str());
+    out << line;
+  }
+  out << "  not in any formula:\n";
+  for (Category c : {Category::activations, Category::workspace, Category::comm, Category::other}) {
+    std::snprintf(line, sizeof line, "    %-16s %18s  %s\n", std::string(category_title(c)).c_str(),
+                  with_commas(m.planned[c]).c_str(), why_not_counted(c).c_str());
+    out << line;
+  }
+  return out.str();
+}
+
+nlohmann::ordered_json explanation_json(const std::vector<FormulaComparison>& comparisons) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  for (const FormulaComparison& c : comparisons) {
+    nlohmann::ordered_json terms = nlohmann::ordered_json::array();
+    for (const FormulaComparison::Term& t : c.terms)
+      terms.push_back({{"category", category_key(t.category)},
+                       {"formula_bytes", t.formula_bytes},
+                       {"planned_bytes", t.planned_bytes},
+                       {"why", t.why}});
+    rows.push_back({{"source", c.formula.source},
+                    {"bytes_per_param", c.formula.total},
+                    {"terms", terms},
+                    {"formula_total_bytes", c.formula_total},
+                    {"planned_total_bytes", c.planned_total}});
+  }
+  return rows;
+}
+
+}  // namespace mt

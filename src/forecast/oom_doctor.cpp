@@ -1,0 +1,183 @@
+#include "forecast/oom_doctor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "forecast/config_search.h"
+#include "forecast/shipped_profiles.h"
+#include "memory/report.h"
+#include "train/run_flag_table.h"
+#include "train/train_flags.h"
+
+namespace mt {
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return 0;
+}
+
+namespace {
+
+// One change of flags: what it does to the configuration, returning what the user adds to the command line.
+using Change = std::function<std::string(TrainConfig&)>;
+
+// A change said as `verb` and the arguments of `flags` in the changed configuration.
+Change flag_change(std::string verb, std::vector<std::string_view> flags,
+                   std::function<void(TrainConfig&)> apply) {
+  return [verb = std::move(verb), flags = std::move(flags), apply = std::move(apply)](TrainConfig& t) {
+    apply(t);
+    return verb + command_line_args(t, flags);
+  };
+}
+
+// bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
+void add_precision_changes(const PrecisionConfig& p, std::vector<Change>& changes) {
+  if (p.precision != Precision::fp32 && p.precision != Precision::bf16) return;
+  std::vector<std::string_view> added;
+  if (p.precision == Precision::fp32) {
+    added.push_back("--precision");
+    changes.push_back(
+        flag_change("add", added, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
+  }
+  if (!p.o2_optimizer) {
+    added.push_back("--o2-optimizer");
+    changes.push_back(flag_change("add", added, [](TrainConfig& t) {
+      t.precision.precision = Precision::bf16;
+      t.precision.o2_optimizer = true;
+    }));
+  }
+  if (!p.o2_gradient) {
+    added.push_back("--o2-gradient");
+    changes.push_back(flag_change("add", added, [](TrainConfig& t) {
+      t.precision.precision = Precision::bf16;
+      t.precision.o2_optimizer = t.precision.o2_gradient = true;
+    }));
+  }
+}
+
+// Block recompute comes last: in a pair it is applied after the other change, and bisects for the fewest
+// layers with which that changed configuration fits.
+std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n_layer,
+                                      const std::function<bool(const TrainConfig&)>& fits) {
+  std::vector<Change> changes;
+  add_precision_changes(c.precision, changes);
+  for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
+    changes.push_back(
+        flag_change("use", {"--zero-stage"}, [stage](TrainConfig& t) { t.zero_stage = stage; }));
+  if (c.recompute.granularity == RecomputeGranularity::none)
+    changes.push_back(flag_change("use", {"--recompute-granularity"}, [](TrainConfig& t) {
+      t.recompute = {.granularity = RecomputeGranularity::selective};
+    }));
+  changes.push_back(flag_change("use", {"--recompute-granularity"}, [](TrainConfig& t) {
+    t.recompute = full_recompute(RecomputeMethod::uniform, 1);
+  }));
+  // A smaller micro-batch with the same sequences per step: more accumulation, said the way the run said it.
+  const int64_t per_rank =
+      c.global_batch > 0 ? c.global_batch / world : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
+  const std::string_view batch_flag = c.global_batch > 0 ? "--global-batch-size" : "--grad-accum-steps";
+  for (int64_t micro = c.micro_batch / 2; micro >= 1; micro /= 2) {
+    if (per_rank % micro != 0) continue;
+    changes.push_back([micro, per_rank, batch_flag, global = c.global_batch](TrainConfig& t) {
+      t.micro_batch = micro;
+      if (global == 0) t.grad_accum_steps = per_rank / micro;
+      return "use " + flag_with_value(t, "--micro-batch-size") + " " + flag_with_value(t, batch_flag);
+    });
+  }
+  if (c.offload_optimizer != OffloadOptimizer::nvme) {
+    const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
+    changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {
+      t.offload_optimizer = OffloadOptimizer::nvme;
+      t.offload_path = path;
+    }));
+  }
+  changes.push_back([n_layer, fits](TrainConfig& t) {
+    const int64_t layers = fewest_block_layers(t, n_layer, fits);
+    t.recompute = full_recompute(RecomputeMethod::block, layers > 0 ? layers : n_layer);
+    return "use " + flag_args(t, "--recompute-granularity");
+  });
+  return changes;
+}
+
+}  // namespace
+
+std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
+  // This process runs the changed configuration too: its ISA level, and its thread count per rank.
+  const kernels::CpuIsa isa = kernels::cpu_isa();
+  const HardwareProfile& profile = shipped_hardware_profile(isa, rank_threads(config, world));
+  const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
+  // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
+  // nowhere.
+  const auto planned = [&](const TrainConfig& changed) -> std::optional<ConfigCandidate> {
+    try {
+      return evaluate_candidate(changed, world, profile, isa);
+    } catch (const Error&) {
+      return std::nullopt;
+    }
+  };
+  const auto fits = [&](const TrainConfig& changed) {
+    const std::optional<ConfigCandidate> c = planned(changed);
+    return c && c->rank_bytes <= limit;
+  };
+  const std::vector<Change> changes = candidate_changes(config, world, n_layer, fits);
+  std::vector<FitChange> fitting;
+  const auto consider = [&](const std::string& flags, const TrainConfig& changed) {
+    const std::optional<ConfigCandidate> c = planned(changed);
+    if (c && c->rank_bytes <= limit) fitting.push_back({flags, c->rank_bytes, c->cost.step_s});
+  };
+  for (const Change& change : changes) {
+    TrainConfig changed = config;
+    const std::string flags = change(changed);
+    consider(flags, changed);
+  }
+  const bool one_suffices = !fitting.empty();
+  for (size_t i = 0; !one_suffices && i < changes.size(); ++i)
+    for (size_t j = i + 1; j < changes.size(); ++j) {
+      TrainConfig changed = config;
+      const std::string first = changes[i](changed);
+      const std::string second = changes[j](changed);
+      consider(first + " and " + second, changed);
+    }
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const FitChange& a, const FitChange& b) { return a.step_s < b.step_s; });
+  return fitting;
+}
+
+void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, int world) {
+  const int64_t available = available_memory_bytes();
+  const int64_t limit = config.memory_limit > 0 ? config.memory_limit : available / std::max(world, 1);
+  if (limit <= 0) return;  // unknown: nothing to compare with
+  const Plan& plan = rank0_plan.plan;
+  const int64_t total = plan.bytes.total();
+  if (total <= limit) return;
+  const std::string source = config.memory_limit > 0 ? "--memory-limit" : "this machine's available memory";
+  std::printf("memory plan per rank: %s, over %s (%s)\n", human_bytes(total).c_str(),
+              human_bytes(limit).c_str(), source.c_str());
+  for (Category c : kAllCategories)
+    std::printf("  %-18s %14lld  %11s  %5.1f%%\n", std::string(category_title(c)).c_str(),
+                static_cast<long long>(plan.bytes[c]), human_bytes(plan.bytes[c]).c_str(),
+                100.0 * static_cast<double>(plan.bytes[c]) / static_cast<double>(total));
+  std::printf("  %-18s %14lld  %11s\n", "total", static_cast<long long>(total), human_bytes(total).c_str());
+  const std::vector<FitChange> changes = changes_that_fit(config, world, limit);
+  std::ostringstream advice;
+  for (size_t i = 0; i < changes.size() && i < 3; ++i)
+    advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes);
+  if (changes.empty())
+    std::printf("no change of one or two flag groups fits; `memtrain plan` searches them all\n");
+  else
+    std::printf("changes that fit, fastest first: %s\n", advice.str().c_str());
+  throw Error(ErrorKind::no_fit,
+              "the plan needs " + human_bytes(total) + " per rank, over " + source + " (" +
+                  human_bytes(limit) + ")" +
+                  (changes.empty() ? "" : ": " + advice.str().substr(0, advice.str().find(';'))));
+}
+
+}  // namespace mt

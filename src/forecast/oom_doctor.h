@@ -1,0 +1,32 @@
+// The OOM doctor: before `memtrain train` allocates anything, its plan is compared with --memory-limit (by
+// default the memory this machine has available, shared by its ranks). A plan that does not fit is refused
+// with its breakdown and the cheapest changes of flags that make it fit, ranked by the cost model.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "train/run_layout.h"
+#include "train/train_config.h"
+
+namespace mt {
+
+// MemAvailable from /proc/meminfo in bytes; 0 where it cannot be read.
+int64_t available_memory_bytes();
+
+struct FitChange {
+  std::string flags;  // "--o2-optimizer", "--recompute-granularity full --recompute-method block ..."
+  int64_t bytes = 0;  // the changed run's total per rank
+  double step_s = 0;  // its predicted step time (the shipped profile of this process's level and threads)
+};
+
+// Changes of one flag group (or, when none suffices, two) after which rank 0 of `world` fits in `limit`
+// bytes, fastest first.
+std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit);
+
+// Throws mt::Error(no_fit) after printing the plan and the changes that fit when rank 0's plan (the largest
+// shard) exceeds the limit; every rank reaches the same verdict.
+void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, int world);
+
+}  // namespace mt

@@ -1,0 +1,36 @@
+// Everything a training run holds, derived from its configuration alone: the model's graph, whose table also
+// gets the loaders' token windows, the checkpoint buffer and the ZeRO windows' buffers, and the one Plan.
+// The trainer allocates exactly this plan; `memtrain estimate` prints it, for any model size, without
+// allocating anything.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/cpu_isa.h"
+#include "data/loader.h"
+#include "memory/plan.h"
+#include "model/model.h"
+#include "model/zero_schedule.h"
+#include "train/train_config.h"
+
+namespace mt {
+
+struct RunLayout {
+  ModelSpec spec;
+  int64_t seq_len = 0;  // T
+  int64_t accum = 1;    // micro-batches per optimizer step, per rank
+  ModelGraph model;
+  LoaderConfig train_data, val_data;
+  int train_window = -1, val_window = -1;  // the loaders' token windows (val: -1 without evaluation)
+  int checkpoint_stream = -1;              // -1 when the run neither saves nor loads checkpoints
+  ZeroSchedule zero;
+  Plan plan;
+};
+
+// The plan of rank `rank` of `world` data-parallel ranks, its kernels sized for `threads` OpenMP threads at
+// ISA level `isa` (this process's by default), with a communicator holding `comm_buffer_bytes` of its own.
+// Checks the flags first (mt::Error on bad input); reads no data.
+RunLayout lay_out_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes,
+                      kernels::CpuIsa isa = kernels::cpu_isa());
+
+}  // namespace mt

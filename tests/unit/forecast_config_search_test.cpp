@@ -1,0 +1,164 @@
+// The planner's search against lay_out_run, the trainer's own plan: every listed configuration fits on every
+// rank, the list is sorted by the cost model, and the ranking follows the usual advice where it holds.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "dist/communicator.h"
+#include "forecast/config_search.h"
+#include "plan_test_util.h"
+
+namespace mt {
+namespace {
+
+TrainConfig tiny_base(const std::string& model, int64_t global_batch) {
+  TrainConfig c;
+  c.model = model;
+  c.data = "DATA";
+  c.train_iters = 10;
+  c.seq_len = 64;
+  c.global_batch = global_batch;
+  c.threads = 1;
+  return c;
+}
+
+int64_t rank_total(const TrainConfig& c, int world, int rank) {
+  return lay_out_run(c, world, rank, c.threads, mpi_buffer_bytes(world)).plan.bytes.total();
+}
+
+TrainConfig with_precision(TrainConfig c, PrecisionConfig p) {
+  c.precision = p;
+  return c;
+}
+
+// A limit between the smallest and the largest configurations, so that the search has to drop some.
+int64_t middle_limit(const TrainConfig& base, int world) {
+  TrainConfig big = with_precision(base, {.precision = Precision::fp32});
+  big.micro_batch = base.global_batch / world;
+  TrainConfig small =
+      with_precision(base, {.precision = Precision::bf16, .o2_optimizer = true, .o2_gradient = true});
+  small.micro_batch = 1;
+  small.recompute = {.granularity = RecomputeGranularity::full, .method = RecomputeMethod::uniform};
+  if (world > 1) small.zero_stage = 3;
+  return (rank_total(big, world, 0) + rank_total(small, world, 0)) / 2;
+}
+
+TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
+  for (const std::string model : {"gpt2-tiny", "llama-tiny"})
+    for (int world : {1, 2}) {
+      const TrainConfig base = tiny_base(model, 8);
+      const SearchRequest request{.base = base,
+                                  .ranks = world,
+                                  .device_memory = middle_limit(base, world),
+                                  .profile = testing::tested_profile()};
+      const SearchResult result = search_configs(request);
+      ASSERT_FALSE(result.fitting.empty()) << model << " x" << world;
+      EXPECT_GT(result.candidates_planned, static_cast<int64_t>(result.fitting.size()));
+      for (size_t i = 0; i < result.fitting.size(); ++i) {
+        const ConfigCandidate& c = result.fitting[i];
+        if (i > 0) {
+          EXPECT_LE(result.fitting[i - 1].cost.step_s, c.cost.step_s);
+        }
+        // Every rank of the run fits, not only rank 0, and the listed bytes are lay_out_run's.
+        EXPECT_EQ(c.rank_bytes, rank_total(c.config, world, 0));
+        for (int r = 0; r < world; ++r) EXPECT_LE(rank_total(c.config, world, r), request.device_memory);
+        EXPECT_EQ(c.config.micro_batch * world * lay_out_run(c.config, world, 0, 1, 0).accum,
+                  base.global_batch);
+      }
+    }
+}
+
+// bf16 without AVX512-BF16 holds conversion tiles: every candidate's bytes are lay_out_run's at the request's
+// level.
+TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  for (kernels::CpuIsa isa : {kernels::CpuIsa::avx2, kernels::CpuIsa::avx512}) {
+    const SearchResult result = search_configs({.base = base,
+                                                .ranks = 1,
+                                                .device_memory = int64_t{1} << 40,
+                                                .profile = testing::tested_profile(),
+                                                .isa = isa});
+    ASSERT_FALSE(result.fitting.empty());
+    for (const ConfigCandidate& c : result.fitting)
+      EXPECT_EQ(c.rank_bytes, lay_out_run(c.config, 1, 0, 1, 0, isa).plan.bytes.total())
+          << describe_config(c.config) << " at " << kernels::cpu_isa_name(isa);
+  }
+}
+
+TEST(Planner, RecomputesOnlyAsManyLayersAsNeeded) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  const SearchRequest request{
+      .base = base, .ranks = 1, .device_memory = middle_limit(base, 1), .profile = testing::tested_profile()};
+  for (const ConfigCandidate& c : search_configs(request).fitting) {
+    TrainConfig less = c.config;
+    if (c.config.recompute.granularity == RecomputeGranularity::selective) {
+      less.recompute = {};
+    } else if (c.config.recompute.granularity == RecomputeGranularity::full &&
+               c.config.recompute.method == RecomputeMethod::block && c.config.recompute.num_layers > 1) {
+      less.recompute.num_layers -= 1;
+    } else {
+      continue;
+    }
+    EXPECT_GT(rank_total(less, 1, 0), request.device_memory) << describe_config(c.config);
+  }
+}
+
+TEST(Planner, Bf16RanksBeforeFp16) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  const SearchRequest request{
+      .base = base, .ranks = 1, .device_memory = int64_t{1} << 40, .profile = testing::tested_profile()};
+  const SearchResult result = search_configs(request);
+  const auto first = [&](Precision p) {
+    return std::find_if(result.fitting.begin(), result.fitting.end(),
+                        [p](const ConfigCandidate& c) { return c.config.precision.precision == p; });
+  };
+  ASSERT_NE(first(Precision::fp16), result.fitting.end());
+  EXPECT_LT(first(Precision::bf16), first(Precision::fp16));
+  ASSERT_FALSE(result.notes.empty());
+  EXPECT_EQ(result.notes.front().rfind("agrees: bf16 before fp16", 0), 0u) << result.notes.front();
+}
+
+TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
+  // Between plain bf16 and bf16 with bf16 moments, without recompute: the O2 optimizer alone fits, plain
+  // bf16 needs recompute.
+  TrainConfig plain = with_precision(tiny_base("gpt2-tiny", 1), {.precision = Precision::bf16});
+  plain.seq_len = 128;  // activations big enough that recompute could make up for the O2 optimizer
+  plain.micro_batch = 1;
+  TrainConfig o2 = plain;
+  o2.precision.o2_optimizer = true;
+  const int64_t limit = (rank_total(plain, 1, 0) + rank_total(o2, 1, 0)) / 2;
+  const SearchResult result = search_configs(
+      {.base = plain, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
+  const auto& ranked = result.fitting;
+  const auto o2_alone = std::find_if(ranked.begin(), ranked.end(), [](const ConfigCandidate& c) {
+    return c.config.precision.o2_optimizer && !c.config.precision.o2_gradient &&
+           c.config.recompute.granularity == RecomputeGranularity::none;
+  });
+  const auto plain_recomputing = std::find_if(ranked.begin(), ranked.end(), [](const ConfigCandidate& c) {
+    return c.config.precision.precision == Precision::bf16 && !c.config.precision.o2_optimizer &&
+           !c.config.precision.o2_gradient && c.config.recompute.granularity != RecomputeGranularity::none;
+  });
+  ASSERT_NE(o2_alone, ranked.end());
+  ASSERT_NE(plain_recomputing, ranked.end()) << "the limit leaves plain bf16 no room even with recompute";
+  EXPECT_LT(o2_alone, plain_recomputing);
+  const bool agreed = std::any_of(result.notes.begin(), result.notes.end(), [](const std::string& n) {
+    return n.rfind("agrees: O2 optimizer first", 0) == 0;
+  });
+  EXPECT_TRUE(agreed);
+}
+
+TEST(Planner, CommandLineNamesEveryChosenFlag) {
+  TrainConfig c = tiny_base("llama-tiny", 16);
+  c.precision = {.precision = Precision::bf16, .o2_optimizer = true, .o2_gradient = true};
+  c.zero_stage = 2;
+  c.micro_batch = 2;
+  c.recompute = {
+      .granularity = RecomputeGranularity::full, .method = RecomputeMethod::block, .num_layers = 1};
+  EXPECT_EQ(train_command_line(c, 4),
+            "mpirun -np 4 memtrain train --model llama-tiny --data DATA --train-iters 10 --seq-length 64 "
+            "--micro-batch-size 2 --global-batch-size 16 --bf16 --o2-optimizer --o2-gradient --zero-stage 2 "
+            "--recompute-granularity full --recompute-method block --recompute-num-layers 1 --threads 1");
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,130 @@
+// The cost model's FLOPs against Megatron's count for GPT-2 (Narayanan et al. 2021, appendix): the matrix
+// products of one layer's forward are 24 B T C^2 (qkv 6, projection 2, MLP 16) and the LM head's 2 B T C V;
+// a backward takes twice its forward, and full recompute reruns each layer's forward once more. Each op's
+// time comes from the rate of its own kernel family, and the exchanges from the ZeRO stage's ring volumes.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "forecast/cost_model.h"
+#include "plan_test_util.h"
+
+namespace mt {
+namespace {
+
+TrainConfig gpt2_tiny(int64_t B, int64_t T, RecomputeConfig recompute) {
+  TrainConfig c;
+  c.model = "gpt2-tiny";
+  c.train_iters = 1;
+  c.micro_batch = B;
+  c.seq_len = T;
+  c.recompute = recompute;
+  c.threads = 1;
+  return c;
+}
+
+StepCost cost_of(const TrainConfig& c) {
+  return predict_step_cost(lay_out_run(c, 1, 0, 1, 0), c, 1, testing::tested_profile());
+}
+
+// Causal attention: QK^T and PV over half the T x T scores forward; the backward recomputes the scores and
+// takes dP, dV, dQ and dK: 5 products.
+double attention_flops(double B, double T, double C, double L, double passes) {
+  return passes * 2 * B * T * T * C / 2 * L;
+}
+
+TEST(CostModel, FlopsFollowMegatronsCount) {
+  const double B = 2, T = 64, C = 64, L = 2, Vp = 256;
+  const double matmuls = 72 * B * T * L * C * C + 6 * B * T * C * Vp;
+  EXPECT_DOUBLE_EQ(cost_of(gpt2_tiny(2, 64, {})).flops, matmuls + attention_flops(B, T, C, L, 2 + 5));
+  const RecomputeConfig full{.granularity = RecomputeGranularity::full, .method = RecomputeMethod::uniform};
+  EXPECT_DOUBLE_EQ(cost_of(gpt2_tiny(2, 64, full)).flops,
+                   matmuls + 24 * B * T * L * C * C + attention_flops(B, T, C, L, 2 + 5 + 2));
+  // Selective recompute reruns only elementwise ops: no extra FLOPs, more memory traffic.
+  const StepCost selective = cost_of(gpt2_tiny(2, 64, {.granularity = RecomputeGranularity::selective}));
+  EXPECT_DOUBLE_EQ(selective.flops, matmuls + attention_flops(B, T, C, L, 2 + 5));
+  EXPECT_GT(selective.elementwise_s, cost_of(gpt2_tiny(2, 64, {})).elementwise_s);
+}
+
+// Each op is priced at the rate of the kernel that runs it: making one kernel family of the profile twice as
+// fast halves exactly the ops of that family and leaves every other op alone; every op belongs to a family.
+TEST(CostModel, EachOpAtItsKernelsRate) {
+  TrainConfig c = gpt2_tiny(2, 64, {});
+  c.precision.precision = Precision::bf16;
+  const RunLayout run = lay_out_run(c, 1, 0, 1, 0);
+  const HardwareProfile base = testing::tested_profile();
+  const auto twice = [](LinearCurve& curve) {
+    for (auto& by_rows : curve.gflops)
+      for (double& rate : by_rows) rate *= 2;
+  };
+  const std::vector<std::pair<std::function<void(HardwareProfile&)>, std::set<OpKind>>> families = {
+      {[&](HardwareProfile& p) { twice(p.bf16.forward); }, {OpKind::linear}},
+      {[&](HardwareProfile& p) { twice(p.bf16.backward); }, {OpKind::linear_backward}},
+      {[](HardwareProfile& p) { p.lm_head_gflops[1] *= 2; }, {OpKind::lm_head_loss}},
+      {[](HardwareProfile& p) { p.attention_gflops[1] *= 2; },
+       {OpKind::attention, OpKind::attention_backward}},
+      {[](HardwareProfile& p) { p.activation_melems *= 2; }, {OpKind::gelu, OpKind::gelu_backward}},
+      {[](HardwareProfile& p) { p.norm_melems *= 2; }, {OpKind::layernorm, OpKind::layernorm_backward}},
+      {[](HardwareProfile& p) { p.memory_gbps *= 2; },
+       {OpKind::embedding, OpKind::embedding_backward, OpKind::zero}},
+  };
+  std::set<OpKind> priced;
+  for (const auto& [faster, kinds] : families) {
+    HardwareProfile p = base;
+    faster(p);
+    for (const Op& op : run.model.graph.ops) {
+      const double before = predict_op_cost(run.model.graph.table, op, run.spec, base).seconds;
+      const double after = predict_op_cost(run.model.graph.table, op, run.spec, p).seconds;
+      if (before == 0) continue;  // an op with no work (a zero-sized tensor)
+      EXPECT_NEAR(before / after, kinds.count(op.kind()) ? 2.0 : 1.0, 1e-12) << op.name;
+    }
+    priced.insert(kinds.begin(), kinds.end());
+  }
+  for (const Op& op : run.model.graph.ops)
+    EXPECT_TRUE(priced.count(op.kind())) << op.name << " has no family";
+  // The optimizer's part: AdamW at its moments' rate.
+  HardwareProfile p = base;
+  p.adamw_mparams[0] *= 2;
+  EXPECT_LT(predict_step_cost(run, c, 1, p).optimizer_s, predict_step_cost(run, c, 1, base).optimizer_s);
+}
+
+TEST(CostModel, AccumulationScalesComputeNotTheOptimizer) {
+  TrainConfig one = gpt2_tiny(2, 64, {});
+  TrainConfig four = one;
+  four.grad_accum_steps = 4;
+  const StepCost a = cost_of(one), b = cost_of(four);
+  EXPECT_DOUBLE_EQ(b.flops, 4 * a.flops);
+  EXPECT_DOUBLE_EQ(b.optimizer_s, a.optimizer_s);
+  EXPECT_NEAR(b.tokens_per_sec / a.tokens_per_sec, 4 * a.step_s / b.step_s, 1e-9);
+}
+
+TEST(CostModel, CommunicationPerZeroStage) {
+  // Ring volumes over 4 ranks, fp32 gradients and weights (4 bytes each): stage 0 all-reduces the gradients
+  // (2 (N-1)/N), stage 1 reduces them and gathers the weights, stage 3 also gathers weights forward and back.
+  TrainConfig c = gpt2_tiny(1, 64, {});
+  c.overlap_comm = false;
+  HardwareProfile profile = testing::tested_profile();
+  profile.mpi_gbps = 1;
+  std::vector<double> seconds;
+  int64_t params = 0;
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    const RunLayout run = lay_out_run(c, 4, 0, 1, mpi_buffer_bytes(4));
+    params = run.plan.num_params;
+    const StepCost cost = predict_step_cost(run, c, 4, profile);
+    EXPECT_DOUBLE_EQ(cost.comm_exposed_s, cost.comm_s);
+    seconds.push_back(cost.comm_s);
+  }
+  const double bytes = 4.0 * static_cast<double>(params) * 3 / 4 / 1e9;
+  EXPECT_DOUBLE_EQ(seconds[0], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[1], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[2], 2 * bytes);
+  EXPECT_DOUBLE_EQ(seconds[3], 3 * bytes);
+}
+
+}  // namespace
+}  // namespace mt
