@@ -86,7 +86,7 @@ std::string tokens_per_sec(const ConfigCandidate& c) {
 
 // The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
 // overflow; recompute only as many layers as needed.
-std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked) {
+std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked, kernels::CpuIsa isa) {
   std::vector<std::string> notes;
   if (ranked.empty()) return notes;
   const ConfigCandidate& top = ranked.front();
@@ -97,7 +97,11 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
   if (bf16 && fp16)
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
                     tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) +
-                    "; same bytes, but fp16 products run as fp32 on this CPU)");
+                    (kernels::native_bf16_gemm(isa)
+                         ? "; same bytes, but fp16 products run as fp32 tiles at " +
+                               std::string(kernels::cpu_isa_name(isa)) + ")"
+                         : "; same bytes, and at " + std::string(kernels::cpu_isa_name(isa)) +
+                               " both run their products as fp32 tiles)"));
 
   // O2 optimizer first: at the top configuration's stage, when plain bf16 needs recompute to fit.
   const auto same_stage = [&](const ConfigCandidate& c) {
@@ -211,7 +215,7 @@ SearchResult search_configs(const SearchRequest& request) {
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
-  result.notes = advice_notes(result.fitting);
+  result.notes = advice_notes(result.fitting, request.isa);
   return result;
 }
 

@@ -116,6 +116,13 @@ TEST(Planner, Bf16RanksBeforeFp16) {
   EXPECT_LT(first(Precision::bf16), first(Precision::fp16));
   ASSERT_FALSE(result.notes.empty());
   EXPECT_EQ(result.notes.front().rfind("agrees: bf16 before fp16", 0), 0u) << result.notes.front();
+  // The reason names the level the candidates were planned at, and what its products do.
+  const std::string level(kernels::cpu_isa_name(request.isa));
+  EXPECT_NE(result.notes.front().find(kernels::native_bf16_gemm(request.isa)
+                                          ? "fp16 products run as fp32 tiles at " + level + ")"
+                                          : "at " + level + " both run their products as fp32 tiles)"),
+            std::string::npos)
+      << result.notes.front();
 }
 
 TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
