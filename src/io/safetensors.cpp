@@ -103,6 +103,39 @@ TensorEntry parse_entry(const std::string& where, const std::string& name, const
   return e;
 }
 
+// The entry `name` of the header at `where`, its offsets inside the data section of `data_size` bytes and
+// spanning exactly its dtype and shape.
+TensorEntry checked_entry(const std::string& where, const std::string& name, const nlohmann::json& value,
+                          uint64_t data_size) {
+  TensorEntry e = parse_entry(where, name, value);
+  if (e.begin > e.end) {
+    fail_data(where + ": data_offsets begin " + std::to_string(e.begin) + " > end " + std::to_string(e.end));
+  }
+  if (e.end > data_size) {
+    fail_data(where + ": data_offsets end " + std::to_string(e.end) + " beyond the data section of " +
+              std::to_string(data_size) + " bytes");
+  }
+  const auto expected = tensor_bytes(e.dtype, e.shape);
+  if (!expected) fail_data(where + ": shape " + shape_str(e.shape) + " is too large");
+  if (*expected != e.bytes()) {
+    fail_data(where + ": data_offsets span " + std::to_string(e.bytes()) + " bytes but " +
+              std::string(dtype_name(e.dtype)) + " " + shape_str(e.shape) + " needs " +
+              std::to_string(*expected));
+  }
+  return e;
+}
+
+// Sorted by begin, any overlap shows between neighbours; empty tensors occupy no bytes.
+void check_no_overlap(const std::string& path, const std::vector<TensorEntry>& sorted) {
+  const TensorEntry* prev = nullptr;
+  for (const TensorEntry& e : sorted) {
+    if (e.bytes() == 0) continue;
+    if (prev && e.begin < prev->end)
+      fail_data(path + ": " + quoted(prev->name) + " and " + quoted(e.name) + " overlap in the data section");
+    prev = &e;
+  }
+}
+
 }  // namespace
 
 int64_t TensorEntry::numel() const {
@@ -158,38 +191,12 @@ SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path) {
         }
         continue;
       }
-      const std::string where = path + ": " + quoted(name);
-      TensorEntry e = parse_entry(where, name, value);
-      if (e.begin > e.end) {
-        fail_data(where + ": data_offsets begin " + std::to_string(e.begin) + " > end " +
-                  std::to_string(e.end));
-      }
-      if (e.end > data_size) {
-        fail_data(where + ": data_offsets end " + std::to_string(e.end) + " beyond the data section of " +
-                  std::to_string(data_size) + " bytes");
-      }
-      const auto expected = tensor_bytes(e.dtype, e.shape);
-      if (!expected) fail_data(where + ": shape " + shape_str(e.shape) + " is too large");
-      if (*expected != e.bytes()) {
-        fail_data(where + ": data_offsets span " + std::to_string(e.bytes()) + " bytes but " +
-                  std::string(dtype_name(e.dtype)) + " " + shape_str(e.shape) + " needs " +
-                  std::to_string(*expected));
-      }
-      tensors_.push_back(std::move(e));
+      tensors_.push_back(checked_entry(path + ": " + quoted(name), name, value, data_size));
     }
     std::sort(tensors_.begin(), tensors_.end(), [](const TensorEntry& a, const TensorEntry& b) {
       return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
     });
-    // Sorted by begin, any overlap shows between neighbours; empty tensors occupy no bytes.
-    const TensorEntry* prev = nullptr;
-    for (const TensorEntry& e : tensors_) {
-      if (e.bytes() == 0) continue;
-      if (prev && e.begin < prev->end) {
-        fail_data(path + ": " + quoted(prev->name) + " and " + quoted(e.name) +
-                  " overlap in the data section");
-      }
-      prev = &e;
-    }
+    check_no_overlap(path, tensors_);
   } catch (...) {
     close(fd_);
     throw;

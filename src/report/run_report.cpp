@@ -90,6 +90,30 @@ svg::Points simplify(const svg::Points& in) {
   return out;
 }
 
+// Legend: the categories as they appear top to bottom, each with its peak over the step, the total at the
+// peak op and the plan.
+void draw_memory_legend(svg::Document& doc, const MemoryTimeline& t, const TimelinePoint& peak) {
+  double y = kMemTop + 4;
+  doc.text(kLegend, y, "category", {.size = 11, .bold = true});
+  doc.text(kWidth - 15, y, "peak", {.size = 11, .anchor = "end", .bold = true});
+  for (auto it = std::rbegin(kStackOrder); it != std::rend(kStackOrder); ++it) {
+    int64_t most = 0;
+    for (const TimelinePoint& p : t.points) most = std::max(most, p.live[*it]);
+    if (most == 0) continue;
+    y += 20;
+    doc.rect(kLegend, y - 10, 12, 12, {.fill = color(*it)});
+    doc.text(kLegend + 18, y, category_title(*it), {.size = 11});
+    doc.text(kWidth - 15, y, human_bytes(most), {.size = 11, .anchor = "end"});
+  }
+  y += 26;
+  doc.text(kLegend, y, "total at the peak", {.size = 11});
+  doc.text(kWidth - 15, y, human_bytes(peak.live.total()), {.size = 11, .anchor = "end", .bold = true});
+  y += 20;
+  doc.line(kLegend, y - 4, kLegend + 12, y - 4, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});
+  doc.text(kLegend + 18, y, "plan (arenas packed)", {.size = 11});
+  doc.text(kWidth - 15, y, human_bytes(t.planned.total()), {.size = 11, .anchor = "end"});
+}
+
 void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
   const int n = static_cast<int>(t.points.size());
   const double dx = (kRight - kLeft) / n;
@@ -160,26 +184,7 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
   }
   doc.text(22, (kMemTop + kMemBottom) / 2, "bytes held", {.size = 12, .anchor = "middle", .rotate = -90});
 
-  // Legend: the categories as they appear top to bottom, each with its peak over the step.
-  double y = kMemTop + 4;
-  doc.text(kLegend, y, "category", {.size = 11, .bold = true});
-  doc.text(kWidth - 15, y, "peak", {.size = 11, .anchor = "end", .bold = true});
-  for (auto it = std::rbegin(kStackOrder); it != std::rend(kStackOrder); ++it) {
-    int64_t most = 0;
-    for (const TimelinePoint& p : t.points) most = std::max(most, p.live[*it]);
-    if (most == 0) continue;
-    y += 20;
-    doc.rect(kLegend, y - 10, 12, 12, {.fill = color(*it)});
-    doc.text(kLegend + 18, y, category_title(*it), {.size = 11});
-    doc.text(kWidth - 15, y, human_bytes(most), {.size = 11, .anchor = "end"});
-  }
-  y += 26;
-  doc.text(kLegend, y, "total at the peak", {.size = 11});
-  doc.text(kWidth - 15, y, human_bytes(peak.live.total()), {.size = 11, .anchor = "end", .bold = true});
-  y += 20;
-  doc.line(kLegend, y - 4, kLegend + 12, y - 4, {.stroke = "#333", .stroke_width = 1.2, .dashed = true});
-  doc.text(kLegend + 18, y, "plan (arenas packed)", {.size = 11});
-  doc.text(kWidth - 15, y, human_bytes(t.planned.total()), {.size = 11, .anchor = "end"});
+  draw_memory_legend(doc, t, peak);
 }
 
 void draw_loss_panel(svg::Document& doc, const LossCurve& loss) {
