@@ -110,24 +110,34 @@ void ZeroSync::end_pass() {
   for (AsyncCommunicator::Ticket& t : reductions_) wait(t);
 }
 
-// Each part comes from the rank whose weight shard holds it.
-AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
+// Queues `exchange(c, block part, this rank's shard part or null, elements, owner)` for each part of window
+// w's block tensor `block_id` of `dtype`, whose shard on this rank starts at element `shard_begin` of
+// `shard`.
+template <typename Exchange>
+AsyncCommunicator::Ticket ZeroSync::start_parts(int w, int block_id, DType dtype, char* shard,
+                                                int64_t shard_begin, Exchange exchange) {
   const BlockRange& range = ranges_[w];
-  char* block = bytes(memory_.data(schedule_.windows[w].weights));
-  const Plan& p = plan();
-  const DType dtype = p.policy.weights;
+  char* block = bytes(memory_.data(block_id));
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
-  const char* shard = bytes(memory_.params());
-  const int64_t shard_begin = p.weights_begin();
-  const int rank = p.sharding.rank;
+  const int rank = plan().sharding.rank;
   return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
-      char* dst = block + (part.begin - range.begin) * size;
-      if (part.rank == rank)
-        std::memcpy(dst, shard + (part.begin - shard_begin) * size, (part.end - part.begin) * size);
-      c.broadcast(dst, part.end - part.begin, dtype, part.rank);
+      char* own = part.rank == rank ? shard + (part.begin - shard_begin) * size : nullptr;
+      exchange(c, block + (part.begin - range.begin) * size, own, part.end - part.begin, size, dtype,
+               part.rank);
     }
   }));
+}
+
+// Each part comes from the rank whose weight shard holds it.
+AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
+  const Plan& p = plan();
+  return start_parts(
+      w, schedule_.windows[w].weights, p.policy.weights, bytes(memory_.params()), p.weights_begin(),
+      [](Communicator& c, char* dst, const char* own, int64_t n, int64_t size, DType dtype, int owner) {
+        if (own) std::memcpy(dst, own, n * size);
+        c.broadcast(dst, n, dtype, owner);
+      });
 }
 
 // The window's kernels add into its gradient tensor. Starting this rank's own part from its shard's running
@@ -146,22 +156,12 @@ void ZeroSync::start_gradients(int w) {
                   (part.end - part.begin) * size);
 }
 
+// Each part is summed into the shard of the rank that owns it.
 AsyncCommunicator::Ticket ZeroSync::start_reduce(int w) {
-  const BlockRange& range = ranges_[w];
-  char* block = bytes(memory_.data(schedule_.windows[w].grads));
   const Plan& p = plan();
-  const DType dtype = p.policy.grads;
-  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
-  char* shard = bytes(memory_.grads());
-  const int64_t shard_begin = p.grads_begin();
-  const int rank = p.sharding.rank;
-  return started(comm_.start([=, &range](Communicator& c) {
-    for (const Part& part : range.parts) {
-      char* send = block + (part.begin - range.begin) * size;
-      char* recv = part.rank == rank ? shard + (part.begin - shard_begin) * size : send;
-      c.reduce_sum(send, recv, part.end - part.begin, dtype, part.rank);
-    }
-  }));
+  return start_parts(w, schedule_.windows[w].grads, p.policy.grads, bytes(memory_.grads()), p.grads_begin(),
+                     [](Communicator& c, char* send, char* own, int64_t n, int64_t /*size*/, DType dtype,
+                        int owner) { c.reduce_sum(send, own ? own : send, n, dtype, owner); });
 }
 
 // Stages 0 and 1 keep whole gradient buffers: a block's range is summed in place, in chunks of the bucket.

@@ -55,6 +55,9 @@ class ZeroSync final : public OpHooks {
   const Plan& plan() const { return memory_.plan(); }
   BlockRange block_range(const BlockWindow& window) const;
   // Each queues the window's exchange on the worker and returns its ticket (0 when already waited for).
+  template <typename Exchange>
+  AsyncCommunicator::Ticket start_parts(int window, int block_id, DType dtype, char* shard,
+                                        int64_t shard_begin, Exchange exchange);
   AsyncCommunicator::Ticket start_gather(int window);
   AsyncCommunicator::Ticket start_reduce(int window);
   AsyncCommunicator::Ticket start_whole_block_reduce(int window);
