@@ -39,6 +39,13 @@ void check_count(int64_t count, const char* operation) {
   if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
 }
 
+// The bytes of one element of a sum of `count` values of `dtype`, once both are checked for `operation`.
+int64_t summed_element_bytes(int64_t count, DType dtype, const char* operation) {
+  check_count(count, operation);
+  check_sum_dtype(dtype, operation);
+  return static_cast<int64_t>(dtype_size(dtype));
+}
+
 // A piece of memory one message sends or receives.
 struct Piece {
   const std::byte* data;
@@ -80,9 +87,7 @@ class MpiCommunicator final : public Communicator {
   int64_t buffer_bytes() const override { return static_cast<int64_t>(buffer_.size()); }
 
   void all_reduce_sum(void* data, int64_t count, DType dtype) override {
-    check_count(count, "all_reduce_sum");
-    check_sum_dtype(dtype, "all_reduce_sum");
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    const int64_t es = summed_element_bytes(count, dtype, "all_reduce_sum");
     auto* base = static_cast<std::byte*>(data);
     // Windows of size() rounds: each rank sums one chunk of the window, then every rank gathers every chunk.
     const int64_t window = size_ * (kMpiRoundBytes / es);
@@ -101,9 +106,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter_sum(const void* send, void* recv, int64_t count, DType dtype) override {
-    check_count(count, "reduce_scatter_sum");
-    check_sum_dtype(dtype, "reduce_scatter_sum");
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    const int64_t es = summed_element_bytes(count, dtype, "reduce_scatter_sum");
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
     const int64_t round = kMpiRoundBytes / es;
@@ -116,10 +119,8 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) override {
-    check_count(count, "reduce_sum");
-    check_sum_dtype(dtype, "reduce_sum");
+    const int64_t es = summed_element_bytes(count, dtype, "reduce_sum");
     check_root(root, "reduce_sum");
-    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
     const int64_t round = kMpiRoundBytes / es;

@@ -161,18 +161,15 @@ double sum_of_squares(const G* x, int64_t n) {
 #define MT_INSTANTIATE_ADAMW(P, G, M)                                                          \
   template void adamw_update<P, G, M>(float*, P*, const G*, M*, M*, int64_t, const AdamWStep&, \
                                       const AdamWRounding&);
-MT_INSTANTIATE_ADAMW(float, float, float)
-MT_INSTANTIATE_ADAMW(float, float, bf16)
-MT_INSTANTIATE_ADAMW(float, bf16, float)
-MT_INSTANTIATE_ADAMW(float, bf16, bf16)
-MT_INSTANTIATE_ADAMW(bf16, float, float)
-MT_INSTANTIATE_ADAMW(bf16, float, bf16)
-MT_INSTANTIATE_ADAMW(bf16, bf16, float)
-MT_INSTANTIATE_ADAMW(bf16, bf16, bf16)
-MT_INSTANTIATE_ADAMW(f16, float, float)
-MT_INSTANTIATE_ADAMW(f16, float, bf16)
-MT_INSTANTIATE_ADAMW(f16, bf16, float)
-MT_INSTANTIATE_ADAMW(f16, bf16, bf16)
+// Every weight type with fp32 or bf16 gradients and fp32 or bf16 moments.
+#define MT_INSTANTIATE_ADAMW_MOMENTS(P, G) MT_INSTANTIATE_ADAMW(P, G, float) MT_INSTANTIATE_ADAMW(P, G, bf16)
+#define MT_INSTANTIATE_ADAMW_GRADS(P) \
+  MT_INSTANTIATE_ADAMW_MOMENTS(P, float) MT_INSTANTIATE_ADAMW_MOMENTS(P, bf16)
+MT_INSTANTIATE_ADAMW_GRADS(float)
+MT_INSTANTIATE_ADAMW_GRADS(bf16)
+MT_INSTANTIATE_ADAMW_GRADS(f16)
+#undef MT_INSTANTIATE_ADAMW_GRADS
+#undef MT_INSTANTIATE_ADAMW_MOMENTS
 #undef MT_INSTANTIATE_ADAMW
 template double sum_of_squares<float>(const float*, int64_t);
 template double sum_of_squares<bf16>(const bf16*, int64_t);
