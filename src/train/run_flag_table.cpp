@@ -81,16 +81,19 @@ const RunFlag kRunFlags[] = {
      .deepspeed = "train_micro_batch_size_per_gpu",
      .show_default = true,
      .memory = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--global-batch-size",
      .help = "sequences per optimizer step (accumulates micro-batches)",
      .field = &config_field<&C::global_batch>,
      .deepspeed = "train_batch_size",
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be positive"}},
     {.names = "--grad-accum-steps",
      .help = "micro-batches per optimizer step",
      .field = &config_field<&C::grad_accum_steps>,
-     .deepspeed = "gradient_accumulation_steps"},
+     .deepspeed = "gradient_accumulation_steps",
+     .bound = {.text = "must be positive"}},
     {.names = "--precision",
      .help = "fp32, bf16 or fp16 (16-bit weights and activations, fp32 math)",
      .field = &input_field<&RunFlagInput::precision>,
@@ -135,7 +138,8 @@ const RunFlag kRunFlags[] = {
      .help = "fp16: a static loss scale instead of the dynamic one",
      .field = &config_field<&C::static_loss_scale>,
      .deepspeed = "fp16.loss_scale",
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be positive"}},
     {.names = "--initial-loss-scale",
      .help = "fp16: the dynamic scale's start",
      .field = &group_field<&C::loss_scaler, &LossScalerConfig::initial_scale>,
@@ -145,19 +149,22 @@ const RunFlag kRunFlags[] = {
      .field = &group_field<&C::loss_scaler, &LossScalerConfig::window>,
      .deepspeed = "fp16.loss_scale_window",
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--hysteresis",
      .help = "fp16: overflows tolerated before the scale halves",
      .field = &group_field<&C::loss_scaler, &LossScalerConfig::hysteresis>,
      .deepspeed = "fp16.hysteresis",
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--min-loss-scale",
      .help = "fp16: the dynamic scale's floor",
      .field = &group_field<&C::loss_scaler, &LossScalerConfig::min_scale>,
      .deepspeed = "fp16.min_loss_scale",
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--recompute-granularity",
      .help = "selective (LayerNorm and GELU outputs) or full (whole layers from their inputs)",
      .field = &input_field<&RunFlagInput::recompute_granularity>,
@@ -186,7 +193,8 @@ const RunFlag kRunFlags[] = {
      .field = &config_field<&C::zero_stage>,
      .deepspeed = "zero_optimization.stage",
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .bound = {.high = 3, .text = "must be 0, 1, 2 or 3"}},
     {.names = "--overlap-comm,!--no-overlap-comm",
      .help = "run the exchanges on a worker thread while the kernels go on (default on)",
      .field = &config_field<&C::overlap_comm>,
@@ -201,7 +209,8 @@ const RunFlag kRunFlags[] = {
      .help = "MiB per gradient/weight exchange",
      .field = &config_field<&C::bucket_size_mb>,
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--offload-optimizer",
      .help = "none, or nvme: master weights and Adam moments in files under --offload-path",
      .field = &config_field<&C::offload_optimizer>,
@@ -218,12 +227,16 @@ const RunFlag kRunFlags[] = {
      .help = "offloaded states stream in chunks of this many MiB of fp32 elements (two held per state)",
      .field = &config_field<&C::offload_chunk_mb>,
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--deepspeed-config",
      .help = "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags",
      .field = &input_field<&RunFlagInput::deepspeed_config>,
      .memory = true},
-    {.names = "--train-iters", .help = "optimizer steps", .field = &config_field<&C::train_iters>},
+    {.names = "--train-iters",
+     .help = "optimizer steps",
+     .field = &config_field<&C::train_iters>,
+     .bound = {.low = 0, .open = true, .text = "must be a positive number of steps"}},
     {.names = "--lr",
      .help = "peak learning rate",
      .field = &config_field<&C::lr>,
@@ -238,7 +251,8 @@ const RunFlag kRunFlags[] = {
      .help = "linear warmup steps",
      .field = &config_field<&C::warmup_iters>,
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must not be negative"}},
     {.names = "--lr-decay-style",
      .help = "cosine, linear or constant",
      .field = &config_field<&C::decay_style>,
@@ -263,12 +277,14 @@ const RunFlag kRunFlags[] = {
      .help = "",
      .field = &group_field<&C::adam, &AdamWConfig::eps>,
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--clip-grad",
      .help = "global gradient-norm clip, 0 = off",
      .field = &group_field<&C::adam, &AdamWConfig::clip_grad>,
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be 0 (off) or positive"}},
     {.names = "--seed",
      .help = "initialisation and data-order seed",
      .field = &config_field<&C::seed>,
@@ -282,12 +298,14 @@ const RunFlag kRunFlags[] = {
     {.names = "--log-interval",
      .help = "steps between progress lines",
      .field = &config_field<&C::log_interval>,
-     .show_default = true},
+     .show_default = true,
+     .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--eval-interval",
      .help = "steps between validations, 0 = off",
      .field = &config_field<&C::eval_interval>,
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .bound = {.text = "must be 0 (off) or positive"}},
     {.names = "--eval-iters",
      .help = "validation batches per evaluation",
      .field = &config_field<&C::eval_iters>,
@@ -305,14 +323,17 @@ const RunFlag kRunFlags[] = {
     {.names = "--save-interval",
      .help = "steps between checkpoints (0: only at the end)",
      .field = &config_field<&C::save_interval>,
-     .show_default = true},
+     .show_default = true,
+     .bound = {.text = "must be 0 (only at the end) or positive"}},
     {.names = "--keep-checkpoints",
      .help = "keep the newest K checkpoints, 0 = all",
      .field = &config_field<&C::keep_checkpoints>,
-     .show_default = true},
+     .show_default = true,
+     .bound = {.text = "must be 0 (all) or positive"}},
     {.names = "--exit-interval",
      .help = "save and exit 0 when the step is a multiple of N",
-     .field = &config_field<&C::exit_interval>},
+     .field = &config_field<&C::exit_interval>,
+     .bound = {.text = "must be positive"}},
     {.names = "--load",
      .help = "resume from a checkpoint directory, or the newest verifying checkpoint of a --save directory",
      .field = &config_field<&C::load>,
@@ -325,7 +346,8 @@ const RunFlag kRunFlags[] = {
      .help = "train K steps, save, reload into a fresh trainer and check that the remaining steps' losses "
              "and the final state match the uninterrupted run",
      .field = &config_field<&C::verify_resume>,
-     .memory = true},
+     .memory = true,
+     .bound = {.text = "must be a positive number of steps"}},
     {.names = "--out",
      .help = "directory for metrics.jsonl and memory.json",
      .field = &config_field<&C::out>,
@@ -334,7 +356,8 @@ const RunFlag kRunFlags[] = {
      .help = "OpenMP threads, 0 = all cores",
      .field = &config_field<&C::threads>,
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .bound = {.text = "must be 0 (all cores) or positive"}},
     {.names = "--memory-report",
      .help = "print the memory plan and the ten largest activations with their lifetimes before training",
      .field = &config_field<&C::memory_report>,
@@ -419,6 +442,35 @@ const RunFlag& run_flag(std::string_view name) {
   for (const RunFlag& flag : kRunFlags)
     if (flag.name() == name) return flag;
   throw std::logic_error("no run flag " + std::string(name));
+}
+
+namespace {
+
+// The value of a numeric flag's field, for its bound.
+double numeric_value(const FlagField& field) {
+  return std::visit(
+      [](auto* value) -> double {
+        using V = std::remove_pointer_t<decltype(value)>;
+        if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>)
+          return static_cast<double>(*value);
+        else
+          throw std::logic_error("run flag table: a bound on a flag that holds no number");
+      },
+      field);
+}
+
+}  // namespace
+
+void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names) {
+  RunFlagInput input{.config = config};
+  for (std::string_view name : names) {
+    const RunFlag& flag = run_flag(name);
+    const FlagBound& b = flag.bound;
+    if (b.text.empty()) throw std::logic_error("run flag table: " + std::string(name) + " has no bound");
+    const double v = numeric_value(flag.field(input));
+    if ((b.open ? !(v > b.low) : v < b.low) || v > b.high)
+      fail_usage(std::string(name) + " " + std::string(b.text));
+  }
 }
 
 TrainConfig resolve_run_flags(const RunFlagInput& input) {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -42,6 +43,14 @@ enum class FlagKind {
   switch_off,      // !--no-name: sets false
 };
 
+// value > low (open) or value >= low, and value <= high; the usage error is the flag's name and `text`.
+struct FlagBound {
+  double low = 0;
+  bool open = false;  // a NaN fails an open bound and passes a closed one, as the comparisons read
+  double high = 1e300;
+  std::string_view text = {};
+};
+
 struct RunFlag {
   std::string_view names;  // CLI11's spelling: the Megatron/DeepSpeed name first, aliases after; "!" negates
   std::string_view help;
@@ -57,6 +66,9 @@ struct RunFlag {
   std::string (*print)(const TrainConfig& config) = nullptr;
   // What a checkpoint records (trajectory flags); null: the field's value (switch_off: the flag's own sense).
   nlohmann::json (*setting)(const TrainConfig& config) = nullptr;
+  // The values a numeric flag takes on its own, checked by check_flag_bounds; empty `text`: any value.
+  // Checks that read several flags, or the model, stay with the checks of train/train_flags.h.
+  FlagBound bound = {};
 
   // The first name, without a negation's "!": the flag's key in run_settings and in the printers.
   std::string_view name() const {
@@ -69,6 +81,9 @@ struct RunFlag {
 std::span<const RunFlag> run_flag_table();
 // By its first name; std::logic_error for a name not in the table.
 const RunFlag& run_flag(std::string_view name);
+
+// A usage error for the first of `names` whose value in `config` is outside its table bound.
+void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names);
 
 // The configuration the flags mean; usage errors for contradictions.
 TrainConfig resolve_run_flags(const RunFlagInput& input);

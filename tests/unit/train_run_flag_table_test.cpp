@@ -161,5 +161,37 @@ TEST(RunFlagTable, FlagsWithoutTheMemoryBitLeaveThePlanAlone) {
   EXPECT_GT(changed, 20);
 }
 
+// Each bound in the table holds at the defaults (--train-iters, which has none, at 1) and, just outside it,
+// is the usage error it says.
+TEST(RunFlagTable, BoundsRefuseValuesOutsideThemWithTheirMessage) {
+  TrainConfig defaults;
+  defaults.train_iters = 1;
+  int bounded = 0;
+  for (const RunFlag& flag : run_flag_table()) {
+    if (flag.bound.text.empty()) continue;
+    ++bounded;
+    const std::string name(flag.name());
+    EXPECT_NO_THROW(check_flag_bounds(defaults, {flag.name()})) << name;
+    const FlagBound& b = flag.bound;
+    for (const double outside : {b.open ? b.low : b.low - 1, b.high + 1}) {
+      if (outside > 1e299) continue;  // no upper bound
+      RunFlagInput input{.config = defaults};
+      std::visit(
+          [&](auto* p) {
+            using T = std::remove_pointer_t<decltype(p)>;
+            if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) *p = static_cast<T>(outside);
+          },
+          flag.field(input));
+      try {
+        check_flag_bounds(input.config, {flag.name()});
+        ADD_FAILURE() << name << " = " << outside << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.kind(), ErrorKind::usage);
+        EXPECT_EQ(std::string(e.what()), name + " " + std::string(b.text));
+      }
+    }
+  }
+  EXPECT_GE(bounded, 20);
+}
 }  // namespace
 }  // namespace mt
