@@ -462,7 +462,8 @@ double numeric_value(const FlagField& field) {
 }  // namespace
 
 void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names) {
-  RunFlagInput input{.config = config};
+  RunFlagInput input;
+  input.config = config;
   for (std::string_view name : names) {
     const RunFlag& flag = run_flag(name);
     const FlagBound& b = flag.bound;

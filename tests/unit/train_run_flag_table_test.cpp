@@ -175,7 +175,8 @@ TEST(RunFlagTable, BoundsRefuseValuesOutsideThemWithTheirMessage) {
     const FlagBound& b = flag.bound;
     for (const double outside : {b.open ? b.low : b.low - 1, b.high + 1}) {
       if (outside > 1e299) continue;  // no upper bound
-      RunFlagInput input{.config = defaults};
+      RunFlagInput input;
+      input.config = defaults;
       std::visit(
           [&](auto* p) {
             using T = std::remove_pointer_t<decltype(p)>;
