@@ -94,14 +94,15 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
       ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::bf16; });
   const ConfigCandidate* fp16 = fastest(
       ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::fp16; });
-  if (bf16 && fp16)
+  if (bf16 && fp16) {
+    const std::string level(kernels::cpu_isa_name(isa));
+    const std::string why = kernels::native_bf16_gemm(isa)
+                                ? "but fp16 products run as fp32 tiles at " + level
+                                : "and at " + level + " both run their products as fp32 tiles";
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
-                    tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) +
-                    (kernels::native_bf16_gemm(isa)
-                         ? "; same bytes, but fp16 products run as fp32 tiles at " +
-                               std::string(kernels::cpu_isa_name(isa)) + ")"
-                         : "; same bytes, and at " + std::string(kernels::cpu_isa_name(isa)) +
-                               " both run their products as fp32 tiles)"));
+                    tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) + "; same bytes, " + why +
+                    ")");
+  }
 
   // O2 optimizer first: at the top configuration's stage, when plain bf16 needs recompute to fit.
   const auto same_stage = [&](const ConfigCandidate& c) {

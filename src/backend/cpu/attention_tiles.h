@@ -22,6 +22,7 @@
 
 #include "backend/cpu/isa_variant.h"
 #include "core/half.h"
+#include "core/int_math.h"
 
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -39,14 +40,6 @@ constexpr int64_t kPack = std::is_same_v<Lane, uint32_t> ? 2 : 1;
 // Columns of one vector; every B and C row is padded to a multiple of it, so tiles load and store whole
 // vectors (the padding columns hold garbage that is never read back).
 constexpr int64_t kVec = 16;
-
-inline int64_t round_up(int64_t n, int64_t m) {
-  return (n + m - 1) / m * m;
-}
-
-inline int64_t ceil_div(int64_t n, int64_t m) {
-  return (n + m - 1) / m;
-}
 
 namespace tiles {
 

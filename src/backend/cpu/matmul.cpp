@@ -16,6 +16,7 @@
 #include "backend/cpu/isa_variant.h"
 #include "backend/cpu/onednn_matmul.h"
 #include "backend/cpu/typed_io.h"
+#include "core/int_math.h"
 
 namespace mt::kernels {
 
@@ -68,10 +69,6 @@ namespace {
 // between its K steps, which cost most when other jobs hold the cores.
 constexpr int64_t kTileM = 256, kTileN = 512, kTileK = 512;
 constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTileM * kTileN;
-
-constexpr int64_t round_up(int64_t n, int64_t multiple) {
-  return (n + multiple - 1) / multiple * multiple;
-}
 
 // dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
 template <typename To, typename From>
@@ -137,9 +134,8 @@ void tiled_matmul(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, c
   if (!scratch) throw std::logic_error("16-bit product without its conversion tiles (gemm_scratch_floats)");
   // Tiles of near-equal size, so that the threads' shares stay balanced (768 columns: 384 + 384, not
   // 512 + 256); they depend on the shape alone, never on the thread count.
-  const int64_t row_tiles = (M + kTileM - 1) / kTileM, col_tiles = (N + kTileN - 1) / kTileN;
-  const int64_t tile_m = round_up((M + row_tiles - 1) / row_tiles, 16);
-  const int64_t tile_n = round_up((N + col_tiles - 1) / col_tiles, 16);
+  const int64_t row_tiles = ceil_div(M, kTileM), col_tiles = ceil_div(N, kTileN);
+  const int64_t tile_m = round_up(ceil_div(M, row_tiles), 16), tile_n = round_up(ceil_div(N, col_tiles), 16);
   // The first error of any thread, rethrown after the region: an exception must not leave it.
   std::string error;
 #pragma omp parallel
