@@ -9,59 +9,24 @@ namespace mt {
 
 namespace {
 
-std::vector<LayerParams> gpt2_layer_params(GraphBuilder& b, const ModelSpec& spec) {
-  const int64_t C = spec.n_embd;
-  std::vector<LayerParams> layers;
-  for (int64_t l = 0; l < spec.n_layer; ++l) {
-    const std::string h = "h." + std::to_string(l) + ".";
-    b.begin_block();
-    LayerParams p;
-    p.norm1 = {b.param(h + "ln_1.weight", {C}), b.param(h + "ln_1.bias", {C})};
-    p.qkv = {b.param(h + "attn.c_attn.weight", {C, 3 * C}), b.param(h + "attn.c_attn.bias", {3 * C})};
-    p.out = {b.param(h + "attn.c_proj.weight", {C, C}), b.param(h + "attn.c_proj.bias", {C})};
-    p.norm2 = {b.param(h + "ln_2.weight", {C}), b.param(h + "ln_2.bias", {C})};
-    p.up = {b.param(h + "mlp.c_fc.weight", {C, 4 * C}), b.param(h + "mlp.c_fc.bias", {4 * C})};
-    p.down = {b.param(h + "mlp.c_proj.weight", {4 * C, C}), b.param(h + "mlp.c_proj.bias", {C})};
-    layers.push_back(p);
-  }
-  return layers;
+// LayerNorm, biases on every projection, fused c_attn in Conv1D layout [in, out], GELU, learned positions and
+// a tied head.
+// Grouped by what they say: the layer's kind, its widths, its modules, the tensors around the layers.
+// clang-format off
+ModelFamily gpt2_family(const ModelSpec& spec) {
+  return {.block = {.norm = NormKind::layernorm, .activation = Activation::gelu, .biases = true,
+                    .qkv_width = 3 * spec.n_embd, .mlp_width = 4 * spec.n_embd, .layer_prefix = "h.",
+                    .norm1 = "ln_1", .qkv_proj = "attn.c_attn", .attention = "attn", .out_proj = "attn.c_proj",
+                    .norm2 = "ln_2", .up_proj = "mlp.c_fc", .up_out = "mlp.fc", .activation_name = "mlp.gelu",
+                    .down_proj = "mlp.c_proj"},
+          .embedding = "wte.weight", .positions = "wpe.weight", .embed_out = "embed.out", .final_norm = "ln_f"};
 }
-
-// LayerNorm, fused c_attn in Conv1D layout [in, out], GELU.
-BlockFamily gpt2_family(const ModelSpec& spec) {
-  return {.norm = NormKind::layernorm,
-          .activation = Activation::gelu,
-          .qkv_width = 3 * spec.n_embd,
-          .mlp_width = 4 * spec.n_embd,
-          .layer_prefix = "h.",
-          .norm1 = "ln_1",
-          .qkv_proj = "attn.c_attn",
-          .attention = "attn",
-          .out_proj = "attn.c_proj",
-          .norm2 = "ln_2",
-          .up_proj = "mlp.c_fc",
-          .up_out = "mlp.fc",
-          .activation_name = "mlp.gelu",
-          .down_proj = "mlp.c_proj"};
-}
+// clang-format on
 
 }  // namespace
 
 ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
-  const int64_t C = spec.n_embd;
-  ModelGraph m;
-  GraphBuilder b(m, step);
-  StepParams p;
-  p.wte = b.param("wte.weight", {spec.padded_vocab_size, C});
-  p.wpe = b.param("wpe.weight", {spec.n_positions, C});
-  TransformerBlocks blocks(b, spec, gpt2_family(spec), gpt2_layer_params(b, spec));
-  b.begin_block();
-  p.final_norm = {b.param("ln_f.weight", {C}), b.param("ln_f.bias", {C})};
-  p.head = p.wte;  // tied
-  p.embed_out = "embed.out";
-  p.final_norm_name = "ln_f";
-  emit_step(b, blocks, spec, NormKind::layernorm, p);
-  return m;
+  return build_transformer_graph(spec, step, gpt2_family(spec));
 }
 
 void init_gpt2_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {

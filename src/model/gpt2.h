@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "memory/allocation.h"
-#include "model/graph_builder.h"
 #include "model/spec.h"
+#include "model/transformer_graph.h"
 
 namespace mt {
 

@@ -1,7 +1,5 @@
-// What the model builders (gpt2.cpp, llama.cpp) share: the table and op list built side by side, the batch
-// tensors, one emitter per kind of op, the transformer layer (TransformerBlocks) and the step around the
-// layers (emit_step), forward and backward under a recompute policy. A family supplies its parameters, its
-// names and what differs (BlockFamily: LayerNorm or RMSNorm, GELU or SwiGLU, RoPE, weight layout).
+// How a step's graph is written down: the tensor table and op list built side by side, the batch tensors and
+// one emitter per kind of op, each naming its operands. transformer_graph.cpp writes the transformer with it.
 #pragma once
 
 #include <cstdint>
@@ -100,75 +98,5 @@ class GraphBuilder {
   int mm_ = -1;  // matrix products' conversion tiles, when the compute dtype needs them
   int block_ = 0;
 };
-
-// What a family's layer is. Every family's layer is
-//   x -> norm1 -> qkv projection [-> RoPE] -> attention -> output projection (+ x)
-//     -> norm2 -> up projection -> activation -> down projection (+ the residual after attention);
-// names are relative to the layer's prefix (`layer_prefix` + index + ".").
-struct BlockFamily {
-  NormKind norm = NormKind::layernorm;
-  Activation activation = Activation::gelu;
-  bool rope = false;
-  bool weight_out_in = false;  // projections in torch.nn.Linear layout [out, in]
-  int64_t qkv_width = 0;       // C + 2 KV
-  int64_t mlp_width = 0;       // the activation's output; its input is twice that under SwiGLU
-  std::string layer_prefix;
-  std::string norm1, qkv_proj, attention, out_proj, norm2, up_proj, up_out, activation_name, down_proj;
-};
-
-struct LayerParams {
-  NormParams norm1;
-  LinearParams qkv, out;
-  NormParams norm2;
-  LinearParams up, down;
-};
-
-// The layers' ops. Forward tensors emitted with suffix ".recomputed" (full recompute) are new tensors, alive
-// from the recompute to their last backward use; each layer keeps the latest ones.
-class TransformerBlocks {
- public:
-  TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, BlockFamily family,
-                    std::vector<LayerParams> params);
-
-  // The layers' forward from inp, layer after layer; each layer's output is the next one's input, the
-  // residual stream never copied. Returns the last output.
-  int forward(int inp);
-  // The layers' backward from the top; the residual gradient dres flows through in place. Each
-  // full-recompute group's forward reruns from the input it kept when the backward enters the group.
-  void backward(int dres);
-
- private:
-  struct LayerActs {
-    int inp, qkv, atty, lse, res2, up, act, out;
-    NormActs norm1, norm2;
-  };
-
-  int layer_forward(int64_t l, int inp, const std::string& suffix);
-  // With `selective`, the norms' and activation's outputs are recomputed right before the op that needs them.
-  void layer_backward(int64_t l, int dres, bool selective);
-  std::string prefix(int64_t l) const { return family_.layer_prefix + std::to_string(l) + "."; }
-  int64_t up_width() const;
-
-  GraphBuilder& b_;
-  BlockFamily family_;
-  std::vector<LayerParams> params_;
-  int64_t C_, NH_;
-  int64_t attn_scratch_;
-  std::vector<LayerActs> acts_;
-  std::vector<int> inputs_;  // per layer: its input from the first forward
-};
-
-// The parameters around the layers and the names of their tensors.
-struct StepParams {
-  int wte = -1, wpe = -1;  // token and (learned) position embeddings
-  NormParams final_norm;
-  int head = -1;  // the LM head's weight [Vp, C], wte when tied
-  std::string embed_out, final_norm_name;
-};
-
-// The whole step: embedding, the layers, the final norm, the LM head + loss, and the backward of all of
-// it, then the lifetimes.
-void emit_step(GraphBuilder& b, TransformerBlocks& blocks, const ModelSpec& spec, NormKind norm,
-               const StepParams& p);
 
 }  // namespace mt

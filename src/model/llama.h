@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "memory/allocation.h"
-#include "model/graph_builder.h"
 #include "model/spec.h"
+#include "model/transformer_graph.h"
 
 namespace mt {
 

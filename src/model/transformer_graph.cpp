@@ -1,0 +1,208 @@
+#include "model/transformer_graph.h"
+
+#include <string>
+#include <vector>
+
+#include "backend/cpu/attention.h"
+
+namespace mt {
+
+namespace {
+
+struct LayerParams {
+  NormParams norm1;
+  LinearParams qkv, out;
+  NormParams norm2;
+  LinearParams up, down;
+};
+
+// The layers' parameters and ops. Forward tensors emitted with suffix ".recomputed" (full recompute) are new
+// tensors, alive from the recompute to their last backward use; each layer keeps the latest ones.
+class TransformerBlocks {
+ public:
+  // Adds every layer's parameters, one block each.
+  TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, BlockFamily family);
+
+  // The layers' forward from inp, layer after layer; each layer's output is the next one's input, the
+  // residual stream never copied. Returns the last output.
+  int forward(int inp);
+  // The layers' backward from the top; the residual gradient dres flows through in place. Each
+  // full-recompute group's forward reruns from the input it kept when the backward enters the group.
+  void backward(int dres);
+
+ private:
+  struct LayerActs {
+    int inp, qkv, atty, lse, res2, up, act, out;
+    NormActs norm1, norm2;
+  };
+
+  LayerParams add_layer_params(int64_t l);
+  int layer_forward(int64_t l, int inp, const std::string& suffix);
+  // With `selective`, the norms' and activation's outputs are recomputed right before the op that needs them.
+  void layer_backward(int64_t l, int dres, bool selective);
+  std::string prefix(int64_t l) const { return family_.layer_prefix + std::to_string(l) + "."; }
+  int64_t up_width() const;
+
+  GraphBuilder& b_;
+  BlockFamily family_;
+  int64_t C_, NH_;
+  int64_t attn_scratch_;
+  std::vector<LayerParams> params_;
+  std::vector<LayerActs> acts_;
+  std::vector<int> inputs_;  // per layer: its input from the first forward
+};
+
+TransformerBlocks::TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, BlockFamily family)
+    : b_(b),
+      family_(std::move(family)),
+      C_(spec.n_embd),
+      NH_(spec.n_head),
+      attn_scratch_(kernels::attention_scratch_floats(b.step().seq_len, spec.head_dim(), b.step().threads,
+                                                      b.step().dtype)) {
+  for (int64_t l = 0; l < spec.n_layer; ++l) params_.push_back(add_layer_params(l));
+  acts_.resize(params_.size());
+}
+
+LayerParams TransformerBlocks::add_layer_params(int64_t l) {
+  const BlockFamily& f = family_;
+  const std::string h = prefix(l);
+  const bool layernorm = f.norm == NormKind::layernorm;
+  const auto norm = [&](const std::string& module) {
+    const int weight = b_.param(h + module + ".weight", {C_});
+    return NormParams{.weight = weight, .bias = layernorm ? b_.param(h + module + ".bias", {C_}) : -1};
+  };
+  const auto linear = [&](const std::string& module, int64_t in, int64_t out, bool bias) {
+    const int weight =
+        b_.param(h + module + ".weight", f.weight_out_in ? std::vector{out, in} : std::vector{in, out});
+    return LinearParams{.weight = weight, .bias = bias ? b_.param(h + module + ".bias", {out}) : -1};
+  };
+  b_.begin_block();
+  LayerParams p;
+  p.norm1 = norm(f.norm1);
+  p.qkv = linear(f.qkv_proj, C_, f.qkv_width, f.biases || f.qkv_bias);
+  p.out = linear(f.out_proj, C_, C_, f.biases);
+  p.norm2 = norm(f.norm2);
+  p.up = linear(f.up_proj, C_, up_width(), f.biases);
+  p.down = linear(f.down_proj, f.mlp_width, C_, f.biases);
+  return p;
+}
+
+int64_t TransformerBlocks::up_width() const {
+  return family_.activation == Activation::swiglu ? 2 * family_.mlp_width : family_.mlp_width;
+}
+
+int TransformerBlocks::forward(int inp) {
+  inputs_.assign(params_.size(), -1);
+  for (size_t l = 0; l < params_.size(); ++l) {
+    inputs_[l] = inp;
+    inp = layer_forward(static_cast<int64_t>(l), inp, "");
+  }
+  return inp;
+}
+
+void TransformerBlocks::backward(int dres) {
+  const StepConfig& step = b_.step();
+  const int64_t n_layer = static_cast<int64_t>(params_.size());
+  const std::vector<int64_t> group = full_recompute_groups(step.recompute, n_layer);
+  const bool selective = step.recompute.granularity == RecomputeGranularity::selective;
+  for (int64_t l = n_layer - 1; l >= 0; --l) {
+    // Entering a recompute group from its top: rerun the group's forward from the input it kept.
+    if (group[l] >= 0 && (l == n_layer - 1 || group[l + 1] != group[l])) {
+      int inp = inputs_[group[l]];
+      for (int64_t r = group[l]; r <= l; ++r) inp = layer_forward(r, inp, ".recomputed");
+    }
+    layer_backward(l, dres, selective);
+  }
+}
+
+int TransformerBlocks::layer_forward(int64_t l, int inp, const std::string& suffix) {
+  const BlockFamily& f = family_;
+  const LayerParams& p = params_[l];
+  const std::string h = prefix(l), attn = h + f.attention;
+  const int64_t B = b_.step().batch, T = b_.step().seq_len;
+  LayerActs& a = acts_[l];
+  a.inp = inp;
+  a.qkv = b_.act(attn + ".qkv" + suffix, f.qkv_width);
+  a.atty = b_.act(attn + ".out" + suffix, C_);
+  a.lse = b_.stat(attn + ".lse" + suffix, {B, NH_, T});
+  a.res2 = b_.act(attn + ".residual" + suffix, C_);
+  a.up = b_.act(h + f.up_out + suffix, up_width());
+  a.out = b_.act(h + "out" + suffix, C_);
+  a.norm1 = b_.norm(f.norm, h + f.norm1, suffix, a.inp, p.norm1, C_);
+  b_.linear(h + f.qkv_proj + suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
+  if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv});
+  b_.attention(attn, suffix, a.qkv, a.atty, a.lse, attn_scratch_);
+  b_.linear(h + f.out_proj + suffix, a.atty, a.res2, a.inp, p.out, f.weight_out_in);
+  a.norm2 = b_.norm(f.norm, h + f.norm2, suffix, a.res2, p.norm2, C_);
+  b_.linear(h + f.up_proj + suffix, a.norm2.out, a.up, -1, p.up, f.weight_out_in);
+  a.act = b_.activation(f.activation, h + f.activation_name, suffix, a.up, f.mlp_width);
+  b_.linear(h + f.down_proj + suffix, a.act, a.out, a.res2, p.down, f.weight_out_in);
+  return a.out;
+}
+
+void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
+  const BlockFamily& f = family_;
+  const LayerParams& p = params_[l];
+  LayerActs& a = acts_[l];
+  const std::string h = prefix(l), attn = h + f.attention, re = ".recomputed";
+  const std::string activation = h + f.activation_name;
+  // GELU's backward runs in place on the gradient of its input; SwiGLU's has one of each width.
+  const bool in_place = f.activation == Activation::gelu;
+  const int dact = b_.act(in_place ? h + f.up_out + ".grad" : activation + ".out.grad", f.mlp_width);
+  const int dup = in_place ? dact : b_.act(h + f.up_out + ".grad", up_width());
+  const int dnorm2 = b_.act(h + f.norm2 + ".out.grad", C_);
+  const int datty = b_.act(attn + ".out.grad", C_);
+  const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width);
+  const int dnorm1 = b_.act(h + f.norm1 + ".out.grad", C_);
+  if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width);
+  b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, dact, dres, f.weight_out_in);
+  b_.activation_backward(f.activation, activation + ".backward", a.up, dup, dact);
+  if (selective) a.norm2 = b_.norm(f.norm, h + f.norm2, re, a.res2, p.norm2, C_);
+  b_.linear_backward(h + f.up_proj + ".backward", a.norm2.out, p.up, dnorm2, dup, f.weight_out_in);
+  b_.norm_backward(f.norm, h + f.norm2 + ".backward", a.res2, p.norm2, a.norm2, dres, dnorm2);
+  b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, datty, dres, f.weight_out_in);
+  b_.attention_backward(attn + ".backward", a.qkv, a.atty, a.lse, dqkv, datty, attn_scratch_);
+  if (f.rope) b_.op(attn + ".rope.backward", ops::RopeBackward{.dqkv = dqkv});
+  if (selective) a.norm1 = b_.norm(f.norm, h + f.norm1, re, a.inp, p.norm1, C_);
+  b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, dnorm1, dqkv, f.weight_out_in);
+  b_.norm_backward(f.norm, h + f.norm1 + ".backward", a.inp, p.norm1, a.norm1, dres, dnorm1);
+}
+
+// The step around the layers. One residual-stream gradient accumulates through every layer, in place.
+void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family) {
+  const int64_t C = spec.n_embd, Vp = spec.padded_vocab_size;
+  const NormKind norm = family.block.norm;
+  const int wte = b.param(family.embedding, {Vp, C});
+  const int wpe = family.positions.empty() ? -1 : b.param(family.positions, {spec.n_positions, C});
+  TransformerBlocks blocks(b, spec, family.block);
+  b.begin_block();  // the final norm and an untied head: one block, as their ops run back to back
+  const std::string& fn = family.final_norm;
+  NormParams final_norm{.weight = b.param(fn + ".weight", {C})};
+  if (norm == NormKind::layernorm) final_norm.bias = b.param(fn + ".bias", {C});
+  const int head = spec.tied_head || family.head.empty() ? wte : b.param(family.head, {Vp, C});
+
+  const int tokens = b.model().tokens;
+  const int embedded = b.act(family.embed_out, C);
+  b.op("embed", ops::Embedding{.out = embedded, .wte = wte, .wpe = wpe, .tokens = tokens});
+  const int residual = blocks.forward(embedded);
+  const NormActs normed = b.norm(norm, fn, "", residual, final_norm, C);
+  const int dnormed = b.lm_head_loss(normed.out, head, C, Vp);
+
+  const int dres = b.act("residual.grad", C);
+  b.op("residual.grad.zero", ops::Zero{.out = dres});
+  b.norm_backward(norm, fn + ".backward", residual, final_norm, normed, dres, dnormed);
+  blocks.backward(dres);
+  b.op("embed.backward", ops::EmbeddingBackward{.wte = wte, .wpe = wpe, .dout = dres, .tokens = tokens});
+  b.finish();
+}
+
+}  // namespace
+
+ModelGraph build_transformer_graph(const ModelSpec& spec, const StepConfig& step, const ModelFamily& family) {
+  ModelGraph m;
+  GraphBuilder b(m, step);
+  emit_step(b, spec, family);
+  return m;
+}
+
+}  // namespace mt
