@@ -21,47 +21,10 @@ constexpr float kGeluCubic = 0.044715f;
 // Values per task, the size of the stack buffers that 16-bit values may go through.
 constexpr int64_t kChunk = 1024;
 
-}  // namespace
-
-template <typename T>
-void gelu_forward(T* out, const T* inp, int64_t n) {
-#pragma omp parallel for
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, n - i0);
-    float x_buf[kChunk], y_buf[kChunk];
-    const auto* x = read_row(inp + i0, m, x_buf);
-    float* y = output_row(out + i0, y_buf);
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) {
-      const float xi = widen(x[i]);
-      const float t = vtanh(kGeluScale * (xi + kGeluCubic * xi * xi * xi));
-      y[i] = 0.5f * xi * (1.0f + t);
-    }
-    store_row(out + i0, y, m);
-  }
+// tanh of GELU's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+inline float gelu_tanh(float x) {
+  return vtanh(kGeluScale * (x + kGeluCubic * x * x * x));
 }
-
-template <typename T>
-void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
-#pragma omp parallel for
-  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-    const int64_t m = std::min(kChunk, n - i0);
-    float x_buf[kChunk], dy_buf[kChunk], dx_buf[kChunk];
-    const auto* x = read_row(inp + i0, m, x_buf);
-    const auto* dy = read_row(dout + i0, m, dy_buf);
-    float* dx = output_row(dinp + i0, dx_buf);
-#pragma omp simd
-    for (int64_t i = 0; i < m; ++i) {
-      const float xi = widen(x[i]);
-      const float t = vtanh(kGeluScale * (xi + kGeluCubic * xi * xi * xi));
-      const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * xi * xi);
-      dx[i] = widen(dy[i]) * (0.5f * (1.0f + t) + 0.5f * xi * dt);
-    }
-    store_row(dinp + i0, dx, m);
-  }
-}
-
-namespace {
 
 float sigmoid(float x) {
   return 1.0f / (1.0f + vexp(-x));
@@ -79,6 +42,38 @@ void parallel_over_row_chunks(int64_t M, int64_t I, const Body& body) {
 }
 
 }  // namespace
+
+template <typename T>
+void gelu_forward(T* out, const T* inp, int64_t n) {
+  parallel_over_row_chunks(1, n, [&](int64_t, int64_t i0, int64_t m) {
+    float x_buf[kChunk], y_buf[kChunk];
+    const auto* x = read_row(inp + i0, m, x_buf);
+    float* y = output_row(out + i0, y_buf);
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) {
+      const float xi = widen(x[i]);
+      y[i] = 0.5f * xi * (1.0f + gelu_tanh(xi));
+    }
+    store_row(out + i0, y, m);
+  });
+}
+
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, int64_t n) {
+  parallel_over_row_chunks(1, n, [&](int64_t, int64_t i0, int64_t m) {
+    float x_buf[kChunk], dy_buf[kChunk], dx_buf[kChunk];
+    const auto* x = read_row(inp + i0, m, x_buf);
+    const auto* dy = read_row(dout + i0, m, dy_buf);
+    float* dx = output_row(dinp + i0, dx_buf);
+#pragma omp simd
+    for (int64_t i = 0; i < m; ++i) {
+      const float xi = widen(x[i]), t = gelu_tanh(xi);
+      const float dt = (1.0f - t * t) * kGeluScale * (1.0f + 3.0f * kGeluCubic * xi * xi);
+      dx[i] = widen(dy[i]) * (0.5f * (1.0f + t) + 0.5f * xi * dt);
+    }
+    store_row(dinp + i0, dx, m);
+  });
+}
 
 template <typename T>
 void swiglu_forward(T* out, const T* inp, int64_t M, int64_t I) {
