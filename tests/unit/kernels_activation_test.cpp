@@ -71,7 +71,7 @@ TEST(KernelActivation, GeluBackwardMatchesFiniteDifferencesInPlace) {
 }
 
 // typed_io.h serves every kernel; its conversions are tested here, beside the element-wise kernel: the
-// per-value ones directly, the row ones (widen_n, narrow_n, with each level's instructions) through convert.
+// per-value ones directly, the row ones (convert_n, with each level's instructions) through convert.
 
 // Every 16-bit pattern, through the per-value and the row conversions.
 template <typename T>
@@ -99,7 +99,7 @@ TEST(KernelTypedIo, WidenMatchesHalfH) {
 
 // Where rounding can go wrong: every value of T, the midpoints to its upper neighbour (ties) and the floats
 // right next to both; then an even spread of all float bit patterns, which also puts fp32 subnormals among
-// normal values in the blocks narrow_n converts together.
+// normal values in the blocks convert_n converts together.
 template <typename T>
 std::vector<float> narrow_inputs() {
   std::vector<float> x;

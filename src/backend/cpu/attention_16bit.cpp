@@ -148,7 +148,7 @@ inline void lanes_along(uint32_t* dst, const bf16* src, int64_t n) {
   if (n % 2) dst[n / 2] = src[n - 1].bits;
 }
 inline void lanes_along(float* dst, const f16* src, int64_t n) {
-  widen_n(dst, src, n);
+  convert_n(dst, src, n);
 }
 
 // dst[j] = the lane of values (r0[j], r1[j]) for j < n: two rows by pairs; a null r1 counts as zeros, and
@@ -163,7 +163,7 @@ inline void lanes_across(uint32_t* dst, const bf16* r0, const bf16* r1, int64_t 
   }
 }
 inline void lanes_across(float* dst, const f16* r0, const f16* /*r1*/, int64_t n) {
-  widen_n(dst, r0, n);
+  convert_n(dst, r0, n);
 }
 
 // From fp32 rows (P, dS): rounded to bf16 operands.
@@ -210,7 +210,7 @@ template <typename T>
 void store_transposed(T* dst, int64_t ld, const float* acc, int64_t ld_acc, int64_t rows, int64_t n,
                       float* staging) {
   transpose(staging, n, acc, ld_acc, n, rows);
-  for (int64_t s = 0; s < rows; ++s) narrow_n(dst + s * ld, staging + s * n, n);
+  for (int64_t s = 0; s < rows; ++s) convert_n(dst + s * ld, staging + s * n, n);
 }
 
 float dot(const float* a, const float* b, int64_t n) {
@@ -311,7 +311,7 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
         }
         tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, d.hs, n_lanes, false, Causal::depth, i0);
         for (int64_t r = 0; r < M; ++r)
-          narrow_n(out + (b * T_len + i0 + r) * C + h * d.hs, buf.o + r * d.hn, d.hs);
+          convert_n(out + (b * T_len + i0 + r) * C + h * d.hs, buf.o + r * d.hn, d.hs);
       }
     }
   }
@@ -352,8 +352,8 @@ void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, co
             lanes_along(buf.qa + r * d.hl, q + (i0 + r) * row, hs);
             lanes_along(buf.da + r * d.hl, dy + r * C, hs);
             // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t) = D.
-            widen_n(buf.tmp, dy + r * C, hs);
-            widen_n(buf.tmp + hs, y + r * C, hs);
+            convert_n(buf.tmp, dy + r * C, hs);
+            convert_n(buf.tmp + hs, y + r * C, hs);
             buf.D[r] = dot(buf.tmp, buf.tmp + hs, hs);
           }
           transpose_pairs(buf.qt, d.bl, q + i0 * row, row, M, hs, buf.staging);
@@ -371,7 +371,7 @@ void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, co
           pair_rows(buf.pi, d.tn, buf.s, d.tn, M, width);
           pair_rows(buf.si, d.tn, buf.dp, d.tn, M, width);
           tile_product(buf.o, d.hn, buf.rows, d.tl, buf.kv, d.hn, M, hs, n_lanes, false, Causal::depth, i0);
-          for (int64_t r = 0; r < M; ++r) narrow_n(dq + (i0 + r) * row, buf.o + r * d.hn, hs);
+          for (int64_t r = 0; r < M; ++r) convert_n(dq + (i0 + r) * row, buf.o + r * d.hn, hs);
           tile_product(buf.dkt, d.tn, buf.qt, d.bl, buf.si, d.tn, hs, n, m_lanes, true);
           tile_product(buf.dvt, d.tn, buf.dt, d.bl, buf.pi, d.tn, hs, n, m_lanes, true);
         }

@@ -20,10 +20,8 @@ void convert(To* dst, const From* src, int64_t n) {
     const int64_t len = std::min(kChunk, n - i);
     if constexpr (std::is_same_v<To, From>)
       std::copy_n(src + i, len, dst + i);
-    else if constexpr (std::is_same_v<To, float>)
-      widen_n(dst + i, src + i, len);
     else
-      narrow_n(dst + i, src + i, len);
+      convert_n(dst + i, src + i, len);
   }
 }
 

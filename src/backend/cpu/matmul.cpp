@@ -73,12 +73,7 @@ constexpr int64_t kTileScratchFloats = kTileM * kTileK + kTileK * kTileN + kTile
 // dst[rows, cols] (row stride ld_dst) = src[rows, cols] (row stride ld_src), converted element by element.
 template <typename To, typename From>
 void convert_block(To* dst, int64_t ld_dst, const From* src, int64_t ld_src, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    if constexpr (std::is_same_v<To, float>)
-      widen_n(dst + r * ld_dst, src + r * ld_src, cols);
-    else
-      narrow_n(dst + r * ld_dst, src + r * ld_src, cols);
-  }
+  for (int64_t r = 0; r < rows; ++r) convert_n(dst + r * ld_dst, src + r * ld_src, cols);
 }
 
 // acc[rows, cols] = (keep ? acc : 0) + bias, row by row.

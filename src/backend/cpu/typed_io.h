@@ -7,7 +7,7 @@
 // it scalar. The f16 versions here use integer operations instead, computing every case and selecting one
 // without branches.
 //
-// widen_n and narrow_n convert a row with the CPU's conversion instructions where the level has them
+// convert_n converts a row with the CPU's conversion instructions where the level has them
 // (AVX-512 for f16 and, with AVX512-BF16, bf16; F16C at avx2): one instruction per 8 to 32 values instead
 // of about ten integer operations each, which decides whether a 16-bit kernel keeps up with its fp32
 // version.
@@ -66,69 +66,69 @@ inline f16 narrow<f16>(float x) {
   return f16{static_cast<uint16_t>(h | (u >> 16 & 0x8000u))};
 }
 
+#if defined(__AVX512F__) || defined(__F16C__)
+// f16 <-> fp32 of kF16Lanes values with the level's conversion instructions, rounding to nearest even.
+constexpr int kF16Round = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 #ifdef __AVX512F__
-// The f16 conversions are used in their masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized.
+constexpr int64_t kF16Lanes = 16;
+// The masked forms: GCC 12's unmasked ones trip -Wmaybe-uninitialized.
 constexpr __mmask16 kAllLanes = 0xffff;
-#endif
-
-// dst[i] = widen(src[i]) for i < n.
-template <typename T>
-inline void widen_n(float* dst, const T* src, int64_t n) {
-  int64_t i = 0;
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, f16>) {
-    for (; i + 16 <= n; i += 16) {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-      _mm512_storeu_ps(dst + i, _mm512_maskz_cvtph_ps(kAllLanes, h));
-    }
-  }
-#elif defined(__F16C__)
-  if constexpr (std::is_same_v<T, f16>) {
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
-  }
-#endif
-#pragma omp simd
-  for (int64_t j = i; j < n; ++j) dst[j] = widen(src[j]);
+inline void convert_f16_lanes(float* dst, const f16* src) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  _mm512_storeu_ps(dst, _mm512_maskz_cvtph_ps(kAllLanes, h));
 }
+inline void convert_f16_lanes(f16* dst, const float* src) {
+  const __m256i h = _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src), kF16Round);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
+}
+#else
+constexpr int64_t kF16Lanes = 8;
+inline void convert_f16_lanes(float* dst, const f16* src) {
+  _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src))));
+}
+inline void convert_f16_lanes(f16* dst, const float* src) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(_mm256_loadu_ps(src), kF16Round));
+}
+#endif
+#endif
 
-// dst[i] = narrow<T>(src[i]) for i < n.
-template <typename T>
-inline void narrow_n(T* dst, const float* src, int64_t n) {
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__)
+// dst[i] = narrow<bf16>(src[i]) for the first values, 32 at a time; returns how many it converted.
+inline int64_t narrow_bf16_lanes(bf16* dst, const float* src, int64_t n) {
   int64_t i = 0;
-#ifdef __AVX512F__
-  if constexpr (std::is_same_v<T, f16>) {
-    for (; i + 16 <= n; i += 16) {
-      const __m256i h = _mm512_maskz_cvtps_ph(kAllLanes, _mm512_loadu_ps(src + i),
-                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), h);
+  // The instruction flushes subnormal inputs to zero, which round_to<bf16> does not: the rare block that
+  // holds one (fpclass 0x20: denormal) is rounded value by value.
+  for (; i + 32 <= n; i += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
+    if (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) {
+      for (int64_t j = i; j < i + 32; ++j) dst[j] = narrow<bf16>(src[j]);
+    } else {
+      _mm512_storeu_si512(dst + i, std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
     }
   }
-#elif defined(__F16C__)
-  if constexpr (std::is_same_v<T, f16>) {
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h =
-          _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), h);
-    }
-  }
+  return i;
+}
+#endif
+
+// dst[i] = src[i] for i < n, widened to fp32 or narrowed from it.
+template <typename To, typename From>
+inline void convert_n(To* dst, const From* src, int64_t n) {
+  static_assert(std::is_same_v<To, float> != std::is_same_v<From, float>, "one side is fp32");
+  int64_t i = 0;
+#if defined(__AVX512F__) || defined(__F16C__)
+  if constexpr (std::is_same_v<To, f16> || std::is_same_v<From, f16>)
+    for (; i + kF16Lanes <= n; i += kF16Lanes) convert_f16_lanes(dst + i, src + i);
 #endif
 #if defined(__AVX512BF16__) && defined(__AVX512DQ__)
-  if constexpr (std::is_same_v<T, bf16>) {
-    // The instruction flushes subnormal inputs to zero, which round_to<bf16> does not: the rare block that
-    // holds one (fpclass 0x20: denormal) is rounded value by value.
-    for (; i + 32 <= n; i += 32) {
-      const __m512 lo = _mm512_loadu_ps(src + i), hi = _mm512_loadu_ps(src + i + 16);
-      if (_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) {
-        for (int64_t j = i; j < i + 32; ++j) dst[j] = narrow<T>(src[j]);
-      } else {
-        _mm512_storeu_si512(dst + i, std::bit_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
-      }
-    }
-  }
+  if constexpr (std::is_same_v<To, bf16>) i = narrow_bf16_lanes(dst, src, n);
 #endif
 #pragma omp simd
-  for (int64_t j = i; j < n; ++j) dst[j] = narrow<T>(src[j]);
+  for (int64_t j = i; j < n; ++j) {
+    if constexpr (std::is_same_v<To, float>)
+      dst[j] = widen(src[j]);
+    else
+      dst[j] = narrow<To>(src[j]);
+  }
 }
 
 // A row of n values as fp32: in place for fp32, else widened into buf.
@@ -137,7 +137,7 @@ inline const float* load_row(const T* row, int64_t n, float* buf) {
   if constexpr (std::is_same_v<T, float>) {
     return row;
   } else {
-    widen_n(buf, row, n);
+    convert_n(buf, row, n);
     return buf;
   }
 }
@@ -148,7 +148,7 @@ inline const float* load_row(const T* row, int64_t n, float* buf) {
 template <typename T>
 inline auto read_row(const T* row, int64_t n, float* buf) {
   if constexpr (std::is_same_v<T, f16>) {
-    widen_n(buf, row, n);
+    convert_n(buf, row, n);
     return static_cast<const float*>(buf);
   } else {
     return row;
@@ -167,7 +167,7 @@ inline float* output_row(T* row, float* buf) {
 
 template <typename T>
 inline void store_row(T* row, const float* values, int64_t n) {
-  if constexpr (!std::is_same_v<T, float>) narrow_n(row, values, n);
+  if constexpr (!std::is_same_v<T, float>) convert_n(row, values, n);
 }
 
 }  // namespace mt::kernels::MT_ISA
