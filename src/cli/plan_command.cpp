@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/cpu_isa_flag.h"
+#include "cli/run_flags.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "forecast/config_search.h"
@@ -17,6 +18,7 @@ namespace mt::cli {
 namespace {
 
 struct PlanFlags {
+  RunFlagInput run;
   std::string device_memory, profile, cpu_isa;
   int top = 5;
 };
@@ -58,29 +60,33 @@ void add_plan_command(CLI::App& app) {
   auto flags = std::make_shared<PlanFlags>();
   CLI::App* cmd = app.add_subcommand(
       "plan", "search precision, O2, ZeRO, recompute, micro-batch and offload for the fastest runs that fit");
-  TrainConfig& c = request->base;
-  c.data = "DATA";
-  c.train_iters = 1000;
-  cmd->add_option("--model", c.model, "preset name or a Hugging Face config.json")->required();
+  // The run flags the search starts from, which its command lines repeat.
+  flags->run.config.data = "DATA";
+  flags->run.config.train_iters = 1000;
+  add_run_flags(*cmd, flags->run,
+                {"--model", "--global-batch-size", "--seq-length", "--offload-path", "--threads", "--data",
+                 "--train-iters"});
+  cmd->get_option("--model")->required();
+  cmd->get_option("--global-batch-size")->required();
+  cmd->get_option("--offload-path")->description("also try optimizer offload into this directory");
+  cmd->get_option("--threads")
+      ->description("OpenMP threads per rank in the command lines (0: train's default)");
+  cmd->get_option("--data")->description("--data of the printed command lines")->capture_default_str();
+  cmd->get_option("--train-iters")
+      ->description("--train-iters of the printed command lines")
+      ->capture_default_str();
   cmd->add_option("--ranks", request->ranks, "data-parallel ranks")->capture_default_str();
   cmd->add_option("--device-memory", flags->device_memory, "memory per rank: 80GiB, 24GB, bytes")->required();
-  cmd->add_option("--global-batch-size", c.global_batch, "sequences per optimizer step")->required();
-  cmd->add_option("--seq-length", c.seq_len, "sequence length T (default: the model's positions)");
   cmd->add_option("--profile", flags->profile,
                   "hardware profile from `memtrain calibrate` (default: the one shipped for the planned ISA "
                   "level and threads per rank, else the nearest)");
   add_cpu_isa_flag(*cmd, flags->cpu_isa);
-  cmd->add_option("--offload-path", c.offload_path, "also try optimizer offload into this directory");
-  cmd->add_option("--threads", c.threads, "OpenMP threads per rank in the command lines (0: train's default)")
-      ->capture_default_str();
   cmd->add_option("--top", flags->top, "configurations to print")->capture_default_str();
-  cmd->add_option("--data", c.data, "--data of the printed command lines")->capture_default_str();
-  cmd->add_option("--train-iters", c.train_iters, "--train-iters of the printed command lines")
-      ->capture_default_str();
   cmd->callback([request, flags] {
     const std::optional<int64_t> bytes = parse_bytes(flags->device_memory);
     if (!bytes || *bytes <= 0)
       fail_usage("--device-memory " + flags->device_memory + ": expected a size such as 80GiB or 24GB");
+    request->base = flags->run.config;
     request->device_memory = *bytes;
     request->isa = resolve_cpu_isa(flags->cpu_isa);
     request->profile = flags->profile.empty() ? shipped_hardware_profile(

@@ -46,4 +46,8 @@ std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd) {
   return flags;
 }
 
+void add_run_flags(CLI::App& cmd, RunFlagInput& input, std::initializer_list<std::string_view> names) {
+  for (const std::string_view name : names) declare(cmd, run_flag(name), input);
+}
+
 }  // namespace mt::cli

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <initializer_list>
 #include <memory>
+#include <string_view>
 
 #include "train/run_flag_table.h"
 #include "train/train_config.h"
@@ -21,5 +23,9 @@ struct RunFlags {
 
 // Declares every run flag on `cmd` (--model required, nothing else); the flags live as long as the command.
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd);
+
+// Declares the run flags named (by their first name) on `cmd`, into `input`, which must outlive the command:
+// for a command that takes a few of them, as `plan` does for its printed command lines.
+void add_run_flags(CLI::App& cmd, RunFlagInput& input, std::initializer_list<std::string_view> names);
 
 }  // namespace mt::cli
