@@ -33,16 +33,17 @@ CLI::Option* declare(CLI::App& cmd, const RunFlag& flag, RunFlagInput& input) {
 }  // namespace
 
 TrainConfig RunFlags::resolve() const {
-  RunFlagInput given = input;
-  given.memory_timeline_given = memory_timeline->count() > 0;
-  return resolve_run_flags(given);
+  RunFlagInput with_given = input;
+  for (const auto& [name, option] : options)
+    if (option->count() > 0) with_given.given.emplace(name);
+  return resolve_run_flags(with_given);
 }
 
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd) {
   auto flags = std::make_shared<RunFlags>();
-  for (const RunFlag& flag : run_flag_table()) declare(cmd, flag, flags->input);
+  for (const RunFlag& flag : run_flag_table())
+    flags->options.emplace_back(flag.name(), declare(cmd, flag, flags->input));
   cmd.get_option("--model")->required();
-  flags->memory_timeline = cmd.get_option("--memory-timeline");
   return flags;
 }
 

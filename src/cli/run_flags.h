@@ -7,6 +7,8 @@
 #include <initializer_list>
 #include <memory>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "train/run_flag_table.h"
 #include "train/train_config.h"
@@ -15,7 +17,8 @@ namespace mt::cli {
 
 struct RunFlags {
   RunFlagInput input;
-  CLI::Option* memory_timeline = nullptr;
+  // Each table flag's option, by its first name: which ones the command line gave.
+  std::vector<std::pair<std::string_view, CLI::Option*>> options;
 
   // The configuration the flags mean; usage errors for contradictions.
   TrainConfig resolve() const;

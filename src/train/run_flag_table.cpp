@@ -74,7 +74,9 @@ const RunFlag kRunFlags[] = {
      .help = "sequence length T (default: the model's positions)",
      .field = &config_field<&C::seq_len>,
      .memory = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be positive"},
+     .when_absent = "the model's positions"},
     {.names = "--micro-batch-size",
      .help = "sequences per micro-batch B",
      .field = &config_field<&C::micro_batch>,
@@ -84,16 +86,18 @@ const RunFlag kRunFlags[] = {
      .trajectory = true,
      .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--global-batch-size",
-     .help = "sequences per optimizer step (accumulates micro-batches)",
+     .help = "sequences per optimizer step (accumulates micro-batches; default: --grad-accum-steps of them)",
      .field = &config_field<&C::global_batch>,
      .deepspeed = "train_batch_size",
      .trajectory = true,
-     .bound = {.text = "must be positive"}},
+     .bound = {.text = "must be positive"},
+     .when_absent = "--grad-accum-steps micro-batches per step"},
     {.names = "--grad-accum-steps",
-     .help = "micro-batches per optimizer step",
+     .help = "micro-batches per optimizer step (default: as --global-batch-size makes them, else 1)",
      .field = &config_field<&C::grad_accum_steps>,
      .deepspeed = "gradient_accumulation_steps",
-     .bound = {.text = "must be positive"}},
+     .bound = {.text = "must be positive"},
+     .when_absent = "what --global-batch-size makes it, else 1"},
     {.names = "--precision",
      .help = "fp32, bf16 or fp16 (16-bit weights and activations, fp32 math)",
      .field = &input_field<&RunFlagInput::precision>,
@@ -230,7 +234,9 @@ const RunFlag kRunFlags[] = {
      .memory = true,
      .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--deepspeed-config",
-     .help = "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16); its keys override flags",
+     .help =
+         "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16, optimizer, gradient_clipping); "
+         "a key contradicting a flag given is an error",
      .field = &input_field<&RunFlagInput::deepspeed_config>,
      .memory = true},
     {.names = "--train-iters",
@@ -240,13 +246,16 @@ const RunFlag kRunFlags[] = {
     {.names = "--lr",
      .help = "peak learning rate",
      .field = &config_field<&C::lr>,
+     .deepspeed = "optimizer.params.lr",
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be a finite number, 0 or more"}},
     {.names = "--min-lr",
      .help = "learning rate at the end of decay",
      .field = &config_field<&C::min_lr>,
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be a finite number, 0 or more"}},
     {.names = "--lr-warmup-iters",
      .help = "linear warmup steps",
      .field = &config_field<&C::warmup_iters>,
@@ -261,8 +270,10 @@ const RunFlag kRunFlags[] = {
     {.names = "--weight-decay",
      .help = "AdamW decoupled weight decay",
      .field = &group_field<&C::adam, &AdamWConfig::weight_decay>,
+     .deepspeed = "optimizer.params.weight_decay",
      .show_default = true,
-     .trajectory = true},
+     .trajectory = true,
+     .bound = {.text = "must be a finite number, 0 or more"}},
     {.names = "--adam-beta1",
      .help = "",
      .field = &group_field<&C::adam, &AdamWConfig::beta1>,
@@ -276,12 +287,14 @@ const RunFlag kRunFlags[] = {
     {.names = "--adam-eps",
      .help = "",
      .field = &group_field<&C::adam, &AdamWConfig::eps>,
+     .deepspeed = "optimizer.params.eps",
      .show_default = true,
      .trajectory = true,
      .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--clip-grad",
      .help = "global gradient-norm clip, 0 = off",
      .field = &group_field<&C::adam, &AdamWConfig::clip_grad>,
+     .deepspeed = "gradient_clipping",
      .show_default = true,
      .trajectory = true,
      .bound = {.text = "must be 0 (off) or positive"}},
@@ -331,9 +344,9 @@ const RunFlag kRunFlags[] = {
      .show_default = true,
      .bound = {.text = "must be 0 (all) or positive"}},
     {.names = "--exit-interval",
-     .help = "save and exit 0 when the step is a multiple of N",
+     .help = "save and exit 0 when the step is a multiple of N (0: never, as without the flag)",
      .field = &config_field<&C::exit_interval>,
-     .bound = {.text = "must be positive"}},
+     .bound = {.text = "must be 0 (never) or positive"}},
     {.names = "--load",
      .help = "resume from a checkpoint directory, or the newest verifying checkpoint of a --save directory",
      .field = &config_field<&C::load>,
@@ -347,7 +360,8 @@ const RunFlag kRunFlags[] = {
              "and the final state match the uninterrupted run",
      .field = &config_field<&C::verify_resume>,
      .memory = true,
-     .bound = {.text = "must be a positive number of steps"}},
+     .bound = {.text = "must be a positive number of steps"},
+     .when_absent = "no check"},
     {.names = "--out",
      .help = "directory for metrics.jsonl and memory.json",
      .field = &config_field<&C::out>,
@@ -459,32 +473,48 @@ double numeric_value(const FlagField& field) {
       field);
 }
 
+void check_bound(const RunFlag& flag, const TrainConfig& config, std::string_view label) {
+  RunFlagInput input = input_of(config);
+  const FlagBound& b = flag.bound;
+  const double v = numeric_value(flag.field(input));
+  if (!(b.open ? v > b.low : v >= b.low) || !(v <= b.high))
+    fail_usage(std::string(label) + " " + std::string(b.text));
+}
+
 }  // namespace
 
 void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names) {
-  RunFlagInput input;
-  input.config = config;
   for (std::string_view name : names) {
     const RunFlag& flag = run_flag(name);
-    const FlagBound& b = flag.bound;
-    if (b.text.empty()) throw std::logic_error("run flag table: " + std::string(name) + " has no bound");
-    const double v = numeric_value(flag.field(input));
-    if ((b.open ? !(v > b.low) : v < b.low) || v > b.high)
-      fail_usage(std::string(name) + " " + std::string(b.text));
+    if (flag.bound.text.empty())
+      throw std::logic_error("run flag table: " + std::string(name) + " has no bound");
+    check_bound(flag, config, name);
   }
 }
 
+void check_given_value(const RunFlag& flag, const TrainConfig& config, std::string_view label) {
+  if (flag.bound.text.empty()) return;
+  RunFlagInput input = input_of(config);
+  if (!flag.when_absent.empty() && numeric_value(flag.field(input)) == 0)
+    fail_usage(std::string(label) + " " + std::string(flag.bound.text) + " (leave it out for " +
+               std::string(flag.when_absent) + ")");
+  check_bound(flag, config, label);
+}
+
 TrainConfig resolve_run_flags(const RunFlagInput& input) {
+  for (const RunFlag& flag : kRunFlags)
+    if (!flag.when_absent.empty() && input.given.contains(flag.name()))
+      check_given_value(flag, input.config, flag.name());
   TrainConfig c = input.config;
   c.precision.precision = resolve_precision(input);
   if (input.distributed_optimizer) {
     if (c.zero_stage > 1) fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
     c.zero_stage = 1;
   }
-  if (!input.deepspeed_config.empty()) apply_deepspeed_config(input.deepspeed_config, c);
+  if (!input.deepspeed_config.empty()) apply_deepspeed_config(input.deepspeed_config, input.given, c);
   c.recompute = parse_recompute(input.recompute_granularity, input.recompute_method,
                                 input.recompute_num_layers, input.recompute_activations);
-  if (input.memory_timeline_given && c.memory_timeline.empty())
+  if (input.given.contains("--memory-timeline") && c.memory_timeline.empty())
     c.memory_timeline = c.out + "/memory_timeline.json";
   return c;
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -29,7 +30,9 @@ struct RunFlagInput {
   bool recompute_activations = false;
   std::string deepspeed_config;
   bool distributed_optimizer = false;
-  bool memory_timeline_given = false;  // --memory-timeline, with or without FILE
+  // The flags given on the command line, by first name (RunFlag::name): what a DeepSpeed key must not
+  // contradict, and where a 0 that stands for "not given" is refused.
+  std::set<std::string, std::less<>> given;
 };
 
 // Where a flag's value goes. A mode (an enum) parses with its name table.
@@ -43,10 +46,11 @@ enum class FlagKind {
   switch_off,      // !--no-name: sets false
 };
 
-// value > low (open) or value >= low, and value <= high; the usage error is the flag's name and `text`.
+// value > low (open) or value >= low, and value <= high (so never NaN, nor infinite unless high is); the
+// usage error is the flag's name and `text`.
 struct FlagBound {
   double low = 0;
-  bool open = false;  // a NaN fails an open bound and passes a closed one, as the comparisons read
+  bool open = false;
   double high = 1e300;
   std::string_view text = {};
 };
@@ -69,6 +73,9 @@ struct RunFlag {
   // The values a numeric flag takes on its own, checked by check_flag_bounds; empty `text`: any value.
   // Checks that read several flags, or the model, stay with the checks of train/train_flags.h.
   FlagBound bound = {};
+  // Set for a flag whose 0 in TrainConfig means "not given": what applies then ("the model's positions").
+  // Giving 0 explicitly is then its bound's error saying so, rather than a silent default.
+  std::string_view when_absent = {};
 
   // The first name, without a negation's "!": the flag's key in run_settings and in the printers.
   std::string_view name() const {
@@ -84,6 +91,9 @@ const RunFlag& run_flag(std::string_view name);
 
 // A usage error for the first of `names` whose value in `config` is outside its table bound.
 void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names);
+// The checks of a value given explicitly as `label` (a flag, or a DeepSpeed key): its bound, if it has one,
+// and a 0 where 0 means "not given" (RunFlag::when_absent).
+void check_given_value(const RunFlag& flag, const TrainConfig& config, std::string_view label);
 
 // The configuration the flags mean; usage errors for contradictions.
 TrainConfig resolve_run_flags(const RunFlagInput& input);

@@ -55,11 +55,11 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   check_flag_bounds(c, {"--log-interval", "--eval-interval"});
   if (c.eval_interval > 0 && c.eval_iters <= 0) fail_usage("--eval-iters must be positive when evaluating");
   check_flag_bounds(c, {"--threads"});
-  if (c.lr < 0 || c.min_lr < 0 || c.min_lr > c.lr)
-    fail_usage("--lr and --min-lr must satisfy 0 <= min-lr <= lr");
-  check_flag_bounds(c, {"--lr-warmup-iters"});
-  if (c.adam.beta1 < 0 || c.adam.beta1 >= 1 || c.adam.beta2 < 0 || c.adam.beta2 >= 1)
-    fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
+  check_flag_bounds(c, {"--lr", "--min-lr"});
+  if (c.min_lr > c.lr) fail_usage("--lr and --min-lr must satisfy 0 <= min-lr <= lr");
+  check_flag_bounds(c, {"--lr-warmup-iters", "--weight-decay"});
+  for (const float beta : {c.adam.beta1, c.adam.beta2})
+    if (!(beta >= 0 && beta < 1)) fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
   check_flag_bounds(c, {"--adam-eps", "--clip-grad"});
 }
 

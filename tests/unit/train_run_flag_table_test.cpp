@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -193,6 +195,45 @@ TEST(RunFlagTable, BoundsRefuseValuesOutsideThemWithTheirMessage) {
     }
   }
   EXPECT_GE(bounded, 20);
+}
+
+// No bound lets a NaN through, nor an infinity unless it says so: --lr nan would fail only after step 1.
+TEST(RunFlagTable, BoundsRefuseNaNAndInfinity) {
+  TrainConfig defaults;
+  defaults.train_iters = 1;
+  for (const RunFlag& flag : run_flag_table()) {
+    RunFlagInput input;
+    input.config = defaults;
+    const FlagField field = flag.field(input);
+    float* const* f = std::get_if<float*>(&field);
+    double* const* d = std::get_if<double*>(&field);
+    if (flag.bound.text.empty() || (!f && !d)) continue;
+    for (const double bad : {std::nan(""), std::numeric_limits<double>::infinity()}) {
+      if (f) **f = static_cast<float>(bad);
+      if (d) **d = bad;
+      EXPECT_THROW(check_flag_bounds(input.config, {flag.name()}), Error) << flag.name() << " = " << bad;
+    }
+  }
+  for (const char* flag : {"--lr", "--min-lr", "--weight-decay", "--clip-grad", "--loss-scale"})
+    EXPECT_FALSE(run_flag(flag).bound.text.empty()) << flag;
+}
+
+// A 0 that would silently mean the default is an error saying what leaving the flag out does; a 0 that
+// means something is taken.
+TEST(RunFlagTable, AnExplicitZeroIsNeverASilentDefault) {
+  for (const char* flag : {"--seq-length", "--global-batch-size", "--grad-accum-steps", "--verify-resume"}) {
+    try {
+      parse(std::string("--model x ") + flag + " 0");
+      ADD_FAILURE() << flag << " 0 was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::usage);
+      EXPECT_EQ(std::string(e.what()).find(std::string(flag) + " must be"), 0u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("(leave it out for "), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(parse("--model x").seq_len, 0);  // absent: the model's positions, as before
+  EXPECT_EQ(parse("--model x --exit-interval 0").exit_interval, 0);  // 0: never, as its help says
+  EXPECT_NE(std::string(run_flag("--exit-interval").help).find("0: never"), std::string::npos);
 }
 }  // namespace
 }  // namespace mt
