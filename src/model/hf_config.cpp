@@ -1,6 +1,7 @@
 #include "model/hf_config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -26,11 +27,14 @@ class ConfigReader {
     return positive(key);
   }
   int64_t dim_or(const char* key, int64_t fallback) const { return present(key) ? positive(key) : fallback; }
+  // A positive number that stays finite and positive as the float the kernels use.
   float number_or(const char* key, float fallback) const {
     if (!config_.contains(key)) return fallback;
     const nlohmann::json& v = config_.at(key);
-    if (!v.is_number() || !(v.get<double>() > 0)) fail(quoted(key) + " must be a positive number");
-    return v.get<float>();
+    const float f = v.is_number() ? v.get<float>() : 0.0f;
+    if (!(f > 0) || !std::isfinite(f))
+      fail(quoted(key) + " must be a positive finite number, got " + v.dump());
+    return f;
   }
   bool flag_or(const char* key, bool fallback) const {
     if (!config_.contains(key)) return fallback;
@@ -65,6 +69,16 @@ ModelSpec gpt2_config(const ConfigReader& r) {
   s.intermediate_size = 4 * s.n_embd;
   s.n_positions = r.dim("n_positions");
   s.vocab_size = r.dim("vocab_size");
+  s.ln_eps = r.number_or("layer_norm_epsilon", s.ln_eps);
+  // The rest of GPT-2's shape is fixed here: an MLP of 4C, the tanh GELU, the tied head.
+  if (r.dim_or("n_inner", s.intermediate_size) != s.intermediate_size)
+    r.fail("\"n_inner\" other than 4 * n_embd is not supported");
+  const std::string activation = r.text_or("activation_function", "gelu_new");
+  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh")
+    r.fail("\"activation_function\" must be gelu_new or gelu_pytorch_tanh (GELU's tanh form), got " +
+           activation);
+  if (!r.flag_or("tie_word_embeddings", true))
+    r.fail("\"tie_word_embeddings\" false is not supported for GPT-2");
   return s;
 }
 
@@ -112,13 +126,16 @@ ModelSpec read_model_config(const std::string& path) {
   if (!config.is_object()) fail_usage("--model " + path + ": expected a JSON object");
   const ConfigReader r(config, path);
   const std::string model_type = r.text_or("model_type", "");
-  const std::string arch = r.text_or("arch", model_type.empty() || model_type == "gpt2" ? "gpt2" : "llama");
-  if (arch == "gpt2" && (model_type.empty() || model_type == "gpt2")) return gpt2_config(r);
-  if (arch != "llama" ||
-      (!model_type.empty() && model_type != "llama" && model_type != "mistral" && model_type != "qwen2"))
-    r.fail("unsupported architecture (arch \"" + arch + "\", model_type \"" + model_type +
-           "\"): expected gpt2, or llama (model_type llama, mistral or qwen2)");
-  return llama_config(r, model_type);
+  if (!model_type.empty() && model_type != "gpt2" && model_type != "llama" && model_type != "mistral" &&
+      model_type != "qwen2")
+    r.fail("\"model_type\" " + model_type + " is not supported: expected gpt2, llama, mistral or qwen2");
+  const std::string family = model_type.empty() || model_type == "gpt2" ? "gpt2" : "llama";
+  const std::string arch = r.text_or("arch", family);
+  if (arch != "gpt2" && arch != "llama")
+    r.fail("\"arch\" " + arch + " is not supported: expected gpt2 or llama");
+  if (!model_type.empty() && arch != family)
+    r.fail("\"arch\" " + arch + " contradicts \"model_type\" " + model_type + " (" + family + ")");
+  return arch == "gpt2" ? gpt2_config(r) : llama_config(r, model_type);
 }
 
 nlohmann::json hf_config_json(const ModelSpec& spec) {

@@ -100,5 +100,65 @@ TEST_F(ModelConfigFile, BadShapesAreUsageErrors) {
   EXPECT_THROW(resolve_model(write(R"({"model_type": "llama", "hidden_size": 64})"), 1), Error);
 }
 
+// GPT-2 keys of gpt2-tiny's shape, with `extra` added.
+std::string gpt2_tiny_config(const std::string& extra) {
+  return R"({"model_type": "gpt2", "n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128,
+      "vocab_size": 256)" +
+         extra + "}";
+}
+
+// The usage error reading `json` raises, or "" when it reads.
+std::string config_error(const std::string& path) {
+  try {
+    resolve_model(path, 1);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::usage);
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(ModelConfigFile, Gpt2LayerNormEpsilonIsReadOrRefused) {
+  EXPECT_EQ(resolve_model(write(gpt2_tiny_config("")), 1).ln_eps, 1e-5f);
+  EXPECT_EQ(resolve_model(write(gpt2_tiny_config(R"(, "layer_norm_epsilon": 1e-3)")), 1).ln_eps, 1e-3f);
+  for (const char* bad : {"0", "-1e-5", "\"small\"", "1e39", "1e-50", "null"}) {
+    const std::string what =
+        config_error(write(gpt2_tiny_config(R"(, "layer_norm_epsilon": )" + std::string(bad))));
+    EXPECT_NE(what.find("\"layer_norm_epsilon\" must be a positive finite number"), std::string::npos) << bad;
+  }
+  EXPECT_NE(config_error(write(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 1, "max_position_embeddings": 64, "vocab_size": 100,
+      "rope_theta": 1e40})"))
+                .find("\"rope_theta\" must be a positive finite number"),
+            std::string::npos);
+}
+
+TEST_F(ModelConfigFile, Gpt2ShapeKeysThisEngineDoesNotBuildAreRefused) {
+  EXPECT_EQ(config_error(write(gpt2_tiny_config(R"(, "n_inner": null, "activation_function": "gelu_new")"))),
+            "");
+  EXPECT_EQ(config_error(write(gpt2_tiny_config(R"(, "n_inner": 256, "tie_word_embeddings": true)"))), "");
+  EXPECT_NE(config_error(write(gpt2_tiny_config(R"(, "n_inner": 128)"))).find("\"n_inner\""),
+            std::string::npos);
+  EXPECT_NE(
+      config_error(write(gpt2_tiny_config(R"(, "activation_function": "relu")"))).find("activation_function"),
+      std::string::npos);
+  EXPECT_NE(
+      config_error(write(gpt2_tiny_config(R"(, "tie_word_embeddings": false)"))).find("tie_word_embeddings"),
+      std::string::npos);
+}
+
+// An unknown model_type is named with the supported ones, not reported as another architecture.
+TEST_F(ModelConfigFile, UnknownModelTypeIsNamed) {
+  const std::string what = config_error(write(R"({"model_type": "bert", "hidden_size": 64})"));
+  EXPECT_NE(what.find("\"model_type\" bert is not supported: expected gpt2, llama, mistral or qwen2"),
+            std::string::npos)
+      << what;
+  EXPECT_EQ(what.find("arch"), std::string::npos) << what;
+  EXPECT_NE(config_error(write(gpt2_tiny_config(R"(, "arch": "llama")"))).find("contradicts"),
+            std::string::npos);
+  EXPECT_NE(config_error(write(gpt2_tiny_config(R"(, "arch": "t5")"))).find("\"arch\" t5"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace mt
