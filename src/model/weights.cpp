@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -38,6 +39,15 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
   return reinterpret_cast<const float*>(bytes)[i];
 }
 
+// A NaN or infinite weight would surface only as a diverged step; the file is what is wrong.
+void check_finite(const SafetensorsReader& reader, const FileTensor& f, const char* bytes, DType dtype,
+                  int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (const float v = file_value(bytes, dtype, i); !std::isfinite(v))
+      fail_data(reader.path() + ": bad weights: tensor " + f.name + " holds " + std::to_string(v) +
+                " at element " + std::to_string(i));
+}
+
 // Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
 // only this rank's shard) and of this rank's fp32 master copy. The file's bytes pass through one
 // tensor-sized buffer, at load time only.
@@ -46,11 +56,14 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   const Plan& plan = memory.plan();
   const DType weights = plan.policy.weights;
   if (e.dtype == weights && !plan.policy.master_weights && !plan.sharding.shards_weights()) {
-    reader.read(e, static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights));
+    char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
+    reader.read(e, into);
+    check_finite(reader, f, into, e.dtype, e.numel());
     return;
   }
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
+  check_finite(reader, f, bytes.data(), e.dtype, e.numel());
   const int64_t n = e.numel(), offset = memory.param_offset(f.param) + f.offset;
   const int64_t first = std::max(offset, plan.weights_begin()),
                 last = std::min(offset + n, plan.weights_end());

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -116,6 +117,26 @@ TEST_F(ModelWeights, GptCheckpointDoesNotLoadIntoLlama) {
   save_weights(file, gpt.spec, gpt.graph, gpt.memory);
   Model llama("llama-tiny", 1);
   EXPECT_THROW(load_weights(file, llama.spec, llama.graph, llama.memory), Error);
+}
+
+// A NaN in the file is the file's fault, named where it is, not a divergence at step 1.
+TEST_F(ModelWeights, NonFiniteWeightsAreNamedAsBadWeightsOfTheFile) {
+  Model bad("gpt2-tiny", 1);
+  static_cast<float*>(bad.memory.params())[3] = std::numeric_limits<float>::quiet_NaN();
+  const std::string file = (dir_ / "bad.safetensors").string();
+  save_weights(file, bad.spec, bad.graph, bad.memory);
+  for (const DType dtype : {DType::f32, DType::bf16}) {  // read in place, and converted
+    Model loaded("gpt2-tiny", 2, dtype);
+    try {
+      load_weights(file, loaded.spec, loaded.graph, loaded.memory);
+      ADD_FAILURE() << "NaN weights were loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::data);
+      const std::string what = e.what();
+      EXPECT_NE(what.find(file + ": bad weights: tensor "), std::string::npos) << what;
+      EXPECT_NE(what.find("nan at element"), std::string::npos) << what;
+    }
+  }
 }
 
 }  // namespace
