@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/checkpoint_layout.h"
 #include "model/hf_config.h"
+#include "train/resume_check.h"
 #include "train/run_flag_table.h"
 #include "train/trainer.h"
 
@@ -72,13 +73,11 @@ int64_t Trainer::resume() {
 int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   const ckpt::CheckpointState state = ckpt::read_state(checkpoint_dir);
   const std::string where = "resume from " + checkpoint_dir + ": ";
-  if (state.model != hf_config_json(spec_))
-    fail_usage(where + "its model " + state.model.dump() + " differs from --model " + cfg_.model);
+  if (const std::string d = model_differences(state.model, hf_config_json(spec_)); !d.empty())
+    fail_usage(where + "its model differs from --model " + cfg_.model + ": " + d);
   const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
-  for (const auto& [flag, saved] : state.run.items())
-    if (!run.contains(flag) || run.at(flag) != saved)
-      fail_usage(where + flag + " is " + (run.contains(flag) ? run.at(flag).dump() : "unknown") +
-                 " here but " + saved.dump() + " in the checkpoint; a resume repeats the run's settings");
+  if (const std::string d = setting_differences(state.run, run); !d.empty())
+    fail_usage(where + d + "; a resume repeats the run's settings");
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
