@@ -1,6 +1,8 @@
 // `memtrain inspect CKPT` and `memtrain export CKPT --out DIR`: a checkpoint's contents, verified, and its
 // weights as a Hugging Face style model directory.
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "ckpt/export.h"
@@ -10,6 +12,7 @@
 #include "ckpt/state.h"
 #include "cli/commands.h"
 #include "core/crc32c.h"
+#include "core/error.h"
 
 namespace mt::cli {
 
@@ -23,15 +26,20 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-// A checkpoint directory, or the newest one of a save directory that verifies.
-std::string chosen_checkpoint(const std::string& dir) {
+// A checkpoint directory, or the newest one of a save directory that verifies; `command` names the
+// argument in the error for a path that is not there at all.
+std::string chosen_checkpoint(const std::string& command, const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec) && !ec)
+    fail_data(command + " " + dir +
+              ": the path does not exist (expected a checkpoint or a --save directory)");
   std::vector<char> buffer(kReadChunk);
   return ckpt::select_checkpoint(dir, "CKPT", false, buffer);
 }
 
 void inspect(const std::string& dir) {
   std::vector<char> buffer(kReadChunk);
-  const std::string chosen = chosen_checkpoint(dir);
+  const std::string chosen = chosen_checkpoint("inspect", dir);
   const ckpt::Manifest manifest = ckpt::verify_checkpoint(chosen, buffer);
   const ckpt::CheckpointState state = ckpt::read_state(chosen);
   const ckpt::CheckpointLayout& layout = state.layout;
@@ -84,7 +92,7 @@ void add_checkpoint_commands(CLI::App& app) {
       ->required();
   export_cmd->add_option("--out", *out, "the model directory to write")->required();
   export_cmd->callback([export_dir, out] {
-    const std::string chosen = chosen_checkpoint(*export_dir);
+    const std::string chosen = chosen_checkpoint("export", *export_dir);
     ckpt::export_checkpoint(chosen, *out);
     std::printf("exported %s to %s/model.safetensors and %s/config.json\n", chosen.c_str(), out->c_str(),
                 out->c_str());

@@ -136,9 +136,9 @@ class Checkpoint(CliTestCase):
             process.wait()
             kills += 1
             result = self.run_memtrain("inspect", str(save), expect=None)
-            if result.returncode != 0:  # killed before the first save completed
+            if result.returncode != 0:  # killed before the first save completed (or created the directory)
                 self.assertEqual(newest, 0, result.stderr)
-                self.assertIn("no checkpoint that verifies", result.stderr)
+                self.assertRegex(result.stderr, "no checkpoint that verifies|the path does not exist")
                 continue
             step = int(result.stdout.split(": step ")[1].split(",")[0])
             self.assertGreaterEqual(step, newest)  # a kill never destroys the last complete save
