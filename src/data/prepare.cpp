@@ -71,8 +71,10 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
   for (size_t d = 0; d < cfg.inputs.size(); ++d) {
     if (d > 0 && tokenizer.end_of_text() >= 0)
       stream.push_back(static_cast<uint16_t>(tokenizer.end_of_text()));
-    for (int32_t t : tokenizer.encode(read_document(cfg.inputs[d])))
-      stream.push_back(static_cast<uint16_t>(t));
+    const std::vector<int32_t> tokens = tokenizer.encode(read_document(cfg.inputs[d]));
+    // Shards of nothing would only fail later, in train, far from the cause.
+    if (tokens.empty()) fail_data("input " + cfg.inputs[d] + ": empty, no text to tokenize");
+    for (int32_t t : tokens) stream.push_back(static_cast<uint16_t>(t));
   }
   const int64_t total = static_cast<int64_t>(stream.size());
   int64_t val = std::llround(static_cast<double>(total) * cfg.val_fraction);

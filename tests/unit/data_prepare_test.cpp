@@ -46,5 +46,15 @@ TEST(DataPrepare, MissingInputIsADataError) {
   test::expect_data_error([&] { prepare_shards(cfg, *bytes); }, dir.file("nope.txt"));
 }
 
+// Shards of no tokens would only fail later, in train.
+TEST(DataPrepare, EmptyInputIsADataErrorNamingIt) {
+  test::TempDir dir;
+  test::write_text(dir.file("text.txt"), "some text");
+  test::write_text(dir.file("empty.txt"), "");
+  auto bytes = make_byte_tokenizer();
+  PrepareConfig cfg{.inputs = {dir.file("text.txt"), dir.file("empty.txt")}, .out_dir = dir.file("out")};
+  test::expect_data_error([&] { prepare_shards(cfg, *bytes); }, dir.file("empty.txt") + ": empty");
+}
+
 }  // namespace
 }  // namespace mt
