@@ -211,14 +211,15 @@ class DeepSpeedConfig {
 
   // The given flag that sets `name`'s field ("--zero-stage 1", "--use-distributed-optimizer"), if any.
   std::optional<std::string> given_flag(std::string_view name) const {
-    if (name == "--precision" && given_.contains(name))
-      return "--precision " + precision_name(flags_.precision.precision);
+    if (name == "--precision") {  // the flag's field is its text; the mode it resolved to is the config's
+      if (given_.contains(name)) return "--precision " + precision_name(flags_.precision.precision);
+      for (const char* alias : {"--bf16", "--fp16"})
+        if (given_.contains(alias)) return alias;
+      return std::nullopt;
+    }
     if (given_.contains(name)) return written_flag(flags_, name);
     if (name == "--zero-stage" && given_.contains("--use-distributed-optimizer"))
       return "--use-distributed-optimizer";
-    if (name == "--precision")
-      for (const char* alias : {"--bf16", "--fp16"})
-        if (given_.contains(alias)) return alias;
     return std::nullopt;
   }
 
