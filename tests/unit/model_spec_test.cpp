@@ -1,6 +1,7 @@
 // Presets carry their published shapes: the parameter counts are the totals the model cards quote, and a
 // Hugging Face config.json gives the same spec as the preset it describes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -39,7 +40,10 @@ class ModelConfigFile : public ::testing::Test {
     return path_;
   }
   void TearDown() override { std::filesystem::remove(path_); }
-  std::string path_ = (std::filesystem::temp_directory_path() / "memtrain_model_spec_test.json").string();
+  // One file per test process: ctest -j runs the tests of this fixture at the same time.
+  std::string path_ = (std::filesystem::temp_directory_path() /
+                       ("memtrain_model_spec_test." + std::to_string(::getpid()) + ".json"))
+                          .string();
 };
 
 TEST_F(ModelConfigFile, HuggingFaceLlamaConfigMatchesPreset) {
