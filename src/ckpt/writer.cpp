@@ -129,7 +129,25 @@ void clean_up_unfinished(const std::string& save_dir) {
   }
 }
 
+// Keeps the newest `keep` checkpoints of run `run_id`; other runs' checkpoints are not this run's to delete.
+void prune_lineage(const std::string& save_dir, const std::string& run_id, size_t keep) {
+  size_t kept = 0;
+  for (const std::string& dir : list_checkpoints(save_dir)) {
+    if (checkpoint_run_id(dir) != run_id) continue;
+    if (kept < keep)
+      ++kept;
+    else
+      remove_all_or_fail(dir);
+  }
+}
+
 }  // namespace
+
+size_t remove_checkpoints(const std::string& save_dir) {
+  const std::vector<std::string> all = list_checkpoints(save_dir);
+  for (const std::string& dir : all) remove_all_or_fail(dir);
+  return all.size();
+}
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
                             const Allocation& memory, Communicator& comm, int keep, std::span<char> stream) {
@@ -172,10 +190,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     rename_or_fail(tmp_dir, final_dir);
     sync_directory(save_dir);
     remove_all_or_fail(old_dir);
-    if (keep > 0) {
-      const std::vector<std::string> all = list_checkpoints(save_dir);
-      for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) remove_all_or_fail(all[i]);
-    }
+    if (keep > 0) prune_lineage(save_dir, state.run_id, static_cast<size_t>(keep));
   }
   comm.barrier();
   return final_dir.string();
