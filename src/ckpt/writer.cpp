@@ -113,10 +113,10 @@ void rename_or_fail(const fs::path& from, const fs::path& to) {
   if (ec) fail_data(to.string() + ": cannot rename from " + from.string() + ": " + ec.message());
 }
 
-// What a save cut short leaves: a temporary directory (removed), or a checkpoint moved aside for its
-// replacement that never arrived (moved back).
+// What a save or a removal cut short leaves: a temporary directory or a checkpoint being removed (both
+// removed), or a checkpoint moved aside for its replacement that never arrived (moved back).
 void clean_up_unfinished(const std::string& save_dir) {
-  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old))");
+  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old|del))");
   for (const auto& entry : fs::directory_iterator(save_dir)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();
@@ -129,6 +129,15 @@ void clean_up_unfinished(const std::string& save_dir) {
   }
 }
 
+// Renamed out of sight first, so that a kill part way through leaves a hidden directory for the next save to
+// remove, never a step_N that has lost some of its files (and so its lineage).
+void remove_checkpoint(const fs::path& dir) {
+  const fs::path doomed = dir.parent_path() / std::string(".").append(dir.filename().string()).append(".del");
+  remove_all_or_fail(doomed);
+  rename_or_fail(dir, doomed);
+  remove_all_or_fail(doomed);
+}
+
 // Keeps the newest `keep` checkpoints of run `run_id`; other runs' checkpoints are not this run's to delete.
 void prune_lineage(const std::string& save_dir, const std::string& run_id, size_t keep) {
   size_t kept = 0;
@@ -137,7 +146,7 @@ void prune_lineage(const std::string& save_dir, const std::string& run_id, size_
     if (kept < keep)
       ++kept;
     else
-      remove_all_or_fail(dir);
+      remove_checkpoint(dir);
   }
 }
 
@@ -145,7 +154,7 @@ void prune_lineage(const std::string& save_dir, const std::string& run_id, size_
 
 size_t remove_checkpoints(const std::string& save_dir) {
   const std::vector<std::string> all = list_checkpoints(save_dir);
-  for (const std::string& dir : all) remove_all_or_fail(dir);
+  for (const std::string& dir : all) remove_checkpoint(dir);
   return all.size();
 }
 

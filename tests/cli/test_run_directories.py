@@ -138,10 +138,14 @@ class FreshRuns(RunDirCase):
         self.train_in(self.tmp / "a", save=own, save_interval=2, train_iters=4)
         self.train_in(self.tmp / "b", "--seed", "5", save=shared, train_iters=2)  # another run's step_2
         foreign = (shared / step_name(2) / "manifest.json").read_bytes()
+        half_removed = shared / f".{step_name(3)}.del"  # what a kill during a removal leaves
+        half_removed.mkdir()
+        (half_removed / "rank0.safetensors").write_bytes(b"\0" * 64)
         # Continuing run a in the shared directory, keeping 1: a's older saves go, b's step_2 stays.
         self.train_in(self.tmp / "a", "--load", own / step_name(4), save=shared, save_interval=1,
                       keep_checkpoints=1, train_iters=7)
         self.assertEqual(checkpoints(shared), [step_name(2), step_name(7)])
+        self.assertFalse(half_removed.exists())
         self.assertEqual((shared / step_name(2) / "manifest.json").read_bytes(), foreign)
         ids = {json.loads((shared / name / "state.json").read_text())["run_id"] for name in checkpoints(shared)}
         self.assertEqual(len(ids), 2)
