@@ -99,7 +99,19 @@ class Locking(RunDirCase):
         self.train_in(self.tmp / "run", save=save)
         self.assertEqual(checkpoints(save), [step_name(2)])
 
-    def test_save_inside_out_and_save_equal_to_out_both_work(self):
+    def test_a_held_lock_under_mpirun_is_refused_by_every_rank(self):
+        save = self.tmp / "held-mpi"
+        with lock_held(save, "4343"):
+            result = self.train_in(self.tmp / "run", save=save, global_batch_size=4, ranks=2, expect=None,
+                                   timeout=120)
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        errors = [line for line in result.stderr.splitlines() if line.startswith("memtrain: error: ")]
+        self.assertEqual(len(errors), 2, result.stderr)  # rank 0's reason, and rank 1 saying it stops with it
+        self.assertTrue(any(f"--save {save}" in line and "pid 4343" in line for line in errors), result.stderr)
+        self.assertTrue(any("rank 1: rank 0 refused" in line for line in errors), result.stderr)
+        self.assertFalse((self.tmp / "run").exists())
+
+    def test_save_equal_to_out_takes_one_lock(self):
         out = self.tmp / "same"
         self.train_in(out, save=out)
         self.assertEqual(checkpoints(out), [step_name(2)])
@@ -257,16 +269,6 @@ class Requeue(RunDirCase):
         again = self.train_in(out, **flags)
         self.assertIn("the run is complete", again.stdout)
         self.assertEqual((out / "memory.rank0.json").read_bytes(), finished)
-
-    def test_a_held_lock_under_mpirun_is_refused_by_every_rank(self):
-        save = self.tmp / "held-mpi"
-        with lock_held(save, "4343"):
-            result = self.train_in(self.tmp / "run", save=save, global_batch_size=4, ranks=2, expect=None,
-                                   timeout=120)
-        self.assertNotEqual(result.returncode, 0, result.stderr)
-        errors = [line for line in result.stderr.splitlines() if line.startswith("memtrain: error: ")]
-        self.assertTrue(any(f"--save {save}" in line and "pid 4343" in line for line in errors), result.stderr)
-
 
 class LogFailures(RunDirCase):
     def test_a_full_out_saves_a_checkpoint_then_stops_with_one_line(self):
