@@ -18,7 +18,8 @@ inline constexpr const char* kStateFile = "state.json";
 inline constexpr const char* kModelFile = "model.safetensors";
 
 std::string checkpoint_name(int64_t step);  // "step_00000012"
-// ".step_00000012.tmp" while being written, ".step_00000012.old" while a new copy replaces it.
+// ".step_00000012.tmp" while being written, ".step_00000012.old" while a new copy replaces it,
+// ".step_00000012.del" while being removed.
 std::string hidden_name(int64_t step, const char* suffix);
 std::string rank_file_name(int rank);  // "rank0.safetensors"
 

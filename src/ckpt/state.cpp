@@ -1,6 +1,8 @@
 #include "ckpt/state.h"
 
+#include <cstdio>
 #include <fstream>
+#include <random>
 
 #include "ckpt/layout.h"
 #include "core/error.h"
@@ -28,6 +30,7 @@ nlohmann::json to_json(const CheckpointState& s) {
   for (const CheckpointTensor& t : s.layout.tensors)
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
   nlohmann::json j = {{"step", s.step},
+                      {"run_id", s.run_id},
                       {"optimizer", {{"updates_taken", s.optimizer_updates}}},
                       {"lr_schedule", {{"step", s.step}, {"lr", s.metrics.value("lr", 0.0)}}},
                       {"data",
@@ -64,6 +67,7 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
   CheckpointState s;
   try {
     s.step = j.at("step").get<int64_t>();
+    s.run_id = j.value("run_id", std::string());
     s.optimizer_updates = j.at("optimizer").at("updates_taken").get<int64_t>();
     if (j.contains("loss_scaler")) {
       const nlohmann::json& l = j.at("loss_scaler");
@@ -110,6 +114,22 @@ CheckpointState read_state(const std::string& checkpoint_dir) {
     fail_data(path + ": not valid JSON: " + e.what());
   }
   return state_from_json(j, path);
+}
+
+std::string new_run_id() {
+  std::random_device entropy;
+  const uint64_t id = (static_cast<uint64_t>(entropy()) << 32) | entropy();
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(id));
+  return text;
+}
+
+std::string checkpoint_run_id(const std::string& checkpoint_dir) {
+  try {
+    return read_state(checkpoint_dir).run_id;
+  } catch (const Error&) {
+    return "";  // unreadable: of no known lineage, so never pruned
+  }
 }
 
 }  // namespace mt::ckpt

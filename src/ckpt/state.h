@@ -44,11 +44,18 @@ struct CheckpointState {
   nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
   nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
   CheckpointLayout layout;
+  // The run's lineage: drawn by a fresh run, carried over by each resume. Pruning removes only checkpoints
+  // of its own lineage; "" in checkpoints written before lineages existed.
+  std::string run_id;
 };
 
 nlohmann::json to_json(const CheckpointState& state);
 // Data errors name `path` for missing or malformed fields.
 CheckpointState state_from_json(const nlohmann::json& j, const std::string& path);
 CheckpointState read_state(const std::string& checkpoint_dir);
+// A new lineage: 16 random hex digits.
+std::string new_run_id();
+// The run id of a checkpoint's state.json, or "" when it has none or cannot be read.
+std::string checkpoint_run_id(const std::string& checkpoint_dir);
 
 }  // namespace mt::ckpt

@@ -113,10 +113,10 @@ void rename_or_fail(const fs::path& from, const fs::path& to) {
   if (ec) fail_data(to.string() + ": cannot rename from " + from.string() + ": " + ec.message());
 }
 
-// What a save cut short leaves: a temporary directory (removed), or a checkpoint moved aside for its
-// replacement that never arrived (moved back).
+// What a save or a removal cut short leaves: a temporary directory or a checkpoint being removed (both
+// removed), or a checkpoint moved aside for its replacement that never arrived (moved back).
 void clean_up_unfinished(const std::string& save_dir) {
-  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old))");
+  static const std::regex unfinished(R"(\.(step_\d+)\.(tmp|old|del))");
   for (const auto& entry : fs::directory_iterator(save_dir)) {
     std::smatch match;
     const std::string name = entry.path().filename().string();
@@ -129,7 +129,34 @@ void clean_up_unfinished(const std::string& save_dir) {
   }
 }
 
+// Renamed out of sight first, so that a kill part way through leaves a hidden directory for the next save to
+// remove, never a step_N that has lost some of its files (and so its lineage).
+void remove_checkpoint(const fs::path& dir) {
+  const fs::path doomed = dir.parent_path() / std::string(".").append(dir.filename().string()).append(".del");
+  remove_all_or_fail(doomed);
+  rename_or_fail(dir, doomed);
+  remove_all_or_fail(doomed);
+}
+
+// Keeps the newest `keep` checkpoints of run `run_id`; other runs' checkpoints are not this run's to delete.
+void prune_lineage(const std::string& save_dir, const std::string& run_id, size_t keep) {
+  size_t kept = 0;
+  for (const std::string& dir : list_checkpoints(save_dir)) {
+    if (checkpoint_run_id(dir) != run_id) continue;
+    if (kept < keep)
+      ++kept;
+    else
+      remove_checkpoint(dir);
+  }
+}
+
 }  // namespace
+
+size_t remove_checkpoints(const std::string& save_dir) {
+  const std::vector<std::string> all = list_checkpoints(save_dir);
+  for (const std::string& dir : all) remove_checkpoint(dir);
+  return all.size();
+}
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
                             const Allocation& memory, Communicator& comm, int keep, std::span<char> stream) {
@@ -172,10 +199,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     rename_or_fail(tmp_dir, final_dir);
     sync_directory(save_dir);
     remove_all_or_fail(old_dir);
-    if (keep > 0) {
-      const std::vector<std::string> all = list_checkpoints(save_dir);
-      for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) remove_all_or_fail(all[i]);
-    }
+    if (keep > 0) prune_lineage(save_dir, state.run_id, static_cast<size_t>(keep));
   }
   comm.barrier();
   return final_dir.string();

@@ -21,6 +21,9 @@ void report(const std::string& run_dir, std::string out) {
   const MemoryTimeline timeline = read_memory_timeline(timeline_path);
   if (timeline.points.empty()) fail_data(timeline_path + ": the timeline has no ops");
   const LossCurve loss = read_loss_curve(run_dir + "/metrics.jsonl");
+  if (loss.torn_line > 0)
+    std::printf("%s/metrics.jsonl: skipped its torn last line %lld (a write cut short)\n", run_dir.c_str(),
+                static_cast<long long>(loss.torn_line));
   write_file_atomically(out, draw_run_report(timeline, loss));
   const TimelinePoint& peak = timeline.points[timeline.peak_point()];
   std::printf("wrote %s: %zu ops, peak %s during %s; %zu logged steps\n", out.c_str(), timeline.points.size(),

@@ -5,10 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
 #include "core/error.h"
+#include "io/json_lines.h"
 #include "memory/report.h"
 #include "report/svg.h"
 
@@ -245,21 +247,20 @@ void draw_loss_panel(svg::Document& doc, const LossCurve& loss) {
 }  // namespace
 
 LossCurve read_loss_curve(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail_data(path + ": cannot open: " + std::strerror(errno));
+  if (!std::filesystem::exists(path)) fail_data(path + ": cannot open: " + std::strerror(ENOENT));
+  const JsonLines file = read_json_lines(path);
   LossCurve curve;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
+  curve.torn_line = file.torn_line;
+  for (size_t i = 0; i < file.values.size(); ++i) {
+    const nlohmann::json& record = file.values[i];
     try {
-      const nlohmann::json record = nlohmann::json::parse(line);
       const int64_t step = record.at("step").get<int64_t>();
       // A non-finite loss is written as null (fp16 overflows); such steps have no point to draw.
       if (record.at("loss").is_number()) curve.train.push_back({step, record["loss"].get<double>()});
       if (record.contains("val_loss") && record["val_loss"].is_number())
         curve.val.push_back({step, record["val_loss"].get<double>()});
     } catch (const nlohmann::json::exception& e) {
-      fail_data(path + ":" + std::to_string(number) + ": not a metrics record: " + e.what());
+      fail_data(path + ": record " + std::to_string(i + 1) + ": not a metrics record: " + e.what());
     }
   }
   if (curve.train.empty()) fail_data(path + ": no logged steps with a loss");

@@ -15,10 +15,11 @@ namespace mt {
 struct LossCurve {
   std::vector<std::pair<int64_t, double>> train;  // (step, loss) of each logged step
   std::vector<std::pair<int64_t, double>> val;    // (step, val_loss) where the run evaluated
+  int64_t torn_line = 0;                          // a torn last line of the file, skipped (0: none)
 };
 
-// The losses of a metrics.jsonl; a missing file, a malformed line or no steps at all is a data error naming
-// the file (and the line).
+// The losses of a metrics.jsonl; a missing file, a malformed line before the last or no steps at all is a
+// data error naming the file (and the line). A torn last line is skipped (LossCurve::torn_line).
 LossCurve read_loss_curve(const std::string& metrics_path);
 
 // The SVG document; the timeline must have at least one point and the curve at least one step.

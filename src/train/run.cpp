@@ -5,7 +5,9 @@
 #include <cstdio>
 #include <string>
 
+#include "ckpt/writer.h"
 #include "core/error.h"
+#include "train/run_directories.h"
 #include "train/signals.h"
 #include "train/train_flags.h"
 #include "train/trainer.h"
@@ -13,9 +15,40 @@
 
 namespace mt {
 
+namespace {
+
+// Before step 1 of a run that saves: --overwrite-checkpoints clears the way (rank 0; the other ranks write
+// into --save only at the first save), and a --save short of space for one checkpoint is warned about.
+void prepare_save_dir(const TrainConfig& cfg, const Trainer& trainer, int rank, int64_t resumed) {
+  if (cfg.save.empty() || rank != 0) return;
+  if (resumed == 0 && cfg.overwrite_checkpoints) {
+    const size_t removed = ckpt::remove_checkpoints(cfg.save);
+    if (removed > 0)
+      std::printf("--overwrite-checkpoints: removed %zu checkpoints from %s\n", removed, cfg.save.c_str());
+  }
+  warn_if_short_of_space("--save", cfg.save, trainer.checkpoint_bytes());
+}
+
+// The run cannot log, so it stops, after the save that keeps its steps (rank 0 has the reason).
+[[noreturn]] void stop_on_log_failure(const Trainer& trainer, int rank, int64_t step,
+                                      const std::string& checkpoint) {
+  const std::string kept = checkpoint.empty()
+                               ? "no --save: nothing saved"
+                               : "saved checkpoint " + checkpoint + " (continue with --resume auto)";
+  if (rank != 0)
+    fail_data("rank " + std::to_string(rank) + ": stopped after step " + std::to_string(step) +
+              " with rank 0, which could not write metrics.jsonl; " + kept);
+  fail_data(trainer.log_failure() + " at step " + std::to_string(step) + "; " + kept);
+}
+
+}  // namespace
+
 void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   Trainer trainer(cfg, comm);
   const int64_t resumed = cfg.load.empty() && cfg.resume == ResumeMode::off ? 0 : trainer.resume();
+  // A requeued job that already finished: done, with nothing rewritten.
+  if (resumed == cfg.train_iters) return trainer.finish_already_complete(resumed);
+  prepare_save_dir(cfg, trainer, comm.rank(), resumed);
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);
   int64_t last_saved = resumed;
@@ -23,12 +56,15 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
     const StepOutcome outcome = trainer.step(step);
     trainer.log(step, outcome);
     const bool signalled = trainer.any_rank(stop_requested());
+    const bool log_failed = trainer.any_rank(!trainer.log_failure().empty());
     const bool exit_now = cfg.exit_interval > 0 && step % cfg.exit_interval == 0;
     const bool save_now = (cfg.save_interval > 0 && step % cfg.save_interval == 0) || step == cfg.train_iters;
-    if (!cfg.save.empty() && (save_now || signalled || exit_now)) {
-      trainer.save(cfg.save, step, outcome);
+    std::string checkpoint;
+    if (!cfg.save.empty() && (save_now || signalled || exit_now || log_failed)) {
+      checkpoint = trainer.save(cfg.save, step, outcome);
       last_saved = step;
     }
+    if (log_failed) stop_on_log_failure(trainer, comm.rank(), step, checkpoint);
     if (signalled || exit_now) {
       const std::string saved = cfg.save.empty() ? " (no --save: nothing saved)"
                                                  : ", checkpoint of step " + std::to_string(last_saved);
@@ -46,6 +82,8 @@ void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
   // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
   AsyncCommunicator comm(make_communicator(cfg.dist_backend));
+  // Where the run writes, claimed before anything else can fail half-way (train/run_directories.h).
+  const RunDirectories directories(cfg, comm);
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));

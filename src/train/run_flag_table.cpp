@@ -355,6 +355,10 @@ const RunFlag kRunFlags[] = {
      .help = "auto: resume from the newest verifying checkpoint in --save, if any",
      .field = &config_field<&C::resume>,
      .memory = true},
+    {.names = "--overwrite-checkpoints",
+     .help = "start afresh in a --save directory that holds checkpoints, removing them (else refused)",
+     .field = &config_field<&C::overwrite_checkpoints>,
+     .kind = K::switch_on},
     {.names = "--verify-resume",
      .help = "train K steps, save, reload into a fresh trainer and check that the remaining steps' losses "
              "and the final state match the uninterrupted run",

@@ -66,6 +66,8 @@ struct TrainConfig {
   std::string load;  // a checkpoint, or a save directory (its newest checkpoint that verifies)
   ResumeMode resume =
       ResumeMode::off;  // automatic: the newest verifying checkpoint in `save`, or a fresh start
+  // A fresh run into a `save` that holds checkpoints removes them; without it such a run is refused.
+  bool overwrite_checkpoints = false;
   // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
   int64_t verify_resume = 0;
   std::string out = "run";  // metrics.jsonl and memory.json

@@ -38,7 +38,8 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       run_(lay_out_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
-      evaluating_(cfg.eval_interval > 0) {
+      evaluating_(cfg.eval_interval > 0),
+      run_id_(ckpt::new_run_id()) {
   const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
   const std::vector<std::string> val_shards =
       evaluating_ ? find_shards(cfg.data, "val") : std::vector<std::string>{};
@@ -120,9 +121,6 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
 }
 
 void Trainer::open_outputs(int64_t resumed_step) {
-  std::error_code ec;
-  std::filesystem::create_directories(cfg_.out, ec);
-  if (ec) fail_data("--out " + cfg_.out + ": cannot create directory: " + ec.message());
   if (rank_ == 0) metrics_ = std::make_unique<MetricsLog>(cfg_.out + "/metrics.jsonl", resumed_step);
 }
 
@@ -215,6 +213,15 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
   std::printf("\n");
   std::fflush(stdout);
   if (metrics_) metrics_->write(record);
+}
+
+void Trainer::finish_already_complete(int64_t step) {
+  const bool write_weights = !cfg_.save_weights.empty() && !std::filesystem::exists(cfg_.save_weights);
+  if (write_weights && rank_ == 0) save_weights(cfg_.save_weights, spec_, model_, *memory_);
+  std::printf(
+      "the run is complete: its checkpoint is at step %lld of --train-iters %lld; nothing to train%s\n",
+      static_cast<long long>(step), static_cast<long long>(cfg_.train_iters),
+      write_weights ? (", wrote --save-weights " + cfg_.save_weights).c_str() : "");
 }
 
 void Trainer::finish() {

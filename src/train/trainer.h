@@ -55,16 +55,24 @@ class Trainer {
   uint32_t state_hash();
   // Whether any rank was asked to stop (all ranks get the same answer).
   bool any_rank(bool local);
+  // Bytes of one checkpoint of this run, all ranks together (its files' headers and state.json aside).
+  int64_t checkpoint_bytes() const;
 
-  // Creates the --out directory and metrics.jsonl (rank 0): the first thing the run writes. Resuming after
-  // step `resumed_step`, metrics.jsonl keeps the records up to it.
+  // Opens metrics.jsonl in --out (rank 0): the first thing the run writes. Resuming after step
+  // `resumed_step`, metrics.jsonl keeps the records up to it.
   void open_outputs(int64_t resumed_step = 0);
   // Runs optimizer step `step` (1-based): micro-batches, gradient exchange, update, loss scaler.
   StepOutcome step(int64_t step);
-  // Prints the progress line and appends to metrics.jsonl when the step is logged (evaluating when due).
+  // Prints the progress line and appends to metrics.jsonl when the step is logged (evaluating when due). A
+  // failed append is held in log_failure() for the run to stop on, after saving.
   void log(int64_t step, const StepOutcome& outcome);
+  // Why rank 0 could not append to metrics.jsonl; "" while it can (and on the other ranks).
+  std::string log_failure() const { return metrics_ ? metrics_->failure() : ""; }
   // --save-weights, then the memory report printed and written; throws if measured differs from planned.
   void finish();
+  // A resume found the run at --train-iters (a requeued job that had finished): says so and writes
+  // --save-weights if it is missing, leaving memory.json and metrics.jsonl as the finished run wrote them.
+  void finish_already_complete(int64_t step);
 
  private:
   // The model, batch, precision, recompute and offload lines (and --memory-report) before allocating.
@@ -97,6 +105,7 @@ class Trainer {
   std::unique_ptr<ZeroSync> sync_;
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
+  std::string run_id_;  // the lineage of the checkpoints this run writes (ckpt::CheckpointState::run_id)
 };
 
 }  // namespace mt

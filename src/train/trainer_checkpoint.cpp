@@ -26,6 +26,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
   if (scaler_) s.loss_scaler = scaler_->state();
   s.data_cursor = train_loader_->cursor();
   s.seed = cfg_.seed;
+  s.run_id = run_id_;
   s.run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
   s.model = hf_config_json(spec_);
   s.metrics = {{"loss", outcome.loss},
@@ -82,6 +83,7 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
   ckpt::load_model_states(checkpoint_dir, state, *memory_);
+  if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);
   if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
   train_loader_->set_cursor(state.data_cursor);
@@ -114,6 +116,14 @@ uint32_t Trainer::state_hash() {
   const double mine = crc;
   comm_.all_gather(&mine, all.data(), 1, DType::f64);
   return crc32c(all.data(), all.size() * sizeof(double));
+}
+
+int64_t Trainer::checkpoint_bytes() const {
+  int64_t per_param =
+      2 * static_cast<int64_t>(dtype_size(plan_.policy.weights));  // rank files and model file
+  for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_))
+    per_param += static_cast<int64_t>(dtype_size(t.dtype));
+  return plan_.num_params * per_param;
 }
 
 bool Trainer::any_rank(bool local) {

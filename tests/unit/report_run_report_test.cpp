@@ -28,6 +28,14 @@ TEST(RunReport, LossCurveReadsStepsAndValidationLosses) {
   EXPECT_EQ(curve.val, (std::vector<std::pair<int64_t, double>>{{2, 5.2}}));
 }
 
+// A last line cut short (a full disk, a kill mid-write) is skipped and counted, not an error.
+TEST(RunReport, TornLastLineIsSkipped) {
+  const LossCurve curve =
+      read_loss_curve(temp_file("torn.jsonl", "{\"step\": 1, \"loss\": 5.5}\n{\"step\": 2, \"lo"));
+  EXPECT_EQ(curve.train, (std::vector<std::pair<int64_t, double>>{{1, 5.5}}));
+  EXPECT_EQ(curve.torn_line, 2);
+}
+
 TEST(RunReport, BadMetricsAreDataErrorsNamingTheFileAndLine) {
   const auto expect_error = [](const std::string& path, const std::string& mention) {
     try {
@@ -39,8 +47,9 @@ TEST(RunReport, BadMetricsAreDataErrorsNamingTheFileAndLine) {
     }
   };
   expect_error(testing::TempDir() + "no-such-metrics.jsonl", "no-such-metrics.jsonl");
-  const std::string torn = temp_file("torn.jsonl", "{\"step\": 1, \"loss\": 5.5}\n{\"step\": 2, \"lo");
-  expect_error(torn, torn + ":2:");
+  const std::string corrupt = temp_file(
+      "corrupt.jsonl", "{\"step\": 1, \"loss\": 5.5}\n{\"step\": 2, \"lo\n{\"step\": 3, \"loss\": 5}\n");
+  expect_error(corrupt, corrupt + ":2:");
   expect_error(temp_file("empty.jsonl", ""), "no logged steps");
 }
 
@@ -54,7 +63,7 @@ TEST(RunReport, PictureNamesTheCategoriesAndThePeak) {
     p.live[Category::activations] = (op == 1 ? 2 : 1) << 20;
     t.points.push_back(p);
   }
-  const std::string svg = draw_run_report(t, {{{1, 5.5}, {2, 5.0}}, {{2, 5.2}}});
+  const std::string svg = draw_run_report(t, {{{1, 5.5}, {2, 5.0}}, {{2, 5.2}}, 0});
   EXPECT_TRUE(svg.starts_with("<?xml")) << svg.substr(0, 80);
   EXPECT_NE(svg.find("tiny &lt;test&gt;"), std::string::npos);
   EXPECT_NE(svg.find(">parameters<"), std::string::npos);

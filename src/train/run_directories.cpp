@@ -1,0 +1,116 @@
+#include "train/run_directories.h"
+
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <iterator>
+
+#include "ckpt/layout.h"
+#include "core/error.h"
+#include "io/output_path.h"
+#include "memory/report.h"
+
+namespace mt {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_overwrite_flags(const TrainConfig& c) {
+  if (!c.overwrite_checkpoints) return;
+  if (c.save.empty())
+    fail_usage("--overwrite-checkpoints removes the checkpoints of --save: give --save DIR");
+  if (c.resume != ResumeMode::off || !c.load.empty())
+    fail_usage("--overwrite-checkpoints starts afresh: it excludes --resume auto and --load");
+}
+
+// A fresh run must not mix its checkpoints with an earlier run's: a later --resume auto would take whichever
+// is newest.
+void refuse_used_save_dir(const TrainConfig& c) {
+  const bool fresh = c.resume == ResumeMode::off && c.load.empty();
+  if (!fresh || c.overwrite_checkpoints) return;
+  const std::vector<std::string> found = ckpt::list_checkpoints(c.save);
+  if (found.empty()) return;
+  fail_data("--save " + c.save + " holds " + std::to_string(found.size()) + " checkpoint" +
+            (found.size() == 1 ? "" : "s") + " (newest " + fs::path(found.front()).filename().string() +
+            "): continue that run with --resume auto, or start over with --overwrite-checkpoints");
+}
+
+}  // namespace
+
+RunDirectories::RunDirectories(const TrainConfig& config, Communicator& comm) {
+  check_overwrite_flags(config);
+  if (comm.size() == 1) {
+    claim(config);
+    return;
+  }
+  double exit_code = 0;
+  std::exception_ptr refusal;
+  if (comm.rank() == 0) {
+    try {
+      claim(config);
+    } catch (const Error& e) {
+      exit_code = e.exit_code();
+      refusal = std::current_exception();
+    }
+  }
+  comm.broadcast(&exit_code, 1, DType::f64, 0);
+  if (refusal) std::rethrow_exception(refusal);
+  if (exit_code != 0)
+    throw Error(static_cast<ErrorKind>(exit_code),
+                "rank " + std::to_string(comm.rank()) +
+                    ": rank 0 refused the run's output paths (its message says why)");
+}
+
+void RunDirectories::claim(const TrainConfig& config) {
+  try {
+    claim_all(config);
+  } catch (...) {
+    remove_unwritten();  // the destructor does not run for a constructor that throws
+    throw;
+  }
+}
+
+void RunDirectories::claim_all(const TrainConfig& c) {
+  claim_dir("--out", c.out);
+  if (!c.save.empty()) {
+    claim_dir("--save", c.save);
+    refuse_used_save_dir(c);
+  }
+  if (!c.save_weights.empty()) check_output_file("--save-weights", c.save_weights);
+  if (!c.memory_timeline.empty()) check_output_file("--memory-timeline", c.memory_timeline);
+  if (c.offload_optimizer != OffloadOptimizer::none) check_existing_dir("--offload-path", c.offload_path);
+}
+
+void RunDirectories::claim_dir(const std::string& flag, const std::string& dir) {
+  const bool created = make_output_dir(flag, dir);
+  std::error_code ec;
+  for (const Claimed& held : claimed_)
+    if (fs::equivalent(held.dir, dir, ec)) return;  // --save is --out: one lock (flock would refuse a second)
+  claimed_.push_back({dir, created, std::make_unique<DirectoryLock>(flag, dir)});
+}
+
+RunDirectories::~RunDirectories() {
+  if (std::uncaught_exceptions() > 0) remove_unwritten();
+}
+
+void RunDirectories::remove_unwritten() {
+  for (auto it = claimed_.rbegin(); it != claimed_.rend(); ++it) {
+    if (!it->created) continue;
+    std::error_code ec;
+    const auto entries = std::distance(fs::directory_iterator(it->dir, ec), fs::directory_iterator());
+    if (ec || entries != 1) continue;  // the run wrote something: its files stay
+    it->lock->remove_file();
+    fs::remove(it->dir, ec);
+  }
+  claimed_.clear();
+}
+
+void warn_if_short_of_space(const std::string& flag, const std::string& dir, int64_t needed_bytes) {
+  const int64_t available = available_bytes(dir);
+  if (available < 0 || available >= needed_bytes) return;
+  std::fprintf(stderr, "memtrain: warning: %s %s: %s free, less than one checkpoint (%s)\n", flag.c_str(),
+               dir.c_str(), human_bytes(available).c_str(), human_bytes(needed_bytes).c_str());
+}
+
+}  // namespace mt
