@@ -8,6 +8,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/int_math.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
   } catch (const mt::Error& e) {
     std::fprintf(stderr, "memtrain: error: %s\n", e.what());
     return e.exit_code();
+  } catch (const mt::SizeOverflow& e) {
+    // A size no check named the flags of (train/run_layout.cpp names them for the plan's).
+    std::fprintf(stderr, "memtrain: error: %s: lower --micro-batch-size or --seq-length\n", e.what());
+    return static_cast<int>(mt::ErrorKind::usage);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "memtrain: error: out of memory\n");
     return static_cast<int>(mt::ErrorKind::no_fit);

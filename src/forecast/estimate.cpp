@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "dist/communicator.h"
 #include "memory/report.h"
 #include "train/run_layout.h"
@@ -104,6 +105,16 @@ std::string phase_of(const Graph& graph, int op) {
   return op <= graph.loss_op ? "forward" : "backward";
 }
 
+// The stages of tensor and pipeline parallelism, whose in-flight micro-batches add to the plan's bytes.
+std::vector<StageLayout> modelled_stages(const TrainConfig& config, const RunLayout& run,
+                                         const ModelParallel& mp) {
+  try {
+    return plan_model_parallel(run, mp);
+  } catch (const SizeOverflow&) {
+    fail_plan_overflow(config, run.spec);
+  }
+}
+
 }  // namespace
 
 OpPeak peak_op(const Graph& graph, const Plan& plan) {
@@ -177,7 +188,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
       add_rank(rank, 0, run.model.graph, run.plan);
       continue;
     }
-    for (const StageLayout& stage : plan_model_parallel(run, mp)) {
+    for (const StageLayout& stage : modelled_stages(config, run, mp)) {
       RankEstimate* r = add_rank(rank, stage.stage, stage.graph, stage.plan);
       r->in_flight = stage.in_flight;
       r->saved_per_micro_batch = stage.saved_per_micro_batch;

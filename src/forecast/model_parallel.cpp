@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "model/zero_schedule.h"
 
 namespace mt {
@@ -100,7 +101,7 @@ int64_t saved_across_backward(const Graph& g) {
   for (const TensorDesc& t : g.table.tensors())
     if (t.category == Category::activations && t.has_lifetime() && t.first_op <= g.loss_op &&
         t.last_op > g.loss_op)
-      saved += arena_aligned(t.bytes());
+      saved = checked_add(saved, arena_aligned(t.bytes()));
   return saved;
 }
 
@@ -130,7 +131,9 @@ std::vector<StageLayout> plan_model_parallel(const RunLayout& run, const ModelPa
     sp.plan = make_plan(sp.graph.table, run.plan.policy, sharding, run.plan.offload);
     sp.in_flight = std::min<int64_t>(mp.pp - s, run.accum);
     sp.saved_per_micro_batch = saved_across_backward(sp.graph);
-    sp.plan.bytes[Category::activations] += (sp.in_flight - 1) * sp.saved_per_micro_batch;
+    int64_t& activations = sp.plan.bytes[Category::activations];
+    activations = checked_add(activations, checked_mul(sp.in_flight - 1, sp.saved_per_micro_batch));
+    sp.plan.bytes.total();  // the stage's total fits as well
     stages.push_back(std::move(sp));
   }
   return stages;

@@ -1,11 +1,11 @@
 #include "memory/arena.h"
 
 #include <algorithm>
+#include <iterator>
+#include <limits>
 #include <stdexcept>
 
 namespace mt {
-
-namespace {}  // namespace
 
 Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category)
     : table_(table), layout_(layout), buffer_(untracked_, category, layout.size), live_(table.size(), 0) {
@@ -21,17 +21,23 @@ Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category categ
   }
 }
 
+// Bound ranges never overlap (binding checks), and an empty one never lies inside another: if any range
+// overlaps [begin, end), the last one that starts before `end` does.
+int Arena::live_overlapping(int64_t begin, int64_t end) const {
+  const auto after = live_ranges_.lower_bound({end, std::numeric_limits<int64_t>::min(), -1});
+  if (after == live_ranges_.begin()) return -1;
+  const auto& [other_begin, other_end, other] = *std::prev(after);
+  return other_end > begin ? other : -1;
+}
+
 void Arena::begin_op(int op) {
   if (op >= static_cast<int>(starts_at_.size())) return;
   for (int id : starts_at_[op]) {
     const int64_t begin = layout_.offset[id], end = begin + table_[id].bytes();
-    for (int other : live_ids_) {
-      const int64_t obegin = layout_.offset[other], oend = obegin + table_[other].bytes();
-      if (begin < oend && obegin < end)
-        throw std::logic_error("arena: " + table_[id].name + " overlaps live " + table_[other].name);
-    }
+    if (const int other = live_overlapping(begin, end); other >= 0)
+      throw std::logic_error("arena: " + table_[id].name + " overlaps live " + table_[other].name);
     live_[id] = 1;
-    live_ids_.push_back(id);
+    live_ranges_.emplace(begin, end, id);
     live_bytes_ += arena_aligned(table_[id].bytes());
     high_water_ = std::max(high_water_, arena_aligned(end));
   }
@@ -41,14 +47,14 @@ void Arena::end_op(int op) {
   if (op >= static_cast<int>(ends_at_.size())) return;
   for (int id : ends_at_[op]) {
     live_[id] = 0;
-    live_ids_.erase(std::find(live_ids_.begin(), live_ids_.end(), id));
+    live_ranges_.erase({layout_.offset[id], layout_.offset[id] + table_[id].bytes(), id});
     live_bytes_ -= arena_aligned(table_[id].bytes());
   }
 }
 
 void Arena::reset() {
-  for (int id : live_ids_) live_[id] = 0;
-  live_ids_.clear();
+  for (const auto& [begin, end, id] : live_ranges_) live_[id] = 0;
+  live_ranges_.clear();
   live_bytes_ = 0;
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include "memory/plan.h"
@@ -38,8 +40,13 @@ class Arena {
   MemoryTracker untracked_;  // the arena's own block is measured by its high-water mark instead
   TrackedBuffer buffer_;
   std::vector<std::vector<int>> starts_at_, ends_at_;  // per op
+  // The tensor among those bound that [begin, end) overlaps, or -1.
+  int live_overlapping(int64_t begin, int64_t end) const;
+
   std::vector<char> live_;
-  std::vector<int> live_ids_;
+  // The bound tensors as (begin, end, id), in address order: a step binds every saved activation of every
+  // layer, so an overlap is looked up next to the new tensor rather than checked against each of them.
+  std::set<std::tuple<int64_t, int64_t, int>> live_ranges_;
   int64_t high_water_ = 0;
   int64_t live_bytes_ = 0;
 };

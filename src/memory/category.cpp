@@ -1,6 +1,6 @@
 #include "memory/category.h"
 
-#include <numeric>
+#include "core/int_math.h"
 
 namespace mt {
 
@@ -49,7 +49,9 @@ std::string_view category_title(Category c) {
 }
 
 int64_t CategoryBytes::total() const {
-  return std::accumulate(bytes.begin(), bytes.end(), int64_t{0});
+  int64_t sum = 0;
+  for (int64_t b : bytes) sum = checked_add(sum, b);
+  return sum;
 }
 
 }  // namespace mt

@@ -22,7 +22,7 @@ struct CategoryBytes {
   std::array<int64_t, kNumCategories> bytes{};
   int64_t& operator[](Category c) { return bytes[static_cast<int>(c)]; }
   int64_t operator[](Category c) const { return bytes[static_cast<int>(c)]; }
-  int64_t total() const;
+  int64_t total() const;  // throws SizeOverflow (core/int_math.h) rather than wrap
 };
 
 }  // namespace mt

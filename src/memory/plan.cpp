@@ -4,49 +4,40 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/int_math.h"
+#include "memory/arena_occupancy.h"
+
 namespace mt {
 
 ArenaLayout pack_arena(const TensorTable& table, Category category) {
   ArenaLayout layout;
   layout.offset.assign(table.size(), -1);
   std::vector<int> order;
+  std::vector<int64_t> bytes(table.size());  // read once: the sort compares them often
+  int num_ops = 0;
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != category || !t.has_lifetime()) continue;
     if (t.last_op < t.first_op) throw std::logic_error("tensor " + t.name + " ends before it starts");
     order.push_back(id);
-    layout.sum_of_tensors += arena_aligned(t.bytes());
+    bytes[id] = t.bytes();
+    layout.sum_of_tensors = checked_add(layout.sum_of_tensors, arena_aligned(bytes[id]));
+    num_ops = std::max(num_ops, t.last_op + 1);
   }
   // Largest first, ties by earlier start then id: a stable, deterministic packing.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    if (table[a].bytes() != table[b].bytes()) return table[a].bytes() > table[b].bytes();
+    if (bytes[a] != bytes[b]) return bytes[a] > bytes[b];
     if (table[a].first_op != table[b].first_op) return table[a].first_op < table[b].first_op;
     return a < b;
   });
-  // Placed tensors in address order, (begin, end), with their lifetimes: first fit walks them once, skipping
-  // those whose lifetimes do not meet the new tensor's, without re-reading the table or sorting per tensor.
-  struct Placed {
-    int64_t begin, end;
-    int first_op, last_op;
-  };
-  std::vector<Placed> placed;
+  ArenaOccupancy held(num_ops);
   for (int id : order) {
     const TensorDesc& t = table[id];
-    const int64_t size = arena_aligned(t.bytes());
-    int64_t offset = 0;
-    for (const Placed& p : placed) {
-      if (p.first_op > t.last_op || t.first_op > p.last_op) continue;
-      if (offset + size <= p.begin) break;
-      offset = std::max(offset, p.end);
-    }
+    const int64_t size = arena_aligned(bytes[id]);
+    const int64_t offset = held.lowest_free(t.first_op, t.last_op, size);
     layout.offset[id] = offset;
-    layout.size = std::max(layout.size, offset + size);
-    const Placed now{offset, offset + size, t.first_op, t.last_op};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), now,
-                                   [](const Placed& a, const Placed& b) {
-                                     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-                                   }),
-                  now);
+    layout.size = std::max(layout.size, checked_add(offset, size));
+    held.place(t.first_op, t.last_op, offset, offset + size);
   }
   return layout;
 }
@@ -65,20 +56,21 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
                                " but the policy stores weights as " +
                                std::string(dtype_name(policy.weights)));
       plan.param_offset[id] = plan.num_params;
-      plan.num_params += t.numel();
+      plan.num_params = checked_add(plan.num_params, t.numel());
     } else if (!t.has_lifetime()) {
-      plan.bytes[t.category] += t.bytes();
+      plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());
     }
   }
   const int64_t n = plan.num_params;
   if (sharding.shards_optimizer()) {
-    plan.shard_elems = (n + sharding.world - 1) / sharding.world;
-    plan.shard_begin = std::min(n, sharding.rank * plan.shard_elems);
+    plan.shard_elems = checked_add(n, sharding.world - 1) / sharding.world;
+    plan.shard_begin = std::min(n, checked_mul(sharding.rank, plan.shard_elems));
     plan.shard_end = std::min(n, plan.shard_begin + plan.shard_elems);
   } else {
     plan.shard_elems = plan.shard_end = n;
   }
-  if (sharding.world > 1) plan.bytes[Category::comm] += sharding.comm_internal_bytes;
+  if (sharding.world > 1)
+    plan.bytes[Category::comm] = checked_add(plan.bytes[Category::comm], sharding.comm_internal_bytes);
   const int64_t master_size = policy.master_weights ? 4 : 0;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(policy.moments));
   // Held in memory: the whole shard, or the offload's chunk slots with the shard in the file.
@@ -87,21 +79,23 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
     if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
     plan.offload = offload;
     plan.offload.chunk_elems = std::min(offload.chunk_elems, std::max<int64_t>(plan.shard_elems, 1));
-    plan.offloaded_bytes = plan.shard_elems * (master_size + 2 * moment_size);
-    s = kOffloadSlots * plan.offload.chunk_elems;
+    plan.offloaded_bytes = checked_mul(plan.shard_elems, master_size + 2 * moment_size);
+    s = checked_mul(kOffloadSlots, plan.offload.chunk_elems);
   }
-  plan.bytes[Category::params] =
-      (sharding.shards_weights() ? plan.shard_elems : n) * static_cast<int64_t>(dtype_size(policy.weights));
-  plan.bytes[Category::master] = s * master_size;
-  plan.bytes[Category::grads] =
-      (sharding.shards_grads() ? plan.shard_elems : n) * static_cast<int64_t>(dtype_size(policy.grads));
-  plan.bytes[Category::optim] = 2 * s * moment_size;
+  plan.bytes[Category::params] = checked_mul(sharding.shards_weights() ? plan.shard_elems : n,
+                                             static_cast<int64_t>(dtype_size(policy.weights)));
+  plan.bytes[Category::master] = checked_mul(s, master_size);
+  plan.bytes[Category::grads] = checked_mul(sharding.shards_grads() ? plan.shard_elems : n,
+                                            static_cast<int64_t>(dtype_size(policy.grads)));
+  plan.bytes[Category::optim] = checked_mul(s, 2 * moment_size);
   plan.activations = pack_arena(table, Category::activations);
   plan.workspace = pack_arena(table, Category::workspace);
   plan.comm = pack_arena(table, Category::comm);
-  plan.bytes[Category::activations] += plan.activations.size;
-  plan.bytes[Category::workspace] += plan.workspace.size;
-  plan.bytes[Category::comm] += plan.comm.size;
+  for (const auto& [category, layout] :
+       {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
+        std::pair{Category::comm, &plan.comm}})
+    plan.bytes[category] = checked_add(plan.bytes[category], layout->size);
+  plan.bytes.total();  // every sum of the categories that reports print fits as well
   return plan;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/int_math.h"
 #include "memory/category.h"
 #include "memory/tensor_table.h"
 
@@ -53,7 +54,7 @@ constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cach
 
 // The bytes a tensor of `bytes` takes in an arena: rounded up to the alignment.
 constexpr int64_t arena_aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  return checked_add(bytes, kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
 }
 
 struct ArenaLayout {
@@ -88,6 +89,7 @@ struct Plan {
 // overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category);
 
+// Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown.
 Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {},
                const OptimizerOffload& offload = {});
 

@@ -24,8 +24,9 @@ struct TensorDesc {
   // whose gradients ZeRO-2 reduces together; a model's blocks are consecutive in the table. -1 otherwise.
   int block = -1;
 
+  // Both throw SizeOverflow (core/int_math.h) rather than wrap.
   int64_t numel() const;
-  int64_t bytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype)); }
+  int64_t bytes() const;
   bool has_lifetime() const { return first_op >= 0; }
 };
 

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/int_math.h"
+
 namespace mt {
 
 namespace {
@@ -34,7 +36,7 @@ std::map<int, std::vector<int>> params_by_block(const TensorTable& table) {
 
 int64_t block_numel(const TensorTable& table, const std::vector<int>& params) {
   int64_t n = 0;
-  for (int id : params) n += table[id].numel();
+  for (int id : params) n = checked_add(n, table[id].numel());
   return n;
 }
 

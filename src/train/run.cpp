@@ -52,6 +52,7 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);
   int64_t last_saved = resumed;
+  begin_steps();  // until now a signal ended the process at once: nothing was trained that could be saved
   for (int64_t step = resumed + 1; step <= cfg.train_iters; ++step) {
     const StepOutcome outcome = trainer.step(step);
     trainer.log(step, outcome);

@@ -1,20 +1,45 @@
 #include "train/run_layout.h"
 
 #include <algorithm>
+#include <string>
 
+#include "core/error.h"
+#include "core/int_math.h"
 #include "memory/precision.h"
 #include "train/train_flags.h"
 
 namespace mt {
 
-RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
-                      kernels::CpuIsa isa) {
+namespace {
+
+// Planning holds every tensor and op of the step, about 15 KB a layer; far past the deepest published models
+// (about 130 layers) a layer count is refused before that memory is taken.
+constexpr int64_t kMaxPlannedLayers = 100'000;
+
+int64_t run_seq_len(const TrainConfig& cfg, const ModelSpec& spec) {
+  return cfg.seq_len != 0 ? cfg.seq_len : spec.n_positions;
+}
+
+[[noreturn]] void fail_too_deep(const TrainConfig& cfg, const ModelSpec& spec) {
+  fail_usage("--model " + cfg.model + " has " + std::to_string(spec.n_layer) +
+             " layers: memtrain plans at most " + std::to_string(kMaxPlannedLayers));
+}
+
+// The sizes that reach the table's shapes as products rather than shapes: the batch's tokens (and the
+// loaders' windows, one more) and the kernels' scratch, a few rows of T by the head size per thread.
+void check_scalar_sizes(const TrainConfig& cfg, const ModelSpec& spec, int64_t T, int threads) {
+  checked_add(checked_mul(cfg.micro_batch, T), 1);
+  checked_mul(checked_mul(T, checked_add(spec.head_dim(), 64)), 32 * static_cast<int64_t>(threads));
+}
+
+RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int rank, int threads,
+                  int64_t comm_buffer_bytes, kernels::CpuIsa isa) {
   RunLayout run;
-  run.spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
-  run.seq_len = cfg.seq_len != 0 ? cfg.seq_len : run.spec.n_positions;
-  check_flags(cfg, run.spec, run.seq_len);
+  run.spec = spec;
+  run.seq_len = run_seq_len(cfg, run.spec);
   run.accum = accumulation_steps(cfg, world);
   const int64_t B = cfg.micro_batch, T = run.seq_len;
+  check_scalar_sizes(cfg, run.spec, T, threads);
 
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
   run.model = build_model_graph(run.spec, {.batch = B,
@@ -50,6 +75,29 @@ RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, 
       .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
   run.plan = make_plan(table, policy, sharding, offload);
   return run;
+}
+
+}  // namespace
+
+void fail_plan_overflow(const TrainConfig& cfg, const ModelSpec& spec) {
+  fail_usage("the memory plan's byte counts overflow 64 bits: --micro-batch-size " +
+             std::to_string(cfg.micro_batch) + " x --seq-length " + std::to_string(run_seq_len(cfg, spec)) +
+             " with --model " + cfg.model + " (" + std::to_string(spec.n_layer) + " layers, hidden size " +
+             std::to_string(spec.n_embd) + ", MLP width " + std::to_string(spec.intermediate_size) +
+             ", vocabulary " + std::to_string(spec.padded_vocab_size) +
+             "); lower --micro-batch-size or --seq-length");
+}
+
+RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
+                      kernels::CpuIsa isa) {
+  const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
+  check_flags(cfg, spec, run_seq_len(cfg, spec));
+  if (spec.n_layer > kMaxPlannedLayers) fail_too_deep(cfg, spec);
+  try {
+    return lay_out(cfg, spec, world, rank, threads, comm_buffer_bytes, isa);
+  } catch (const SizeOverflow&) {
+    fail_plan_overflow(cfg, spec);
+  }
 }
 
 }  // namespace mt

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -13,9 +14,17 @@ namespace mt {
 namespace {
 
 std::atomic<bool> stop_flag{false};
+std::atomic<bool> stepping{false};  // begin_steps was called: a first signal waits for the step to end
+
+[[noreturn]] void exit_on_signal(int signal) {
+  // write(2), strlen and constant text: this may run in a signal handler.
+  const char* text = signal == SIGINT ? "memtrain: stopped by SIGINT\n" : "memtrain: stopped by SIGTERM\n";
+  [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, text, std::strlen(text));
+  _exit(128 + signal);
+}
 
 void on_stop_signal(int signal) {
-  if (stop_flag.exchange(true)) _exit(128 + signal);
+  if (!stepping.load() || stop_flag.exchange(true)) exit_on_signal(signal);
 }
 
 }  // namespace
@@ -43,6 +52,10 @@ void catch_stop_signals() {
       }
     }).detach();
   });
+}
+
+void begin_steps() {
+  stepping.store(true);
 }
 
 bool stop_requested() {

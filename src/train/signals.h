@@ -1,5 +1,7 @@
 // SIGINT and SIGTERM during training ask the run to stop after the step in progress (saving a checkpoint)
-// instead of killing it mid-step. A second signal ends the process at once (exit status 128 + signal).
+// instead of killing it mid-step. Before the first step (planning, the OOM doctor, allocating, loading) there
+// is nothing to save, so a signal ends the process at once, as does a second signal at any time (exit status
+// 128 + signal).
 #pragma once
 
 namespace mt {
@@ -8,6 +10,8 @@ namespace mt {
 // later, and a watcher thread takes them. A handler interrupting compute threads is what this avoids: a
 // signal frame pushed onto the stack of oneDNN's JIT kernels was seen to corrupt the heap.
 void catch_stop_signals();
+// From now on a first signal asks the run to stop after its step instead of ending the process.
+void begin_steps();
 bool stop_requested();
 
 }  // namespace mt

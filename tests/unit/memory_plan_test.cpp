@@ -77,6 +77,25 @@ TEST(MemoryArena, OverlappingLiveTensorsAreDetected) {
   EXPECT_THROW(arena.begin_op(1), std::logic_error);
 }
 
+// Among many bound tensors: one that straddles two of them, and an empty one inside another (at the start of
+// one it overlaps nothing).
+TEST(MemoryArena, OverlapsAmongManyLiveTensorsAreDetected) {
+  TensorTable t;
+  for (int i = 0; i < 50; ++i) add_live(t, "held", 16, 0, 9);
+  const int straddling = add_live(t, "straddling", 16, 5, 5);
+  const int inside = t.add({"inside", {0}, DType::f32, Category::activations, 6, 6});
+  const int at_start = t.add({"at_start", {0}, DType::f32, Category::activations, 7, 7});
+  ArenaLayout wrong = pack_arena(t, Category::activations);
+  wrong.offset[straddling] = wrong.offset[20] + 32;
+  wrong.offset[inside] = wrong.offset[30] + 4;
+  wrong.offset[at_start] = wrong.offset[30];
+  Arena arena(t, wrong, Category::activations);
+  for (int op = 0; op < 5; ++op) arena.begin_op(op);
+  EXPECT_THROW(arena.begin_op(5), std::logic_error);
+  EXPECT_THROW(arena.begin_op(6), std::logic_error);
+  EXPECT_NO_THROW(arena.begin_op(7));
+}
+
 TEST(MemoryArena, LiveBytesCountBoundTensorsByAlignedSize) {
   TensorTable t;
   t.add({"a", {10}, DType::f32, Category::activations, 0, 1});  // 40 bytes, 64 aligned
