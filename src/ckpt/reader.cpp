@@ -26,6 +26,9 @@ void verify(const std::string& dir, std::span<char> buffer) {
 
 std::string select_checkpoint(const std::string& dir, const std::string& flag, bool fresh_if_none,
                               std::span<char> buffer) {
+  std::error_code ec;
+  if (!fresh_if_none && !std::filesystem::exists(dir, ec) && !ec)
+    fail_data(flag + " " + dir + ": the path does not exist (expected a checkpoint or a --save directory)");
   if (is_checkpoint_dir(dir)) {
     verify(dir, buffer);
     return dir;

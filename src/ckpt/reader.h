@@ -13,7 +13,7 @@ namespace mt::ckpt {
 // `dir` is one checkpoint's directory (it must verify: a data error names the bad file otherwise) or a save
 // directory, whose newest verifying checkpoint is chosen; each one skipped is reported on stderr. Returns
 // the chosen directory, or "" when a save directory holds none that verifies: a data error naming `flag`
-// unless `fresh_if_none`. Files are read through `buffer`.
+// unless `fresh_if_none` (also for a path that does not exist). Files are read through `buffer`.
 std::string select_checkpoint(const std::string& dir, const std::string& flag, bool fresh_if_none,
                               std::span<char> buffer);
 

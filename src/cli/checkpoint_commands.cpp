@@ -27,14 +27,10 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 // A checkpoint directory, or the newest one of a save directory that verifies; `command` names the
-// argument in the error for a path that is not there at all.
+// argument in the errors.
 std::string chosen_checkpoint(const std::string& command, const std::string& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir, ec) && !ec)
-    fail_data(command + " " + dir +
-              ": the path does not exist (expected a checkpoint or a --save directory)");
   std::vector<char> buffer(kReadChunk);
-  return ckpt::select_checkpoint(dir, "CKPT", false, buffer);
+  return ckpt::select_checkpoint(dir, command, false, buffer);
 }
 
 void inspect(const std::string& dir) {

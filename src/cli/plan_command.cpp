@@ -18,7 +18,6 @@ namespace mt::cli {
 namespace {
 
 struct PlanFlags {
-  RunFlagInput run;
   std::string device_memory, profile, cpu_isa;
   int top = 5;
 };
@@ -61,11 +60,12 @@ void add_plan_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "search precision, O2, ZeRO, recompute, micro-batch and offload for the fastest runs that fit");
   // The run flags the search starts from, which its command lines repeat.
-  flags->run.config.data = "DATA";
-  flags->run.config.train_iters = 1000;
-  add_run_flags(*cmd, flags->run,
-                {"--model", "--global-batch-size", "--seq-length", "--offload-path", "--threads", "--data",
-                 "--train-iters"});
+  TrainConfig defaults;
+  defaults.data = "DATA";
+  defaults.train_iters = 1000;
+  const auto run = add_run_flags(*cmd, defaults,
+                                 {"--model", "--global-batch-size", "--seq-length", "--offload-path",
+                                  "--threads", "--data", "--train-iters"});
   cmd->get_option("--model")->required();
   cmd->get_option("--global-batch-size")->required();
   cmd->get_option("--offload-path")->description("also try optimizer offload into this directory");
@@ -82,11 +82,11 @@ void add_plan_command(CLI::App& app) {
                   "level and threads per rank, else the nearest)");
   add_cpu_isa_flag(*cmd, flags->cpu_isa);
   cmd->add_option("--top", flags->top, "configurations to print")->capture_default_str();
-  cmd->callback([request, flags] {
+  cmd->callback([request, flags, run] {
     const std::optional<int64_t> bytes = parse_bytes(flags->device_memory);
     if (!bytes || *bytes <= 0)
       fail_usage("--device-memory " + flags->device_memory + ": expected a size such as 80GiB or 24GB");
-    request->base = flags->run.config;
+    request->base = run->resolve();
     request->device_memory = *bytes;
     request->isa = resolve_cpu_isa(flags->cpu_isa);
     request->profile = flags->profile.empty() ? shipped_hardware_profile(

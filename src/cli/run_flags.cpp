@@ -8,7 +8,7 @@ namespace mt::cli {
 namespace {
 
 // One table entry as a CLI11 option or flag bound to its field; a mode parses through its name table.
-CLI::Option* declare(CLI::App& cmd, const RunFlag& flag, RunFlagInput& input) {
+CLI::Option* declare_flag(CLI::App& cmd, const RunFlag& flag, RunFlagInput& input) {
   const std::string names(flag.names), help(flag.help);
   return std::visit(
       [&](auto* field) -> CLI::Option* {
@@ -32,6 +32,10 @@ CLI::Option* declare(CLI::App& cmd, const RunFlag& flag, RunFlagInput& input) {
 
 }  // namespace
 
+void RunFlags::declare(CLI::App& cmd, const RunFlag& flag) {
+  options.emplace_back(flag.name(), declare_flag(cmd, flag, input));
+}
+
 TrainConfig RunFlags::resolve() const {
   RunFlagInput with_given = input;
   for (const auto& [name, option] : options)
@@ -41,14 +45,17 @@ TrainConfig RunFlags::resolve() const {
 
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd) {
   auto flags = std::make_shared<RunFlags>();
-  for (const RunFlag& flag : run_flag_table())
-    flags->options.emplace_back(flag.name(), declare(cmd, flag, flags->input));
+  for (const RunFlag& flag : run_flag_table()) flags->declare(cmd, flag);
   cmd.get_option("--model")->required();
   return flags;
 }
 
-void add_run_flags(CLI::App& cmd, RunFlagInput& input, std::initializer_list<std::string_view> names) {
-  for (const std::string_view name : names) declare(cmd, run_flag(name), input);
+std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd, const TrainConfig& defaults,
+                                        std::initializer_list<std::string_view> names) {
+  auto flags = std::make_shared<RunFlags>();
+  flags->input.config = defaults;
+  for (const std::string_view name : names) flags->declare(cmd, run_flag(name));
+  return flags;
 }
 
 }  // namespace mt::cli

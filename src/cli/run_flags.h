@@ -20,6 +20,8 @@ struct RunFlags {
   // Each table flag's option, by its first name: which ones the command line gave.
   std::vector<std::pair<std::string_view, CLI::Option*>> options;
 
+  // Declares the table's `flag` on `cmd`, bound to `input`.
+  void declare(CLI::App& cmd, const RunFlag& flag);
   // The configuration the flags mean; usage errors for contradictions.
   TrainConfig resolve() const;
 };
@@ -27,8 +29,9 @@ struct RunFlags {
 // Declares every run flag on `cmd` (--model required, nothing else); the flags live as long as the command.
 std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd);
 
-// Declares the run flags named (by their first name) on `cmd`, into `input`, which must outlive the command:
-// for a command that takes a few of them, as `plan` does for its printed command lines.
-void add_run_flags(CLI::App& cmd, RunFlagInput& input, std::initializer_list<std::string_view> names);
+// Declares the run flags named (by their first name) on `cmd`, starting from `defaults`: for a command that
+// takes a few of them, as `plan` does for its printed command lines.
+std::shared_ptr<RunFlags> add_run_flags(CLI::App& cmd, const TrainConfig& defaults,
+                                        std::initializer_list<std::string_view> names);
 
 }  // namespace mt::cli

@@ -102,6 +102,9 @@ class Numbers(InputsTestCase):
         for flag in ("seq_length", "global_batch_size", "grad_accum_steps", "verify_resume"):
             with self.subTest(flag=flag):
                 self.assert_train_fails(2, "--" + flag.replace("_", "-") + " must be", "leave it out", **{flag: 0})
+        plan = memtrain("plan", "--model", "gpt2-tiny", "--global-batch-size", 8, "--device-memory", "1GiB",
+                        "--seq-length", 0)
+        self.assert_error(plan, 2, "--seq-length must be", "leave it out")
 
     def test_exit_interval_0_means_never(self):
         save = self.tmp / "ckpt"
@@ -146,10 +149,12 @@ class Messages(InputsTestCase):
         self.assert_error(result, 1, bad, "bad weights", name)
         self.assertNotIn("--lr", result.stderr)
 
-    def test_inspect_and_export_of_a_missing_path_say_it_does_not_exist(self):
+    def test_inspect_export_and_load_of_a_missing_path_say_it_does_not_exist(self):
         missing = self.tmp / "no-such-checkpoint"
         self.assert_error(memtrain("inspect", missing), 1, missing, "does not exist")
         self.assert_error(memtrain("export", missing, "--out", self.tmp / "model"), 1, missing, "does not exist")
+        self.assert_error(self.train("--load", str(missing), out=self.tmp / "loaded"), 1, "--load", missing,
+                          "does not exist")
 
     def saved_run(self, *words, **flags):
         save = self.tmp / "ckpt"
