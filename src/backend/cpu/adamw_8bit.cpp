@@ -35,7 +35,7 @@ struct StepInputs {
 // Elements [begin, end) of the range, whose moments are in the block buffers m, v from element `first` on.
 template <Weights kWeights, typename P, typename G>
 void update_elements(const StepInputs<P, G>& in, float* m, float* v, int64_t first, int64_t begin,
-                     int64_t end, const Coefficients& c) {
+                     int64_t end, const Coefficients c) {  // a copy: no store in the loop can alias it
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     const ElementStep e = adamw_element(load_weight<kWeights>(in.master, in.param, i), to_f32(in.grad[i]),

@@ -24,18 +24,6 @@ inline float block_absmax(const float* x, int64_t n) {
   return std::bit_cast<float>(largest);
 }
 
-// The e4m3 values of the 256 bytes, for dequantizing by lookup.
-inline const float* e4m3_values() {
-  static const auto table = [] {
-    struct Table {
-      float value[256];
-    } t{};
-    for (int b = 0; b < 256; ++b) t.value[b] = to_f32(fp8_e4m3{static_cast<uint8_t>(b)});
-    return t;
-  }();
-  return table.value;
-}
-
 // Writes x[0, n)'s bytes into codes and returns the block's scale.
 inline float quantize_block(MomentCodec c, const float* x, int64_t n, uint8_t* codes) {
   const float absmax = block_absmax(x, n);
@@ -57,11 +45,15 @@ inline float quantize_block(MomentCodec c, const float* x, int64_t n, uint8_t* c
 }
 
 inline void dequantize_block(MomentCodec c, const uint8_t* codes, float scale, int64_t n, float* x) {
-  const float* values = c == MomentCodec::e4m3             ? e4m3_values()
-                        : c == MomentCodec::dynamic_signed ? signed_dynamic_map().value.data()
-                                                           : unsigned_dynamic_map().value.data();
+  if (c == MomentCodec::e4m3) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) x[i] = values[codes[i]] * scale;
+    for (int64_t i = 0; i < n; ++i) x[i] = to_f32(fp8_e4m3{codes[i]}) * scale;
+  } else {
+    const float* values =
+        (c == MomentCodec::dynamic_signed ? signed_dynamic_map() : unsigned_dynamic_map()).value.data();
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) x[i] = values[codes[i]] * scale;
+  }
 }
 
 }  // namespace mt::kernels::MT_ISA
