@@ -79,6 +79,12 @@ TEST(KernelMomentQuant, NearestCodeIsNearestWithTiesToTheSmallerValue) {
       ASSERT_EQ(nearest_code(*map, map->threshold[k]), k + 1);
       ASSERT_EQ(nearest_code(*map, std::nextafter(map->threshold[k], -2.0f)), k);
     }
+    // Both sides of every bucket boundary (nearest_code's lookup), and of the clamped ends.
+    for (int b = 0; b <= kBucketsPerSign; ++b) {
+      const float edge = std::bit_cast<float>((kFirstBucketKey + b) << (23 - kBucketMantissaBits));
+      for (float x : {edge, std::nextafter(edge, 0.0f), -edge, -std::nextafter(edge, 0.0f)})
+        ASSERT_EQ(nearest_code(*map, x), brute_force_nearest(*map, x)) << x;
+    }
     EXPECT_EQ(nearest_code(*map, 1.0f), 255);
     EXPECT_EQ(nearest_code(*map, 2.0f), 255);
   }
