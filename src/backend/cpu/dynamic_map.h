@@ -36,7 +36,7 @@ struct DynamicMap {
   std::array<float, 255> threshold;
   uint8_t zero_code;  // the code of 0.0
   // Per bucket, positive magnitudes first, then negative ones: the number of thresholds below the bucket,
-  // and the one threshold inside it (+infinity if none). 32-bit, so that vector loops gather them.
+  // and the one threshold inside it (+infinity if none). 32-bit, so that the lookups vectorize.
   std::array<int32_t, 2 * kBucketsPerSign> bucket_code;
   std::array<float, 2 * kBucketsPerSign> bucket_threshold;
 };
