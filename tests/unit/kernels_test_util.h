@@ -52,7 +52,8 @@ inline void expect_close(const std::vector<float>& actual, const std::vector<dou
 
 template <typename T>
 bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+  // memcmp may not be given an empty vector's null data.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Runs f with `threads` OpenMP threads, then restores the previous count.
