@@ -21,19 +21,22 @@ float bucket_bound(int b) {
   return std::bit_cast<float>((kFirstBucketKey + static_cast<uint32_t>(b)) << (23 - kBucketMantissaBits));
 }
 
-// The bucket of x in [low, high) (positive) or (-high, -low] (negative): the thresholds below it, and the one
-// inside it, if any. x reaches t exactly when t <= x, so for the negative side "below" includes -high.
+// The bucket of x in [low, high) (positive) or (-high, -low] (negative): the thresholds below it, and the
+// low bits of the one inside it, if any. x reaches t exactly when t <= x, so for the negative side "below"
+// includes -high.
 void fill_bucket(DynamicMap& map, int index, double low, double high, bool negative) {
   const auto& t = map.threshold;
   const auto below = [&](float th) { return negative ? th <= -high : th < low; };
   const auto inside = [&](float th) {
     return negative ? (th > -high && th <= -low) : (th >= low && th < high);
   };
-  map.bucket_code[index] = static_cast<int32_t>(std::count_if(t.begin(), t.end(), below));
-  map.bucket_threshold[index] = std::numeric_limits<float>::infinity();
   if (std::count_if(t.begin(), t.end(), inside) > 1) throw std::logic_error("dynamic map: bucket too wide");
-  for (float th : t)
-    if (inside(th)) map.bucket_threshold[index] = th;
+  int32_t reach = 0x10000;  // no threshold
+  for (float th : t) {
+    const int32_t low_bits = static_cast<int32_t>(std::bit_cast<uint32_t>(th) & 0xffffu);
+    if (inside(th)) reach = negative ? 0xffff - low_bits : low_bits;
+  }
+  map.bucket[index] = static_cast<int32_t>(std::count_if(t.begin(), t.end(), below)) << 17 | reach;
 }
 
 void fill_buckets(DynamicMap& map) {

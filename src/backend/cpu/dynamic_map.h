@@ -20,11 +20,13 @@
 
 namespace mt::kernels {
 
-// nearest_code finds a code in two lookups: x's fp32 bits pick a bucket (sign, exponent and the top 7
+// nearest_code finds a code in one lookup: x's fp32 bits pick a bucket (sign, exponent and the top 7
 // mantissa bits: 1/128 of a binade), which holds at most one threshold (the map's steps are wider than the
 // buckets; build checks it), so the code is the bucket's count of thresholds below it, plus one if x reaches
-// its threshold. Magnitudes below 2^-25 (under every non-zero threshold) share the lowest bucket, and above 1
-// the top one.
+// its threshold. Inside a bucket x and its threshold share their top 16 bits, so comparing the low 16 decides
+// (mirrored for negative x, whose bits order opposite to their values), and one 32-bit entry holds the count
+// and the threshold's low bits. Magnitudes below 2^-25 (under every non-zero threshold) share the lowest
+// bucket, and above 1 the top one; neither holds a threshold.
 constexpr int kBucketMantissaBits = 7;
 constexpr uint32_t kFirstBucketKey = (127 - 25) << kBucketMantissaBits;  // 2^-25: fp32 bits >> 16
 constexpr int kBucketsPerSign = (25 << kBucketMantissaBits) + 1;         // up to 1.0's bucket
@@ -35,10 +37,10 @@ struct DynamicMap {
   // is x's being nearer to value[k+1], with a tie (x exactly on the midpoint) going to the smaller value.
   std::array<float, 255> threshold;
   uint8_t zero_code;  // the code of 0.0
-  // Per bucket, positive magnitudes first, then negative ones: the number of thresholds below the bucket,
-  // and the one threshold inside it (+infinity if none). 32-bit, so that the lookups vectorize.
-  std::array<int32_t, 2 * kBucketsPerSign> bucket_code;
-  std::array<float, 2 * kBucketsPerSign> bucket_threshold;
+  // Per bucket, positive magnitudes first, then negative ones: (thresholds below the bucket) << 17 | reach:
+  // x passes the bucket's threshold when its low 16 bits (mirrored when negative) are >= reach; 0x10000 for
+  // a bucket without one.
+  std::array<int32_t, 2 * kBucketsPerSign> bucket;
 };
 
 const DynamicMap& signed_dynamic_map();
@@ -51,8 +53,11 @@ inline uint8_t nearest_code(const DynamicMap& map, float x) {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const int magnitude = static_cast<int>((bits & 0x7fffffffu) >> (23 - kBucketMantissaBits)) -
                         static_cast<int>(kFirstBucketKey);
-  const int bucket = std::clamp(magnitude, 0, kBucketsPerSign - 1) + (bits >> 31 ? kBucketsPerSign : 0);
-  return static_cast<uint8_t>(map.bucket_code[bucket] + (map.bucket_threshold[bucket] <= x ? 1 : 0));
+  const int entry =
+      map.bucket[std::clamp(magnitude, 0, kBucketsPerSign - 1) + (bits >> 31 ? kBucketsPerSign : 0)];
+  // 0xffff - low bits for a negative x, as an xor: a select here keeps GCC from vectorizing the loop.
+  const int low = static_cast<int>(bits & 0xffffu) ^ (-static_cast<int>(bits >> 31) & 0xffff);
+  return static_cast<uint8_t>((entry >> 17) + (low >= (entry & 0x1ffff) ? 1 : 0));
 }
 
 }  // namespace mt::kernels
