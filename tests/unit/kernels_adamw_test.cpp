@@ -23,11 +23,6 @@ using testing::to_float;
 using testing::to_storage;
 using testing::with_threads;
 
-template <typename T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 // The spacing of T's values at x; 0 for float, whose rounding the relative tolerances already cover.
 template <typename T>
 double ulp(double x) {
@@ -203,7 +198,8 @@ void check_against_reference(bool use_master, bool stochastic_moments) {
     expect_stored_close(v, v_ref, moment_ulps, 1e-5, 1e-12, "v");
     if (use_master) {
       expect_close(master, w_ref, 1e-6, 1e-7);
-      ASSERT_TRUE(same_bits(param, to_storage<P>(master))) << "param is not the master rounded to nearest";
+      ASSERT_TRUE(bitwise_equal(param, to_storage<P>(master)))
+          << "param is not the master rounded to nearest";
     } else if constexpr (!std::is_same_v<P, f16>) {
       expect_stored_close(param, w_ref, std::is_same_v<P, float> ? 0.0 : 1.0, 1e-6, 1e-7, "weight");
     }
@@ -316,9 +312,9 @@ int64_t count_different(const std::vector<T>& a, const std::vector<T>& b) {
 
 TEST(KernelAdamW, StochasticRoundingIsReproducibleAndSeeded) {
   const StochasticRun a = run_stochastic(1, true), b = run_stochastic(1, true), c = run_stochastic(2, true);
-  EXPECT_TRUE(same_bits(a.param, b.param));
-  EXPECT_TRUE(same_bits(a.m, b.m));
-  EXPECT_TRUE(same_bits(a.v, b.v));
+  EXPECT_TRUE(bitwise_equal(a.param, b.param));
+  EXPECT_TRUE(bitwise_equal(a.m, b.m));
+  EXPECT_TRUE(bitwise_equal(a.v, b.v));
   // A value inside a bf16 gap rounds differently under two seeds with probability 2p(1-p), about 1/3 on
   // average over uniform positions p.
   const int64_t n = static_cast<int64_t>(a.param.size());
@@ -343,9 +339,9 @@ TEST(KernelAdamW, PiecewiseUpdateMatchesOneCall) {
                                  {true, 9, offset});
   adamw_update<bf16, bf16, bf16>(nullptr, pieces.data() + split, grad.data() + split, m2.data() + split,
                                  v2.data() + split, n - split, s, {true, 9, offset + split});
-  EXPECT_TRUE(same_bits(whole, pieces));
-  EXPECT_TRUE(same_bits(m1, m2));
-  EXPECT_TRUE(same_bits(v1, v2));
+  EXPECT_TRUE(bitwise_equal(whole, pieces));
+  EXPECT_TRUE(bitwise_equal(m1, m2));
+  EXPECT_TRUE(bitwise_equal(v1, v2));
 }
 
 TEST(KernelAdamW, StochasticWeightsFollowUpdatesFarBelowTheirPrecision) {
@@ -374,7 +370,7 @@ TEST(KernelAdamW, StochasticWeightsFollowUpdatesFarBelowTheirPrecision) {
   EXPECT_NEAR(mean, expected, 5 * standard_error);
   // With a master the fp32 copy carries the small steps and the bf16 weights are its nearest rounding.
   for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(master[i], expected, 1e-6);
-  EXPECT_TRUE(same_bits(master_param, to_storage<bf16>(master)));
+  EXPECT_TRUE(bitwise_equal(master_param, to_storage<bf16>(master)));
 }
 
 TEST(KernelAdamW, SumOfSquaresBf16SameBitsForAnyThreadCount) {

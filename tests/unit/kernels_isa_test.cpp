@@ -1,7 +1,7 @@
 // Every kernel at every ISA level this CPU supports (capped by MEMTRAIN_MAX_ISA) against the generic level,
 // on the same inputs: each case runs its kernels and returns their outputs as floats. The levels differ in
 // vector width and FMA contraction, so fp32 results agree to rounding, 16-bit ones to a unit of their last
-// place; conversions and the copies of the embedding agree bit for bit.
+// place; conversions, the embedding's copies and AdamW with 8-bit moments agree bit for bit.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -14,7 +14,9 @@
 
 #include "backend/cpu/activation.h"
 #include "backend/cpu/adamw.h"
+#include "backend/cpu/adamw_8bit.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/block_quant.h"
 #include "backend/cpu/convert.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cross_entropy.h"
@@ -170,6 +172,41 @@ IsaCase adamw_case() {
           }};
 }
 
+// 8-bit moments round each block to codes, so a difference in the last bit of an fp32 step could move a
+// code: every level must compute the same fp32 bits, and these cases compare bit for bit (bytes as floats).
+template <typename P>
+IsaCase adamw_8bit_case(MomentFormat f) {
+  return {std::string("adamw 8-bit ") + std::string(dtype_name(dtype_of<P>())) +
+              (f == MomentFormat::int8 ? " int8" : " fp8"),
+          0, 0, [f] {
+            const int64_t n = 2 * kInt8MomentBlock + 1001;
+            const MomentCodec mc = first_moment_codec(f), vc = second_moment_codec(f);
+            std::vector<float> master = random_floats(n, 14), m = random_floats(n, 16, 1e-3), v(n);
+            for (int64_t i = 0; i < n; ++i) v[i] = m[(i * 7) % n] * m[(i * 7) % n];
+            std::vector<P> param = to_storage<P>(master);
+            const auto grad = random_values<bf16>(n, 15, 1e-2);
+            std::vector<uint8_t> m_codes(n), v_codes(n);
+            std::vector<float> m_scales(moment_block_count(mc, n)), v_scales(moment_block_count(vc, n));
+            quantize_blocks(mc, m.data(), n, m_codes.data(), m_scales.data());
+            quantize_blocks(vc, v.data(), n, v_codes.data(), v_scales.data());
+            const std::vector<DecayRun> runs = {{0, true}, {2100, false}, {2200, true}};
+            for (int64_t t = 1; t <= 3; ++t) {
+              const AdamWStep s{
+                  .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = t};
+              adamw_update_8bit<P, bf16>(
+                  master.data(), param.data(), grad.data(),
+                  {f, m_codes.data(), m_scales.data(), v_codes.data(), v_scales.data()}, n, s, runs, {});
+            }
+            std::vector<float> out = master;
+            append(out, param);
+            for (const auto* codes : {&m_codes, &v_codes})
+              for (uint8_t c : *codes) out.push_back(c);
+            out.insert(out.end(), m_scales.begin(), m_scales.end());
+            out.insert(out.end(), v_scales.begin(), v_scales.end());
+            return out;
+          }};
+}
+
 template <typename T>
 IsaCase convert_case() {
   return {std::string("convert and embedding ") + std::string(dtype_name(dtype_of<T>())), 0, 0, [] {
@@ -192,12 +229,18 @@ IsaCase convert_case() {
 }
 
 std::vector<IsaCase> all_cases() {
-  return {elementwise_case<float>(),   elementwise_case<bf16>(),  elementwise_case<f16>(),
-          norm_case<float, float>(),   norm_case<bf16, bf16>(),   norm_case<f16, float>(),
-          attention_case<float>(),     attention_case<bf16>(),    attention_case<f16>(),
-          linear_case<float, float>(), linear_case<bf16, bf16>(), linear_case<f16, float>(),
-          adamw_case<float, float>(),  adamw_case<bf16, bf16>(),  convert_case<bf16>(),
-          convert_case<f16>(),         convert_case<float>()};
+  std::vector<IsaCase> cases = {
+      elementwise_case<float>(),   elementwise_case<bf16>(),  elementwise_case<f16>(),
+      norm_case<float, float>(),   norm_case<bf16, bf16>(),   norm_case<f16, float>(),
+      attention_case<float>(),     attention_case<bf16>(),    attention_case<f16>(),
+      linear_case<float, float>(), linear_case<bf16, bf16>(), linear_case<f16, float>(),
+      adamw_case<float, float>(),  adamw_case<bf16, bf16>(),  convert_case<bf16>(),
+      convert_case<f16>(),         convert_case<float>()};
+  for (MomentFormat f : {MomentFormat::int8, MomentFormat::fp8}) {
+    cases.push_back(adamw_8bit_case<float>(f));
+    cases.push_back(adamw_8bit_case<bf16>(f));
+  }
+  return cases;
 }
 
 // The levels to compare: every one from generic up to the active level.

@@ -50,8 +50,10 @@ inline void expect_close(const std::vector<float>& actual, const std::vector<dou
   }
 }
 
-inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+template <typename T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  // memcmp may not be given an empty vector's null data.
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 // Runs f with `threads` OpenMP threads, then restores the previous count.

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/adamw_math.h"
 #include "backend/cpu/isa_variant.h"
 #include "core/rng.h"
 
@@ -19,45 +20,10 @@ namespace {
 // sum_of_squares reduces chunks of this many elements, then adds the chunk sums in index order.
 constexpr int64_t kSquaresChunk = 4096;
 
-// One random stream per stochastically rounded quantity, so that m, v and the weight of an element round
-// independently. Changing these changes every no-master-weights run.
+// One random stream per stochastically rounded moment (the weights' is adamw_math.h's), so that m, v and the
+// weight of an element round independently. Changing these changes every run with stochastic moments.
 constexpr uint64_t kStreamM = hash_name("adamw.m");
 constexpr uint64_t kStreamV = hash_name("adamw.v");
-constexpr uint64_t kStreamWeight = hash_name("adamw.weight");
-
-// The fused multiply-adds are written out as GCC contracted them in the scalar loop that set the fp32
-// results. Left implicit, a vectorized body and its scalar remainder may contract differently, and which
-// elements fall in the remainder depends on the thread count.
-
-// torch's lerp: the form with the smaller weight keeps the rounding error small.
-inline float lerp(float self, float end, float weight) {
-  return weight < 0.5f ? std::fma(weight, end - self, self) : std::fma(-(end - self), 1.0f - weight, end);
-}
-
-// The per-step scalars. They are Python floats (doubles) in torch, rounded to float where they meet a tensor.
-struct Coefficients {
-  explicit Coefficients(const AdamWStep& s) {
-    const double lr = s.lr, beta1 = s.beta1, beta2 = s.beta2;
-    const double bias_correction1 = 1.0 - std::pow(beta1, static_cast<double>(s.step));
-    const double bias_correction2 = 1.0 - std::pow(beta2, static_cast<double>(s.step));
-    decay = static_cast<float>(1.0 - lr * s.weight_decay);
-    m_weight = static_cast<float>(1.0 - beta1);
-    v_keep = s.beta2;
-    v_weight = static_cast<float>(1.0 - beta2);
-    neg_step_size = static_cast<float>(-(lr / bias_correction1));
-    bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-    eps = s.eps;
-    grad_multiplier = s.grad_multiplier;
-  }
-  float decay, m_weight, v_keep, v_weight, neg_step_size, bias_correction2_sqrt, eps, grad_multiplier;
-};
-
-// Where the updated weight comes from and goes to.
-enum class Weights {
-  in_place,    // fp32 param, read and written
-  master,      // read from the fp32 master; written to it and, rounded to nearest, to param
-  stochastic,  // bf16 param, read and written with stochastic rounding (no master copy)
-};
 
 template <bool kStochastic, typename M>
 inline M store_moment(float x, uint64_t seed, uint64_t stream, uint64_t index) {
@@ -76,22 +42,11 @@ void update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const
 #pragma omp parallel for simd
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t at = index + static_cast<uint64_t>(i);
-    const float g = to_f32(grad[i]) * c.grad_multiplier;
-    const float p = (kWeights == Weights::master ? master[i] : to_f32(param[i])) * c.decay;
-    const float mi = lerp(to_f32(m[i]), g, c.m_weight);
-    const float vi = std::fma(to_f32(v[i]), c.v_keep, c.v_weight * g * g);
-    const float denom = std::sqrt(vi) / c.bias_correction2_sqrt + c.eps;
-    m[i] = store_moment<kStochasticMoments, M>(mi, seed, kStreamM, at);
-    v[i] = store_moment<kStochasticMoments, M>(vi, seed, kStreamV, at);
-    const float w = std::fma(c.neg_step_size, mi / denom, p);
-    if constexpr (kWeights == Weights::master) {
-      master[i] = w;
-      param[i] = round_to<P>(w);
-    } else if constexpr (kWeights == Weights::stochastic) {
-      param[i] = stochastic_round(w, static_cast<uint32_t>(random_bits(seed, kStreamWeight, at)));
-    } else {
-      param[i] = w;
-    }
+    const ElementStep e = adamw_element(load_weight<kWeights>(master, param, i), to_f32(grad[i]),
+                                        to_f32(m[i]), to_f32(v[i]), c);
+    m[i] = store_moment<kStochasticMoments, M>(e.m, seed, kStreamM, at);
+    v[i] = store_moment<kStochasticMoments, M>(e.v, seed, kStreamV, at);
+    store_weight<kWeights>(master, param, i, e.weight, seed, at);
   }
 }
 
@@ -113,16 +68,9 @@ template <typename P, typename G, typename M>
 void adamw_update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const AdamWStep& s,
                   const AdamWRounding& rounding) {
   const Coefficients c(s);
-  if (master) {
-    update_with_rounding<Weights::master>(rounding, master, param, grad, m, v, n, c);
-  } else if constexpr (std::is_same_v<P, float>) {
-    update_with_rounding<Weights::in_place>(rounding, master, param, grad, m, v, n, c);
-  } else if constexpr (std::is_same_v<P, bf16>) {
-    update_with_rounding<Weights::stochastic>(rounding, master, param, grad, m, v, n, c);
-  } else {
-    // Training without master weights is a bf16 mode: stochastic_round produces bf16 only.
-    throw std::invalid_argument("adamw_update: f16 weights need an fp32 master copy");
-  }
+  with_weights<P>(master, [&](auto weights) {
+    update_with_rounding<decltype(weights)::value>(rounding, master, param, grad, m, v, n, c);
+  });
 }
 
 template <typename G>
