@@ -23,6 +23,7 @@
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
+#include "tests/dump_tool.h"
 
 namespace {
 
@@ -102,10 +103,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "parity_dump: %s\n", e.what());
-    return 1;
-  }
+  return mt::test::run_dump_tool("parity_dump", run, argc, argv);
 }

@@ -20,6 +20,7 @@
 #include "backend/cpu/block_quant.h"
 #include "backend/cpu/dynamic_map.h"
 #include "core/fp8.h"
+#include "tests/dump_tool.h"
 
 namespace {
 
@@ -113,10 +114,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "moment_quant_dump: %s\n", e.what());
-    return 1;
-  }
+  return mt::test::run_dump_tool("moment_quant_dump", run, argc, argv);
 }
