@@ -3,7 +3,6 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -14,6 +13,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/warning.h"
 #include "train/run_flag_table.h"
 
 namespace mt {
@@ -199,8 +199,7 @@ class DeepSpeedConfig {
         if (covers(k.key, key)) ignored = &k;
       if (ignored) {
         if (warned.insert(ignored->key).second)
-          std::fprintf(stderr, "memtrain: warning: %s has no effect here: %s\n", where(ignored->key).c_str(),
-                       std::string(ignored->why).c_str());
+          warn(where(ignored->key) + " has no effect here: " + std::string(ignored->why));
         continue;
       }
       if (holds_known_keys(key)) fail_usage(where(key) + " must be a JSON object, got " + value->dump());
@@ -274,8 +273,7 @@ class DeepSpeedConfig {
     if (config_.precision.precision == Precision::fp16) return;
     for (const auto& [key, value] : leaves_)
       if (key.starts_with("fp16.") && key != "fp16.enabled")
-        std::fprintf(stderr, "memtrain: warning: %s has no effect here: fp16 is not enabled\n",
-                     where(key).c_str());
+        warn(where(key) + " has no effect here: fp16 is not enabled");
   }
 
   // optimizer.params count only under a type that trains as AdamW (DeepSpeed runs "Adam" as AdamW unless

@@ -1,12 +1,12 @@
 #include "train/run_directories.h"
 
-#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <iterator>
 
 #include "ckpt/layout.h"
 #include "core/error.h"
+#include "core/warning.h"
 #include "io/output_path.h"
 #include "memory/report.h"
 
@@ -109,8 +109,8 @@ void RunDirectories::remove_unwritten() {
 void warn_if_short_of_space(const std::string& flag, const std::string& dir, int64_t needed_bytes) {
   const int64_t available = available_bytes(dir);
   if (available < 0 || available >= needed_bytes) return;
-  std::fprintf(stderr, "memtrain: warning: %s %s: %s free, less than one checkpoint (%s)\n", flag.c_str(),
-               dir.c_str(), human_bytes(available).c_str(), human_bytes(needed_bytes).c_str());
+  warn(flag + " " + dir + ": " + human_bytes(available) + " free, less than one checkpoint (" +
+       human_bytes(needed_bytes) + ")");
 }
 
 }  // namespace mt

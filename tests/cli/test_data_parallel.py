@@ -4,6 +4,7 @@ memory.rank{r}.json shows measured == planned and the per-parameter bytes of its
 
 Runs the binary memtrain_cli.py names.
 """
+import json
 import unittest
 
 from memtrain_cli import CliTestCase, read_memory, read_metrics
@@ -79,6 +80,12 @@ class DataParallel(CliTestCase):
                     self.assertEqual(memory["planned"], memory["measured"])
                     self.assertAlmostEqual(memory["model_state_bytes_per_param"]["planned"], bytes_per_param,
                                            delta=1e-3)
+
+    def test_a_configuration_warning_is_printed_once_per_job(self):
+        config = self.tmp / "ds.json"
+        config.write_text(json.dumps({"steps_per_print": 10}))
+        result = CliTestCase.train(self, out=self.tmp / "warned", ranks=2, expect=0, deepspeed_config=config)
+        self.assertEqual(result.stderr.count("steps_per_print has no effect here"), 1, result.stderr)
 
     def test_saving_whole_weights_under_stage_3_is_a_usage_error(self):
         out = self.tmp / "s3-save"

@@ -1,0 +1,23 @@
+#include "core/warning.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
+
+namespace mt {
+
+namespace {
+
+bool launcher_rank_zero() {
+  for (const char* variable : {"OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+    if (const char* rank = std::getenv(variable)) return std::string_view(rank) == "0";
+  return true;
+}
+
+}  // namespace
+
+void warn(const std::string& message) {
+  if (launcher_rank_zero()) std::fprintf(stderr, "memtrain: warning: %s\n", message.c_str());
+}
+
+}  // namespace mt
