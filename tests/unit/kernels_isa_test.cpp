@@ -4,10 +4,12 @@
 // place; conversions, the embedding's copies and AdamW with 8-bit moments agree bit for bit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "backend/cpu/convert.h"
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/cross_entropy.h"
+#include "backend/cpu/dynamic_map.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/lm_head.h"
@@ -207,6 +210,37 @@ IsaCase adamw_8bit_case(MomentFormat f) {
           }};
 }
 
+// The 8-bit codes' edges, which random moments rarely hit: every threshold of the map and the floats either
+// side of it, both signs, zeros and subnormals (block 0, whose absmax 1 makes each quotient the value
+// itself); a block with an infinity, whose quotients are NaN or zero (block 1); and every byte read back.
+IsaCase moment_codes_case(MomentCodec c) {
+  return {std::string("moment codes ") + std::to_string(static_cast<int>(c)), 0, 0, [c] {
+            const int64_t block = moment_block_size(c), n = 2 * kInt8MomentBlock + 300;
+            std::vector<float> x = random_floats(n, 19, 0.3);
+            std::vector<float> edges = {1.0f, 0.0f, -0.0f, 1e-45f, -1e-45f, 3e-8f, -3e-8f};
+            const auto& map =
+                c == MomentCodec::dynamic_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+            for (float t : map.threshold)
+              for (float e : {t, std::nextafter(t, -2.0f), std::nextafter(t, 2.0f)})
+                edges.insert(edges.end(), {e, -e});
+            std::copy(edges.begin(), edges.end(), x.begin());  // 1.0 first: the first block's absmax
+            x[kInt8MomentBlock + 5] = std::numeric_limits<float>::infinity();
+            x[kInt8MomentBlock + 6] = -std::numeric_limits<float>::infinity();
+            std::vector<uint8_t> codes(n);
+            std::vector<float> scales(moment_block_count(c, n));
+            quantize_blocks(c, x.data(), n, codes.data(), scales.data());
+            std::vector<uint8_t> every_byte(n);
+            for (int64_t i = 0; i < n; ++i) every_byte[i] = static_cast<uint8_t>(i * 7);
+            std::vector<float> back(n), scales_back(scales.size());
+            for (size_t b = 0; b < scales.size(); ++b) scales_back[b] = 0.37f + static_cast<float>(b % block);
+            dequantize_blocks(c, every_byte.data(), scales_back.data(), n, back.data());
+            std::vector<float> out(codes.begin(), codes.end());
+            out.insert(out.end(), scales.begin(), scales.end());
+            out.insert(out.end(), back.begin(), back.end());
+            return out;
+          }};
+}
+
 template <typename T>
 IsaCase convert_case() {
   return {std::string("convert and embedding ") + std::string(dtype_name(dtype_of<T>())), 0, 0, [] {
@@ -236,6 +270,8 @@ std::vector<IsaCase> all_cases() {
       linear_case<float, float>(), linear_case<bf16, bf16>(), linear_case<f16, float>(),
       adamw_case<float, float>(),  adamw_case<bf16, bf16>(),  convert_case<bf16>(),
       convert_case<f16>(),         convert_case<float>()};
+  for (MomentCodec c : {MomentCodec::dynamic_signed, MomentCodec::dynamic_unsigned, MomentCodec::e4m3})
+    cases.push_back(moment_codes_case(c));
   for (MomentFormat f : {MomentFormat::int8, MomentFormat::fp8}) {
     cases.push_back(adamw_8bit_case<float>(f));
     cases.push_back(adamw_8bit_case<bf16>(f));
