@@ -60,7 +60,7 @@ MetricsLog::~MetricsLog() {
   if (fd_ >= 0) close(fd_);
 }
 
-bool MetricsLog::write(const nlohmann::json& record) {
+void MetricsLog::write(const nlohmann::json& record) {
   const std::string line = record.dump() + "\n";
   const off_t before = lseek(fd_, 0, SEEK_END);
   size_t done = 0;
@@ -70,11 +70,10 @@ bool MetricsLog::write(const nlohmann::json& record) {
     if (n <= 0) {
       failure_ = path_ + ": write failed: " + (n < 0 ? std::strerror(errno) : "nothing written");
       if (before >= 0 && ftruncate(fd_, before) != 0) failure_ += " (a torn last line remains)";
-      return false;
+      return;
     }
     done += static_cast<size_t>(n);
   }
-  return true;
 }
 
 }  // namespace mt

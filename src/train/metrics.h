@@ -22,9 +22,9 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  // Appends the record as one line; false when it could not, with failure() saying why. The run decides
-  // what to do: a lost log line must not cost the training it describes.
-  bool write(const nlohmann::json& record);
+  // Appends the record as one line; when it cannot, failure() says why. The run decides what to do: a lost
+  // log line must not cost the training it describes.
+  void write(const nlohmann::json& record);
   const std::string& failure() const { return failure_; }
 
  private:
