@@ -59,13 +59,12 @@ void explain_validation_share(const PrepareConfig& config, const PrepareResult& 
 }
 
 void run_prepare(const PrepareArgs& a) {
-  const std::optional<TokenizerKind> kind = kTokenizerNames.parse(a.tokenizer);
-  if (!kind) fail_usage("--tokenizer: expected " + kTokenizerNames.list() + ", got \"" + a.tokenizer + "\"");
+  const TokenizerKind kind = kTokenizerNames.parse_or_fail("--tokenizer", a.tokenizer);
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
   if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
   std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
-  if (*kind == TokenizerKind::gpt2) {
+  if (kind == TokenizerKind::gpt2) {
     const std::string encoder = gpt2_vocabulary_file(a.encoder_json, "--encoder-json", "encoder.json");
     const std::string bpe = gpt2_vocabulary_file(a.vocab_bpe, "--vocab-bpe", "vocab.bpe");
     std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());

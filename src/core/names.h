@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/word_list.h"
 
 namespace mt {
@@ -27,6 +28,11 @@ struct NameTable {
     for (const auto& [v, text] : entries)
       if (v == value) return text;
     return {};
+  }
+  // The value named `name`, or a usage error naming the flag: `FLAG NAME: expected a, b or c`.
+  E parse_or_fail(std::string_view flag, const std::string& name) const {
+    if (const std::optional<E> value = parse(name)) return *value;
+    fail_usage(std::string(flag) + " " + name + ": expected " + list());
   }
   // "a, b or c", for messages.
   std::string list(std::string_view last = " or ") const {

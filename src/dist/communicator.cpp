@@ -77,8 +77,7 @@ int64_t mpi_buffer_bytes(int world) {
 }
 
 DistBackend parse_dist_backend(const std::string& name) {
-  if (const std::optional<DistBackend> backend = kDistBackendNames.parse(name)) return *backend;
-  fail_usage("--dist-backend: unknown backend '" + name + "' (" + kDistBackendNames.list() + ")");
+  return kDistBackendNames.parse_or_fail("--dist-backend", name);
 }
 
 std::unique_ptr<Communicator> make_communicator(DistBackend backend) {

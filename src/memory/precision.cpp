@@ -5,8 +5,7 @@
 namespace mt {
 
 Precision parse_precision(const std::string& name) {
-  if (const std::optional<Precision> p = kPrecisionNames.parse(name)) return *p;
-  fail_usage("--precision " + name + ": expected " + kPrecisionNames.list());
+  return kPrecisionNames.parse_or_fail("--precision", name);
 }
 
 std::string precision_name(Precision p) {

@@ -11,20 +11,11 @@ RecomputeConfig parse_recompute(const std::string& granularity, const std::strin
   if (recompute_activations && !granularity.empty() && granularity != selective)
     fail_usage("--recompute-activations means --recompute-granularity selective, not " + granularity);
   const std::string g = recompute_activations ? selective : granularity;
-  if (!g.empty()) {
-    const std::optional<RecomputeGranularity> parsed = kRecomputeGranularityNames.parse(g);
-    if (!parsed)
-      fail_usage("--recompute-granularity " + g + ": expected " + kRecomputeGranularityNames.list());
-    c.granularity = *parsed;
-  }
+  if (!g.empty()) c.granularity = kRecomputeGranularityNames.parse_or_fail("--recompute-granularity", g);
   const bool full = c.granularity == RecomputeGranularity::full;
   if (!method.empty() && !full) fail_usage("--recompute-method needs --recompute-granularity full");
   if (num_layers != 0 && !full) fail_usage("--recompute-num-layers needs --recompute-granularity full");
-  if (!method.empty()) {
-    const std::optional<RecomputeMethod> parsed = kRecomputeMethodNames.parse(method);
-    if (!parsed) fail_usage("--recompute-method " + method + ": expected " + kRecomputeMethodNames.list());
-    c.method = *parsed;
-  }
+  if (!method.empty()) c.method = kRecomputeMethodNames.parse_or_fail("--recompute-method", method);
   if (num_layers < 0) fail_usage("--recompute-num-layers must be positive");
   if (num_layers != 0) c.num_layers = num_layers;
   return c;

@@ -8,8 +8,7 @@
 namespace mt {
 
 DecayStyle parse_decay_style(const std::string& name) {
-  if (const std::optional<DecayStyle> style = kDecayStyleNames.parse(name)) return *style;
-  fail_usage("--lr-decay-style: expected " + kDecayStyleNames.list() + ", got \"" + name + "\"");
+  return kDecayStyleNames.parse_or_fail("--lr-decay-style", name);
 }
 
 float LrSchedule::at(int64_t step) const {

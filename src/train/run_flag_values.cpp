@@ -205,9 +205,7 @@ OffloadOptimizer parse_offload_optimizer(const std::string& name) {
     fail_usage(
         "--offload-optimizer cpu means host memory on a GPU build; this CPU build already keeps the "
         "optimizer in host memory (use none)");
-  const std::optional<OffloadOptimizer> mode = kOffloadOptimizerNames.parse(name);
-  if (!mode) fail_usage("--offload-optimizer must be " + kOffloadOptimizerNames.list() + ", got " + name);
-  return *mode;
+  return kOffloadOptimizerNames.parse_or_fail("--offload-optimizer", name);
 }
 
 std::string_view mode_name(DecayStyle mode) {
