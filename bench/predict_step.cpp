@@ -36,7 +36,8 @@ mt::TrainConfig config_from_args(char** args) {
   c.eval_interval = 0;
   const std::string precision = args[6], recompute = args[7];
   c.precision.precision = mt::parse_precision(precision == "bf16-o2" ? "bf16" : precision);
-  c.precision.o2_optimizer = c.precision.o2_gradient = precision == "bf16-o2";
+  c.precision.o2_gradient = precision == "bf16-o2";
+  if (c.precision.o2_gradient) c.precision.set_moments(mt::MomentDType::bf16);
   const size_t dash = recompute.find('-');
   c.recompute = dash == std::string::npos
                     ? mt::parse_recompute(recompute == "none" ? "" : recompute, "", 0, false)

@@ -31,7 +31,7 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   std::vector<char> tensor(static_cast<size_t>(largest) * dtype_size(dtype));
   SafetensorsWriter writer(out_dir + "/" + kModelFile, items, {{"format", "pt"}});
   for (const CheckpointTensor& t : layout.tensors) {
-    files.read(source, dtype, {t.offset, t.offset + t.numel()}, tensor.data());
+    files.read({source, dtype, nullptr}, {t.offset, t.offset + t.numel()}, tensor.data());
     writer.write_next(tensor.data(), static_cast<uint64_t>(t.numel()) * dtype_size(dtype));
   }
   writer.finish();

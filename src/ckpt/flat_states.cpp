@@ -21,31 +21,41 @@ std::vector<StateTensor> state_tensors(const Plan& plan) {
       {"adam_m", plan.policy.moments, [](const StateWindow& w) { return static_cast<char*>(w.m); }});
   tensors.push_back(
       {"adam_v", plan.policy.moments, [](const StateWindow& w) { return static_cast<char*>(w.v); }});
+  if (plan.policy.blocked_moments()) {
+    const int64_t block = plan.policy.moment_block;
+    tensors.push_back({"adam_m_scales", DType::f32,
+                       [](const StateWindow& w) { return reinterpret_cast<char*>(w.m_scales); }, block});
+    tensors.push_back({"adam_v_scales", DType::f32,
+                       [](const StateWindow& w) { return reinterpret_cast<char*>(w.v_scales); }, block});
+  }
   return tensors;
 }
 
 RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout) {
   for (int r = 0; r < layout.world; ++r) {
     files_.push_back(std::make_unique<SafetensorsReader>(checkpoint_dir + "/" + rank_file_name(r)));
-    ranges_.push_back(save_range(layout.num_params, layout.world, r));
+    ranges_.push_back(save_range(layout.num_params, layout.world, r, layout.moment_block));
   }
 }
 
-void RankFiles::read(const std::string& name, DType dtype, FlatRange range, char* dst) const {
-  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+void RankFiles::read(const StateTensor& t, FlatRange range, char* dst) const {
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
   for (size_t r = 0; r < files_.size(); ++r) {
     const FlatRange& saved = ranges_[r];
     const int64_t first = std::max(range.begin, saved.begin), last = std::min(range.end, saved.end);
     if (first >= last) continue;
     const SafetensorsReader& file = *files_[r];
-    const TensorEntry* entry = file.find(name);
-    if (!entry) fail_data(file.path() + ": missing tensor " + name);
-    if (entry->dtype != dtype || entry->numel() != saved.size())
-      fail_data(file.path() + ": tensor " + name + " is " + std::string(dtype_name(entry->dtype)) + " [" +
-                std::to_string(entry->numel()) + "], expected " + std::string(dtype_name(dtype)) + " [" +
-                std::to_string(saved.size()) + "]");
-    file.read_part(*entry, static_cast<uint64_t>((first - saved.begin) * size),
-                   static_cast<uint64_t>((last - first) * size), dst + (first - range.begin) * size);
+    const TensorEntry* entry = file.find(t.name);
+    if (!entry) fail_data(file.path() + ": missing tensor " + t.name);
+    const int64_t stored = t.entries(saved.begin, saved.end);
+    if (entry->dtype != t.dtype || entry->numel() != stored)
+      fail_data(file.path() + ": tensor " + t.name + " is " + std::string(dtype_name(entry->dtype)) + " [" +
+                std::to_string(entry->numel()) + "], expected " + std::string(dtype_name(t.dtype)) + " [" +
+                std::to_string(stored) + "]");
+    // Blocked tensors: first is a block's start (both ranges are cut on blocks).
+    file.read_part(*entry, static_cast<uint64_t>((first / t.per - saved.begin / t.per) * size),
+                   static_cast<uint64_t>(t.bytes(first, last)),
+                   dst + (first / t.per - range.begin / t.per) * size);
   }
 }
 

@@ -28,22 +28,32 @@ struct HeldWeights {
 };
 HeldWeights held_weights(const Allocation& memory);
 
-// One optimizer-state tensor of the rank files ("master", "adam_m", "adam_v") and where a window holds it.
+// One optimizer-state tensor of the rank files ("master", "adam_m", "adam_v", "adam_m_scales",
+// "adam_v_scales") and where a window holds it. A scale stands for a block of `per` flat parameters, the
+// other tensors' entries for one each.
 struct StateTensor {
   std::string name;
   DType dtype;
   char* (*in_window)(const StateWindow& window);
+  int64_t per = 1;
+
+  // The entries of flat range [begin, end), begin a block's start: one per block begun.
+  int64_t entries(int64_t begin, int64_t end) const { return ceil_div(end, per) - begin / per; }
+  int64_t bytes(int64_t begin, int64_t end) const {
+    return entries(begin, end) * static_cast<int64_t>(dtype_size(dtype));
+  }
 };
-// The policy's optimizer-state tensors: master (when there are master weights), adam_m, adam_v.
+// The policy's optimizer-state tensors: master (when there are master weights), adam_m, adam_v, and the
+// moments' scales when they are blocked (stored as they are: a resume never requantizes).
 std::vector<StateTensor> state_tensors(const Plan& plan);
 
 // The rank files of one checkpoint, open for reading.
 class RankFiles {
  public:
   RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout);
-  // Reads flat elements [range.begin, range.end) of tensor `name` (dtype as stored) into dst from every rank
-  // file that overlaps them.
-  void read(const std::string& name, DType dtype, FlatRange range, char* dst) const;
+  // Reads tensor t's entries of flat elements [range.begin, range.end) into dst from every rank file that
+  // overlaps them.
+  void read(const StateTensor& t, FlatRange range, char* dst) const;
 
  private:
   std::vector<std::unique_ptr<SafetensorsReader>> files_;

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <regex>
 
+#include "core/int_math.h"
+
 namespace mt::ckpt {
 
 namespace {
@@ -32,8 +34,9 @@ std::string rank_file_name(int rank) {
   return "rank" + std::to_string(rank) + ".safetensors";
 }
 
-FlatRange save_range(int64_t num_params, int world, int rank) {
-  const int64_t per_rank = (num_params + world - 1) / world;
+FlatRange save_range(int64_t num_params, int world, int rank, int64_t block) {
+  block = std::max<int64_t>(block, 1);
+  const int64_t per_rank = round_up(ceil_div(num_params, world), block);
   const int64_t begin = std::min(num_params, rank * per_rank);
   return {begin, std::min(num_params, begin + per_rank)};
 }

@@ -23,13 +23,14 @@ std::string checkpoint_name(int64_t step);  // "step_00000012"
 std::string hidden_name(int64_t step, const char* suffix);
 std::string rank_file_name(int rank);  // "rank0.safetensors"
 
-// The elements [begin, end) of the flat parameters that rank `rank` of `world` writes: the same ceil(n /
-// world) split as ZeRO's shards, whatever the stage, so every element is written exactly once.
+// The elements [begin, end) of the flat parameters that rank `rank` of `world` writes: the same split as
+// ZeRO's shards (ceil(n / world), rounded up to whole moment blocks of `block` elements), whatever the
+// stage, so every element is written exactly once and every block by one rank.
 struct FlatRange {
   int64_t begin = 0, end = 0;
   int64_t size() const { return end - begin; }
 };
-FlatRange save_range(int64_t num_params, int world, int rank);
+FlatRange save_range(int64_t num_params, int world, int rank, int64_t block);
 
 // The checkpoint directories (step_N) of a save directory, newest first; none when it does not exist.
 std::vector<std::string> list_checkpoints(const std::string& save_dir);

@@ -53,22 +53,22 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
     fail_usage(where + "it holds " + std::to_string(layout.num_params) + " parameters, this model " +
                std::to_string(plan.num_params) + " (--model differs)");
   if (layout.weights != plan.policy.weights || layout.moments != plan.policy.moments ||
-      layout.master != plan.policy.master_weights)
+      layout.moment_block != plan.policy.moment_block || layout.master != plan.policy.master_weights)
     fail_usage(where + "it stores weights " + std::string(dtype_name(layout.weights)) +
                (layout.master ? " + F32 master" : "") + ", moments " +
                std::string(dtype_name(layout.moments)) + "; this run " +
                std::string(dtype_name(plan.policy.weights)) +
                (plan.policy.master_weights ? " + F32 master" : "") + ", moments " +
                std::string(dtype_name(plan.policy.moments)) +
-               " (--precision, --o2-optimizer or --no-master-weights differ)");
+               " (--precision, --exp-avg-dtype or --main-params-dtype differ)");
   const RankFiles files(checkpoint_dir, layout);
   const HeldWeights weights = held_weights(memory);
-  files.read(kWeightsTensor, weights.dtype, weights.range, weights.data);
+  files.read({kWeightsTensor, weights.dtype, nullptr}, weights.range, weights.data);
   const std::vector<StateTensor> states = state_tensors(plan);
   memory.optimizer_state().visit(plan.shard_begin, plan.shard_end, StateAccess::write_all,
                                  [&](const StateWindow& w) {
                                    for (const StateTensor& t : states)
-                                     files.read(t.name, t.dtype, {w.begin, w.end}, t.in_window(w));
+                                     files.read(t, {w.begin, w.end}, t.in_window(w));
                                  });
 }
 

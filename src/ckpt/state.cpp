@@ -12,7 +12,7 @@ namespace mt::ckpt {
 namespace {
 
 DType dtype_named(const std::string& name, const std::string& path) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16})
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::u8, DType::f8_e4m3})
     if (dtype_name(t) == name) return t;
   fail_data(path + ": unknown dtype " + name);
 }
@@ -55,6 +55,7 @@ nlohmann::json to_json(const CheckpointState& s) {
                         {"weights", dtype_name(s.layout.weights)},
                         {"master", s.layout.master},
                         {"moments", dtype_name(s.layout.moments)},
+                        {"moment_block", s.layout.moment_block},
                         {"tensors", tensors}}}};
   if (s.loss_scaler)
     j["loss_scaler"] = {{"scale", s.loss_scaler->scale},
@@ -87,6 +88,7 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     s.layout.weights = dtype_named(l.at("weights").get<std::string>(), path);
     s.layout.master = l.at("master").get<bool>();
     s.layout.moments = dtype_named(l.at("moments").get<std::string>(), path);
+    s.layout.moment_block = l.value("moment_block", int64_t{0});
     for (const nlohmann::json& t : l.at("tensors"))
       s.layout.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
                                   t.at("offset").get<int64_t>()});
@@ -94,8 +96,8 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     fail_data(path + ": malformed: " + e.what());
   }
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||
-      s.layout.num_params < 0)
-    fail_data(path + ": step, optimizer updates, world or parameter count out of range");
+      s.layout.num_params < 0 || s.layout.moment_block < 0)
+    fail_data(path + ": step, optimizer updates, world, parameter count or moment block out of range");
   for (const CheckpointTensor& t : s.layout.tensors)
     if (t.offset < 0 || t.numel() < 0 || t.offset + t.numel() > s.layout.num_params)
       fail_data(path + ": tensor " + t.name + " lies outside the " + std::to_string(s.layout.num_params) +

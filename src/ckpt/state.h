@@ -27,10 +27,11 @@ struct CheckpointTensor {
 // How the flat model states were stored.
 struct CheckpointLayout {
   int64_t num_params = 0;
-  int world = 1;  // rank files, each save_range(num_params, world, r)
+  int world = 1;  // rank files, each save_range(num_params, world, r, moment_block)
   DType weights = DType::f32;
   bool master = false;  // fp32 master weights present
   DType moments = DType::f32;
+  int64_t moment_block = 0;  // blocked moments: elements per scale; 0: none
   std::vector<CheckpointTensor> tensors;
 };
 

@@ -26,14 +26,14 @@ namespace fs = std::filesystem;
 // This rank's save range of the weights and the optimizer state, streamed from memory (or from the offload
 // file, through its chunk slots): no copy.
 ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, int world, int rank) {
-  const FlatRange range = save_range(memory.num_params(), world, rank);
+  const FlatRange range = save_range(memory.num_params(), world, rank, memory.plan().policy.moment_block);
   const HeldWeights weights = held_weights(memory);
   if (range.begin < weights.range.begin || range.end > weights.range.end)
     throw std::logic_error("checkpoint: rank " + std::to_string(rank) +
                            " does not hold the weights of its range");
   const std::vector<StateTensor> states = state_tensors(memory.plan());
   std::vector<SafetensorsWriter::Item> items = {{kWeightsTensor, weights.dtype, {range.size()}}};
-  for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {range.size()}});
+  for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {t.entries(range.begin, range.end)}});
   const std::string name = rank_file_name(rank);
   SafetensorsWriter writer(dir + "/" + name, items,
                            {{"range_begin", std::to_string(range.begin)},
@@ -45,7 +45,7 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, i
   for (const StateTensor& t : states) {
     const StateAccess access = t.name == "master" ? StateAccess::read_master : StateAccess::read_all;
     memory.optimizer_state().visit(range.begin, range.end, access, [&](const StateWindow& w) {
-      writer.write_part(t.in_window(w), static_cast<uint64_t>(w.end - w.begin) * dtype_size(t.dtype));
+      writer.write_part(t.in_window(w), static_cast<uint64_t>(t.bytes(w.begin, w.end)));
     });
   }
   writer.finish();
@@ -177,7 +177,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   comm.barrier();
   const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, world, rank);
   write_model_part(model_path, model_file, state.layout, memory,
-                   save_range(memory.num_params(), world, rank));
+                   save_range(memory.num_params(), world, rank, memory.plan().policy.moment_block));
   // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53). Every rank has written all
   // its parts once this returns.
   const double sent[2] = {static_cast<double>(mine.bytes), static_cast<double>(mine.crc32c)};

@@ -17,7 +17,8 @@ CLI::Option* declare_flag(CLI::App& cmd, const RunFlag& flag, RunFlagInput& inpu
           return cmd.add_flag(names, *field, help);
         } else if constexpr (std::is_enum_v<T>) {
           CLI::Option* option = cmd.add_option_function<std::string>(
-              names, [field](const std::string& text) { parse_flag_value(text, *field); }, help);
+              names, [field, &flag](const std::string& text) { parse_flag_value(flag.name(), text, *field); },
+              help);
           if (flag.show_default) option->default_str(std::string(mode_name(*field)));
           return option;
         } else {

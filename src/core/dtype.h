@@ -6,7 +6,8 @@
 
 namespace mt {
 
-enum class DType { f32, bf16, f16, i32, u16, f64 };
+// u8 and f8_e4m3 hold block-quantized Adam moments (backend/cpu/block_quant.h): dynamic-map codes and e4m3.
+enum class DType { f32, bf16, f16, i32, u16, f64, u8, f8_e4m3 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
@@ -19,6 +20,9 @@ constexpr std::size_t dtype_size(DType t) {
     case DType::f16:
     case DType::u16:
       return 2;
+    case DType::u8:
+    case DType::f8_e4m3:
+      return 1;
   }
   return 0;
 }
@@ -38,6 +42,10 @@ constexpr std::string_view dtype_name(DType t) {
       return "U16";
     case DType::f64:
       return "F64";
+    case DType::u8:
+      return "U8";
+    case DType::f8_e4m3:
+      return "F8_E4M3";
   }
   return "?";
 }

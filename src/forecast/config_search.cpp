@@ -18,7 +18,9 @@ namespace {
 // weights are updated (stochastic rounding), not only where bytes go.
 std::vector<PrecisionConfig> precision_choices() {
   const auto bf16 = [](bool optimizer, bool gradient) {
-    return PrecisionConfig{.precision = Precision::bf16, .o2_optimizer = optimizer, .o2_gradient = gradient};
+    const MomentDType moments = optimizer ? MomentDType::bf16 : MomentDType::fp32;
+    return PrecisionConfig{
+        .precision = Precision::bf16, .exp_avg = moments, .exp_avg_sq = moments, .o2_gradient = gradient};
   };
   return {{.precision = Precision::fp32},
           bf16(false, false),
@@ -70,7 +72,7 @@ class GroupSearch {
 };
 
 bool is_plain(const PrecisionConfig& p) {
-  return !p.o2_optimizer && !p.o2_gradient;
+  return p.moments() == MomentDType::fp32 && !p.o2_gradient;
 }
 
 const ConfigCandidate* fastest(const std::vector<ConfigCandidate>& ranked, auto&& pred) {
@@ -117,7 +119,8 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
            c.config.recompute.granularity != RecomputeGranularity::none;
   });
   const ConfigCandidate* o2 = fastest(ranked, [&](const ConfigCandidate& c) {
-    return same_stage(c) && c.config.precision.o2_optimizer && !c.config.precision.o2_gradient;
+    return same_stage(c) && c.config.precision.moments() == MomentDType::bf16 &&
+           !c.config.precision.o2_gradient;
   });
   if (!plain_bare && plain_recompute && o2)
     notes.push_back(std::string(o2 < plain_recompute ? "agrees" : "DISAGREES") +
@@ -131,7 +134,7 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
   if (top.config.recompute.granularity != RecomputeGranularity::none) {
     const ConfigCandidate* less = fastest(ranked, [&](const ConfigCandidate& c) {
       return &c != &top && c.config.precision.precision == top.config.precision.precision &&
-             c.config.precision.o2_optimizer == top.config.precision.o2_optimizer &&
+             c.config.precision.moments() == top.config.precision.moments() &&
              c.config.precision.o2_gradient == top.config.precision.o2_gradient &&
              c.config.zero_stage == top.config.zero_stage &&
              c.config.offload_optimizer == top.config.offload_optimizer &&
@@ -223,7 +226,7 @@ SearchResult search_configs(const SearchRequest& request) {
 std::string describe_config(const TrainConfig& c) {
   const PrecisionConfig& p = c.precision;
   std::string s = precision_name(p.precision);
-  if (p.o2_optimizer) s += " +O2-opt";
+  if (p.moments() == MomentDType::bf16) s += " +O2-opt";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
@@ -246,7 +249,7 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   with_value({"--micro-batch-size", "--global-batch-size"});
   // What the search chose, then what the request fixed.
   s += command_line_args(
-      c, {"--precision", "--o2-optimizer", "--o2-gradient", "--no-master-weights", "--zero-stage",
+      c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype", "--zero-stage",
           "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads"});
   return s;
 }

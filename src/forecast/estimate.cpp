@@ -24,11 +24,9 @@ std::string percent(int64_t part, int64_t whole) {
 std::string describe_run(const Estimate& e) {
   const TrainConfig& c = e.config;
   std::ostringstream out;
-  out << precision_name(c.precision.precision) << " | weights " << dtype_name(e.policy.weights)
-      << (e.policy.master_weights ? " + F32 master" : "") << ", grads " << dtype_name(e.policy.grads)
-      << ", moments " << dtype_name(e.policy.moments) << " | ZeRO stage " << (e.dp > 1 ? c.zero_stage : 0)
-      << " over " << e.dp << " rank" << (e.dp == 1 ? "" : "s") << " | recompute "
-      << recompute_name(c.recompute)
+  out << precision_name(c.precision.precision) << " | " << model_states_text(e.policy) << " | ZeRO stage "
+      << (e.dp > 1 ? c.zero_stage : 0) << " over " << e.dp << " rank" << (e.dp == 1 ? "" : "s")
+      << " | recompute " << recompute_name(c.recompute)
       << (c.offload_optimizer == OffloadOptimizer::nvme ? " | optimizer offloaded (nvme)" : "")
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"

@@ -70,10 +70,10 @@ std::vector<PublishedFormula> published_formulas(const PrecisionConfig& p, int s
   const std::string mindspeed = "MindSpeed O2 (bf16 with ";
   if (p.precision == Precision::fp32 || !p.master_weights)
     ;  // no source tabulates fp32 Adam or bf16 weights without a master copy
-  else if (!p.o2_optimizer && !p.o2_gradient)
+  else if (p.moments() == MomentDType::fp32 && !p.o2_gradient)
     rows = {{"Megatron-LM, bf16/fp16 with fp32 gradients and the distributed optimizer", "", 1,
              terms(2, 4, 4, 8)}};
-  else if (!p.o2_optimizer)
+  else if (p.moments() == MomentDType::fp32)
     rows = {{"ZeRO (Rajbhandari et al. 2020), mixed-precision Adam with 16-bit gradients, K = 12", "", 3,
              terms(2, 2, 4, 8)},
             {mindspeed + "bf16 gradients), with the distributed optimizer", "", 1, terms(2, 2, 4, 8)}};

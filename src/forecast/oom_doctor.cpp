@@ -48,18 +48,19 @@ void add_precision_changes(const PrecisionConfig& p, std::vector<Change>& change
     changes.push_back(
         flag_change("add", added, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
   }
-  if (!p.o2_optimizer) {
-    added.push_back("--o2-optimizer");
+  if (p.moments() == MomentDType::fp32) {
+    added.push_back("--exp-avg-dtype");
     changes.push_back(flag_change("add", added, [](TrainConfig& t) {
       t.precision.precision = Precision::bf16;
-      t.precision.o2_optimizer = true;
+      t.precision.set_moments(MomentDType::bf16);
     }));
   }
   if (!p.o2_gradient) {
-    added.push_back("--o2-gradient");
+    added.push_back("--main-grads-dtype");
     changes.push_back(flag_change("add", added, [](TrainConfig& t) {
       t.precision.precision = Precision::bf16;
-      t.precision.o2_optimizer = t.precision.o2_gradient = true;
+      t.precision.set_moments(MomentDType::bf16);
+      t.precision.o2_gradient = true;
     }));
   }
 }

@@ -16,7 +16,8 @@ namespace mt {
 int64_t available_memory_bytes();
 
 struct FitChange {
-  std::string flags;  // "--o2-optimizer", "--recompute-granularity full --recompute-method block ..."
+  std::string flags;  // "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16", "--recompute-granularity full
+                      // --recompute-method block ..."
   int64_t bytes = 0;  // the changed run's total per rank
   double step_s = 0;  // its predicted step time (the shipped profile of this process's level and threads)
 };

@@ -22,7 +22,7 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
 std::optional<DType> dtype_from_name(std::string_view name) {
-  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u16}) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i32, DType::u16, DType::u8, DType::f8_e4m3}) {
     if (dtype_name(t) == name) return t;
   }
   return std::nullopt;

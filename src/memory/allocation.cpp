@@ -12,8 +12,12 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
       params_(tracker_, Category::params, plan.bytes[Category::params]),
       master_(tracker_, Category::master, plan.bytes[Category::master]),
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
-      adam_m_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
-      adam_v_(tracker_, Category::optim, plan.bytes[Category::optim] / 2),
+      adam_m_(tracker_, Category::optim,
+              plan.state_elems * static_cast<int64_t>(dtype_size(plan.policy.moments))),
+      adam_v_(tracker_, Category::optim,
+              plan.state_elems * static_cast<int64_t>(dtype_size(plan.policy.moments))),
+      m_scales_(tracker_, Category::optim, plan.moment_scales * 4),
+      v_scales_(tracker_, Category::optim, plan.moment_scales * 4),
       others_(table.size()),
       activations_(table, plan.activations, Category::activations),
       workspace_(table, plan.workspace, Category::workspace),
@@ -23,12 +27,12 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
     if (t.category != Category::params && !t.has_lifetime())
       others_[id] = TrackedBuffer(tracker_, t.category, t.bytes());
   }
+  const StateBuffers buffers{master_.as<float>(), adam_m_.as<void>(), adam_v_.as<void>(),
+                             m_scales_.as<float>(), v_scales_.as<float>()};
   if (plan.offload.enabled)
-    optimizer_state_ = std::make_unique<OffloadedOptimizerState>(plan, master_.as<float>(),
-                                                                 adam_m_.as<void>(), adam_v_.as<void>());
+    optimizer_state_ = std::make_unique<OffloadedOptimizerState>(plan, buffers);
   else
-    optimizer_state_ = std::make_unique<InMemoryOptimizerState>(plan, master_.as<float>(), adam_m_.as<void>(),
-                                                                adam_v_.as<void>());
+    optimizer_state_ = std::make_unique<InMemoryOptimizerState>(plan, buffers);
 }
 
 void* Allocation::data(int id) const {

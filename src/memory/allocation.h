@@ -93,10 +93,10 @@ class Allocation {
   const TensorTable& table_;
   const Plan& plan_;
   MemoryTracker tracker_;
-  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, m_scales_, v_scales_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_;
-  std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, adam_m_, adam_v_
+  std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, the moments and their scales
 };
 
 }  // namespace mt

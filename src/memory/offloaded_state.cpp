@@ -35,12 +35,8 @@ void move_all(int fd, bool write, char* data, int64_t bytes, int64_t offset, con
 
 }  // namespace
 
-OffloadedOptimizerState::OffloadedOptimizerState(const Plan& plan, float* master, void* m, void* v)
-    : plan_(plan),
-      master_(master),
-      m_(static_cast<char*>(m)),
-      v_(static_cast<char*>(v)),
-      moment_size_(static_cast<int64_t>(dtype_size(plan.policy.moments))) {
+OffloadedOptimizerState::OffloadedOptimizerState(const Plan& plan, const StateBuffers& slots)
+    : plan_(plan), slots_(slots), moment_size_(static_cast<int64_t>(dtype_size(plan.policy.moments))) {
   const std::string& dir = plan.offload.path;
   struct stat st {};
   if (dir.empty()) fail_usage("--offload-optimizer nvme needs --offload-path DIR");
@@ -70,27 +66,32 @@ OffloadedOptimizerState::~OffloadedOptimizerState() {
 }
 
 StateWindow OffloadedOptimizerState::window(int64_t begin, int64_t end, int slot) const {
-  const int64_t at = slot * plan_.offload.chunk_elems;
-  return {begin, end, master_ ? master_ + at : nullptr, m_ + at * moment_size_, v_ + at * moment_size_};
+  return slots_.window(plan_.policy, slot * plan_.offload.chunk_elems, begin, end);
 }
 
 void OffloadedOptimizerState::transfer(Direction direction, StateAccess access, int64_t begin, int64_t end,
                                        int slot) {
-  // File layout: the shard's master weights (if any), then m, then v.
+  // File layout: the shard's master weights (if any), then m, v, m's scales and v's scales (if blocked).
+  const ModelStatePolicy& policy = plan_.policy;
   const int64_t shard = plan_.shard_elems, local = begin - plan_.shard_begin, n = end - begin;
-  const int64_t master_bytes = master_ ? shard * 4 : 0;
+  const int64_t master_bytes = slots_.master ? shard * 4 : 0;
   const StateWindow w = window(begin, end, slot);
   const bool write = direction == Direction::write;
-  if (master_) move_all(fd_, write, reinterpret_cast<char*>(w.master), n * 4, local * 4, file_);
+  if (w.master) move_all(fd_, write, reinterpret_cast<char*>(w.master), n * 4, local * 4, file_);
   if (access == StateAccess::read_master || access == StateAccess::write_master) return;
   const int64_t moments = shard * moment_size_;
   move_all(fd_, write, static_cast<char*>(w.m), n * moment_size_, master_bytes + local * moment_size_, file_);
   move_all(fd_, write, static_cast<char*>(w.v), n * moment_size_,
            master_bytes + moments + local * moment_size_, file_);
+  if (!policy.blocked_moments()) return;
+  const int64_t scales_at = master_bytes + 2 * moments, shard_scales = policy.moment_scales(shard) * 4;
+  const int64_t first = policy.moment_scales(local) * 4, count = policy.moment_scales(n) * 4;
+  move_all(fd_, write, reinterpret_cast<char*>(w.m_scales), count, scales_at + first, file_);
+  move_all(fd_, write, reinterpret_cast<char*>(w.v_scales), count, scales_at + shard_scales + first, file_);
 }
 
 void OffloadedOptimizerState::visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) {
-  check_in_shard(plan_, begin, end);
+  check_in_shard(plan_, begin, end, access);
   if (begin >= end) return;
   const bool reads = access != StateAccess::write_master && access != StateAccess::write_all;
   const bool writes = access != StateAccess::read_master && access != StateAccess::read_all;

@@ -1,7 +1,8 @@
 // The optimizer state offloaded to a file (--offload-optimizer nvme): this rank's master weights and Adam
-// moments live in OFFLOAD_PATH/memtrain-optimizer.rank{r}.bin (created empty, so the moments start at zero,
-// and removed when the state is destroyed). A visit streams the range through two chunk slots per state:
-// while the caller works on one chunk, an I/O thread writes the previous chunk back and reads the next one.
+// moments (with their scales when blocked) live in OFFLOAD_PATH/memtrain-optimizer.rank{r}.bin (created
+// empty, so the moments start at zero, and removed when the state is destroyed). A visit streams the range
+// through two chunk slots per state: while the caller works on one chunk, an I/O thread writes the previous
+// chunk back and reads the next one.
 #pragma once
 
 #include <string>
@@ -12,9 +13,9 @@ namespace mt {
 
 class OffloadedOptimizerState : public OptimizerState {
  public:
-  // master (null without master weights), m and v: kOffloadSlots chunk slots of plan.offload.chunk_elems
-  // elements each. A missing or unwritable --offload-path is a data error naming it.
-  OffloadedOptimizerState(const Plan& plan, float* master, void* m, void* v);
+  // `slots`: kOffloadSlots chunk slots of plan.offload.chunk_elems elements each (and their scales). A
+  // missing or unwritable --offload-path is a data error naming it.
+  OffloadedOptimizerState(const Plan& plan, const StateBuffers& slots);
   ~OffloadedOptimizerState() override;
   OffloadedOptimizerState(const OffloadedOptimizerState&) = delete;
   OffloadedOptimizerState& operator=(const OffloadedOptimizerState&) = delete;
@@ -29,8 +30,7 @@ class OffloadedOptimizerState : public OptimizerState {
   StateWindow window(int64_t begin, int64_t end, int slot) const;
 
   const Plan& plan_;
-  float* master_;
-  char *m_, *v_;
+  StateBuffers slots_;
   int64_t moment_size_;
   std::string file_;
   int fd_ = -1;

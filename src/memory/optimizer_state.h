@@ -11,12 +11,27 @@
 
 namespace mt {
 
-// Element 0 of each pointer stands for flat parameter `begin`.
+// Element 0 of each pointer stands for flat parameter `begin`. Blocked moments: in a visit that touches the
+// moments, `begin` starts a block, whose scale is m_scales[0] (v_scales[0]).
 struct StateWindow {
   int64_t begin = 0, end = 0;
   float* master = nullptr;  // null without master weights
   void* m = nullptr;        // moments in the policy's dtype
   void* v = nullptr;
+  float* m_scales = nullptr;  // null without blocked moments
+  float* v_scales = nullptr;
+};
+
+// The buffers of a state held in memory (the whole shard, or one chunk slot), element 0 first.
+struct StateBuffers {
+  float* master = nullptr;  // null without master weights
+  void* m = nullptr;
+  void* v = nullptr;
+  float* m_scales = nullptr;  // null without blocked moments
+  float* v_scales = nullptr;
+
+  // The window [begin, end) whose element 0 is element `local` of the buffers (a block's start).
+  StateWindow window(const ModelStatePolicy& policy, int64_t local, int64_t begin, int64_t end) const;
 };
 
 // What a visit touches. An offloaded state reads only what the visit reads and writes back only what it
@@ -37,20 +52,19 @@ class OptimizerState {
   virtual void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) = 0;
 };
 
-// The whole shard in memory: one window. master (null without), m and v hold the shard.
+// The whole shard in memory: one window over `shard`'s buffers.
 class InMemoryOptimizerState : public OptimizerState {
  public:
-  InMemoryOptimizerState(const Plan& plan, float* master, void* m, void* v)
-      : plan_(plan), master_(master), m_(static_cast<char*>(m)), v_(static_cast<char*>(v)) {}
+  InMemoryOptimizerState(const Plan& plan, const StateBuffers& shard) : plan_(plan), shard_(shard) {}
   void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) override;
 
  private:
   const Plan& plan_;
-  float* master_;
-  char *m_, *v_;
+  StateBuffers shard_;
 };
 
-// Checks that [begin, end) lies in the plan's shard (a bug otherwise, not bad input).
-void check_in_shard(const Plan& plan, int64_t begin, int64_t end);
+// Checks that [begin, end) lies in the plan's shard and, when `access` touches blocked moments, starts on a
+// block (a bug otherwise, not bad input).
+void check_in_shard(const Plan& plan, int64_t begin, int64_t end, StateAccess access);
 
 }  // namespace mt

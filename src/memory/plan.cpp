@@ -61,9 +61,11 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
       plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());
     }
   }
-  const int64_t n = plan.num_params;
+  const int64_t n = plan.num_params, block = std::max<int64_t>(policy.moment_block, 1);
   if (sharding.shards_optimizer()) {
-    plan.shard_elems = checked_add(n, sharding.world - 1) / sharding.world;
+    // Blocked moments: a block never straddles two ranks, so a shard is a whole number of blocks.
+    const int64_t per_rank = checked_add(n, sharding.world - 1) / sharding.world;
+    plan.shard_elems = checked_mul(ceil_div(per_rank, block), block);
     plan.shard_begin = std::min(n, checked_mul(sharding.rank, plan.shard_elems));
     plan.shard_end = std::min(n, plan.shard_begin + plan.shard_elems);
   } else {
@@ -73,21 +75,28 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
     plan.bytes[Category::comm] = checked_add(plan.bytes[Category::comm], sharding.comm_internal_bytes);
   const int64_t master_size = policy.master_weights ? 4 : 0;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(policy.moments));
-  // Held in memory: the whole shard, or the offload's chunk slots with the shard in the file.
-  int64_t s = plan.shard_elems;
+  // Held in memory: the whole shard, or the offload's chunk slots with the shard in the file. A chunk is
+  // whole blocks of blocked moments, so that a window starts on a block.
+  plan.state_elems = plan.shard_elems;
+  plan.moment_scales = policy.moment_scales(plan.shard_elems);
   if (offload.enabled) {
     if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
     plan.offload = offload;
-    plan.offload.chunk_elems = std::min(offload.chunk_elems, std::max<int64_t>(plan.shard_elems, 1));
-    plan.offloaded_bytes = checked_mul(plan.shard_elems, master_size + 2 * moment_size);
-    s = checked_mul(kOffloadSlots, plan.offload.chunk_elems);
+    const int64_t shard = std::max<int64_t>(plan.shard_elems, 1);
+    plan.offload.chunk_elems = std::min(round_up(std::min(offload.chunk_elems, shard), block), shard);
+    plan.offloaded_bytes = checked_add(checked_mul(plan.shard_elems, master_size + 2 * moment_size),
+                                       checked_mul(plan.moment_scales, 8));
+    plan.state_elems = checked_mul(kOffloadSlots, plan.offload.chunk_elems);
+    plan.moment_scales = checked_mul(kOffloadSlots, policy.moment_scales(plan.offload.chunk_elems));
   }
+  const int64_t s = plan.state_elems;
   plan.bytes[Category::params] = checked_mul(sharding.shards_weights() ? plan.shard_elems : n,
                                              static_cast<int64_t>(dtype_size(policy.weights)));
   plan.bytes[Category::master] = checked_mul(s, master_size);
   plan.bytes[Category::grads] = checked_mul(sharding.shards_grads() ? plan.shard_elems : n,
                                             static_cast<int64_t>(dtype_size(policy.grads)));
-  plan.bytes[Category::optim] = checked_mul(s, 2 * moment_size);
+  plan.bytes[Category::optim] =
+      checked_mul(2, checked_add(checked_mul(s, moment_size), checked_mul(plan.moment_scales, 4)));
   plan.activations = pack_arena(table, Category::activations);
   plan.workspace = pack_arena(table, Category::workspace);
   plan.comm = pack_arena(table, Category::comm);

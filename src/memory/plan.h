@@ -19,16 +19,21 @@ namespace mt {
 struct ModelStatePolicy {
   DType weights = DType::f32;
   DType grads = DType::f32;
-  DType moments = DType::f32;
+  DType moments = DType::f32;  // u8, f8_e4m3: block-quantized, with an fp32 scale per block of each moment
+  int64_t moment_block = 0;    // elements per scale; 0: no scales
   bool master_weights = false;
+
+  bool blocked_moments() const { return moment_block > 0; }
+  // The scales of `elems` consecutive moment elements from a block's start: one per block begun.
+  int64_t moment_scales(int64_t elems) const { return blocked_moments() ? ceil_div(elems, moment_block) : 0; }
 };
 
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
-// one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world), so an uneven size pads the
-// last shard instead of being rejected. Stage 1 keeps only this rank's shard of the master weights and Adam
-// moments, stage 2 also of the gradients, stage 3 also of the weights. Buffers are exchanged in place in
-// collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a block at a time through the comm
-// tensors of the step schedule (model/zero_schedule.h).
+// one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world) rounded up to whole moment
+// blocks, so an uneven size pads the last shard instead of being rejected. Stage 1 keeps only this rank's
+// shard of the master weights and Adam moments, stage 2 also of the gradients, stage 3 also of the weights.
+// Buffers are exchanged in place in collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a
+// block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
   int world = 1;
   int rank = 0;
@@ -69,7 +74,10 @@ struct Plan {
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
   int64_t shard_begin = 0, shard_end = 0, shard_elems = 0;  // shard_elems = S, padded; end clamped to n
   OptimizerOffload offload;                                 // chunk_elems clamped to the shard when enabled
-  int64_t offloaded_bytes = 0;        // file bytes of master weights and moments when offloaded, not memory
+  int64_t offloaded_bytes = 0;  // file bytes of master weights and moments when offloaded, not memory
+  // Held in memory: elements of the master and each moment buffer (the shard, or the offload's chunk
+  // slots), and each moment's fp32 scales (blocked moments).
+  int64_t state_elems = 0, moment_scales = 0;
   CategoryBytes bytes;                // planned, per category
   int64_t num_params = 0;             // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1

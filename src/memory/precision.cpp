@@ -1,5 +1,6 @@
 #include "memory/precision.h"
 
+#include "backend/cpu/block_quant.h"
 #include "core/error.h"
 
 namespace mt {
@@ -12,14 +13,27 @@ std::string precision_name(Precision p) {
   return std::string(kPrecisionNames.name(p));
 }
 
+std::string moment_dtype_name(MomentDType d) {
+  return std::string(kMomentDTypeNames.name(d));
+}
+
 void check_precision(const PrecisionConfig& c) {
   const bool bf16 = c.precision == Precision::bf16;
-  if (c.o2_optimizer && !bf16) fail_usage("--o2-optimizer needs --bf16 (Adam moments are stored in bf16)");
-  if (c.o2_gradient && !bf16) fail_usage("--o2-gradient needs --bf16 (gradients are stored in bf16)");
+  if (c.exp_avg != c.exp_avg_sq)
+    fail_usage("--exp-avg-dtype " + moment_dtype_name(c.exp_avg) + " with --exp-avg-sq-dtype " +
+               moment_dtype_name(c.exp_avg_sq) +
+               ": both moments are stored in one dtype; give both the same");
+  if (c.exp_avg == MomentDType::bf16 && !bf16)
+    fail_usage(
+        "--exp-avg-dtype bf16 (--o2-optimizer) needs --bf16; fp8 and int8 moments work with any precision");
+  if (c.o2_gradient && !bf16) fail_usage("--main-grads-dtype bf16 (--o2-gradient) needs --bf16");
   if (!c.master_weights && !bf16)
-    fail_usage("--no-master-weights needs --bf16 (bf16 weights are updated with stochastic rounding)");
-  if (c.o2_stochastic_rounding && !c.o2_optimizer)
-    fail_usage("--o2-stochastic-rounding needs --o2-optimizer (it rounds the bf16 Adam moments)");
+    fail_usage(
+        "--main-params-dtype none (--no-master-weights) needs --bf16 (bf16 weights are updated with "
+        "stochastic rounding)");
+  if (c.o2_stochastic_rounding && c.exp_avg != MomentDType::bf16)
+    fail_usage(
+        "--o2-stochastic-rounding needs bf16 moments (--o2-optimizer): it rounds the bf16 Adam moments");
 }
 
 DType compute_dtype(Precision p) {
@@ -34,12 +48,35 @@ DType compute_dtype(Precision p) {
   return DType::f32;
 }
 
+std::string model_states_text(const ModelStatePolicy& p) {
+  std::string text = "weights " + std::string(dtype_name(p.weights)) +
+                     (p.master_weights ? " + F32 master" : "") + ", grads " +
+                     std::string(dtype_name(p.grads)) + ", moments " + std::string(dtype_name(p.moments));
+  if (p.blocked_moments()) text += " + an F32 scale per " + std::to_string(p.moment_block);
+  return text;
+}
+
 ModelStatePolicy model_state_policy(const PrecisionConfig& c) {
   const DType weights = compute_dtype(c.precision);
-  return {.weights = weights,
-          .grads = c.o2_gradient ? DType::bf16 : DType::f32,
-          .moments = c.o2_optimizer ? DType::bf16 : DType::f32,
-          .master_weights = weights != DType::f32 && c.master_weights};
+  ModelStatePolicy policy{.weights = weights,
+                          .grads = c.o2_gradient ? DType::bf16 : DType::f32,
+                          .master_weights = weights != DType::f32 && c.master_weights};
+  switch (c.exp_avg) {
+    case MomentDType::fp32:
+      break;
+    case MomentDType::bf16:
+      policy.moments = DType::bf16;
+      break;
+    case MomentDType::fp8:
+      policy.moments = DType::f8_e4m3;
+      policy.moment_block = kernels::moment_block_size(kernels::MomentFormat::fp8);
+      break;
+    case MomentDType::int8:
+      policy.moments = DType::u8;
+      policy.moment_block = kernels::moment_block_size(kernels::MomentFormat::int8);
+      break;
+  }
+  return policy;
 }
 
 }  // namespace mt

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "backend/cpu/adamw.h"
+#include "backend/cpu/adamw_8bit.h"
 #include "core/rng.h"
 
 namespace mt {
@@ -27,6 +28,10 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
     if (coef < 1.0) multiplier = static_cast<float>(coef / loss_scale);
   }
   ++updates_;
+  if (policy.blocked_moments()) {
+    update_blocked(memory, lr, multiplier);
+    return {norm, false};
+  }
   const bool bf16_grads = policy.grads == DType::bf16, bf16_moments = policy.moments == DType::bf16;
   switch (policy.weights) {
     case DType::f32:
@@ -49,6 +54,52 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
       throw std::logic_error("AdamW: weights of dtype " + std::string(dtype_name(policy.weights)));
   }
   return {norm, false};
+}
+
+void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) {
+  const ModelStatePolicy& policy = memory.plan().policy;
+  const bool bf16_grads = policy.grads == DType::bf16;
+  switch (policy.weights) {
+    case DType::f32:
+      return bf16_grads ? update_blocked<float, bf16>(memory, lr, grad_multiplier)
+                        : update_blocked<float, float>(memory, lr, grad_multiplier);
+    case DType::bf16:
+      return bf16_grads ? update_blocked<bf16, bf16>(memory, lr, grad_multiplier)
+                        : update_blocked<bf16, float>(memory, lr, grad_multiplier);
+    case DType::f16:
+      return bf16_grads ? update_blocked<f16, bf16>(memory, lr, grad_multiplier)
+                        : update_blocked<f16, float>(memory, lr, grad_multiplier);
+    default:
+      throw std::logic_error("AdamW: weights of dtype " + std::string(dtype_name(policy.weights)));
+  }
+}
+
+template <typename P, typename G>
+void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) {
+  // One kernel call per window (whole blocks, from a block's start): the tensors it covers are runs of
+  // one weight decay each.
+  const Plan& plan = memory.plan();
+  const kernels::MomentFormat format =
+      plan.policy.moments == DType::u8 ? kernels::MomentFormat::int8 : kernels::MomentFormat::fp8;
+  const kernels::AdamWStep s{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
+                             updates_, grad_multiplier};
+  memory.optimizer_state().visit(
+      plan.shard_begin, plan.shard_end, StateAccess::update, [&](const StateWindow& window) {
+        std::vector<kernels::DecayRun> runs;
+        for (const ParamGroup& p : params_) {
+          const int64_t offset = memory.param_offset(p.id);
+          const int64_t first = std::max(offset, window.begin);
+          if (first < std::min(offset + memory.table()[p.id].numel(), window.end))
+            runs.push_back({first - window.begin, p.decay});
+        }
+        std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+        const kernels::QuantizedMoments moments{format, static_cast<uint8_t*>(window.m), window.m_scales,
+                                                static_cast<uint8_t*>(window.v), window.v_scales};
+        const kernels::AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), window.begin};
+        kernels::adamw_update_8bit(window.master, memory.weights_from<P>(window.begin),
+                                   memory.grads_from<G>(window.begin), moments, window.end - window.begin, s,
+                                   runs, rounding);
+      });
 }
 
 template <typename P, typename G, typename M>

@@ -1,6 +1,7 @@
 // The optimizer step over every parameter tensor: overflow check, unscaling, global-norm clipping, then AdamW
 // with weight decay only on the tensors the model says decay. Works for every model-state layout of the
-// Plan's policy (fp32; 16-bit weights with fp32 master; O2 bf16 moments and gradients; no master weights).
+// Plan's policy (fp32; 16-bit weights with fp32 master; O2 bf16 moments and gradients; no master weights;
+// 8-bit block-quantized moments).
 #pragma once
 
 #include <cstdint>
@@ -51,6 +52,10 @@ class AdamW {
   void restore_updates_taken(int64_t updates) { updates_ = updates; }
 
  private:
+  // Blocked 8-bit moments (backend/cpu/adamw_8bit.h).
+  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
+  template <typename P, typename G>
+  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
   template <typename P, typename G, typename M>
   void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
   template <typename P, typename G, typename M>

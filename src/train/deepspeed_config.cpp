@@ -240,7 +240,7 @@ class DeepSpeedConfig {
           if constexpr (std::is_enum_v<T>) {
             const std::string name = value_of<std::string>(v, label);
             try {
-              parse_flag_value(name, *field);
+              parse_flag_value(key, name, *field);
             } catch (const Error& e) {
               fail_usage(label + ": " + e.what());
             }

@@ -28,6 +28,36 @@ nlohmann::json precision_setting(const TrainConfig& c) {
   return precision_name(c.precision.precision);
 }
 
+// Both moments' dtypes go together (they must be equal); the MindSpeed alias --o2-optimizer prints nothing.
+std::string print_moments(const TrainConfig& c) {
+  const PrecisionConfig& p = c.precision;
+  if (p.exp_avg == MomentDType::fp32 && p.exp_avg_sq == MomentDType::fp32) return "";
+  return "--exp-avg-dtype " + moment_dtype_name(p.exp_avg) + " --exp-avg-sq-dtype " +
+         moment_dtype_name(p.exp_avg_sq);
+}
+std::string printed_by_moments(const TrainConfig&) {
+  return "";
+}
+// A checkpoint's record under the alias's name as well: it was the only name of bf16 moments once.
+nlohmann::json o2_optimizer_setting(const TrainConfig& c) {
+  return c.precision.moments() == MomentDType::bf16;
+}
+std::string print_main_grads(const TrainConfig& c) {
+  return c.precision.o2_gradient ? "--main-grads-dtype bf16" : "";
+}
+nlohmann::json main_grads_setting(const TrainConfig& c) {
+  return kMainGradsDTypeNames.name(c.precision.o2_gradient);
+}
+std::string print_main_params(const TrainConfig& c) {
+  return c.precision.master_weights ? "" : "--main-params-dtype none";
+}
+nlohmann::json main_params_setting(const TrainConfig& c) {
+  return kMainParamsDTypeNames.name(c.precision.master_weights);
+}
+std::string printed_by_main_dtypes(const TrainConfig&) {
+  return "";
+}
+
 // The whole group: method and layer count are spelt out even at their defaults.
 std::string print_recompute(const TrainConfig& c) {
   const RecomputeConfig& r = c.recompute;
@@ -110,24 +140,57 @@ const RunFlag kRunFlags[] = {
      .field = &input_field<&RunFlagInput::fp16>,
      .kind = K::switch_on,
      .memory = true},
+    {.names = "--exp-avg-dtype",
+     .help = "Adam's first moment: fp32, bf16 (bf16 runs), fp8 (e4m3, a scale per 128) or int8 (dynamic map, "
+             "a scale per 2048); the same as --exp-avg-sq-dtype",
+     .field = &group_field<&C::precision, &PrecisionConfig::exp_avg>,
+     .memory = true,
+     .trajectory = true,
+     .print = &print_moments},
+    {.names = "--exp-avg-sq-dtype",
+     .help = "Adam's second moment: fp32, bf16, fp8 or int8",
+     .field = &group_field<&C::precision, &PrecisionConfig::exp_avg_sq>,
+     .memory = true,
+     .trajectory = true,
+     .print = &printed_by_moments},
     {.names = "--o2-optimizer",
-     .help = "Adam moments in bf16 (bf16 only)",
-     .field = &group_field<&C::precision, &PrecisionConfig::o2_optimizer>,
+     .help = "Adam moments in bf16 (bf16 only): --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16",
+     .field = &input_field<&RunFlagInput::o2_optimizer>,
      .kind = K::switch_on,
      .memory = true,
-     .trajectory = true},
+     .trajectory = true,
+     .print = &printed_by_moments,
+     .setting = &o2_optimizer_setting},
+    {.names = "--main-grads-dtype",
+     .help = "fp32 or bf16 (bf16 runs): the dtype gradients are accumulated and stored in",
+     .field = &input_field<&RunFlagInput::main_grads_dtype>,
+     .memory = true,
+     .trajectory = true,
+     .print = &print_main_grads,
+     .setting = &main_grads_setting},
     {.names = "--o2-gradient",
-     .help = "gradients accumulated and stored in bf16 (bf16 only)",
+     .help = "gradients accumulated and stored in bf16 (bf16 only): --main-grads-dtype bf16",
      .field = &group_field<&C::precision, &PrecisionConfig::o2_gradient>,
      .kind = K::switch_on,
      .memory = true,
-     .trajectory = true},
+     .trajectory = true,
+     .print = &printed_by_main_dtypes},
+    {.names = "--main-params-dtype",
+     .help =
+         "fp32 or none (bf16 runs): none keeps no fp32 weight copy, updating bf16 weights with stochastic "
+         "rounding",
+     .field = &input_field<&RunFlagInput::main_params_dtype>,
+     .memory = true,
+     .trajectory = true,
+     .print = &print_main_params,
+     .setting = &main_params_setting},
     {.names = "!--no-master-weights",
-     .help = "no fp32 weight copy: bf16 weights updated with stochastic rounding (bf16 only)",
+     .help = "no fp32 weight copy (bf16 only): --main-params-dtype none",
      .field = &group_field<&C::precision, &PrecisionConfig::master_weights>,
      .kind = K::switch_off,
      .memory = true,
-     .trajectory = true},
+     .trajectory = true,
+     .print = &printed_by_main_dtypes},
     {.names = "--o2-stochastic-rounding",
      .help = "round bf16 Adam moments stochastically (seeded) instead of to nearest",
      .field = &group_field<&C::precision, &PrecisionConfig::o2_stochastic_rounding>,

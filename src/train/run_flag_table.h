@@ -25,6 +25,8 @@ struct RunFlagInput {
   TrainConfig config;
   std::string precision;  // --precision; empty: not given
   bool bf16 = false, fp16 = false;
+  bool o2_optimizer = false;                        // MindSpeed's name of bf16 moments
+  std::string main_grads_dtype, main_params_dtype;  // empty: not given
   std::string recompute_granularity, recompute_method;
   int64_t recompute_num_layers = 0;
   bool recompute_activations = false;
@@ -37,7 +39,7 @@ struct RunFlagInput {
 
 // Where a flag's value goes. A mode (an enum) parses with its name table.
 using FlagField = std::variant<std::string*, int64_t*, int*, uint64_t*, float*, double*, bool*, DecayStyle*,
-                               DistBackend*, OffloadOptimizer*, ResumeMode*>;
+                               DistBackend*, OffloadOptimizer*, ResumeMode*, MomentDType*>;
 
 enum class FlagKind {
   value,           // --name VALUE
@@ -111,16 +113,18 @@ std::string command_line_args(const TrainConfig& config, const std::vector<std::
 // state), paths and logging.
 nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t samples_per_step);
 
-// The modes' parsers: a usage error naming the flag for an unknown name.
-void parse_flag_value(const std::string& text, DecayStyle& out);
-void parse_flag_value(const std::string& text, DistBackend& out);
-void parse_flag_value(const std::string& text, OffloadOptimizer& out);
-void parse_flag_value(const std::string& text, ResumeMode& out);
+// The modes' parsers: a usage error naming `flag` (or the mode's own flag) for an unknown name.
+void parse_flag_value(std::string_view flag, const std::string& text, DecayStyle& out);
+void parse_flag_value(std::string_view flag, const std::string& text, DistBackend& out);
+void parse_flag_value(std::string_view flag, const std::string& text, OffloadOptimizer& out);
+void parse_flag_value(std::string_view flag, const std::string& text, ResumeMode& out);
+void parse_flag_value(std::string_view flag, const std::string& text, MomentDType& out);
 OffloadOptimizer parse_offload_optimizer(const std::string& name);
 
 std::string_view mode_name(DecayStyle mode);
 std::string_view mode_name(DistBackend mode);
 std::string_view mode_name(OffloadOptimizer mode);
 std::string_view mode_name(ResumeMode mode);
+std::string_view mode_name(MomentDType mode);
 
 }  // namespace mt

@@ -21,6 +21,30 @@ Precision resolve_precision(const RunFlagInput& f) {
   return parse_precision(!alias.empty() ? alias : f.precision.empty() ? "fp32" : f.precision);
 }
 
+// The moments' and main states' dtypes, from Megatron's flags and the MindSpeed/O2 aliases, which must not
+// contradict them.
+void resolve_state_dtypes(const RunFlagInput& f, PrecisionConfig& p) {
+  if (f.o2_optimizer) {
+    for (const auto& [flag, dtype] :
+         {std::pair{"--exp-avg-dtype", p.exp_avg}, {"--exp-avg-sq-dtype", p.exp_avg_sq}})
+      if (f.given.contains(flag) && dtype != MomentDType::bf16)
+        fail_usage("--o2-optimizer (bf16 moments) contradicts " + std::string(flag) + " " +
+                   moment_dtype_name(dtype));
+    p.set_moments(MomentDType::bf16);
+  }
+  if (!f.main_grads_dtype.empty()) {
+    const bool bf16 = kMainGradsDTypeNames.parse_or_fail("--main-grads-dtype", f.main_grads_dtype);
+    if (p.o2_gradient && !bf16)
+      fail_usage("--o2-gradient (bf16 gradients) contradicts --main-grads-dtype fp32");
+    p.o2_gradient = bf16;
+  }
+  if (!f.main_params_dtype.empty()) {
+    const bool master = kMainParamsDTypeNames.parse_or_fail("--main-params-dtype", f.main_params_dtype);
+    if (!p.master_weights && master) fail_usage("--no-master-weights contradicts --main-params-dtype fp32");
+    p.master_weights = master;
+  }
+}
+
 std::string number_text(double value, int digits) {
   char text[32];
   std::snprintf(text, sizeof text, "%.*g", digits, value);
@@ -121,6 +145,7 @@ TrainConfig resolve_run_flags(const RunFlagInput& input) {
       check_given_value(flag, input.config, flag.name());
   TrainConfig c = input.config;
   c.precision.precision = resolve_precision(input);
+  resolve_state_dtypes(input, c.precision);
   if (input.distributed_optimizer) {
     if (c.zero_stage > 1) fail_usage("--use-distributed-optimizer (ZeRO stage 1) contradicts --zero-stage");
     c.zero_stage = 1;
@@ -181,16 +206,19 @@ nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t 
   return settings;
 }
 
-void parse_flag_value(const std::string& text, DecayStyle& out) {
+void parse_flag_value(std::string_view, const std::string& text, DecayStyle& out) {
   out = parse_decay_style(text);
 }
-void parse_flag_value(const std::string& text, DistBackend& out) {
+void parse_flag_value(std::string_view, const std::string& text, DistBackend& out) {
   out = parse_dist_backend(text);
 }
-void parse_flag_value(const std::string& text, OffloadOptimizer& out) {
+void parse_flag_value(std::string_view, const std::string& text, OffloadOptimizer& out) {
   out = parse_offload_optimizer(text);
 }
-void parse_flag_value(const std::string& text, ResumeMode& out) {
+void parse_flag_value(std::string_view flag, const std::string& text, MomentDType& out) {
+  out = kMomentDTypeNames.parse_or_fail(flag, text);
+}
+void parse_flag_value(std::string_view, const std::string& text, ResumeMode& out) {
   if (text.empty()) {
     out = ResumeMode::off;
     return;
@@ -219,6 +247,9 @@ std::string_view mode_name(OffloadOptimizer mode) {
 }
 std::string_view mode_name(ResumeMode mode) {
   return kResumeModeNames.name(mode);
+}
+std::string_view mode_name(MomentDType mode) {
+  return kMomentDTypeNames.name(mode);
 }
 
 }  // namespace mt

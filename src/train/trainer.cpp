@@ -60,13 +60,10 @@ void Trainer::print_banner(size_t train_shards) const {
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
               threads, std::string(kernels::cpu_isa_name(kernels::cpu_isa())).c_str(),
               std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(), train_shards);
-  std::printf(
-      "precision %s | weights %s%s, grads %s, moments %s: %g bytes/parameter | %lld micro-batch%s/step\n",
-      precision_name(cfg.precision.precision).c_str(), std::string(dtype_name(policy.weights)).c_str(),
-      policy.master_weights ? " + F32 master" : "", std::string(dtype_name(policy.grads)).c_str(),
-      std::string(dtype_name(policy.moments)).c_str(),
-      model_state_bytes_per_param(plan_.bytes, plan_.num_params), static_cast<long long>(accum_),
-      accum_ == 1 ? "" : "es");
+  std::printf("precision %s | %s: %g bytes/parameter | %lld micro-batch%s/step\n",
+              precision_name(cfg.precision.precision).c_str(), model_states_text(policy).c_str(),
+              model_state_bytes_per_param(plan_.bytes, plan_.num_params), static_cast<long long>(accum_),
+              accum_ == 1 ? "" : "es");
   std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
               recompute_name(cfg.recompute).c_str(), human_bytes(plan_.activations.size).c_str(),
               human_bytes(plan_.activations.sum_of_tensors).c_str());

@@ -40,6 +40,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
               .weights = plan_.policy.weights,
               .master = plan_.policy.master_weights,
               .moments = plan_.policy.moments,
+              .moment_block = plan_.policy.moment_block,
               .tensors = {}};
   // The Hugging Face tensors, each a contiguous range of the flat parameters.
   for (const FileTensor& f : checkpoint_tensors(spec_, model_))
@@ -100,7 +101,7 @@ uint32_t Trainer::state_hash() {
   memory_->optimizer_state().visit(
       plan_.shard_begin, plan_.shard_end, StateAccess::read_all, [&](const StateWindow& w) {
         for (const ckpt::StateTensor& t : states)
-          crc = crc32c(t.in_window(w), static_cast<size_t>(w.end - w.begin) * dtype_size(t.dtype), crc);
+          crc = crc32c(t.in_window(w), static_cast<size_t>(t.bytes(w.begin, w.end)), crc);
       });
   const LoaderCursor cursor = train_loader_->cursor();
   const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};
@@ -121,9 +122,9 @@ uint32_t Trainer::state_hash() {
 int64_t Trainer::checkpoint_bytes() const {
   int64_t per_param =
       2 * static_cast<int64_t>(dtype_size(plan_.policy.weights));  // rank files and model file
-  for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_))
-    per_param += static_cast<int64_t>(dtype_size(t.dtype));
-  return plan_.num_params * per_param;
+  int64_t bytes = 0;
+  for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) bytes += t.bytes(0, plan_.num_params);
+  return plan_.num_params * per_param + bytes;
 }
 
 bool Trainer::any_rank(bool local) {

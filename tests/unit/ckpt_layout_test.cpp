@@ -17,7 +17,7 @@ TEST(CheckpointLayout, SaveRangesCoverEveryParameterOnce) {
     for (int world : {1, 2, 3, 8}) {
       std::vector<int> written(n, 0);
       for (int r = 0; r < world; ++r) {
-        const FlatRange range = save_range(n, world, r);
+        const FlatRange range = save_range(n, world, r, 1);
         for (int64_t i = range.begin; i < range.end; ++i) ++written[i];
       }
       for (int64_t i = 0; i < n; ++i)
@@ -53,7 +53,7 @@ TEST(CheckpointLayout, RankFilesReadAnyRangeAcrossSavedRanks) {
   layout.num_params = n;
   layout.world = 3;
   for (int r = 0; r < layout.world; ++r) {
-    const FlatRange range = save_range(n, layout.world, r);
+    const FlatRange range = save_range(n, layout.world, r, 1);
     std::vector<float> values(range.size());
     std::iota(values.begin(), values.end(), static_cast<float>(range.begin));
     SafetensorsWriter writer((dir / rank_file_name(r)).string(), {{"master", DType::f32, {range.size()}}});
@@ -63,12 +63,14 @@ TEST(CheckpointLayout, RankFilesReadAnyRangeAcrossSavedRanks) {
   const RankFiles files(dir.string(), layout);
   for (const FlatRange range : {FlatRange{0, n}, FlatRange{30, 40}, FlatRange{33, 69}, FlatRange{100, 101}}) {
     std::vector<float> got(range.size(), -1.0f);
-    files.read("master", DType::f32, range, reinterpret_cast<char*>(got.data()));
+    files.read({"master", DType::f32, nullptr}, range, reinterpret_cast<char*>(got.data()));
     for (int64_t i = 0; i < range.size(); ++i) EXPECT_EQ(got[i], static_cast<float>(range.begin + i));
   }
   std::vector<float> unused(n);
-  EXPECT_THROW(files.read("adam_m", DType::f32, {0, n}, reinterpret_cast<char*>(unused.data())), Error);
-  EXPECT_THROW(files.read("master", DType::bf16, {0, n}, reinterpret_cast<char*>(unused.data())), Error);
+  EXPECT_THROW(files.read({"adam_m", DType::f32, nullptr}, {0, n}, reinterpret_cast<char*>(unused.data())),
+               Error);
+  EXPECT_THROW(files.read({"master", DType::bf16, nullptr}, {0, n}, reinterpret_cast<char*>(unused.data())),
+               Error);
   std::filesystem::remove_all(dir);
 }
 

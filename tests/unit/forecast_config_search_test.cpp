@@ -35,8 +35,10 @@ TrainConfig with_precision(TrainConfig c, PrecisionConfig p) {
 int64_t middle_limit(const TrainConfig& base, int world) {
   TrainConfig big = with_precision(base, {.precision = Precision::fp32});
   big.micro_batch = base.global_batch / world;
-  TrainConfig small =
-      with_precision(base, {.precision = Precision::bf16, .o2_optimizer = true, .o2_gradient = true});
+  TrainConfig small = with_precision(base, {.precision = Precision::bf16,
+                                            .exp_avg = MomentDType::bf16,
+                                            .exp_avg_sq = MomentDType::bf16,
+                                            .o2_gradient = true});
   small.micro_batch = 1;
   small.recompute = {.granularity = RecomputeGranularity::full, .method = RecomputeMethod::uniform};
   if (world > 1) small.zero_stage = 3;
@@ -132,18 +134,19 @@ TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
   plain.seq_len = 128;  // activations big enough that recompute could make up for the O2 optimizer
   plain.micro_batch = 1;
   TrainConfig o2 = plain;
-  o2.precision.o2_optimizer = true;
+  o2.precision.set_moments(MomentDType::bf16);
   const int64_t limit = (rank_total(plain, 1, 0) + rank_total(o2, 1, 0)) / 2;
   const SearchResult result = search_configs(
       {.base = plain, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
   const auto& ranked = result.fitting;
   const auto o2_alone = std::find_if(ranked.begin(), ranked.end(), [](const ConfigCandidate& c) {
-    return c.config.precision.o2_optimizer && !c.config.precision.o2_gradient &&
+    return c.config.precision.moments() == MomentDType::bf16 && !c.config.precision.o2_gradient &&
            c.config.recompute.granularity == RecomputeGranularity::none;
   });
   const auto plain_recomputing = std::find_if(ranked.begin(), ranked.end(), [](const ConfigCandidate& c) {
-    return c.config.precision.precision == Precision::bf16 && !c.config.precision.o2_optimizer &&
-           !c.config.precision.o2_gradient && c.config.recompute.granularity != RecomputeGranularity::none;
+    return c.config.precision.precision == Precision::bf16 &&
+           c.config.precision.moments() == MomentDType::fp32 && !c.config.precision.o2_gradient &&
+           c.config.recompute.granularity != RecomputeGranularity::none;
   });
   ASSERT_NE(o2_alone, ranked.end());
   ASSERT_NE(plain_recomputing, ranked.end()) << "the limit leaves plain bf16 no room even with recompute";
@@ -156,14 +159,18 @@ TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
 
 TEST(Planner, CommandLineNamesEveryChosenFlag) {
   TrainConfig c = tiny_base("llama-tiny", 16);
-  c.precision = {.precision = Precision::bf16, .o2_optimizer = true, .o2_gradient = true};
+  c.precision = {.precision = Precision::bf16,
+                 .exp_avg = MomentDType::bf16,
+                 .exp_avg_sq = MomentDType::bf16,
+                 .o2_gradient = true};
   c.zero_stage = 2;
   c.micro_batch = 2;
   c.recompute = {
       .granularity = RecomputeGranularity::full, .method = RecomputeMethod::block, .num_layers = 1};
   EXPECT_EQ(train_command_line(c, 4),
             "mpirun -np 4 memtrain train --model llama-tiny --data DATA --train-iters 10 --seq-length 64 "
-            "--micro-batch-size 2 --global-batch-size 16 --bf16 --o2-optimizer --o2-gradient --zero-stage 2 "
+            "--micro-batch-size 2 --global-batch-size 16 --bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+            "--main-grads-dtype bf16 --zero-stage 2 "
             "--recompute-granularity full --recompute-method block --recompute-num-layers 1 --threads 1");
 }
 

@@ -20,7 +20,12 @@ namespace mt {
 namespace {
 
 PrecisionConfig mode(Precision p, bool o2_optimizer = false, bool o2_gradient = false, bool master = true) {
-  return {.precision = p, .o2_optimizer = o2_optimizer, .o2_gradient = o2_gradient, .master_weights = master};
+  const MomentDType moments = o2_optimizer ? MomentDType::bf16 : MomentDType::fp32;
+  return {.precision = p,
+          .exp_avg = moments,
+          .exp_avg_sq = moments,
+          .o2_gradient = o2_gradient,
+          .master_weights = master};
 }
 
 int64_t model_state_bytes(const Plan& plan) {
@@ -84,7 +89,7 @@ TEST(ModelPrecision, BytesPerParameterOfEveryPolicy) {
   };
   for (const Case& c : cases) {
     TinyRun run(c.precision, 2, 16);
-    SCOPED_TRACE(precision_name(c.precision.precision) + " o2 " + std::to_string(c.precision.o2_optimizer) +
+    SCOPED_TRACE(precision_name(c.precision.precision) + " o2 " + moment_dtype_name(c.precision.moments()) +
                  std::to_string(c.precision.o2_gradient) + " master " +
                  std::to_string(c.precision.master_weights));
     EXPECT_EQ(model_state_bytes(run.plan), c.bytes * run.plan.num_params);

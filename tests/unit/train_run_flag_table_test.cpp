@@ -48,7 +48,10 @@ TrainConfig changed_config() {
   c.lr = 3.3e-4f;
   c.decay_style = DecayStyle::linear;
   c.adam.beta2 = 0.95f;
-  c.precision = {.precision = Precision::bf16, .o2_optimizer = true, .master_weights = false};
+  c.precision = {.precision = Precision::bf16,
+                 .exp_avg = MomentDType::bf16,
+                 .exp_avg_sq = MomentDType::bf16,
+                 .master_weights = false};
   c.recompute = {
       .granularity = RecomputeGranularity::full, .method = RecomputeMethod::block, .num_layers = 2};
   c.dist_backend = DistBackend::single;
