@@ -231,17 +231,23 @@ def make_gradients(rng, kind, n):
 
 def check_adamw(tmp, rng, fmt, gradients):
     n = 4 * INT8_BLOCK + 333
+    check_adamw_steps(tmp, rng, fmt, gradients + " gradients", [make_gradients(rng, gradients, n) for _ in range(4)])
+
+
+def check_adamw_steps(tmp, rng, fmt, what_gradients, grads):
+    """Three AdamW steps with grads[1:], from moments made of grads[0] and random weights; the weight decay
+    switches inside blocks."""
+    n = len(grads[0])
     codecs = ("dynamic_signed", "dynamic_unsigned") if fmt == "int8" else ("e4m3", "e4m3")
     param = rng.standard_normal(n).astype(F32) * F32(0.02)
-    grad0 = make_gradients(rng, gradients, n)
-    m_codes, m_scales = quantize_blocks(codecs[0], (grad0 * F32(0.1)).astype(F32))
-    v_codes, v_scales = quantize_blocks(codecs[1], (grad0 * grad0 * F32(0.05)).astype(F32))
-    runs = np.array([0, 1, 3000, 0, 3001, 1, 7000, 0], dtype=np.int64)  # weight decay switches inside blocks
+    m_codes, m_scales = quantize_blocks(codecs[0], (grads[0] * F32(0.1)).astype(F32))
+    v_codes, v_scales = quantize_blocks(codecs[1], (grads[0] * grads[0] * F32(0.05)).astype(F32))
+    runs = np.array([0, 1, 3000, 0, 3001, 1, 7000, 0], dtype=np.int64)
     decay_mask = np.ones(n, dtype=bool)
     decay_mask[3000:3001] = False
     decay_mask[7000:] = False
     for step in (1, 2, 3):
-        grad = make_gradients(rng, gradients, n)
+        grad = grads[step]
         hp = dict(lr=1e-3, beta1=0.9 if step != 3 else 0.2, beta2=0.95, eps=1e-8, weight_decay=0.1, step=step + 4,
                   grad_multiplier=0.37 if step == 2 else 1.0)
         for name, a in (("param.f32", param), ("grad.f32", grad), ("m.codes", m_codes), ("m.scales", m_scales),
@@ -255,7 +261,7 @@ def check_adamw(tmp, rng, fmt, gradients):
         param, m, v = adamw_step(param, grad, m, v, hp, decay_mask)
         m_codes, m_scales = quantize_blocks(codecs[0], m)
         v_codes, v_scales = quantize_blocks(codecs[1], v)
-        what = f"adamw {fmt} {gradients} gradients, step {step}"
+        what = f"adamw {fmt} {what_gradients}, step {step}"
         read = lambda name, dtype: np.fromfile(os.path.join(tmp, "out." + name), dtype)
         expect_same_bits(what + ": weights", read("param.f32", F32), param)
         expect_same_bits(what + ": m codes", read("m.codes", np.uint8), m_codes)
