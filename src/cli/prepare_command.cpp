@@ -15,8 +15,7 @@ namespace mt::cli {
 namespace {
 
 enum class TokenizerKind { gpt2, byte };
-constexpr auto kTokenizerNames =
-    name_table(std::pair{TokenizerKind::gpt2, "gpt2"}, std::pair{TokenizerKind::byte, "byte"});
+constexpr auto kTokenizerNames = names_in_order<TokenizerKind>("gpt2", "byte");
 
 struct PrepareArgs {
   PrepareConfig config;

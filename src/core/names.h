@@ -42,9 +42,19 @@ struct NameTable {
   }
 };
 
+// Values with their names, for a mode whose values are not all named (or not an enum).
 template <typename E, typename... Names>
 constexpr NameTable<E, sizeof...(Names)> name_table(std::pair<E, Names>... entries) {
   return {{std::pair<E, std::string_view>(entries.first, entries.second)...}};
+}
+
+// The names of an enum's values in declaration order (values 0, 1, ...): every value named.
+template <typename E, typename... Names>
+constexpr NameTable<E, sizeof...(Names)> names_in_order(Names... names) {
+  NameTable<E, sizeof...(Names)> table{};
+  int value = 0;
+  ((table.entries[value] = {static_cast<E>(value), std::string_view(names)}, ++value), ...);
+  return table;
 }
 
 }  // namespace mt

@@ -55,9 +55,7 @@ int64_t mpi_buffer_bytes(int world);
 // --dist-backend: "auto" (MPI when launched by mpirun with more than one rank, OMPI_COMM_WORLD_SIZE / PMI
 // env, else single), "single" or "mpi".
 enum class DistBackend { automatic, single, mpi };
-inline constexpr auto kDistBackendNames =
-    name_table(std::pair{DistBackend::automatic, "auto"}, std::pair{DistBackend::single, "single"},
-               std::pair{DistBackend::mpi, "mpi"});
+inline constexpr auto kDistBackendNames = names_in_order<DistBackend>("auto", "single", "mpi");
 
 // A usage error naming --dist-backend for a name not in kDistBackendNames.
 DistBackend parse_dist_backend(const std::string& name);

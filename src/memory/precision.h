@@ -11,17 +11,14 @@
 
 namespace mt {
 
+// How weights and activations are stored (--precision, --bf16, --fp16); the math is fp32 in every one.
 enum class Precision { fp32, bf16, fp16 };
-inline constexpr auto kPrecisionNames =
-    name_table(std::pair{Precision::fp32, "fp32"}, std::pair{Precision::bf16, "bf16"},
-               std::pair{Precision::fp16, "fp16"});
+inline constexpr auto kPrecisionNames = names_in_order<Precision>("fp32", "bf16", "fp16");
 
 // How an Adam moment is stored (Megatron's --exp-avg-dtype, --exp-avg-sq-dtype): fp8 and int8 are 8-bit
 // block-quantized (backend/cpu/block_quant.h).
 enum class MomentDType { fp32, bf16, fp8, int8 };
-inline constexpr auto kMomentDTypeNames =
-    name_table(std::pair{MomentDType::fp32, "fp32"}, std::pair{MomentDType::bf16, "bf16"},
-               std::pair{MomentDType::fp8, "fp8"}, std::pair{MomentDType::int8, "int8"});
+inline constexpr auto kMomentDTypeNames = names_in_order<MomentDType>("fp32", "bf16", "fp8", "int8");
 
 // Megatron's --main-grads-dtype (true: gradients in bf16) and --main-params-dtype (true: fp32 master
 // weights).

@@ -9,9 +9,7 @@
 namespace mt {
 
 enum class DecayStyle { cosine, linear, constant };
-inline constexpr auto kDecayStyleNames =
-    name_table(std::pair{DecayStyle::cosine, "cosine"}, std::pair{DecayStyle::linear, "linear"},
-               std::pair{DecayStyle::constant, "constant"});
+inline constexpr auto kDecayStyleNames = names_in_order<DecayStyle>("cosine", "linear", "constant");
 
 DecayStyle parse_decay_style(const std::string& name);  // usage error naming --lr-decay-style
 

@@ -16,8 +16,7 @@ namespace mt {
 
 // --offload-optimizer: where master weights and Adam moments live.
 enum class OffloadOptimizer { none, nvme };
-inline constexpr auto kOffloadOptimizerNames =
-    name_table(std::pair{OffloadOptimizer::none, "none"}, std::pair{OffloadOptimizer::nvme, "nvme"});
+inline constexpr auto kOffloadOptimizerNames = names_in_order<OffloadOptimizer>("none", "nvme");
 
 // --resume: `off` is the flag's absence.
 enum class ResumeMode { off, automatic };
