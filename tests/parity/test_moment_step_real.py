@@ -3,7 +3,7 @@ tests/quant/test_moment_quant.py: the gradients are what memtrain's GPT-2 backwa
 PyTorch by parity.gpt2.*) on four batches of random tokens, flattened in Hugging Face name order. The first
 one seeds the moments, the other three drive three steps.
 
-usage: test_moment_step_real.py PARITY_DUMP MOMENT_QUANT_DUMP
+usage: test_moment_step_real.py PARITY_DUMP QUANT_DUMP
 """
 import os
 import subprocess

@@ -1,5 +1,5 @@
 """The 8-bit moment formats and AdamW over them (src/backend/cpu/block_quant.h, adamw_8bit.h) against a numpy
-reference written here from their definitions, compared bit for bit with what moment_quant_dump computes:
+reference written here from their definitions, compared bit for bit with what quant_dump computes:
 
 - the dynamic maps of Dettmers et al., "8-bit Optimizers via Block-wise Quantization" (2022), signed and
   unsigned, from the paper's layout (per decade, the midpoints of equal steps of [0.1, 1]);
@@ -11,7 +11,7 @@ reference written here from their definitions, compared bit for bit with what mo
   with its fused multiply-adds emulated exactly), on random gradients and on a gradient distribution like a
   transformer's, with weight decay switching inside blocks.
 
-usage: test_moment_quant.py MOMENT_QUANT_DUMP
+usage: test_moment_quant.py QUANT_DUMP
 """
 import math
 import os

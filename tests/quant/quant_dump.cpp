@@ -1,15 +1,19 @@
-// Runs the 8-bit moment kernels on raw little-endian arrays, for the numpy reference of
-// test_moment_quant.py to compare bit for bit:
-//   moment_quant_dump maps OUT_DIR
-//       OUT_DIR/{dynamic_signed,dynamic_unsigned,e4m3}.f32: the value of each of the 256 bytes
-//   moment_quant_dump quantize CODEC IN.f32 OUT_PREFIX          (CODEC: dynamic_signed, dynamic_unsigned,
+// Runs the 8-bit moment kernels and the base-weight quantizers on raw little-endian arrays, for the numpy
+// references of test_moment_quant.py and test_weight_quant.py to compare bit for bit:
+//   quant_dump maps OUT_DIR
+//       OUT_DIR/{dynamic_signed,dynamic_unsigned,e4m3}.f32: the value of each of the 256 bytes; nf4.f32: the
+//       16 NF4 values
+//   quant_dump quantize CODEC IN.f32 OUT_PREFIX          (CODEC: dynamic_signed, dynamic_unsigned,
 //   e4m3)
 //       OUT_PREFIX.codes (u8), OUT_PREFIX.scales (f32) and OUT_PREFIX.back (f32, dequantized)
-//   moment_quant_dump adamw FORMAT DIR LR BETA1 BETA2 EPS WEIGHT_DECAY STEP GRAD_MULTIPLIER   (FORMAT: int8,
+//   quant_dump adamw FORMAT DIR LR BETA1 BETA2 EPS WEIGHT_DECAY STEP GRAD_MULTIPLIER   (FORMAT: int8,
 //   fp8)
 //       reads DIR/{param.f32, grad.f32, m.codes, m.scales, v.codes, v.scales, runs.i64 (begin, decay pairs)},
 //       takes one step of adamw_update_8bit (fp32 weights in place, fp32 gradients) and writes DIR/out.* of
 //       the same names for the weights and moments.
+//   quant_dump weights FORMAT DOUBLE IN.f32 OUT_PREFIX FIRST COUNT   (FORMAT: nf4, int8; DOUBLE: 0, 1)
+//       OUT_PREFIX.codes (u8), .absmax (f32) or .absmax_codes (u8), .absmax_scales (f32) and .absmax_offset
+//       (f32); .back (f32, all n dequantized), .range.f32 and .range.bf16 (elements [FIRST, FIRST + COUNT))
 #include <cstdio>
 #include <fstream>
 #include <stdexcept>
@@ -19,6 +23,7 @@
 #include "backend/cpu/adamw_8bit.h"
 #include "backend/cpu/block_quant.h"
 #include "backend/cpu/dynamic_map.h"
+#include "backend/cpu/weight_quant.h"
 #include "core/fp8.h"
 #include "tests/dump_tool.h"
 
@@ -57,6 +62,7 @@ void dump_maps(const std::string& dir) {
   std::vector<float> e4m3(256);
   for (int b = 0; b < 256; ++b) e4m3[b] = to_f32(fp8_e4m3{static_cast<uint8_t>(b)});
   write_array(dir + "/e4m3.f32", e4m3.data(), 256);
+  write_array(dir + "/nf4.f32", kNf4Values.data(), kNf4Values.size());
 }
 
 void quantize(MomentCodec c, const std::string& in, const std::string& prefix) {
@@ -93,6 +99,38 @@ void adamw_step(MomentFormat format, const std::string& dir, char** hyper) {
   write_array(dir + "/out.v.scales", v_scales.data(), v_scales.size());
 }
 
+void quantize_weights(WeightFormat format, bool double_quant, const std::string& in,
+                      const std::string& prefix, int64_t first, int64_t count) {
+  const std::vector<float> x = read_array<float>(in);
+  const int64_t n = static_cast<int64_t>(x.size()), blocks = (n + kWeightBlock - 1) / kWeightBlock;
+  std::vector<uint8_t> codes(weight_code_bytes(format, n)), absmax_codes(double_quant ? blocks : 0);
+  std::vector<float> absmax(double_quant ? 0 : blocks), back(n), range(count), offset(1);
+  std::vector<float> absmax_scales(double_quant ? (blocks + kAbsmaxBlock - 1) / kAbsmaxBlock : 0);
+  std::vector<bf16> range16(count);
+  const QuantizedWeight q{format,
+                          n,
+                          codes.data(),
+                          double_quant ? nullptr : absmax.data(),
+                          double_quant ? absmax_codes.data() : nullptr,
+                          double_quant ? absmax_scales.data() : nullptr,
+                          double_quant ? offset.data() : nullptr};
+  quantize_weight(x.data(), q);
+  dequantize_weight(q, 0, n, back.data());
+  dequantize_weight(q, first, count, range.data());
+  dequantize_weight(q, first, count, range16.data());
+  write_array(prefix + ".codes", codes.data(), codes.size());
+  if (double_quant) {
+    write_array(prefix + ".absmax_codes", absmax_codes.data(), absmax_codes.size());
+    write_array(prefix + ".absmax_scales", absmax_scales.data(), absmax_scales.size());
+    write_array(prefix + ".absmax_offset", offset.data(), 1);
+  } else {
+    write_array(prefix + ".absmax", absmax.data(), absmax.size());
+  }
+  write_array(prefix + ".back", back.data(), back.size());
+  write_array(prefix + ".range.f32", range.data(), range.size());
+  write_array(prefix + ".range.bf16", range16.data(), range16.size());
+}
+
 int run(int argc, char** argv) {
   const std::string command = argc > 1 ? argv[1] : "";
   if (command == "maps" && argc == 3) {
@@ -103,9 +141,16 @@ int run(int argc, char** argv) {
     const std::string format = argv[2];
     if (format != "int8" && format != "fp8") throw std::runtime_error("unknown format " + format);
     adamw_step(format == "int8" ? MomentFormat::int8 : MomentFormat::fp8, argv[3], argv + 4);
+  } else if (command == "weights" && argc == 8) {
+    const std::string format = argv[2];
+    if (format != "nf4" && format != "int8") throw std::runtime_error("unknown format " + format);
+    quantize_weights(format == "nf4" ? WeightFormat::nf4 : WeightFormat::int8, std::string(argv[3]) == "1",
+                     argv[4], argv[5], std::stoll(argv[6]), std::stoll(argv[7]));
   } else {
-    std::fprintf(stderr,
-                 "usage: moment_quant_dump maps DIR | quantize CODEC IN PREFIX | adamw FORMAT DIR ...\n");
+    std::fprintf(
+        stderr,
+        "usage: quant_dump maps DIR | quantize CODEC IN PREFIX | adamw FORMAT DIR ... | weights FORMAT "
+        "DOUBLE IN PREFIX FIRST COUNT\n");
     return 2;
   }
   return 0;
@@ -114,5 +159,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return mt::test::run_dump_tool("moment_quant_dump", run, argc, argv);
+  return mt::test::run_dump_tool("quant_dump", run, argc, argv);
 }

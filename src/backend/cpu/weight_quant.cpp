@@ -1,0 +1,117 @@
+// Block-wise nf4 and int8 storage of frozen weights, with the absmaxes in fp32 or double-quantized.
+#include "backend/cpu/weight_quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/block_codec.h"
+#include "backend/cpu/isa_variant.h"
+#include "core/int_math.h"
+
+namespace mt::kernels {
+
+namespace MT_ISA {
+
+namespace {
+
+// The NF4 code of x (already divided by its absmax): the midpoints below it. A midpoint of two fp32 values
+// is exact in fp64, and x on one goes to the smaller value.
+inline uint8_t nf4_code(float x) {
+  int code = 0;
+  for (int k = 0; k + 1 < 16; ++k)
+    code += static_cast<double>(x) > (static_cast<double>(kNf4Values[k]) + kNf4Values[k + 1]) / 2 ? 1 : 0;
+  return static_cast<uint8_t>(code);
+}
+
+// Block b's codes from x[0, length) and its absmax.
+void quantize_block_codes(WeightFormat format, const float* x, int64_t length, float absmax, uint8_t* codes) {
+  if (format == WeightFormat::int8) {
+    const float scale = absmax / 127.0f;
+    for (int64_t i = 0; i < length; ++i)
+      codes[i] = static_cast<uint8_t>(static_cast<int8_t>(scale > 0 ? std::nearbyint(x[i] / scale) : 0.0f));
+    return;
+  }
+  for (int64_t i = 0; i < length; i += 2) {
+    const uint8_t high = absmax > 0 ? nf4_code(x[i] / absmax) : nf4_code(0.0f);
+    const uint8_t low = i + 1 < length ? (absmax > 0 ? nf4_code(x[i + 1] / absmax) : nf4_code(0.0f)) : 0;
+    codes[i / 2] = static_cast<uint8_t>(high << 4 | low);
+  }
+}
+
+// Block b's absmax as stored: fp32, or its double-quantized code read back (one fused multiply-add).
+inline float stored_absmax(const QuantizedWeight& q, int64_t b) {
+  if (q.absmax) return q.absmax[b];
+  return std::fma(signed_dynamic_map().value[q.absmax_codes[b]], q.absmax_scales[b / kAbsmaxBlock],
+                  *q.absmax_offset);
+}
+
+}  // namespace
+
+void quantize_weight(const float* x, const QuantizedWeight& q) {
+  const int64_t blocks = ceil_div(q.n, kWeightBlock);
+  std::vector<float> absmax(q.absmax ? 0 : blocks);
+  float* const exact = q.absmax ? q.absmax : absmax.data();
+  const int64_t code_bytes_per_block = q.format == WeightFormat::nf4 ? kWeightBlock / 2 : kWeightBlock;
+#pragma omp parallel for
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t first = b * kWeightBlock, length = std::min(kWeightBlock, q.n - first);
+    exact[b] = block_absmax(x + first, length);
+    quantize_block_codes(q.format, x + first, length, exact[b], q.codes + b * code_bytes_per_block);
+  }
+  if (q.absmax) return;
+  double sum = 0;
+  for (int64_t b = 0; b < blocks; ++b) sum += exact[b];
+  *q.absmax_offset = static_cast<float>(sum / static_cast<double>(blocks));
+  for (int64_t b = 0; b < blocks; ++b) exact[b] -= *q.absmax_offset;
+#pragma omp parallel for
+  for (int64_t g = 0; g < ceil_div(blocks, kAbsmaxBlock); ++g) {
+    const int64_t first = g * kAbsmaxBlock;
+    q.absmax_scales[g] = quantize_block(MomentCodec::dynamic_signed, exact + first,
+                                        std::min(kAbsmaxBlock, blocks - first), q.absmax_codes + first);
+  }
+}
+
+template <typename T>
+void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T* out) {
+  const int64_t end = first + count;
+#pragma omp parallel for
+  for (int64_t b = first / kWeightBlock; b < ceil_div(end, kWeightBlock); ++b) {
+    const float absmax = stored_absmax(q, b), scale = absmax / 127.0f;
+    const int64_t lo = std::max(first, b * kWeightBlock), hi = std::min(end, (b + 1) * kWeightBlock);
+    for (int64_t i = lo; i < hi; ++i) {
+      float value;
+      if (q.format == WeightFormat::int8) {
+        value = static_cast<float>(static_cast<int8_t>(q.codes[i])) * scale;
+      } else {
+        const uint8_t byte = q.codes[i / 2];
+        value = kNf4Values[i % 2 == 0 ? byte >> 4 : byte & 15] * absmax;
+      }
+      out[i - first] = round_to<T>(value);
+    }
+  }
+}
+
+}  // namespace MT_ISA
+
+#ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+void quantize_weight(const float* x, const QuantizedWeight& q) {
+  dispatch<&quantize_weight>(x, q);
+}
+template <typename T>
+void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T* out) {
+  dispatch<&dequantize_weight<T>>(q, first, count, out);
+}
+template void dequantize_weight<float>(const QuantizedWeight&, int64_t, int64_t, float*);
+template void dequantize_weight<bf16>(const QuantizedWeight&, int64_t, int64_t, bf16*);
+#endif
+
+namespace MT_ISA {
+namespace {
+const bool enrolled = enroll<&kernels::quantize_weight>(quantize_weight) &&
+                      enroll<&kernels::dequantize_weight<float>>(dequantize_weight) &&
+                      enroll<&kernels::dequantize_weight<bf16>>(dequantize_weight);
+}  // namespace
+}  // namespace MT_ISA
+
+}  // namespace mt::kernels
