@@ -188,34 +188,75 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In*
            scratch);
 }
 
+namespace {
+
+// out[M, N] (rows ldc apart) = inp[M, K] @ w + bias, w [K, N] (rows ldw apart) or, with trans_w, w^T for w
+// [N, K]; with accumulate, added to what out holds. A linear layer's product, or a column tile of one.
+template <typename T>
+void linear_into(T* out, int64_t ldc, const T* inp, const T* w, int64_t ldw, bool trans_w, const T* bias,
+                 int64_t M, int64_t K, int64_t N, bool accumulate, float* scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    // The bias goes in first, so the product can land on it with beta = 1.
+    if (bias) {
+#pragma omp parallel for
+      for (int64_t i = 0; i < M; ++i) {
+        float* row = out + i * ldc;
+        if (accumulate) {
+#pragma omp simd
+          for (int64_t j = 0; j < N; ++j) row[j] += bias[j];
+        } else {
+          std::copy(bias, bias + N, row);
+        }
+      }
+    }
+    gemm(false, trans_w, M, N, K, inp, K, w, ldw, (bias || accumulate) ? 1.0f : 0.0f, out, ldc, scratch);
+  } else {
+    matmul16(false, trans_w, M, N, K, inp, K, w, ldw, bias, accumulate, out, ldc, scratch);
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_t M, int64_t n_in,
                     int64_t n_out, bool accumulate, float* scratch, WeightLayout layout) {
   const bool out_in = layout == WeightLayout::out_in;
-  matmul16(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias, accumulate, out,
-           n_out, scratch);
+  linear_into(out, n_out, inp, weight, out_in ? n_in : n_out, out_in, bias, M, n_in, n_out, accumulate,
+              scratch);
 }
 
-template <>
-void linear_forward<float>(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
-                           int64_t n_in, int64_t n_out, bool accumulate, float* scratch,
-                           WeightLayout layout) {
-  // The bias goes in first, so the product can land on it with beta = 1.
-  if (bias) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < M; ++i) {
-      float* row = out + i * n_out;
-      if (accumulate) {
-#pragma omp simd
-        for (int64_t j = 0; j < n_out; ++j) row[j] += bias[j];
-      } else {
-        std::copy(bias, bias + n_out, row);
-      }
-    }
-  }
-  const float beta = (bias || accumulate) ? 1.0f : 0.0f;
+template <typename T>
+void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weight, const T* bias, int64_t M,
+                              int64_t n_in, int64_t n_out, bool accumulate, T* tile, float* scratch,
+                              WeightLayout layout) {
+  // Output columns [c0, c0 + n): stored rows of [n_out, n_in], or columns of [n_in, n_out].
   const bool out_in = layout == WeightLayout::out_in;
-  gemm(false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, beta, out, n_out, scratch);
+  for (int64_t c0 = 0; c0 < n_out; c0 += kQuantizedTileColumns) {
+    const int64_t n = std::min(kQuantizedTileColumns, n_out - c0);
+    if (out_in)
+      dequantize_weight_tile(weight, n_in, c0, n, 0, n_in, tile);
+    else
+      dequantize_weight_tile(weight, n_out, 0, n_in, c0, n, tile);
+    linear_into(out + c0, n_out, inp, tile, out_in ? n_in : n, out_in, bias ? bias + c0 : nullptr, M, n_in, n,
+                accumulate, scratch);
+  }
+}
+
+template <typename T>
+void quantized_linear_backward_input(T* dinp, const T* dout, const QuantizedWeight& weight, int64_t M,
+                                     int64_t n_in, int64_t n_out, bool accumulate_dinp, T* tile,
+                                     float* scratch, WeightLayout layout) {
+  // Input columns [c0, c0 + n): columns of [n_out, n_in], or stored rows of [n_in, n_out].
+  const bool out_in = layout == WeightLayout::out_in;
+  for (int64_t c0 = 0; c0 < n_in; c0 += kQuantizedTileColumns) {
+    const int64_t n = std::min(kQuantizedTileColumns, n_in - c0);
+    if (out_in)
+      dequantize_weight_tile(weight, n_in, 0, n_out, c0, n, tile);
+    else
+      dequantize_weight_tile(weight, n_out, c0, n, 0, n_out, tile);
+    gemm(false, !out_in, M, n, n_out, dout, n_out, tile, out_in ? n : n_out, accumulate_dinp ? 1.0f : 0.0f,
+         dinp + c0, n_in, scratch);
+  }
 }
 
 template <typename T, typename G>
@@ -275,6 +316,22 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
   dispatch<&linear_forward<T>>(out, inp, weight, bias, M, n_in, n_out, accumulate, scratch, layout);
 }
 
+template <typename T>
+void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weight, const T* bias, int64_t M,
+                              int64_t n_in, int64_t n_out, bool accumulate, T* tile, float* scratch,
+                              WeightLayout layout) {
+  dispatch<&quantized_linear_forward<T>>(out, inp, weight, bias, M, n_in, n_out, accumulate, tile, scratch,
+                                         layout);
+}
+
+template <typename T>
+void quantized_linear_backward_input(T* dinp, const T* dout, const QuantizedWeight& weight, int64_t M,
+                                     int64_t n_in, int64_t n_out, bool accumulate_dinp, T* tile,
+                                     float* scratch, WeightLayout layout) {
+  dispatch<&quantized_linear_backward_input<T>>(dinp, dout, weight, M, n_in, n_out, accumulate_dinp, tile,
+                                                scratch, layout);
+}
+
 template <typename T, typename G>
 void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
                      int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch, WeightLayout layout) {
@@ -298,6 +355,14 @@ template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*,
                                    bool, float*, WeightLayout);
 template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int64_t, int64_t, int64_t, bool,
                                   float*, WeightLayout);
+template void quantized_linear_forward<float>(float*, const float*, const QuantizedWeight&, const float*,
+                                              int64_t, int64_t, int64_t, bool, float*, float*, WeightLayout);
+template void quantized_linear_forward<bf16>(bf16*, const bf16*, const QuantizedWeight&, const bf16*, int64_t,
+                                             int64_t, int64_t, bool, bf16*, float*, WeightLayout);
+template void quantized_linear_backward_input<float>(float*, const float*, const QuantizedWeight&, int64_t,
+                                                     int64_t, int64_t, bool, float*, float*, WeightLayout);
+template void quantized_linear_backward_input<bf16>(bf16*, const bf16*, const QuantizedWeight&, int64_t,
+                                                    int64_t, int64_t, bool, bf16*, float*, WeightLayout);
 template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
                                             int64_t, int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<bf16, float>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,
@@ -316,9 +381,16 @@ bool enroll_type() {
   return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
          enroll<&kernels::linear_backward<T, float>>(linear_backward);
 }
+// Quantized frozen weights come in the types bf16 runs and fp32 runs compute in.
+template <typename T>
+bool enroll_quantized() {
+  return enroll<&kernels::quantized_linear_forward<T>>(quantized_linear_forward) &&
+         enroll<&kernels::quantized_linear_backward_input<T>>(quantized_linear_backward_input);
+}
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
                       enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
-                      enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward);
+                      enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward) &&
+                      enroll_quantized<float>() && enroll_quantized<bf16>();
 }  // namespace
 }  // namespace MT_ISA
 

@@ -72,24 +72,51 @@ void quantize_weight(const float* x, const QuantizedWeight& q) {
   }
 }
 
+namespace {
+
+// Elements [lo, hi) of block b into out[0, hi - lo).
+template <typename T>
+void dequantize_in_block(const QuantizedWeight& q, int64_t b, int64_t lo, int64_t hi, T* out) {
+  const float absmax = stored_absmax(q, b), scale = absmax / 127.0f;
+  for (int64_t i = lo; i < hi; ++i) {
+    float value;
+    if (q.format == WeightFormat::int8) {
+      value = static_cast<float>(static_cast<int8_t>(q.codes[i])) * scale;
+    } else {
+      const uint8_t byte = q.codes[i / 2];
+      value = kNf4Values[i % 2 == 0 ? byte >> 4 : byte & 15] * absmax;
+    }
+    out[i - lo] = round_to<T>(value);
+  }
+}
+
+// Elements [first, first + count) into out, block by block, on the calling thread.
+template <typename T>
+void dequantize_span(const QuantizedWeight& q, int64_t first, int64_t count, T* out) {
+  const int64_t end = first + count;
+  for (int64_t b = first / kWeightBlock; b < ceil_div(end, kWeightBlock); ++b) {
+    const int64_t lo = std::max(first, b * kWeightBlock), hi = std::min(end, (b + 1) * kWeightBlock);
+    dequantize_in_block(q, b, lo, hi, out + (lo - first));
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T* out) {
   const int64_t end = first + count;
 #pragma omp parallel for
   for (int64_t b = first / kWeightBlock; b < ceil_div(end, kWeightBlock); ++b) {
-    const float absmax = stored_absmax(q, b), scale = absmax / 127.0f;
     const int64_t lo = std::max(first, b * kWeightBlock), hi = std::min(end, (b + 1) * kWeightBlock);
-    for (int64_t i = lo; i < hi; ++i) {
-      float value;
-      if (q.format == WeightFormat::int8) {
-        value = static_cast<float>(static_cast<int8_t>(q.codes[i])) * scale;
-      } else {
-        const uint8_t byte = q.codes[i / 2];
-        value = kNf4Values[i % 2 == 0 ? byte >> 4 : byte & 15] * absmax;
-      }
-      out[i - first] = round_to<T>(value);
-    }
+    dequantize_in_block(q, b, lo, hi, out + (lo - first));
   }
+}
+
+template <typename T>
+void dequantize_weight_tile(const QuantizedWeight& q, int64_t row_length, int64_t row0, int64_t rows,
+                            int64_t col0, int64_t cols, T* out) {
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) dequantize_span(q, (row0 + r) * row_length + col0, cols, out + r * cols);
 }
 
 }  // namespace MT_ISA
@@ -104,13 +131,24 @@ void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T
 }
 template void dequantize_weight<float>(const QuantizedWeight&, int64_t, int64_t, float*);
 template void dequantize_weight<bf16>(const QuantizedWeight&, int64_t, int64_t, bf16*);
+template <typename T>
+void dequantize_weight_tile(const QuantizedWeight& q, int64_t row_length, int64_t row0, int64_t rows,
+                            int64_t col0, int64_t cols, T* out) {
+  dispatch<&dequantize_weight_tile<T>>(q, row_length, row0, rows, col0, cols, out);
+}
+template void dequantize_weight_tile<float>(const QuantizedWeight&, int64_t, int64_t, int64_t, int64_t,
+                                            int64_t, float*);
+template void dequantize_weight_tile<bf16>(const QuantizedWeight&, int64_t, int64_t, int64_t, int64_t,
+                                           int64_t, bf16*);
 #endif
 
 namespace MT_ISA {
 namespace {
 const bool enrolled = enroll<&kernels::quantize_weight>(quantize_weight) &&
                       enroll<&kernels::dequantize_weight<float>>(dequantize_weight) &&
-                      enroll<&kernels::dequantize_weight<bf16>>(dequantize_weight);
+                      enroll<&kernels::dequantize_weight<bf16>>(dequantize_weight) &&
+                      enroll<&kernels::dequantize_weight_tile<float>>(dequantize_weight_tile) &&
+                      enroll<&kernels::dequantize_weight_tile<bf16>>(dequantize_weight_tile);
 }  // namespace
 }  // namespace MT_ISA
 

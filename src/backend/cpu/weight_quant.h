@@ -75,5 +75,10 @@ void quantize_weight(const float* x, const QuantizedWeight& q);
 // a product dequantizes the rows of its tile.
 template <typename T>
 void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T* out);
+// The tile of rows [row0, row0 + rows) and columns [col0, col0 + cols) of q seen as a row-major matrix with
+// rows of row_length, into out[rows, cols].
+template <typename T>
+void dequantize_weight_tile(const QuantizedWeight& q, int64_t row_length, int64_t row0, int64_t rows,
+                            int64_t col0, int64_t cols, T* out);
 
 }  // namespace mt::kernels
