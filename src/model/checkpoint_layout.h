@@ -21,7 +21,7 @@ struct FileTensor {
   int64_t numel() const;
 };
 
-// Every tensor the family's checkpoint holds, in Hugging Face order.
+// Every tensor the family's checkpoint holds, in Hugging Face order (LoRA adapters are in none).
 std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGraph& model);
 
 // The name a file tensor is known by in checkpoint_tensors, or nothing for tensors a checkpoint may carry

@@ -32,6 +32,8 @@ enum class OpKind {
   swiglu_backward,
   embedding_backward,
   zero,
+  lora,
+  lora_backward,
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
@@ -154,13 +156,33 @@ struct Zero {  // out = 0: a gradient that backward ops accumulate into
   auto ids() { return std::tie(out); }
 };
 
+// A LoRA adapter on a linear op's output columns [column, column + B's rows) (one Hugging Face module of a
+// fused projection): hidden = scale * inp @ a^T, out[:, columns] += hidden @ b^T, after the base product.
+struct Lora {
+  static constexpr OpKind kind = OpKind::lora;
+  int inp = -1, out = -1, a = -1, b = -1, hidden = -1, matmul_scratch = -1;
+  int64_t column = 0;
+  float scale = 1.0f;
+  auto ids() { return std::tie(inp, out, a, b, hidden, matmul_scratch); }
+};
+
+// grads of a and b, dinp +=  <-  dout's columns, inp, hidden; after the base linear's backward wrote dinp.
+// grad_hidden is scratch: scale * dout[:, columns] @ b.
+struct LoraBackward {
+  static constexpr OpKind kind = OpKind::lora_backward;
+  int inp = -1, a = -1, b = -1, hidden = -1, dinp = -1, dout = -1, grad_hidden = -1, matmul_scratch = -1;
+  int64_t column = 0;
+  float scale = 1.0f;
+  auto ids() { return std::tie(inp, a, b, hidden, dinp, dout, grad_hidden, matmul_scratch); }
+};
+
 }  // namespace ops
 
 using OpArgs =
     std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope, ops::Attention,
                  ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
                  ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
-                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero>;
+                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward>;
 
 namespace detail {
 template <size_t... I>

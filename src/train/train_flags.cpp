@@ -63,6 +63,17 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   check_flag_bounds(c, {"--adam-eps", "--clip-grad"});
 }
 
+void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given) {
+  for (const char* flag : {"--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules"})
+    if (given.contains(flag) && !c.lora.enabled()) fail_usage(std::string(flag) + " needs --lora-rank R");
+  if (!c.lora.enabled()) return;
+  check_flag_bounds(c, {"--lora-rank", "--lora-alpha", "--lora-dropout"});
+  if (!c.save.empty() || !c.save_weights.empty())
+    fail_usage(
+        "--save and --save-weights with --lora-rank: checkpoints and weight files do not hold "
+        "adapters yet");
+}
+
 int rank_threads(const TrainConfig& c, int world) {
   if (c.threads > 0) return c.threads;
   return world > 1 ? 1 : omp_get_max_threads();

@@ -53,8 +53,12 @@ void Trainer::print_banner(size_t train_shards) const {
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const ModelStatePolicy& policy = plan_.policy;
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
-              with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
+              with_commas(spec_.num_parameters()).c_str(),
+              with_commas(plan_.num_params + model_.graph.table.numel(Category::frozen)).c_str(),
               static_cast<long long>(spec_.vocab_size), static_cast<long long>(spec_.padded_vocab_size));
+  if (const int64_t frozen = model_.graph.table.numel(Category::frozen); frozen > 0)
+    std::printf("LoRA rank %lld | %s\n", static_cast<long long>(cfg.lora.rank),
+                format_trainable(plan_.num_params, plan_.num_params + frozen).c_str());
   std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | cpu %s | matmul %s | %zu train shards\n",
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
@@ -105,7 +109,8 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
 
   std::vector<ParamGroup> groups;
-  for (int id : model_.params) groups.push_back({id, weight_decays(table[id])});
+  for (int id : model_.params)
+    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
