@@ -77,6 +77,11 @@ kernels::LoraShape lora_shape(const TensorTable& table, int inp, int out, int a,
           .scale = scale};
 }
 
+// Dropout runs in training only.
+kernels::DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
+  return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
+}
+
 template <typename T, typename G>
 class CpuBackend final : public Backend {
  public:
@@ -94,21 +99,21 @@ template <typename T, typename G>
 void CpuBackend<T, G>::lora(const Op& op, const OpRun& r) {
   const auto& a = op.as<ops::Lora>();
   const Allocation& m = r.memory;
-  kernels::lora_forward(m.as<T>(a.out), m.as<T>(a.hidden), m.as<T>(a.inp), weights<T>(m, op, a.a),
-                        weights<T>(m, op, a.b),
-                        lora_shape(r.graph.table, a.inp, a.out, a.a, a.b, a.column, a.scale),
-                        optional<float>(m, a.matmul_scratch));
+  kernels::lora_forward(
+      m.as<T>(a.out), m.as<T>(a.hidden), m.as<T>(a.inp), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
+      lora_shape(r.graph.table, a.inp, a.out, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
+      optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
 }
 
 template <typename T, typename G>
 void CpuBackend<T, G>::lora_backward(const Op& op, const OpRun& r) {
   const auto& a = op.as<ops::LoraBackward>();
   const Allocation& m = r.memory;
-  kernels::lora_backward(m.as<T>(a.dinp), grad<G>(m, op, a.a), grad<G>(m, op, a.b), m.as<T>(a.grad_hidden),
-                         m.as<T>(a.dout), m.as<T>(a.inp), m.as<T>(a.hidden), weights<T>(m, op, a.a),
-                         weights<T>(m, op, a.b),
-                         lora_shape(r.graph.table, a.inp, a.dout, a.a, a.b, a.column, a.scale),
-                         optional<float>(m, a.matmul_scratch));
+  kernels::lora_backward(
+      m.as<T>(a.dinp), grad<G>(m, op, a.a), grad<G>(m, op, a.b), m.as<T>(a.grad_hidden), m.as<T>(a.dout),
+      m.as<T>(a.inp), m.as<T>(a.hidden), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
+      lora_shape(r.graph.table, a.inp, a.dout, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
+      optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
 }
 
 template <typename T, typename G>

@@ -60,6 +60,17 @@ std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGra
   return out;
 }
 
+std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model) {
+  const TensorTable& table = model.graph.table;
+  std::vector<FileTensor> out;
+  for (const FileTensor& f : checkpoint_tensors(spec, model))
+    if (table[f.param].category == Category::params) out.push_back(f);
+  for (int id : model.params)
+    if (is_lora_a(table[id].name) || is_lora_b(table[id].name))
+      out.push_back({table[id].name, id, 0, table[id].shape});
+  return out;
+}
+
 std::optional<std::string> checkpoint_name(const ModelSpec& spec, const std::string& file_name) {
   if (spec.arch == Arch::llama) {
     if (file_name.ends_with(".rotary_emb.inv_freq")) return std::nullopt;

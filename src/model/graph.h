@@ -2,6 +2,7 @@
 // the lifetimes the Plan packs are read off the same list, so the memory plan and the run cannot disagree.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -156,14 +157,24 @@ struct Zero {  // out = 0: a gradient that backward ops accumulate into
   auto ids() { return std::tie(out); }
 };
 
+// LoRA's dropout on the adapter's input, training only: element i of micro-batch `draw` (OpRun) is kept with
+// probability 1 - p and scaled by 1 / (1 - p), by counter-based bits of (seed, stream, draw * n + i); the
+// backward draws the same mask again rather than keeping it.
+struct LoraDropout {
+  float p = 0.0f;
+  uint64_t seed = 0, stream = 0;  // the run's seed; the module's name hashed
+};
+
 // A LoRA adapter on a linear op's output columns [column, column + B's rows) (one Hugging Face module of a
 // fused projection): hidden = scale * inp @ a^T, out[:, columns] += hidden @ b^T, after the base product.
 struct Lora {
   static constexpr OpKind kind = OpKind::lora;
   int inp = -1, out = -1, a = -1, b = -1, hidden = -1, matmul_scratch = -1;
+  int dropped = -1;  // workspace [B, T, in]: dropout(inp), with dropout only
   int64_t column = 0;
   float scale = 1.0f;
-  auto ids() { return std::tie(inp, out, a, b, hidden, matmul_scratch); }
+  LoraDropout dropout = {};
+  auto ids() { return std::tie(inp, out, a, b, hidden, matmul_scratch, dropped); }
 };
 
 // grads of a and b, dinp +=  <-  dout's columns, inp, hidden; after the base linear's backward wrote dinp.
@@ -171,9 +182,11 @@ struct Lora {
 struct LoraBackward {
   static constexpr OpKind kind = OpKind::lora_backward;
   int inp = -1, a = -1, b = -1, hidden = -1, dinp = -1, dout = -1, grad_hidden = -1, matmul_scratch = -1;
+  int dropped = -1;  // workspace [B, T, in]: dropout(inp) again, then the input's gradient before the mask
   int64_t column = 0;
   float scale = 1.0f;
-  auto ids() { return std::tie(inp, a, b, hidden, dinp, dout, grad_hidden, matmul_scratch); }
+  LoraDropout dropout = {};
+  auto ids() { return std::tie(inp, a, b, hidden, dinp, dout, grad_hidden, matmul_scratch, dropped); }
 };
 
 }  // namespace ops

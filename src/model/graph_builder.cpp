@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "backend/cpu/matmul.h"
+#include "core/rng.h"
 
 namespace mt {
 
@@ -38,6 +39,17 @@ LoraAdapter GraphBuilder::lora_adapter(const std::string& module, int64_t in, in
     m_.params.push_back(*id);
   }
   return adapter;
+}
+
+int GraphBuilder::lora_dropped(const std::string& name, int inp) {
+  if (step_.lora.dropout <= 0) return -1;
+  const TensorDesc& x = m_.graph.table[inp];
+  return tensor(name, x.shape, Category::workspace, x.dtype);
+}
+
+// Keyed by the module, not the op: a recomputed forward and the backward draw the forward's mask.
+ops::LoraDropout GraphBuilder::lora_dropout(const std::string& module) const {
+  return {.p = step_.lora.dropout, .seed = step_.seed, .stream = hash_name(module + ".lora_dropout")};
 }
 
 std::string GraphBuilder::adapter_module(const LoraAdapter& adapter) const {
@@ -84,8 +96,10 @@ LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix
                                             .b = adapter.b,
                                             .hidden = hidden.back(),
                                             .matmul_scratch = mm_,
+                                            .dropped = lora_dropped(module + ".lora.dropped" + suffix, inp),
                                             .column = adapter.column,
-                                            .scale = step_.lora.scaling()});
+                                            .scale = step_.lora.scaling(),
+                                            .dropout = lora_dropout(module)});
   }
   return hidden;
 }
@@ -105,16 +119,19 @@ void GraphBuilder::linear_backward(const std::string& name, int inp, const Linea
     const int grad_hidden =
         tensor(module + ".lora.hidden.grad", {step_.batch * step_.seq_len, step_.lora.rank},
                Category::workspace, step_.dtype);
-    op(module + ".lora.backward", ops::LoraBackward{.inp = inp,
-                                                    .a = adapter.a,
-                                                    .b = adapter.b,
-                                                    .hidden = lora[i],
-                                                    .dinp = dinp,
-                                                    .dout = dout,
-                                                    .grad_hidden = grad_hidden,
-                                                    .matmul_scratch = mm_,
-                                                    .column = adapter.column,
-                                                    .scale = step_.lora.scaling()});
+    op(module + ".lora.backward",
+       ops::LoraBackward{.inp = inp,
+                         .a = adapter.a,
+                         .b = adapter.b,
+                         .hidden = lora[i],
+                         .dinp = dinp,
+                         .dout = dout,
+                         .grad_hidden = grad_hidden,
+                         .matmul_scratch = mm_,
+                         .dropped = lora_dropped(module + ".lora.dropped.grad", inp),
+                         .column = adapter.column,
+                         .scale = step_.lora.scaling(),
+                         .dropout = lora_dropout(module)});
   }
 }
 

@@ -25,6 +25,7 @@ struct StepConfig {
   kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
   LoraConfig lora = {};
+  uint64_t seed = 0;  // the run's: LoRA dropout's masks
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -111,6 +112,9 @@ class GraphBuilder {
 
  private:
   std::string adapter_module(const LoraAdapter& adapter) const;
+  // With dropout: a workspace tensor like `inp` for the dropped input; else -1.
+  int lora_dropped(const std::string& name, int inp);
+  ops::LoraDropout lora_dropout(const std::string& module) const;
 
   ModelGraph& m_;
   StepConfig step_;

@@ -130,9 +130,12 @@ std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::strin
   return readers;
 }
 
-// Writes the file tensors `from` into one safetensors file: from the master copy (streamed in the optimizer
-// state's windows, which may be offloaded) or from the weights.
-void write_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory) {
+}  // namespace
+
+// From the master copy (streamed in the optimizer state's windows, which may be offloaded) or from the
+// weights.
+void write_weight_file(const std::string& path, const std::vector<FileTensor>& from,
+                       const Allocation& memory) {
   const bool master = saves_master(memory.plan());
   const DType weights = memory.plan().policy.weights;
   std::vector<SafetensorsWriter::Item> items;
@@ -153,8 +156,6 @@ void write_file(const std::string& path, const std::vector<FileTensor>& from, co
   }
   writer.finish();
 }
-
-}  // namespace
 
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory) {
@@ -193,7 +194,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
                   const Allocation& memory, uint64_t max_shard_bytes) {
   const std::vector<FileTensor> tensors = checkpoint_tensors(spec, model);
   if (!path.ends_with(".index.json")) {
-    write_file(path, tensors, memory);
+    write_weight_file(path, tensors, memory);
     return;
   }
   // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
@@ -215,7 +216,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    write_file((folder / name).string(), shards[s], memory);
+    write_weight_file((folder / name).string(), shards[s], memory);
     for (const FileTensor& f : shards[s]) index["weight_map"][f.name] = name;
   }
   write_file_atomically(path, index.dump(2) + "\n");

@@ -180,6 +180,8 @@ nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t 
         },
         flag.field(resolved));
   }
+  // A checkpoint holds LoRA's adapters but not the frozen base: a resume must start from the same one.
+  if (config.lora.enabled()) settings["--init-from"] = config.init_from;
   return settings;
 }
 

@@ -48,7 +48,8 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .dtype = policy.weights,
                                            .isa = isa,
                                            .recompute = cfg.recompute,
-                                           .lora = cfg.lora});
+                                           .lora = cfg.lora,
+                                           .seed = cfg.seed});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};
   run.val_data = {B, T, false, cfg.seed, vocab};

@@ -24,7 +24,7 @@ void check_checkpoint_flags(const TrainConfig& c);
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
 // The --lora-* flags (`given`: the flags on the command line): each other one needs --lora-rank, values in
-// their bounds, and no checkpoint or weight output yet (those do not write adapters). The module names are
+// their bounds, and no --save-weights yet (weight files do not hold adapters). The module names are
 // checked against the model when its graph is built.
 void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given);
 

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "memory/report.h"
 #include "model/model.h"
+#include "model/peft_adapter.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -152,7 +153,8 @@ StepOutcome Trainer::step(int64_t step) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
     sync_->set_final_micro_batch(micro == accum_ - 1);
-    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_)).loss;
+    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + micro) * world_ + rank_);  // global order
+    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_), draw).loss;
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
@@ -232,6 +234,9 @@ void Trainer::finish_already_complete(int64_t step) {
 void Trainer::finish() {
   // After the last gather every rank holds the same weights: one file is enough.
   if (!cfg_.save_weights.empty() && rank_ == 0) save_weights(cfg_.save_weights, spec_, model_, *memory_);
+  if (!cfg_.save_adapter.empty() && rank_ == 0)
+    save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
+                      cfg_.init_from.empty() ? spec_.name : cfg_.init_from);
   CategoryBytes measured = memory_->measured();
   measured[Category::comm] += comm_.buffer_bytes();  // the communicator's own receive buffer
   const MemoryReport report{plan_.bytes,

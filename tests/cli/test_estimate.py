@@ -103,6 +103,8 @@ class EstimateEqualsTrainer(CliTestCase):
                         est = self.check(f"lora-{model}-{p}-{r}", lora + PRECISIONS[p] + RECOMPUTE[r], model=model)
                         self.assertGreater(est["ranks"][0]["bytes"]["frozen"], 0)
                         self.assertLess(est["trainable_parameters"], est["padded_parameters"] / 10)
+        with self.subTest(case="lora dropout: its workspace"):
+            self.check("lora-dropout", lora + ["--lora-dropout", "0.1", "--bf16"], model="llama-tiny", timeline=True)
         for stage in ("1", "3"):
             with self.subTest(case=f"lora, 2 ranks, stage {stage}"):
                 self.check(f"lora-dp-{stage}", lora + ["--zero-stage", stage, "--global-batch-size", "4", "--bf16"],

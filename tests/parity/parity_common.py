@@ -87,7 +87,8 @@ def random_batches(c):
 
 
 def run_dump(dump, c, config_json, params, batches, *args):
-    """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote."""
+    """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote, with
+    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys."""
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "config.json")
         with open(config, "w") as f:
@@ -100,7 +101,11 @@ def run_dump(dump, c, config_json, params, batches, *args):
         out = os.path.join(tmp, "out.safetensors")
         subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(c["B"]), str(c["T"]),
                         str(STEPS), out, *map(str, args)], check=True)
-        return read_safetensors(out)
+        got = read_safetensors(out)
+        adapter = os.path.join(out + ".adapter", "adapter_model.safetensors")
+        if os.path.exists(adapter):
+            got.update({"adapter/" + k: v for k, v in read_safetensors(adapter).items()})
+        return got
 
 
 class Checks:

@@ -7,7 +7,8 @@
 // (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
 // without scaling). RANK and ALPHA put LoRA adapters on every linear module over the frozen WEIGHTS: their
 // initial values (init.NAME), values after the steps (final.NAME) and the first batch's gradients there
-// (final_grad.NAME) are written too, and the frozen base weights after the steps under base.NAME (fp32 runs).
+// (final_grad.NAME) are written too, the frozen base weights after the steps under base.NAME (fp32 runs), and
+// the trained adapters in PEFT's layout into OUT.safetensors.adapter/.
 #include <omp.h>
 
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "model/checkpoint_layout.h"
 #include "model/lora.h"
 #include "model/model.h"
+#include "model/peft_adapter.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -120,6 +122,7 @@ int run(int argc, char** argv) {
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
     exec.train_step(1.0f);
     add_adapters("final_grad.", [&](int id) { return memory.grad<float>(id); });
+    save_peft_adapter(std::string(argv[7]) + ".adapter", spec, model, memory, lora, argv[2]);
     for (const FileTensor& f : base)
       out.add("base." + f.name, f.shape, memory.f32(f.param) + f.offset, f.numel());
   }

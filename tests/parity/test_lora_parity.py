@@ -4,7 +4,8 @@ attn.c_proj, c_fc, mlp.c_proj (Conv1D weights, fan_in_fan_out); LLaMA's q_proj, 
 each, though memtrain fuses them), o_proj, gate_proj, up_proj, down_proj. The reference merges each adapter into
 its module's weight, W + (alpha / r) B A, which is the same product. Same frozen base, same initial adapters
 (memtrain's, drawn from its seed) and batches: the loss, every adapter gradient and the losses of 10 AdamW steps
-on the adapters agree, the adapters after them too, and the base weights come back bit for bit.
+on the adapters agree, the adapters after them too, and the base weights come back bit for bit. The adapter file
+memtrain writes in PEFT's layout holds the trained adapters under PEFT's keys.
 
 usage: test_lora_parity.py PARITY_DUMP gpt2|llama CONFIG_NAME
 """
@@ -94,6 +95,11 @@ def main():
     loss_of(forward, merged(base, trained, conv1d), c, tokens, targets).backward()
     for n, a in trained.items():
         check("grad after the steps " + n, rel(got["final_grad." + n], a.grad), tol["grad"])
+    # The adapter file under PEFT's keys holds the trained adapters.
+    prefix = "base_model.model." + ("transformer." if arch == "gpt2" else "")
+    saved = {k[len("adapter/"):]: v for k, v in got.items() if k.startswith("adapter/")}
+    check("PEFT adapter file: keys and values", 0.0 if saved.keys() == {prefix + n for n in adapters} and all(
+        torch.equal(saved[prefix + n], got["final." + n]) for n in adapters) else 1.0, 0.0)
     unchanged = all(torch.equal(got["base." + n], base[n]) for n in base if "base." + n in got)
     check("base weights bitwise unchanged", 0.0 if unchanged and any(k.startswith("base.") for k in got) else 1.0,
           0.0)

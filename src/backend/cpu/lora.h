@@ -19,15 +19,25 @@ struct LoraShape {
   float scale = 1.0f;      // alpha / r
 };
 
-// hidden[M, rank] = scale * inp @ a^T; out[:, column:column+width] += hidden @ b^T.
+// Dropout on the adapter's input (p > 0): element i is kept, times 1 / (1 - p), when the counter-based
+// uniform of (seed, stream, draw * n + i) is at least p; the same bits in the forward and the backward.
+struct DropoutMask {
+  float p = 0.0f;
+  uint64_t seed = 0, stream = 0, draw = 0;
+};
+
+// x = inp, or dropout(inp) into `dropped` [M, in] with a mask; hidden[M, rank] = scale * x @ a^T;
+// out[:, column:column+width] += hidden @ b^T.
 template <typename T>
 void lora_forward(T* out, T* hidden, const T* inp, const T* a, const T* b, const LoraShape& s,
-                  float* scratch);
+                  const DropoutMask& mask, T* dropped, float* scratch);
 
-// db += dout[:, columns]^T @ hidden; grad_hidden = scale * dout[:, columns] @ b; da += grad_hidden^T @ inp;
-// dinp += grad_hidden @ a. Activations and weights T, gradients G (float, or bf16 with T = bf16).
+// db += dout[:, columns]^T @ hidden; g = grad_hidden = scale * dout[:, columns] @ b; da += g^T @ x;
+// dinp += g @ a, through the mask's dropout when there is one (`dropped` holds x, then g @ a). Activations
+// and weights T, gradients G (float, or bf16 with T = bf16).
 template <typename T, typename G>
 void lora_backward(T* dinp, G* da, G* db, T* grad_hidden, const T* dout, const T* inp, const T* hidden,
-                   const T* a, const T* b, const LoraShape& s, float* scratch);
+                   const T* a, const T* b, const LoraShape& s, const DropoutMask& mask, T* dropped,
+                   float* scratch);
 
 }  // namespace mt::kernels
