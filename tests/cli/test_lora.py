@@ -8,7 +8,7 @@ Runs the binary memtrain_cli.py names.
 import json
 import unittest
 
-from memtrain_cli import CliTestCase, read_memory, read_metrics, read_safetensors
+from memtrain_cli import CliTestCase, memtrain, read_memory, read_metrics, read_safetensors
 
 LORA = {"lora_rank": 4, "lora_alpha": 8}
 
@@ -33,8 +33,12 @@ class LoraFlags(CliTestCase):
             with self.subTest(flag=flag):
                 self.assert_train_fails(2, "--" + flag.replace("_", "-"), "--lora-rank", **{flag: value})
 
-    def test_weight_files_are_refused_until_they_hold_adapters(self):
+    def test_weight_files_and_modelled_model_parallelism_are_refused(self):
         self.assert_train_fails(2, "--save-weights", save_weights=self.tmp / "w.safetensors", **LORA)
+        for flag in ("--tp", "--pp"):
+            with self.subTest(flag=flag):
+                self.assert_error(memtrain("estimate", "--model", "llama-tiny", "--lora-rank", "4", flag, "2"), 2,
+                                  "--tp and --pp", "--lora-rank")
 
 
 class LoraRun(CliTestCase):
