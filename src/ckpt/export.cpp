@@ -15,6 +15,10 @@ namespace mt::ckpt {
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir) {
   const CheckpointState state = read_state(checkpoint_dir);
   const CheckpointLayout& layout = state.layout;
+  for (const CheckpointTensor& t : layout.tensors)
+    if (t.name.ends_with(".lora_A.weight"))  // its model.safetensors holds adapters, not a whole model
+      fail_usage("export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + t.name +
+                 "); merging adapters into the base is not implemented yet");
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
   if (ec) fail_data("--out " + out_dir + ": cannot create directory: " + ec.message());

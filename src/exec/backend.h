@@ -6,6 +6,7 @@
 // memory.
 #pragma once
 
+#include <cstdint>
 #include <string_view>
 
 #include "memory/allocation.h"
@@ -20,8 +21,9 @@ struct OpRun {
   const ModelSpec& spec;
   const Graph& graph;
   const Allocation& memory;
-  bool training;     // backward ops and the loss's gradients run only then
-  float grad_scale;  // the factor parameter gradients are accumulated with (Executor::train_step)
+  bool training;      // backward ops and the loss's gradients run only then
+  float grad_scale;   // the factor parameter gradients are accumulated with (Executor::train_step)
+  uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
 };
 
 class Backend {

@@ -11,6 +11,7 @@
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/lm_head.h"
+#include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/rope.h"
 
@@ -42,20 +43,43 @@ T* optional(const Allocation& m, int id) {
   return id >= 0 ? m.as<T>(id) : nullptr;
 }
 
+bool frozen(const Allocation& m, int param) {
+  return m.table()[param].category == Category::frozen;
+}
+
 // A parameter's weights and gradient as the op names them: in its window's buffers under ZeRO-2/3
-// (Op::window), else in the model states. Null for an optional parameter left out.
+// (Op::window), else in the model states. Null for an optional parameter left out, and no gradient for a
+// frozen one, whose weights every rank holds whole.
 template <typename T>
 T* weights(const Allocation& m, const Op& op, int param) {
   if (param < 0) return nullptr;
   const WindowBuffers& w = op.window;
-  return w.weights >= 0 ? m.in_block<T>(w.weights, w.first_param, param) : m.as<T>(param);
+  return w.weights >= 0 && !frozen(m, param) ? m.in_block<T>(w.weights, w.first_param, param)
+                                             : m.as<T>(param);
 }
 
 template <typename G>
 G* grad(const Allocation& m, const Op& op, int param) {
-  if (param < 0) return nullptr;
+  if (param < 0 || frozen(m, param)) return nullptr;
   const WindowBuffers& w = op.window;
   return w.grads >= 0 ? m.in_block<G>(w.grads, w.first_param, param) : m.grad<G>(param);
+}
+
+kernels::LoraShape lora_shape(const TensorTable& table, int inp, int out, int a, int b, int64_t column,
+                              float scale) {
+  const int64_t in = table[a].shape[1];
+  return {.M = table[inp].numel() / in,
+          .in = in,
+          .rank = table[a].shape[0],
+          .width = table[b].shape[0],
+          .out_stride = table[out].shape.back(),
+          .column = column,
+          .scale = scale};
+}
+
+// Dropout runs in training only.
+kernels::DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
+  return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
 }
 
 template <typename T, typename G>
@@ -67,7 +91,30 @@ class CpuBackend final : public Backend {
 
  private:
   double lm_head_loss(const Op& op, const OpRun& r);
+  void lora(const Op& op, const OpRun& r);
+  void lora_backward(const Op& op, const OpRun& r);
 };
+
+template <typename T, typename G>
+void CpuBackend<T, G>::lora(const Op& op, const OpRun& r) {
+  const auto& a = op.as<ops::Lora>();
+  const Allocation& m = r.memory;
+  kernels::lora_forward(
+      m.as<T>(a.out), m.as<T>(a.hidden), m.as<T>(a.inp), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
+      lora_shape(r.graph.table, a.inp, a.out, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
+      optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
+}
+
+template <typename T, typename G>
+void CpuBackend<T, G>::lora_backward(const Op& op, const OpRun& r) {
+  const auto& a = op.as<ops::LoraBackward>();
+  const Allocation& m = r.memory;
+  kernels::lora_backward(
+      m.as<T>(a.dinp), grad<G>(m, op, a.a), grad<G>(m, op, a.b), m.as<T>(a.grad_hidden), m.as<T>(a.dout),
+      m.as<T>(a.inp), m.as<T>(a.hidden), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
+      lora_shape(r.graph.table, a.inp, a.dout, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
+      optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
+}
 
 template <typename T, typename G>
 void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
@@ -173,6 +220,12 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     }
     case OpKind::lm_head_loss:
       return lm_head_loss(op, r);
+    case OpKind::lora:
+      lora(op, r);
+      return 0;
+    case OpKind::lora_backward:
+      lora_backward(op, r);
+      return 0;
     case OpKind::zero: {
       const auto& a = op.as<ops::Zero>();
       std::memset(m.data(a.out), 0, table[a.out].bytes());

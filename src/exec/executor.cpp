@@ -11,7 +11,7 @@ namespace mt {
 Executor::Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory)
     : spec_(spec), graph_(graph), memory_(memory), backend_(make_cpu_backend(memory.plan().policy)) {}
 
-double Executor::run_ops(int end, bool training, float grad_scale) {
+double Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw) {
   // Kernels index their scratch by OpenMP thread number: more threads than planned would write past it.
   if (omp_get_max_threads() > graph_.threads)
     throw std::logic_error("executor: the plan sized kernel scratch for " + std::to_string(graph_.threads) +
@@ -20,7 +20,7 @@ double Executor::run_ops(int end, bool training, float grad_scale) {
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
     if (hooks_) hooks_->before(i, training);
-    loss_sum += backend_->run(graph_.ops[i], {spec_, graph_, memory_, training, grad_scale});
+    loss_sum += backend_->run(graph_.ops[i], {spec_, graph_, memory_, training, grad_scale, draw});
     if (observer_) observer_(i);
     if (hooks_) hooks_->after(i, training);
     memory_.end_op(i);
@@ -34,8 +34,8 @@ double Executor::mean_loss(double loss_sum) const {
   return loss_sum / static_cast<double>(graph_.table[head.targets].numel());
 }
 
-StepResult Executor::train_step(float grad_scale) {
-  return {mean_loss(run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale))};
+StepResult Executor::train_step(float grad_scale, uint64_t draw) {
+  return {mean_loss(run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale, draw))};
 }
 
 StepResult Executor::eval_step() {

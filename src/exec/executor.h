@@ -33,8 +33,9 @@ class Executor {
   Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory);
 
   // Forward, loss and backward; parameter gradients are accumulated into memory.grads() scaled by grad_scale
-  // (1 for one micro-batch; 1/k for k accumulated ones; times the loss scale under fp16).
-  StepResult train_step(float grad_scale);
+  // (1 for one micro-batch; 1/k for k accumulated ones; times the loss scale under fp16). `draw` numbers the
+  // run's micro-batches (in the global sample order), so that dropout's masks repeat on a resume.
+  StepResult train_step(float grad_scale, uint64_t draw = 0);
   // Forward and loss only.
   StepResult eval_step();
   // The forward pass's logits for the whole batch, [B*T, Vp] fp32 into the caller's buffer (tests, sampling).
@@ -47,7 +48,7 @@ class Executor {
 
  private:
   // Runs ops [0, end) with their tensors bound and released; returns the sum of per-position losses.
-  double run_ops(int end, bool training, float grad_scale);
+  double run_ops(int end, bool training, float grad_scale, uint64_t draw = 0);
   double mean_loss(double loss_sum) const;
 
   const ModelSpec& spec_;

@@ -180,7 +180,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
       e.seq_len = run.seq_len;
       e.accum = run.accum;
       e.policy = run.plan.policy;
-      e.padded_params = run.plan.num_params;
+      e.trainable_params = run.plan.num_params;
+      e.padded_params = run.plan.num_params + run.model.graph.table.numel(Category::frozen);
     }
     if (!e.modelled()) {
       add_rank(rank, 0, run.model.graph, run.plan);
@@ -210,8 +211,10 @@ std::string format_estimate(const Estimate& e) {
   std::ostringstream out;
   out << "model " << e.spec.name << ": " << with_commas(e.spec.num_parameters()) << " parameters ("
       << with_commas(e.padded_params) << " with the vocabulary padded to " << e.spec.padded_vocab_size
-      << ")\n"
-      << describe_run(e) << "\n";
+      << ")\n";
+  if (e.trainable_params != e.padded_params)
+    out << format_trainable(e.trainable_params, e.padded_params) << "\n";
+  out << describe_run(e) << "\n";
   // Ranks of one stage with the same bytes and peak print once.
   std::vector<bool> printed(e.ranks.size(), false);
   for (size_t i = 0; i < e.ranks.size(); ++i) {
@@ -266,6 +269,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   json out = {{"model", e.spec.name},
               {"parameters", e.spec.num_parameters()},
               {"padded_parameters", e.padded_params},
+              {"trainable_parameters", e.trainable_params},
               {"precision", precision_name(e.config.precision.precision)},
               {"zero_stage", e.dp > 1 ? e.config.zero_stage : 0},
               {"dp", e.dp},

@@ -50,7 +50,8 @@ struct RankEstimate {
 struct Estimate {
   ModelSpec spec;
   TrainConfig config;
-  int64_t padded_params = 0;  // the whole model's parameter elements, vocabulary padded
+  int64_t padded_params = 0;     // the whole model's parameter elements, vocabulary padded
+  int64_t trainable_params = 0;  // those of the model states; fewer under LoRA, whose base is frozen
   int64_t seq_len = 0;
   int64_t accum = 1;  // micro-batches per optimizer step and rank
   int dp = 1;

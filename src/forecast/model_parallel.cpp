@@ -119,6 +119,9 @@ std::vector<StageLayout> plan_model_parallel(const RunLayout& run, const ModelPa
   if (mp.pp > spec.n_layer)
     fail_usage("--pp " + std::to_string(mp.pp) + " exceeds the model's " + std::to_string(spec.n_layer) +
                " layers");
+  // The split roles above know no adapters, and the stages no frozen weights.
+  if (run.model.graph.table.numel(Category::frozen) > 0)
+    fail_usage("--tp and --pp with --lora-rank: the model-parallel model does not split LoRA adapters yet");
   const Graph& full = run.model.graph;
   const std::vector<int> stage_of_op = op_stages(full, spec.n_layer, mp.pp);
   std::vector<StageLayout> stages;

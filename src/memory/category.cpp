@@ -8,6 +8,8 @@ std::string_view category_key(Category c) {
   switch (c) {
     case Category::params:
       return "params";
+    case Category::frozen:
+      return "frozen";
     case Category::master:
       return "master";
     case Category::grads:
@@ -30,6 +32,8 @@ std::string_view category_title(Category c) {
   switch (c) {
     case Category::params:
       return "parameters";
+    case Category::frozen:
+      return "frozen weights";
     case Category::master:
       return "master weights";
     case Category::grads:

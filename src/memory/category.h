@@ -7,12 +7,14 @@
 
 namespace mt {
 
-enum class Category { params, master, grads, optim, activations, workspace, comm, other };
+// frozen: weights that get no gradient and no optimizer state (a LoRA run's base), outside the flat
+// parameter range.
+enum class Category { params, frozen, master, grads, optim, activations, workspace, comm, other };
 
-constexpr int kNumCategories = 8;
+constexpr int kNumCategories = 9;
 constexpr std::array<Category, kNumCategories> kAllCategories = {
-    Category::params,      Category::master,    Category::grads, Category::optim,
-    Category::activations, Category::workspace, Category::comm,  Category::other};
+    Category::params,      Category::frozen,    Category::master, Category::grads, Category::optim,
+    Category::activations, Category::workspace, Category::comm,   Category::other};
 
 std::string_view category_key(Category c);    // "params", "master", ...
 std::string_view category_title(Category c);  // "parameters", "master weights", ...

@@ -46,6 +46,12 @@ double model_state_bytes_per_param(const CategoryBytes& b, int64_t num_params) {
   return num_params > 0 ? static_cast<double>(states) / static_cast<double>(num_params) : 0.0;
 }
 
+std::string format_trainable(int64_t trainable, int64_t all) {
+  char share[32];
+  std::snprintf(share, sizeof share, "%.2f%%", all > 0 ? 100.0 * static_cast<double>(trainable) / all : 0.0);
+  return "trainable parameters " + with_commas(trainable) + " of " + with_commas(all) + " (" + share + ")";
+}
+
 std::string format_memory_report(const MemoryReport& r) {
   std::ostringstream out;
   char line[160];

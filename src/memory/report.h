@@ -35,6 +35,9 @@ std::string human_bytes(int64_t bytes);
 // "124,439,808"; negative numbers keep their sign.
 std::string with_commas(int64_t n);
 
+// "trainable parameters 8,192 of 506,880 (1.62%)": a run with frozen weights (LoRA) says what it trains.
+std::string format_trainable(int64_t trainable, int64_t all);
+
 std::string format_memory_report(const MemoryReport& report);
 
 // The n largest tensors of an arena's category (largest first, as packed): name, shape, dtype, bytes, the ops

@@ -2,6 +2,8 @@
 
 #include <regex>
 
+#include "model/lora.h"
+
 namespace mt {
 
 int64_t FileTensor::numel() const {
@@ -40,6 +42,7 @@ std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGra
   const int64_t C = spec.n_embd, KV = spec.kv_dim(), I = spec.intermediate_size;
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
+    if (is_lora_a(t.name) || is_lora_b(t.name)) continue;  // adapters are not the base model's
     const auto fused = [&](const char* fused_name) {
       const size_t at = t.name.find(fused_name);
       return at == std::string::npos ? std::string() : t.name.substr(0, at);
@@ -54,6 +57,17 @@ std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGra
       out.push_back({t.name, id, 0, unpadded_shape(spec, t)});
     }
   }
+  return out;
+}
+
+std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model) {
+  const TensorTable& table = model.graph.table;
+  std::vector<FileTensor> out;
+  for (const FileTensor& f : checkpoint_tensors(spec, model))
+    if (table[f.param].category == Category::params) out.push_back(f);
+  for (int id : model.params)
+    if (is_lora_a(table[id].name) || is_lora_b(table[id].name))
+      out.push_back({table[id].name, id, 0, table[id].shape});
   return out;
 }
 

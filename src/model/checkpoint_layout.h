@@ -21,8 +21,12 @@ struct FileTensor {
   int64_t numel() const;
 };
 
-// Every tensor the family's checkpoint holds, in Hugging Face order.
+// Every tensor the family's checkpoint holds, in Hugging Face order (LoRA adapters are in none).
 std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGraph& model);
+
+// The tensors the optimizer trains, each a range of one parameter: all of checkpoint_tensors without LoRA;
+// under LoRA its trainable ones (--lora-train-modules) and the adapters, under their own names and shapes.
+std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model);
 
 // The name a file tensor is known by in checkpoint_tensors, or nothing for tensors a checkpoint may carry
 // and memtrain ignores (GPT-2's causal-mask buffers, a tied lm_head.weight, LLaMA's rotary_emb.inv_freq).

@@ -2,6 +2,7 @@
 // the lifetimes the Plan packs are read off the same list, so the memory plan and the run cannot disagree.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -32,6 +33,8 @@ enum class OpKind {
   swiglu_backward,
   embedding_backward,
   zero,
+  lora,
+  lora_backward,
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
@@ -154,13 +157,45 @@ struct Zero {  // out = 0: a gradient that backward ops accumulate into
   auto ids() { return std::tie(out); }
 };
 
+// LoRA's dropout on the adapter's input, training only: element i of micro-batch `draw` (OpRun) is kept with
+// probability 1 - p and scaled by 1 / (1 - p), by counter-based bits of (seed, stream, draw * n + i); the
+// backward draws the same mask again rather than keeping it.
+struct LoraDropout {
+  float p = 0.0f;
+  uint64_t seed = 0, stream = 0;  // the run's seed; the module's name hashed
+};
+
+// A LoRA adapter on a linear op's output columns [column, column + B's rows) (one Hugging Face module of a
+// fused projection): hidden = scale * inp @ a^T, out[:, columns] += hidden @ b^T, after the base product.
+struct Lora {
+  static constexpr OpKind kind = OpKind::lora;
+  int inp = -1, out = -1, a = -1, b = -1, hidden = -1, matmul_scratch = -1;
+  int dropped = -1;  // workspace [B, T, in]: dropout(inp), with dropout only
+  int64_t column = 0;
+  float scale = 1.0f;
+  LoraDropout dropout = {};
+  auto ids() { return std::tie(inp, out, a, b, hidden, matmul_scratch, dropped); }
+};
+
+// grads of a and b, dinp +=  <-  dout's columns, inp, hidden; after the base linear's backward wrote dinp.
+// grad_hidden is scratch: scale * dout[:, columns] @ b.
+struct LoraBackward {
+  static constexpr OpKind kind = OpKind::lora_backward;
+  int inp = -1, a = -1, b = -1, hidden = -1, dinp = -1, dout = -1, grad_hidden = -1, matmul_scratch = -1;
+  int dropped = -1;  // workspace [B, T, in]: dropout(inp) again, then the input's gradient before the mask
+  int64_t column = 0;
+  float scale = 1.0f;
+  LoraDropout dropout = {};
+  auto ids() { return std::tie(inp, a, b, hidden, dinp, dout, grad_hidden, matmul_scratch, dropped); }
+};
+
 }  // namespace ops
 
 using OpArgs =
     std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope, ops::Attention,
                  ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
                  ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
-                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero>;
+                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward>;
 
 namespace detail {
 template <size_t... I>

@@ -3,8 +3,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "backend/cpu/matmul.h"
+#include "core/rng.h"
 
 namespace mt {
 
@@ -20,13 +22,39 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
 }
 
 int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
-  const int id = m_.graph.table.add({.name = name,
-                                     .shape = std::move(shape),
-                                     .dtype = step_.dtype,
-                                     .category = Category::params,
-                                     .block = block_});
+  const Category c = trains_base_param(step_.lora, name) ? Category::params : Category::frozen;
+  const int id = m_.graph.table.add(
+      {.name = name, .shape = std::move(shape), .dtype = step_.dtype, .category = c, .block = block_});
   m_.params.push_back(id);
   return id;
+}
+
+LoraAdapter GraphBuilder::lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column) {
+  const int64_t r = step_.lora.rank;
+  LoraAdapter adapter{.column = column};
+  for (auto [id, name, shape] : {std::tuple{&adapter.a, lora_a_name(module), std::vector{r, in}},
+                                 std::tuple{&adapter.b, lora_b_name(module), std::vector{width, r}}}) {
+    *id = m_.graph.table.add(
+        {.name = name, .shape = shape, .dtype = step_.dtype, .category = Category::params, .block = block_});
+    m_.params.push_back(*id);
+  }
+  return adapter;
+}
+
+int GraphBuilder::lora_dropped(const std::string& name, int inp) {
+  if (step_.lora.dropout <= 0) return -1;
+  const TensorDesc& x = m_.graph.table[inp];
+  return tensor(name, x.shape, Category::workspace, x.dtype);
+}
+
+// Keyed by the module, not the op: a recomputed forward and the backward draw the forward's mask.
+ops::LoraDropout GraphBuilder::lora_dropout(const std::string& module) const {
+  return {.p = step_.lora.dropout, .seed = step_.seed, .stream = hash_name(module + ".lora_dropout")};
+}
+
+std::string GraphBuilder::adapter_module(const LoraAdapter& adapter) const {
+  const std::string& a = m_.graph.table[adapter.a].name;
+  return a.substr(0, a.size() - lora_a_name("").size());
 }
 
 int GraphBuilder::tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype) {
@@ -49,19 +77,35 @@ void GraphBuilder::op(std::string name, OpArgs args) {
   m_.graph.ops.push_back({.name = std::move(name), .args = std::move(args)});
 }
 
-void GraphBuilder::linear(const std::string& name, int inp, int out, int residual, LinearParams p,
-                          bool out_in) {
-  op(name, ops::Linear{.inp = inp,
-                       .out = out,
-                       .residual = residual,
-                       .weight = p.weight,
-                       .bias = p.bias,
-                       .matmul_scratch = mm_,
-                       .weight_out_in = out_in});
+LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix, int inp, int out,
+                              int residual, const LinearParams& p, bool out_in) {
+  op(name + suffix, ops::Linear{.inp = inp,
+                                .out = out,
+                                .residual = residual,
+                                .weight = p.weight,
+                                .bias = p.bias,
+                                .matmul_scratch = mm_,
+                                .weight_out_in = out_in});
+  LoraActs hidden;
+  for (const LoraAdapter& adapter : p.adapters) {
+    const std::string module = adapter_module(adapter);
+    hidden.push_back(act(module + ".lora.hidden" + suffix, step_.lora.rank));
+    op(module + ".lora" + suffix, ops::Lora{.inp = inp,
+                                            .out = out,
+                                            .a = adapter.a,
+                                            .b = adapter.b,
+                                            .hidden = hidden.back(),
+                                            .matmul_scratch = mm_,
+                                            .dropped = lora_dropped(module + ".lora.dropped" + suffix, inp),
+                                            .column = adapter.column,
+                                            .scale = step_.lora.scaling(),
+                                            .dropout = lora_dropout(module)});
+  }
+  return hidden;
 }
 
-void GraphBuilder::linear_backward(const std::string& name, int inp, LinearParams p, int dinp, int dout,
-                                   bool out_in) {
+void GraphBuilder::linear_backward(const std::string& name, int inp, const LinearParams& p,
+                                   const LoraActs& lora, int dinp, int dout, bool out_in) {
   op(name, ops::LinearBackward{.inp = inp,
                                .weight = p.weight,
                                .bias = p.bias,
@@ -69,6 +113,26 @@ void GraphBuilder::linear_backward(const std::string& name, int inp, LinearParam
                                .dout = dout,
                                .matmul_scratch = mm_,
                                .weight_out_in = out_in});
+  for (size_t i = 0; i < p.adapters.size(); ++i) {
+    const LoraAdapter& adapter = p.adapters[i];
+    const std::string module = adapter_module(adapter);
+    const int grad_hidden =
+        tensor(module + ".lora.hidden.grad", {step_.batch * step_.seq_len, step_.lora.rank},
+               Category::workspace, step_.dtype);
+    op(module + ".lora.backward",
+       ops::LoraBackward{.inp = inp,
+                         .a = adapter.a,
+                         .b = adapter.b,
+                         .hidden = lora[i],
+                         .dinp = dinp,
+                         .dout = dout,
+                         .grad_hidden = grad_hidden,
+                         .matmul_scratch = mm_,
+                         .dropped = lora_dropped(module + ".lora.dropped.grad", inp),
+                         .column = adapter.column,
+                         .scale = step_.lora.scaling(),
+                         .dropout = lora_dropout(module)});
+  }
 }
 
 NormActs GraphBuilder::norm(NormKind kind, const std::string& name, const std::string& suffix, int inp,

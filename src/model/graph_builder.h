@@ -9,13 +9,14 @@
 #include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
 #include "model/graph.h"
+#include "model/lora.h"
 #include "model/recompute.h"
 #include "model/spec.h"
 
 namespace mt {
 
 // How one training step runs: the micro-batch shape, the threads and ISA level kernels size their scratch
-// for, the storage dtype and the recompute policy.
+// for, the storage dtype, the recompute policy and LoRA (which parameters train).
 struct StepConfig {
   int64_t batch = 1;         // B, sequences per micro-batch
   int64_t seq_len = 1;       // T
@@ -23,6 +24,8 @@ struct StepConfig {
   DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
   kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
+  LoraConfig lora = {};
+  uint64_t seed = 0;  // the run's: LoRA dropout's masks
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -45,9 +48,17 @@ struct NormParams {
 struct NormActs {
   int out = -1, mean = -1, rstd = -1;
 };
+// A LoRA adapter on a linear module's output columns [column, column + rows of b).
+struct LoraAdapter {
+  int a = -1, b = -1;
+  int64_t column = 0;
+};
 struct LinearParams {
   int weight = -1, bias = -1;
+  std::vector<LoraAdapter> adapters = {};
 };
+// Per adapter of a linear, the scaled hidden activation [B, T, r] its backward reads.
+using LoraActs = std::vector<int>;
 
 // Tensors in the compute dtype unless they are statistics (fp32 for accuracy) or fp32 scratch. An emitter
 // named `name` with a `suffix` (".recomputed" under recompute) names its op name + suffix.
@@ -61,7 +72,10 @@ class GraphBuilder {
   const ModelGraph& model() const { return m_; }
   // Parameters from here on belong to a new block (TensorDesc::block: what ZeRO-2/3 exchange together).
   void begin_block() { ++block_; }
-  int param(const std::string& name, std::vector<int64_t> shape);  // also listed in model.params
+  // Also listed in model.params. Under LoRA a base parameter is frozen unless --lora-train-modules names it.
+  int param(const std::string& name, std::vector<int64_t> shape);
+  // module's LoRA factors a [r, in] and b [width, r], trainable, on the module's columns from `column`.
+  LoraAdapter lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column);
   int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype);
   int act(const std::string& name, std::vector<int64_t> shape);  // compute dtype
   int act(const std::string& name, int64_t width) { return act(name, {step_.batch, step_.seq_len, width}); }
@@ -69,8 +83,12 @@ class GraphBuilder {
   int scratch(const std::string& name, int64_t floats);           // fp32 workspace
   void op(std::string name, OpArgs args);
 
-  void linear(const std::string& name, int inp, int out, int residual, LinearParams p, bool out_in);
-  void linear_backward(const std::string& name, int inp, LinearParams p, int dinp, int dout, bool out_in);
+  // The product, then each adapter's (named after its module, with `suffix`).
+  LoraActs linear(const std::string& name, const std::string& suffix, int inp, int out, int residual,
+                  const LinearParams& p, bool out_in);
+  // The product's backward, then each adapter's, adding into dinp.
+  void linear_backward(const std::string& name, int inp, const LinearParams& p, const LoraActs& lora,
+                       int dinp, int dout, bool out_in);
   // A norm over the last dimension (width) into new output and statistics tensors.
   NormActs norm(NormKind kind, const std::string& name, const std::string& suffix, int inp, NormParams p,
                 int64_t width);
@@ -93,6 +111,11 @@ class GraphBuilder {
   void finish();
 
  private:
+  std::string adapter_module(const LoraAdapter& adapter) const;
+  // With dropout: a workspace tensor like `inp` for the dropped input; else -1.
+  int lora_dropped(const std::string& name, int inp);
+  ops::LoraDropout lora_dropout(const std::string& module) const;
+
   ModelGraph& m_;
   StepConfig step_;
   int mm_ = -1;  // matrix products' conversion tiles, when the compute dtype needs them

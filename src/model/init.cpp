@@ -1,8 +1,10 @@
 #include "model/init.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/rng.h"
+#include "model/lora.h"
 
 namespace mt {
 
@@ -14,6 +16,8 @@ class InitialValues {
   InitialValues(const TensorDesc& t, const InitRule& rule, uint64_t seed)
       : seed_(seed), stream_(hash_name(t.name)), rule_(rule) {}
   float operator()(int64_t i) const {
+    if (rule_.uniform_bound > 0.0f)
+      return rule_.uniform_bound * static_cast<float>(2.0 * random_uniform(seed_, stream_, i) - 1.0);
     if (rule_.stddev == 0.0f) return rule_.constant;
     return i < rule_.drawn ? rule_.stddev * static_cast<float>(random_normal(seed_, stream_, i)) : 0.0f;
   }
@@ -30,6 +34,26 @@ void fill(T* dst, const InitialValues& value, int64_t first, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = round_to<T>(value(first + i));
 }
 
+template <typename T>
+void fill_tensor(void* dst, const InitialValues& value, int64_t n) {
+  fill(static_cast<T*>(dst), value, 0, n);
+}
+
+// torch's kaiming_uniform_(a=sqrt(5)) on A [r, in], as PEFT draws it: gain sqrt(2 / (1 + 5)), bound
+// gain * sqrt(3 / in) = 1 / sqrt(in).
+InitRule lora_rule(const TensorDesc& t, const std::function<InitRule(const TensorDesc&)>& family_rule) {
+  if (is_lora_a(t.name)) return {.uniform_bound = 1.0f / std::sqrt(static_cast<float>(t.shape[1]))};
+  if (is_lora_b(t.name)) return {.constant = 0.0f};
+  return family_rule(t);
+}
+
+// A frozen weight is held whole by every rank and has no master copy.
+void init_frozen(const TensorDesc& t, const InitialValues& value, void* dst) {
+  if (t.dtype == DType::f32) fill_tensor<float>(dst, value, t.numel());
+  if (t.dtype == DType::bf16) fill_tensor<bf16>(dst, value, t.numel());
+  if (t.dtype == DType::f16) fill_tensor<f16>(dst, value, t.numel());
+}
+
 }  // namespace
 
 void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
@@ -37,7 +61,11 @@ void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
   const Plan& plan = memory.plan();
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    const InitialValues value(t, rule(t), seed);
+    const InitialValues value(t, lora_rule(t, rule), seed);
+    if (t.category == Category::frozen) {
+      init_frozen(t, value, memory.data(id));
+      continue;
+    }
     const int64_t offset = memory.param_offset(id), n = t.numel();
     // This rank's part of the weights: all of them, or its shard under ZeRO-3.
     const int64_t first = std::max(offset, plan.weights_begin()),

@@ -1,6 +1,7 @@
-// Parameter initialisation shared by the models: each parameter starts as a constant or as N(0, stddev)
-// draws that are a pure function of (seed, tensor name hash, element index), in the weights and in this
-// rank's part of the fp32 master copy.
+// Parameter initialisation shared by the models: each parameter starts as a constant or as N(0, stddev) or
+// uniform draws that are a pure function of (seed, tensor name hash, element index), in the weights and in
+// this rank's part of the fp32 master copy (a frozen weight has none). LoRA's adapters follow PEFT, whatever
+// the family's rule: A Kaiming-uniform, B zero.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,10 @@
 namespace mt {
 
 struct InitRule {
-  float constant = 0.0f;  // the value when stddev is 0
+  float constant = 0.0f;  // the value when stddev and uniform_bound are 0
   float stddev = 0.0f;
-  int64_t drawn = 0;  // elements drawn (the first ones); the rest, vocabulary padding, stay zero
+  int64_t drawn = 0;           // elements drawn (the first ones); the rest, vocabulary padding, stay zero
+  float uniform_bound = 0.0f;  // > 0: U(-bound, bound) draws instead (LoRA's A)
 };
 
 void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,

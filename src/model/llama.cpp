@@ -20,7 +20,10 @@ ModelFamily llama_family(const ModelSpec& spec) {
                     .norm1 = "input_layernorm", .qkv_proj = "self_attn.qkv_proj", .attention = "self_attn",
                     .out_proj = "self_attn.o_proj",
                     .norm2 = "post_attention_layernorm", .up_proj = "mlp.gate_up_proj", .up_out = "mlp.gate_up",
-                    .activation_name = "mlp.swiglu", .down_proj = "mlp.down_proj"},
+                    .activation_name = "mlp.swiglu", .down_proj = "mlp.down_proj",
+                    .qkv_modules = {{"self_attn.q_proj", spec.n_embd}, {"self_attn.k_proj", spec.kv_dim()},
+                                    {"self_attn.v_proj", spec.kv_dim()}},
+                    .up_modules = {{"mlp.gate_proj", spec.intermediate_size}, {"mlp.up_proj", spec.intermediate_size}}},
           .embedding = "model.embed_tokens.weight", .embed_out = "model.embed_tokens.out",
           .final_norm = "model.norm", .head = "lm_head.weight"};
 }

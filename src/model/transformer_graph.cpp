@@ -29,14 +29,20 @@ class TransformerBlocks {
   // The layers' backward from the top; the residual gradient dres flows through in place. Each
   // full-recompute group's forward reruns from the input it kept when the backward enters the group.
   void backward(int dres);
+  // The layer's Hugging Face linear modules, relative to it ("self_attn.q_proj"): what --lora-target names.
+  std::vector<std::string> linear_modules() const;
 
  private:
   struct LayerActs {
     int inp, qkv, atty, lse, res2, up, act, out;
     NormActs norm1, norm2;
+    LoraActs qkv_lora, out_lora, up_lora, down_lora;
   };
 
   LayerParams add_layer_params(int64_t l);
+  // The adapters --lora-target puts on a projection made of `modules` (empty: the projection itself).
+  std::vector<LoraAdapter> add_adapters(const std::string& h, const std::string& projection,
+                                        const std::vector<HfLinear>& modules, int64_t in, int64_t out);
   int layer_forward(int64_t l, int inp, const std::string& suffix);
   // With `selective`, the norms' and activation's outputs are recomputed right before the op that needs them.
   void layer_backward(int64_t l, int dres, bool selective);
@@ -84,7 +90,37 @@ LayerParams TransformerBlocks::add_layer_params(int64_t l) {
   p.norm2 = norm(f.norm2);
   p.up = linear(f.up_proj, C_, up_width(), f.biases);
   p.down = linear(f.down_proj, f.mlp_width, C_, f.biases);
+  // Adapters after the layer's base parameters: the same block, so ZeRO exchanges them with the layer.
+  p.qkv.adapters = add_adapters(h, f.qkv_proj, f.qkv_modules, C_, f.qkv_width);
+  p.out.adapters = add_adapters(h, f.out_proj, {}, C_, C_);
+  p.up.adapters = add_adapters(h, f.up_proj, f.up_modules, C_, up_width());
+  p.down.adapters = add_adapters(h, f.down_proj, {}, f.mlp_width, C_);
   return p;
+}
+
+std::vector<LoraAdapter> TransformerBlocks::add_adapters(const std::string& h, const std::string& projection,
+                                                         const std::vector<HfLinear>& modules, int64_t in,
+                                                         int64_t out) {
+  std::vector<LoraAdapter> adapters;
+  int64_t column = 0;
+  for (const HfLinear& m : modules.empty() ? std::vector<HfLinear>{{projection, out}} : modules) {
+    if (lora_targets(b_.step().lora, m.name))
+      adapters.push_back(b_.lora_adapter(h + m.name, in, m.width, column));
+    column += m.width;
+  }
+  return adapters;
+}
+
+std::vector<std::string> TransformerBlocks::linear_modules() const {
+  const BlockFamily& f = family_;
+  std::vector<std::string> names;
+  for (const auto& [projection, modules] :
+       {std::pair{f.qkv_proj, f.qkv_modules}, std::pair{f.out_proj, std::vector<HfLinear>{}},
+        std::pair{f.up_proj, f.up_modules}, std::pair{f.down_proj, std::vector<HfLinear>{}}}) {
+    if (modules.empty()) names.push_back(projection);
+    for (const HfLinear& m : modules) names.push_back(m.name);
+  }
+  return names;
 }
 
 int64_t TransformerBlocks::up_width() const {
@@ -129,14 +165,14 @@ int TransformerBlocks::layer_forward(int64_t l, int inp, const std::string& suff
   a.up = b_.act(h + f.up_out + suffix, up_width());
   a.out = b_.act(h + "out" + suffix, C_);
   a.norm1 = b_.norm(f.norm, h + f.norm1, suffix, a.inp, p.norm1, C_);
-  b_.linear(h + f.qkv_proj + suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
+  a.qkv_lora = b_.linear(h + f.qkv_proj, suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
   if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv});
   b_.attention(attn, suffix, a.qkv, a.atty, a.lse, attn_scratch_);
-  b_.linear(h + f.out_proj + suffix, a.atty, a.res2, a.inp, p.out, f.weight_out_in);
+  a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, a.res2, a.inp, p.out, f.weight_out_in);
   a.norm2 = b_.norm(f.norm, h + f.norm2, suffix, a.res2, p.norm2, C_);
-  b_.linear(h + f.up_proj + suffix, a.norm2.out, a.up, -1, p.up, f.weight_out_in);
+  a.up_lora = b_.linear(h + f.up_proj, suffix, a.norm2.out, a.up, -1, p.up, f.weight_out_in);
   a.act = b_.activation(f.activation, h + f.activation_name, suffix, a.up, f.mlp_width);
-  b_.linear(h + f.down_proj + suffix, a.act, a.out, a.res2, p.down, f.weight_out_in);
+  a.down_lora = b_.linear(h + f.down_proj, suffix, a.act, a.out, a.res2, p.down, f.weight_out_in);
   return a.out;
 }
 
@@ -155,16 +191,17 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width);
   const int dnorm1 = b_.act(h + f.norm1 + ".out.grad", C_);
   if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width);
-  b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, dact, dres, f.weight_out_in);
+  b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, a.down_lora, dact, dres, f.weight_out_in);
   b_.activation_backward(f.activation, activation + ".backward", a.up, dup, dact);
   if (selective) a.norm2 = b_.norm(f.norm, h + f.norm2, re, a.res2, p.norm2, C_);
-  b_.linear_backward(h + f.up_proj + ".backward", a.norm2.out, p.up, dnorm2, dup, f.weight_out_in);
+  b_.linear_backward(h + f.up_proj + ".backward", a.norm2.out, p.up, a.up_lora, dnorm2, dup, f.weight_out_in);
   b_.norm_backward(f.norm, h + f.norm2 + ".backward", a.res2, p.norm2, a.norm2, dres, dnorm2);
-  b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, datty, dres, f.weight_out_in);
+  b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, a.out_lora, datty, dres, f.weight_out_in);
   b_.attention_backward(attn + ".backward", a.qkv, a.atty, a.lse, dqkv, datty, attn_scratch_);
   if (f.rope) b_.op(attn + ".rope.backward", ops::RopeBackward{.dqkv = dqkv});
   if (selective) a.norm1 = b_.norm(f.norm, h + f.norm1, re, a.inp, p.norm1, C_);
-  b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, dnorm1, dqkv, f.weight_out_in);
+  b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, a.qkv_lora, dnorm1, dqkv,
+                     f.weight_out_in);
   b_.norm_backward(f.norm, h + f.norm1 + ".backward", a.inp, p.norm1, a.norm1, dres, dnorm1);
 }
 
@@ -192,7 +229,16 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
   b.op("residual.grad.zero", ops::Zero{.out = dres});
   b.norm_backward(norm, fn + ".backward", residual, final_norm, normed, dres, dnormed);
   blocks.backward(dres);
-  b.op("embed.backward", ops::EmbeddingBackward{.wte = wte, .wpe = wpe, .dout = dres, .tokens = tokens});
+  // Frozen embeddings (LoRA) get no gradient, and no op when neither trains.
+  const auto trained = [&](int id) {
+    return id >= 0 && b.model().graph.table[id].category == Category::params ? id : -1;
+  };
+  if (trained(wte) >= 0 || trained(wpe) >= 0)
+    b.op("embed.backward",
+         ops::EmbeddingBackward{.wte = trained(wte), .wpe = trained(wpe), .dout = dres, .tokens = tokens});
+  std::vector<std::string> param_names;
+  for (int id : b.model().params) param_names.push_back(b.model().graph.table[id].name);
+  check_lora_names(b.step().lora, blocks.linear_modules(), param_names);
   b.finish();
 }
 

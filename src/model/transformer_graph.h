@@ -5,11 +5,19 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "model/graph_builder.h"
 #include "model/spec.h"
 
 namespace mt {
+
+// One Hugging Face linear module inside a fused projection: its name (relative to the layer) and output
+// columns, in the fused order. LoRA puts one adapter on each, as PEFT does on the unfused model.
+struct HfLinear {
+  std::string name;
+  int64_t width = 0;
+};
 
 // What a family's layer is. Every family's layer is
 //   x -> norm1 -> qkv projection [-> RoPE] -> attention -> output projection (+ x)
@@ -27,6 +35,8 @@ struct BlockFamily {
   int64_t mlp_width = 0;       // the activation's output; its input is twice that under SwiGLU
   std::string layer_prefix;
   std::string norm1, qkv_proj, attention, out_proj, norm2, up_proj, up_out, activation_name, down_proj;
+  // The Hugging Face modules fused into qkv_proj and up_proj; empty: the projection is one module.
+  std::vector<HfLinear> qkv_modules = {}, up_modules = {};
 };
 
 // A family's whole model: its layer and the tensors around the layers, by Hugging Face name.

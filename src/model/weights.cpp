@@ -48,6 +48,18 @@ void check_finite(const SafetensorsReader& reader, const FileTensor& f, const ch
                 " at element " + std::to_string(i));
 }
 
+// A frozen weight's file values, rounded to its dtype, into its place.
+void store_frozen(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
+  const DType weights = memory.plan().policy.weights;
+  char* const into = static_cast<char*>(memory.data(f.param));
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    const float v = file_value(bytes, file_dtype, i);
+    if (weights == DType::f32) reinterpret_cast<float*>(into)[f.offset + i] = v;
+    if (weights == DType::bf16) reinterpret_cast<bf16*>(into)[f.offset + i] = round_to<bf16>(v);
+    if (weights == DType::f16) reinterpret_cast<f16*>(into)[f.offset + i] = round_to<f16>(v);
+  }
+}
+
 // Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
 // only this rank's shard) and of this rank's fp32 master copy. The file's bytes pass through one
 // tensor-sized buffer, at load time only.
@@ -55,7 +67,8 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
                   const FileTensor& f) {
   const Plan& plan = memory.plan();
   const DType weights = plan.policy.weights;
-  if (e.dtype == weights && !plan.policy.master_weights && !plan.sharding.shards_weights()) {
+  const bool frozen = memory.table()[f.param].category == Category::frozen;
+  if (e.dtype == weights && (frozen || (!plan.policy.master_weights && !plan.sharding.shards_weights()))) {
     char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
     reader.read(e, into);
     check_finite(reader, f, into, e.dtype, e.numel());
@@ -64,6 +77,10 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   std::vector<char> bytes(e.bytes());
   reader.read(e, bytes.data());
   check_finite(reader, f, bytes.data(), e.dtype, e.numel());
+  if (frozen) {  // held whole, without a master copy
+    store_frozen(bytes.data(), e.dtype, memory, f);
+    return;
+  }
   const int64_t n = e.numel(), offset = memory.param_offset(f.param) + f.offset;
   const int64_t first = std::max(offset, plan.weights_begin()),
                 last = std::min(offset + n, plan.weights_end());
@@ -113,9 +130,12 @@ std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::strin
   return readers;
 }
 
-// Writes the file tensors `from` into one safetensors file: from the master copy (streamed in the optimizer
-// state's windows, which may be offloaded) or from the weights.
-void write_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory) {
+}  // namespace
+
+// From the master copy (streamed in the optimizer state's windows, which may be offloaded) or from the
+// weights.
+void write_weight_file(const std::string& path, const std::vector<FileTensor>& from,
+                       const Allocation& memory) {
   const bool master = saves_master(memory.plan());
   const DType weights = memory.plan().policy.weights;
   std::vector<SafetensorsWriter::Item> items;
@@ -136,8 +156,6 @@ void write_file(const std::string& path, const std::vector<FileTensor>& from, co
   }
   writer.finish();
 }
-
-}  // namespace
 
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory) {
@@ -176,7 +194,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
                   const Allocation& memory, uint64_t max_shard_bytes) {
   const std::vector<FileTensor> tensors = checkpoint_tensors(spec, model);
   if (!path.ends_with(".index.json")) {
-    write_file(path, tensors, memory);
+    write_weight_file(path, tensors, memory);
     return;
   }
   // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
@@ -198,7 +216,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    write_file((folder / name).string(), shards[s], memory);
+    write_weight_file((folder / name).string(), shards[s], memory);
     for (const FileTensor& f : shards[s]) index["weight_map"][f.name] = name;
   }
   write_file_atomically(path, index.dump(2) + "\n");

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "memory/allocation.h"
+#include "model/checkpoint_layout.h"
 #include "model/graph_builder.h"
 #include "model/spec.h"
 
@@ -21,6 +22,12 @@ constexpr uint64_t kDefaultShardBytes = 5'000'000'000;
 // the tensor.
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory);
+
+// Writes the file tensors `from` (ranges of parameters the optimizer trains, each under its file name) into
+// one safetensors file, atomically: the fp32 master copy when this rank holds it whole, else the weights in
+// their own dtype.
+void write_weight_file(const std::string& path, const std::vector<FileTensor>& from,
+                       const Allocation& memory);
 
 // Writes every parameter (vocabulary padding removed), each file atomically: the fp32 master copy when there
 // is one, else the weights in their own dtype (also under ZeRO, where the master copy is sharded). A path

@@ -14,7 +14,7 @@ namespace {
 bool writes_gradients(OpKind kind) {
   return kind == OpKind::lm_head_loss || kind == OpKind::layernorm_backward ||
          kind == OpKind::rmsnorm_backward || kind == OpKind::linear_backward ||
-         kind == OpKind::embedding_backward;
+         kind == OpKind::embedding_backward || kind == OpKind::lora_backward;
 }
 
 // Every block's parameters in table order, which is their order in the flat buffers; a block whose

@@ -25,14 +25,16 @@ constexpr double kMemTop = 84, kMemBottom = 404;  // memory panel; op names hang
 constexpr double kLossTop = 570, kLossBottom = 750;
 
 // Stacked bottom to top: what lives all step first, so the bands that change sit on a flat base.
-constexpr Category kStackOrder[] = {Category::params,      Category::master,   Category::grads,
-                                    Category::optim,       Category::other,    Category::comm,
-                                    Category::activations, Category::workspace};
+constexpr Category kStackOrder[] = {Category::frozen, Category::params,      Category::master,
+                                    Category::grads,  Category::optim,       Category::other,
+                                    Category::comm,   Category::activations, Category::workspace};
 
 const char* color(Category c) {
   switch (c) {
     case Category::params:
       return "#4e79a7";
+    case Category::frozen:
+      return "#bab0ac";
     case Category::master:
       return "#a0cbe8";
     case Category::grads:

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "train/deepspeed_config.h"
 #include "train/run_flag_table.h"
+#include "train/train_flags.h"
 
 namespace mt {
 
@@ -153,6 +154,7 @@ TrainConfig resolve_run_flags(const RunFlagInput& input) {
   if (!input.deepspeed_config.empty()) apply_deepspeed_config(input.deepspeed_config, input.given, c);
   c.recompute = parse_recompute(input.recompute_granularity, input.recompute_method,
                                 input.recompute_num_layers, input.recompute_activations);
+  check_lora_flags(c, input.given);
   if (input.given.contains("--memory-timeline") && c.memory_timeline.empty())
     c.memory_timeline = c.out + "/memory_timeline.json";
   return c;
@@ -203,6 +205,8 @@ nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t 
         },
         flag.field(resolved));
   }
+  // A checkpoint holds LoRA's adapters but not the frozen base: a resume must start from the same one.
+  if (config.lora.enabled()) settings["--init-from"] = config.init_from;
   return settings;
 }
 

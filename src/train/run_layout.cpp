@@ -47,7 +47,9 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .threads = threads,
                                            .dtype = policy.weights,
                                            .isa = isa,
-                                           .recompute = cfg.recompute});
+                                           .recompute = cfg.recompute,
+                                           .lora = cfg.lora,
+                                           .seed = cfg.seed});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};
   run.val_data = {B, T, false, cfg.seed, vocab};

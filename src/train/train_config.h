@@ -7,6 +7,7 @@
 #include "core/names.h"
 #include "dist/communicator.h"
 #include "memory/precision.h"
+#include "model/lora.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
@@ -38,6 +39,7 @@ struct TrainConfig {
   AdamWConfig adam;
   PrecisionConfig precision;
   RecomputeConfig recompute;
+  LoraConfig lora;               // --lora-*: adapters on a frozen base
   LossScalerConfig loss_scaler;  // fp16 only
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
@@ -55,6 +57,7 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   std::string init_from;     // safetensors to start from
   std::string save_weights;  // safetensors to write at the end
+  std::string save_adapter;  // LoRA: a directory for the adapters in PEFT's layout, written at the end
   // Checkpoints (src/ckpt): saved into `save` every `save_interval` steps (0: only at the end or on a stop
   // signal), the newest `keep_checkpoints` kept (0: all); --exit-interval N saves and stops at multiples of
   // N.

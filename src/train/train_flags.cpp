@@ -63,6 +63,23 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   check_flag_bounds(c, {"--adam-eps", "--clip-grad"});
 }
 
+void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given) {
+  for (const char* flag :
+       {"--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules", "--save-adapter"})
+    if (given.contains(flag) && !c.lora.enabled()) fail_usage(std::string(flag) + " needs --lora-rank R");
+  if (!c.lora.enabled()) return;
+  check_flag_bounds(c, {"--lora-rank", "--lora-alpha", "--lora-dropout"});
+  if (c.lora.dropout == 1) fail_usage("--lora-dropout must be in [0, 1)");  // the bound's high end is closed
+  if (!c.save_weights.empty())
+    fail_usage(
+        "--save-weights with --lora-rank: weight files do not hold adapters yet; use --save-adapter DIR");
+  if (!c.save_adapter.empty() && !c.lora.train_modules.empty())
+    fail_usage("--save-adapter with --lora-train-modules: PEFT's modules_to_save are not written yet");
+  if (!c.save_adapter.empty() && c.zero_stage == 3)
+    fail_usage(
+        "--save-adapter with --zero-stage 3: no rank holds the whole adapters to write; use --save DIR");
+}
+
 int rank_threads(const TrainConfig& c, int world) {
   if (c.threads > 0) return c.threads;
   return world > 1 ? 1 : omp_get_max_threads();

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <set>
+#include <string>
 
 #include "model/spec.h"
 #include "train/train_config.h"
@@ -19,6 +22,11 @@ void check_parallel_flags(const TrainConfig& c);
 void check_checkpoint_flags(const TrainConfig& c);
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
+
+// The --lora-* flags (`given`: the flags on the command line): each other one needs --lora-rank, values in
+// their bounds, and no --save-weights yet (weight files do not hold adapters). The module names are
+// checked against the model when its graph is built.
+void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given);
 
 // OpenMP threads per rank: --threads, else one per rank among `world` > 1 (ranks share the machine's cores),
 // else every core.

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "memory/report.h"
 #include "model/model.h"
+#include "model/peft_adapter.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -53,8 +54,12 @@ void Trainer::print_banner(size_t train_shards) const {
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const ModelStatePolicy& policy = plan_.policy;
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
-              with_commas(spec_.num_parameters()).c_str(), with_commas(plan_.num_params).c_str(),
+              with_commas(spec_.num_parameters()).c_str(),
+              with_commas(plan_.num_params + model_.graph.table.numel(Category::frozen)).c_str(),
               static_cast<long long>(spec_.vocab_size), static_cast<long long>(spec_.padded_vocab_size));
+  if (const int64_t frozen = model_.graph.table.numel(Category::frozen); frozen > 0)
+    std::printf("LoRA rank %lld | %s\n", static_cast<long long>(cfg.lora.rank),
+                format_trainable(plan_.num_params, plan_.num_params + frozen).c_str());
   std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | cpu %s | matmul %s | %zu train shards\n",
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
@@ -102,7 +107,8 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
 
   std::vector<ParamGroup> groups;
-  for (int id : model_.params) groups.push_back({id, weight_decays(table[id])});
+  for (int id : model_.params)
+    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
@@ -144,7 +150,8 @@ StepOutcome Trainer::step(int64_t step) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
     sync_->set_final_micro_batch(micro == accum_ - 1);
-    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_)).loss;
+    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + micro) * world_ + rank_);  // global order
+    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_), draw).loss;
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
@@ -224,6 +231,9 @@ void Trainer::finish_already_complete(int64_t step) {
 void Trainer::finish() {
   // After the last gather every rank holds the same weights: one file is enough.
   if (!cfg_.save_weights.empty() && rank_ == 0) save_weights(cfg_.save_weights, spec_, model_, *memory_);
+  if (!cfg_.save_adapter.empty() && rank_ == 0)
+    save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
+                      cfg_.init_from.empty() ? spec_.name : cfg_.init_from);
   CategoryBytes measured = memory_->measured();
   measured[Category::comm] += comm_.buffer_bytes();  // the communicator's own receive buffer
   const MemoryReport report{plan_.bytes,

@@ -42,8 +42,9 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
               .moments = plan_.policy.moments,
               .moment_block = plan_.policy.moment_block,
               .tensors = {}};
-  // The Hugging Face tensors, each a contiguous range of the flat parameters.
-  for (const FileTensor& f : checkpoint_tensors(spec_, model_))
+  // The Hugging Face tensors, each a contiguous range of the flat parameters; under LoRA the trained ones and
+  // the adapters (the frozen base comes back from --init-from or the seed, which the settings record).
+  for (const FileTensor& f : trainable_tensors(spec_, model_))
     s.layout.tensors.push_back({f.name, f.shape, plan_.param_offset[f.param] + f.offset});
   return s;
 }

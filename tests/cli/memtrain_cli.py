@@ -21,7 +21,7 @@ TINY_RUN = {"model": "gpt2-tiny", "seq_length": 32, "micro_batch_size": 2, "trai
             "threads": 1}
 TINY_VOCAB, TINY_POSITIONS = 256, 128
 # memory.json's categories, in its order.
-CATEGORIES = ["params", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
+CATEGORIES = ["params", "frozen", "master", "grads", "optim", "activations", "workspace", "comm", "other"]
 
 SHARD_MAGIC, SHARD_VERSION, SHARD_HEADER_INTS = 20240520, 1, 256
 

@@ -92,6 +92,24 @@ class EstimateEqualsTrainer(CliTestCase):
             with self.subTest(case=name):
                 self.check(name, flags)
 
+    def test_lora(self):
+        # A frozen base and adapters on every linear module: the frozen weights and the adapters' model states,
+        # exact in every precision and recompute mode; then 2 ranks with ZeRO-1 (and 3) sharding the adapters.
+        lora = ["--lora-rank", "4", "--lora-alpha", "8"]
+        for model in ("gpt2-tiny", "llama-tiny"):
+            for p in ("fp32", "bf16", "bf16-o2"):
+                for r in ("none", "selective", "full-uniform"):
+                    with self.subTest(model=model, precision=p, recompute=r):
+                        est = self.check(f"lora-{model}-{p}-{r}", lora + PRECISIONS[p] + RECOMPUTE[r], model=model)
+                        self.assertGreater(est["ranks"][0]["bytes"]["frozen"], 0)
+                        self.assertLess(est["trainable_parameters"], est["padded_parameters"] / 10)
+        with self.subTest(case="lora dropout: its workspace"):
+            self.check("lora-dropout", lora + ["--lora-dropout", "0.1", "--bf16"], model="llama-tiny", timeline=True)
+        for stage in ("1", "3"):
+            with self.subTest(case=f"lora, 2 ranks, stage {stage}"):
+                self.check(f"lora-dp-{stage}", lora + ["--zero-stage", stage, "--global-batch-size", "4", "--bf16"],
+                           ranks=2, model="llama-tiny")
+
     def test_two_ranks_every_zero_stage(self):
         nvme = self.tmp / "nvme2"
         nvme.mkdir()

@@ -80,14 +80,15 @@ def random_params(shapes, is_norm, seed=1234):
     return params
 
 
-def run_parity(dump, name, precision, c, config_json, params, forward):
-    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
-    tol = TOLERANCES[precision]
-    B, T = c["B"], c["T"]
+def random_batches(c):
     gen = torch.Generator().manual_seed(4321)
-    batches = [(torch.randint(0, c["vocab_size"], (B, T), generator=gen),
-                torch.randint(0, c["vocab_size"], (B, T), generator=gen)) for _ in range(STEPS)]
+    return [(torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen),
+             torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)) for _ in range(STEPS)]
 
+
+def run_dump(dump, c, config_json, params, batches, *args):
+    """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote, with
+    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys."""
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "config.json")
         with open(config, "w") as f:
@@ -98,16 +99,66 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
             for tokens, targets in batches:
                 f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
         out = os.path.join(tmp, "out.safetensors")
-        subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(B), str(T), str(STEPS), out,
-                        precision], check=True)
+        subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(c["B"]), str(c["T"]),
+                        str(STEPS), out, *map(str, args)], check=True)
         got = read_safetensors(out)
+        adapter = os.path.join(out + ".adapter", "adapter_model.safetensors")
+        if os.path.exists(adapter):
+            got.update({"adapter/" + k: v for k, v in read_safetensors(adapter).items()})
+        return got
 
-    failures = []
 
-    def check(what, err, tol):
+class Checks:
+    """Relative errors against tolerances, printed as they are checked; finish() exits non-zero on a failure."""
+
+    def __init__(self):
+        self.failures, self.count = [], 0
+
+    def __call__(self, what, err, tol):
         print(f"{what:50s} rel err {err:.2e} (tolerance {tol:.0e})")
+        self.count += 1
         if not err <= tol:
-            failures.append(what)
+            self.failures.append(what)
+
+    def finish(self, title):
+        if self.failures:
+            print("FAILED:", ", ".join(self.failures))
+            sys.exit(1)
+        print(f"{title}: all {self.count} checks passed")
+
+
+def loss_of(forward, params, c, tokens, targets):
+    logits = forward(params, c, tokens)
+    return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def adamw_losses(trained, loss_fn, batches):
+    """The losses of AdamW steps on the tensors `trained` ({name: leaf}) as parity_dump takes them: decay 0.1
+    on matrices only, betas (0.9, 0.95), clipping at 1, lr_at's schedule. loss_fn(tokens, targets) -> loss."""
+    decay = [p for p in trained.values() if p.dim() == 2]
+    no_decay = [p for p in trained.values() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+    losses = []
+    for step, (tokens, targets) in enumerate(batches, start=1):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(step)
+        opt.zero_grad()
+        loss = loss_fn(tokens, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(list(trained.values()), 1.0)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def run_parity(dump, name, precision, c, config_json, params, forward):
+    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
+    tol = TOLERANCES[precision]
+    B, T = c["B"], c["T"]
+    batches = random_batches(c)
+    got = run_dump(dump, c, config_json, params, batches, precision)
+    check = Checks()
 
     tokens, targets = batches[0]
     autocast_grads = {}
@@ -133,25 +184,7 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
 
     for p in params.values():
         p.grad = None
-    decay = [p for p in params.values() if p.dim() == 2]
-    no_decay = [p for p in params.values() if p.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
-    losses = []
-    for step, (tokens, targets) in enumerate(batches, start=1):
-        for group in opt.param_groups:
-            group["lr"] = lr_at(step)
-        opt.zero_grad()
-        logits = forward(params, c, tokens)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0)
-        opt.step()
-        losses.append(loss.item())
+    losses = adamw_losses(params, lambda tokens, targets: loss_of(forward, params, c, tokens, targets), batches)
     for i, (a, b) in enumerate(zip(got["losses"].tolist(), losses), start=1):
         check(f"loss at step {i}", abs(a - b) / abs(b), tol["steps"])
-
-    if failures:
-        print("FAILED:", ", ".join(failures))
-        sys.exit(1)
-    print(f"parity {name} {precision}: all {len(params) + 2 + STEPS} checks passed")
+    check.finish(f"parity {name} {precision}")

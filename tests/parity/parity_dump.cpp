@@ -1,10 +1,14 @@
 // Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the
-// PyTorch reference compares: the first batch's logits, loss and every parameter gradient, then the losses of
-// `steps` AdamW steps.
-//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION]
+// PyTorch reference compares: the first batch's logits, loss and every trainable parameter's gradient, then
+// the losses of `steps` AdamW steps.
+//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION [RANK
+//   ALPHA]]
 // BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
 // (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
-// without scaling).
+// without scaling). RANK and ALPHA put LoRA adapters on every linear module over the frozen WEIGHTS: their
+// initial values (init.NAME), values after the steps (final.NAME) and the first batch's gradients there
+// (final_grad.NAME) are written too, the frozen base weights after the steps under base.NAME (fp32 runs), and
+// the trained adapters in PEFT's layout into OUT.safetensors.adapter/.
 #include <omp.h>
 
 #include <cstdio>
@@ -19,7 +23,9 @@
 #include "memory/plan.h"
 #include "memory/precision.h"
 #include "model/checkpoint_layout.h"
+#include "model/lora.h"
 #include "model/model.h"
+#include "model/peft_adapter.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
@@ -39,19 +45,32 @@ struct Output {
 };
 
 int run(int argc, char** argv) {
-  if (argc != 8 && argc != 9) {
-    std::fprintf(stderr, "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION]\n");
+  if (argc != 8 && argc != 9 && argc != 11) {
+    std::fprintf(stderr,
+                 "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION [RANK ALPHA]]\n");
     return 2;
   }
   const ModelStatePolicy policy =
-      model_state_policy({.precision = parse_precision(argc == 9 ? argv[8] : "fp32")});
+      model_state_policy({.precision = parse_precision(argc >= 9 ? argv[8] : "fp32")});
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
+  const LoraConfig lora =
+      argc == 11 ? LoraConfig{.rank = std::stoll(argv[9]), .alpha = std::stof(argv[10])} : LoraConfig{};
   const ModelSpec spec = resolve_model(argv[1], 64);
   ModelGraph model = build_model_graph(
-      spec, {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights});
+      spec,
+      {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights, .lora = lora});
   const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
+  init_model_params(spec, model, memory, 1234);  // the adapters' initial values; the file has the base's
   load_weights(argv[2], spec, model, memory);
+  const TensorTable& table = model.graph.table;
+  Output out;
+  const auto add_adapters = [&](const std::string& prefix, auto values) {
+    for (int id : model.params)
+      if (is_lora_a(table[id].name) || is_lora_b(table[id].name))
+        out.add(prefix + table[id].name, table[id].shape, values(id), table[id].numel());
+  };
+  if (policy.weights == DType::f32) add_adapters("init.", [&](int id) { return memory.f32(id); });
 
   std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
   std::ifstream in(argv[3], std::ios::binary);
@@ -63,7 +82,6 @@ int run(int argc, char** argv) {
   };
 
   Executor exec(spec, model.graph, memory);
-  Output out;
   load_batch(0);
   std::vector<float> logits(B * T * spec.padded_vocab_size);
   exec.forward_logits(logits.data());
@@ -75,12 +93,16 @@ int run(int argc, char** argv) {
   const float loss = static_cast<float>(exec.train_step(1.0f).loss);
   out.add("loss", {1}, &loss, 1);
   // Gradients under the checkpoint's names and shapes: fused parameters split, vocabulary padding removed.
-  for (const FileTensor& f : checkpoint_tensors(spec, model))
-    out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
+  const std::vector<FileTensor> base = checkpoint_tensors(spec, model);
+  for (const FileTensor& f : base)
+    if (table[f.param].category == Category::params)
+      out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
+  add_adapters("grad.", [&](int id) { return memory.grad<float>(id); });
 
   // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
   std::vector<ParamGroup> groups;
-  for (int id : model.params) groups.push_back({id, weight_decays(model.graph.table[id])});
+  for (int id : model.params)
+    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
   AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
   const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
   std::vector<float> losses, norms;
@@ -93,6 +115,17 @@ int run(int argc, char** argv) {
   }
   out.add("losses", {steps}, losses.data(), steps);
   out.add("grad_norms", {steps}, norms.data(), steps);
+  if (lora.enabled() && policy.weights == DType::f32) {
+    add_adapters("final.", [&](int id) { return memory.f32(id); });
+    // The first batch's gradients again at the trained adapters, where A's are no longer 0.
+    load_batch(0);
+    std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
+    exec.train_step(1.0f);
+    add_adapters("final_grad.", [&](int id) { return memory.grad<float>(id); });
+    save_peft_adapter(std::string(argv[7]) + ".adapter", spec, model, memory, lora, argv[2]);
+    for (const FileTensor& f : base)
+      out.add("base." + f.name, f.shape, memory.f32(f.param) + f.offset, f.numel());
+  }
 
   SafetensorsWriter writer(argv[7], out.items);
   for (const auto& d : out.data) writer.write_next(d.data(), d.size() * 4);

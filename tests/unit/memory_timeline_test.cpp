@@ -57,9 +57,9 @@ TEST(MemoryTimeline, CsvHasOneRowPerOpWithTotals) {
   std::getline(csv, header);
   std::getline(csv, row0);
   std::getline(csv, row1);
-  EXPECT_EQ(header, "op,name,params,master,grads,optim,activations,workspace,comm,other,total");
-  EXPECT_EQ(row0, "0,embed,400,0,0,0,64,0,0,0,464");
-  EXPECT_EQ(row1, "1,lm_head,400,0,0,0,128,1000,0,0,1528");
+  EXPECT_EQ(header, "op,name,params,frozen,master,grads,optim,activations,workspace,comm,other,total");
+  EXPECT_EQ(row0, "0,embed,400,0,0,0,0,64,0,0,0,464");
+  EXPECT_EQ(row1, "1,lm_head,400,0,0,0,0,128,1000,0,0,1528");
   EXPECT_FALSE(std::getline(csv, extra));
 }
 

@@ -65,9 +65,11 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
     parallel_over_column_blocks(C, [&](int64_t j0, int64_t j1) {
       for (int64_t bt = 0; bt < BT; ++bt) {
         const T* dy = dout + bt * C;
-        float* tok = dwte + static_cast<int64_t>(tokens[bt]) * C;
+        if (dwte) {
+          float* tok = dwte + static_cast<int64_t>(tokens[bt]) * C;
 #pragma omp simd
-        for (int64_t j = j0; j < j1; ++j) tok[j] += widen(dy[j]);
+          for (int64_t j = j0; j < j1; ++j) tok[j] += widen(dy[j]);
+        }
         if (!dwpe) continue;
         float* pos = dwpe + (bt % T_len) * C;
 #pragma omp simd
@@ -84,7 +86,7 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
     // The first occurrence of a token owns its row. Tasks get costlier with bt (the search for an earlier
     // occurrence), hence the dynamic schedule; it does not change any sum.
 #pragma omp parallel for schedule(dynamic, 16)
-    for (int64_t bt = 0; bt < BT; ++bt) {
+    for (int64_t bt = 0; bt < (dwte ? BT : 0); ++bt) {
       const int32_t token = tokens[bt];
       if (std::find(tokens, tokens + bt, token) != tokens + bt) continue;
       add_rows(dwte + static_cast<int64_t>(token) * C, dout, C, bt, BT, 1,

@@ -115,6 +115,7 @@ void norm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, c
       store_row(dx + j0, dxc, n);
     }
   }
+  if (!dweight) return;  // a frozen norm (LoRA): only the input gradient
   parallel_over_column_blocks(C, [&](int64_t j0, int64_t j1) {
     const int64_t n = j1 - j0;
     float dw[kColumnBlock] = {}, db[kColumnBlock] = {}, x_buf[kColumnBlock], dy_buf[kColumnBlock];

@@ -15,8 +15,9 @@ void layernorm_forward(T* out, float* mean, float* rstd, const T* inp, const T* 
                        int64_t N, int64_t C, float eps);
 
 // dinp += d(loss)/d(inp); dweight += ...; dbias += ... (all accumulate, as residual streams and
-// gradient accumulation need). Parameter gradients sum rows in a fixed order, independent of threads.
-// G is the gradient storage type (float or bf16); each parameter gradient element is added to once per call.
+// gradient accumulation need; a null dweight, a frozen norm, gets none). Parameter gradients sum rows in a
+// fixed order, independent of threads. G is the gradient storage type (float or bf16); each parameter
+// gradient element is added to once per call.
 template <typename T, typename G>
 void layernorm_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int64_t N, int64_t C);

@@ -26,7 +26,8 @@ void lm_head_loss_chunk(const LmHeadChunk<T, G>& c) {
     dlogits = c.dlogits;
   }
   gemm(false, false, c.rows, c.C, c.Vp, dlogits, c.Vp, c.wte, c.C, 0.0f, c.dx, c.C, c.matmul_scratch);
-  gemm(true, false, c.Vp, c.C, c.rows, dlogits, c.Vp, c.x, c.C, 1.0f, c.dwte, c.C, c.matmul_scratch);
+  if (c.dwte)
+    gemm(true, false, c.Vp, c.C, c.rows, dlogits, c.Vp, c.x, c.C, 1.0f, c.dwte, c.C, c.matmul_scratch);
 }
 
 }  // namespace MT_ISA

@@ -17,7 +17,7 @@ struct LmHeadChunk {
   T* dlogits;              // [rows, Vp] the gradient rounded to T (16-bit T only; null for float)
   float* losses;           // [rows]
   T* dx;                   // [rows, C], written (null: evaluation)
-  G* dwte;                 // [Vp, C], accumulated into
+  G* dwte;                 // [Vp, C], accumulated into; null when frozen
   float* matmul_scratch;   // gemm_scratch_floats(T, isa, threads) floats, or null when that is 0
   int64_t rows, C, V, Vp;  // V real vocabulary columns of the Vp padded ones
   float grad_scale;        // the gradient of each row's loss is grad_scale * (softmax - onehot)

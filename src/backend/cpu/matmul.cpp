@@ -267,9 +267,9 @@ void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
     gemm(false, !out_in, M, n_in, n_out, dout, n_out, weight, out_in ? n_in : n_out,
          accumulate_dinp ? 1.0f : 0.0f, dinp, n_in, scratch);
   }
-  if (out_in)
+  if (dweight && out_in)
     gemm(true, false, n_out, n_in, M, dout, n_out, inp, n_in, 1.0f, dweight, n_in, scratch);
-  else
+  else if (dweight)
     gemm(true, false, n_in, n_out, M, inp, n_in, dout, n_out, 1.0f, dweight, n_out, scratch);
   if (dbias) add_column_sums(dbias, dout, M, n_out);
 }

@@ -45,9 +45,9 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
                     WeightLayout layout = WeightLayout::in_out);
 
 // dweight[n_in,n_out] += inp^T @ dout (out_in: dweight[n_out,n_in] += dout^T @ inp); dbias[n_out] += column
-// sums of dout (dbias may be null); dinp[M,n_in] = dout @ weight^T, or += with accumulate_dinp (dinp may be
-// null: no input gradient). Activations and weights are T, gradients G (float, or bf16 with T = bf16). The
-// column sums run in a fixed order, so results do not depend on the thread count.
+// sums of dout (dweight, dbias may be null: frozen); dinp[M,n_in] = dout @ weight^T, or += with
+// accumulate_dinp (dinp may be null: no input gradient). Activations and weights are T, gradients G (float,
+// or bf16 with T = bf16). The column sums run in a fixed order, so results do not depend on the thread count.
 template <typename T, typename G>
 void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp, const T* weight, int64_t M,
                      int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch,

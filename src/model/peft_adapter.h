@@ -1,0 +1,22 @@
+// A run's LoRA adapters in Hugging Face PEFT's layout, which PeftModel.from_pretrained reads:
+// DIR/adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r, in] and .lora_B.weight [out, r],
+// <module> the Hugging Face path: GPT-2's under transformer.) and DIR/adapter_config.json.
+#pragma once
+
+#include <string>
+
+#include "memory/allocation.h"
+#include "model/graph_builder.h"
+#include "model/spec.h"
+
+namespace mt {
+
+// The PEFT key of one of our adapter parameters ("h.0.attn.c_attn.lora_A.weight").
+std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_name);
+
+// Writes both files into `dir` (created when missing), each atomically; the adapters in fp32 when this rank
+// holds the master copy whole, else in the weights' dtype. `base` names the base model in the config.
+void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
+                       const Allocation& memory, const LoraConfig& lora, const std::string& base);
+
+}  // namespace mt
