@@ -108,6 +108,8 @@ class AcrossWorldSizes(ResumeTestCase):
                                                                  loading_ranks, [*common, *loading])
                 # Blocks are global: the codes and scales (and every other state) load as saved, requantized
                 # nowhere, and save again as the same bytes in flat order.
+                final = split / "ckpt" / f"step_{2 * self.N:08d}"
+                self.assertEqual(read_json(final / "state.json")["layout"]["world"], loading_ranks)
                 saved = split / "ckpt" / f"step_{self.N:08d}"
                 before = flat_states(saved)
                 after = flat_states(self.resave(name, saved, loading_ranks, [*common, *loading]))
