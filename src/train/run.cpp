@@ -3,8 +3,10 @@
 #include <omp.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
+#include "ckpt/layout.h"
 #include "ckpt/writer.h"
 #include "core/error.h"
 #include "train/run_directories.h"
@@ -46,8 +48,15 @@ void prepare_save_dir(const TrainConfig& cfg, const Trainer& trainer, int rank, 
 void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   Trainer trainer(cfg, comm);
   const int64_t resumed = cfg.load.empty() && cfg.resume == ResumeMode::off ? 0 : trainer.resume();
-  // A requeued job that already finished: done, with nothing rewritten.
-  if (resumed == cfg.train_iters) return trainer.finish_already_complete(resumed);
+  // A requeued job that already finished: done, with nothing rewritten. Loaded into a --save that lacks
+  // that step (--load from another run), it saves it there as loaded: on another world size or ZeRO stage,
+  // that reshards the checkpoint.
+  if (resumed == cfg.train_iters) {
+    const bool missing =
+        !cfg.save.empty() && !std::filesystem::exists(cfg.save + "/" + ckpt::checkpoint_name(resumed));
+    if (trainer.any_rank(missing)) trainer.save_loaded(cfg.save, resumed);
+    return trainer.finish_already_complete(resumed);
+  }
   prepare_save_dir(cfg, trainer, comm.rank(), resumed);
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);

@@ -50,6 +50,8 @@ class Trainer {
   int64_t resume_from(const std::string& checkpoint_dir);
   // Collective: saves a checkpoint of the state after `step` into save_dir; returns its directory.
   std::string save(const std::string& save_dir, int64_t step, const StepOutcome& outcome);
+  // Collective: saves the state just resumed from, as it was loaded, with the loaded step's metrics.
+  std::string save_loaded(const std::string& save_dir, int64_t step);
   // A checksum of every rank's model states, the optimizer's update count, the loss scaler and the data
   // cursor: equal on two runs only if they hold the same bits.
   uint32_t state_hash();
@@ -81,7 +83,10 @@ class Trainer {
   void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
   void save_memory_timeline();
-  ckpt::CheckpointState checkpoint_state(int64_t step, const StepOutcome& outcome) const;
+  // What a checkpoint records of the step it was taken after.
+  nlohmann::json step_metrics(const StepOutcome& outcome) const;
+  ckpt::CheckpointState checkpoint_state(int64_t step, nlohmann::json metrics) const;
+  std::string save_state(const std::string& save_dir, const ckpt::CheckpointState& state);
   // The planned buffer that checkpoint files are checksummed through.
   std::span<char> checkpoint_stream() const;
 
@@ -106,6 +111,7 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
   std::string run_id_;  // the lineage of the checkpoints this run writes (ckpt::CheckpointState::run_id)
+  nlohmann::json resumed_metrics_;  // of the step resumed from
 };
 
 }  // namespace mt

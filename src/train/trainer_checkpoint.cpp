@@ -19,7 +19,17 @@ std::span<char> Trainer::checkpoint_stream() const {
           static_cast<size_t>(model_.graph.table[run_.checkpoint_stream].bytes())};
 }
 
-ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome& outcome) const {
+nlohmann::json Trainer::step_metrics(const StepOutcome& outcome) const {
+  nlohmann::json metrics = {{"loss", outcome.loss},
+                            {"lr", outcome.lr},
+                            {"grad_norm", outcome.update.skipped ? nlohmann::json(nullptr)
+                                                                 : nlohmann::json(outcome.update.grad_norm)},
+                            {"skipped", outcome.update.skipped}};
+  if (scaler_) metrics["loss_scale"] = scaler_->scale();
+  return metrics;
+}
+
+ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json metrics) const {
   ckpt::CheckpointState s;
   s.step = step;
   s.optimizer_updates = optimizer_->updates_taken();
@@ -29,12 +39,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
   s.run_id = run_id_;
   s.run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
   s.model = hf_config_json(spec_);
-  s.metrics = {{"loss", outcome.loss},
-               {"lr", outcome.lr},
-               {"grad_norm",
-                outcome.update.skipped ? nlohmann::json(nullptr) : nlohmann::json(outcome.update.grad_norm)},
-               {"skipped", outcome.update.skipped}};
-  if (scaler_) s.metrics["loss_scale"] = scaler_->scale();
+  s.metrics = std::move(metrics);
   s.layout = {.num_params = plan_.num_params,
               .world = world_,
               .weights = plan_.policy.weights,
@@ -50,8 +55,16 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, const StepOutcome&
 }
 
 std::string Trainer::save(const std::string& save_dir, int64_t step, const StepOutcome& outcome) {
-  const std::string dir = ckpt::save_checkpoint(save_dir, checkpoint_state(step, outcome), *memory_, comm_,
-                                                cfg_.keep_checkpoints, checkpoint_stream());
+  return save_state(save_dir, checkpoint_state(step, step_metrics(outcome)));
+}
+
+std::string Trainer::save_loaded(const std::string& save_dir, int64_t step) {
+  return save_state(save_dir, checkpoint_state(step, resumed_metrics_));
+}
+
+std::string Trainer::save_state(const std::string& save_dir, const ckpt::CheckpointState& state) {
+  const std::string dir =
+      ckpt::save_checkpoint(save_dir, state, *memory_, comm_, cfg_.keep_checkpoints, checkpoint_stream());
   std::printf("saved checkpoint %s\n", dir.c_str());
   std::fflush(stdout);
   return dir;
@@ -89,6 +102,7 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   optimizer_->restore_updates_taken(state.optimizer_updates);
   if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
   train_loader_->set_cursor(state.data_cursor);
+  resumed_metrics_ = state.metrics;
   std::printf("resumed from %s at step %lld (loss %s)\n", checkpoint_dir.c_str(),
               static_cast<long long>(state.step),
               state.metrics.value("loss", nlohmann::json()).dump().c_str());

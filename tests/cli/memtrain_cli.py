@@ -1,6 +1,7 @@
 """What the command-line tests share: the binary under test, one way to run it (alone or under mpirun), a
 `train()` whose defaults are one tiny run that each test changes only where it says so, readers of the JSON a
-run writes, the file formats tests write by hand, and a test case that prepares tiny byte-token data once.
+run writes, the file formats tests write by hand, a test case that prepares tiny byte-token data once, and one
+that compares a run of 2n steps with n steps and a resume.
 
 The binary is MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout.
 """
@@ -96,8 +97,9 @@ def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION):
     path.write_bytes(struct.pack(f"<{SHARD_HEADER_INTS}i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
 
 
-def read_safetensors(path: Path) -> dict:
-    """name -> (shape, raw float32 bytes); the metadata entry is dropped."""
+def read_safetensors(path: Path, dtype="F32") -> dict:
+    """name -> (shape, raw bytes) of tensors that must all be of `dtype` (None: any); the metadata entry is
+    dropped."""
     blob = Path(path).read_bytes()
     (header_len,) = struct.unpack_from("<Q", blob)
     header = json.loads(blob[8 : 8 + header_len])
@@ -105,7 +107,7 @@ def read_safetensors(path: Path) -> dict:
     header.pop("__metadata__", None)
     tensors = {}
     for name, entry in header.items():
-        assert entry["dtype"] == "F32", f"{path}: {name} is {entry['dtype']}"
+        assert dtype is None or entry["dtype"] == dtype, f"{path}: {name} is {entry['dtype']}"
         begin, end = entry["data_offsets"]
         tensors[name] = (entry["shape"], data[begin:end])
     return tensors
@@ -164,3 +166,42 @@ class CliTestCase(unittest.TestCase):
         out = self.tmp / "failed-run"
         self.assert_error(self.train(out=out, **flags), exit_code, *mentions)
         self.assertFalse((out / "memory.json").exists(), f"a failed run left {out / 'memory.json'}")
+
+
+class ResumeTestCase(CliTestCase):
+    """Runs of 2 * N steps against N steps (--exit-interval) and a resume for N more."""
+    N = 3  # steps before the save
+    COMPARED = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
+
+    def train(self, out, *flags, ranks=1, iters=None, expect=0):
+        return super().train(*flags, out=out, ranks=ranks, train_iters=iters or 2 * self.N, expect=expect)
+
+    def records(self, out):
+        return [{k: r[k] for k in self.COMPARED if k in r} for r in read_metrics(out)]
+
+    def uninterrupted_and_resumed(self, name, flags, ranks=1, resume_ranks=None, resume_flags=None):
+        """Runs 2N steps straight, and N steps then a resume to 2N (on resume_ranks with resume_flags, when
+        given); returns both out dirs, each with its checkpoints in ckpt/."""
+        straight, split = self.tmp / f"{name}-straight", self.tmp / f"{name}-split"
+        self.train(straight, "--save", str(straight / "ckpt"), *flags, ranks=ranks)
+        first = self.train(split, "--save", str(split / "ckpt"), "--exit-interval", str(self.N), *flags,
+                           ranks=ranks)
+        self.assertIn(f"--exit-interval reached after step {self.N}", first.stdout)
+        second = self.train(split, "--save", str(split / "ckpt"), "--resume", "auto", *(resume_flags or flags),
+                            ranks=resume_ranks or ranks)
+        self.assertIn("resumed from", second.stdout)
+        return straight, split
+
+    def assert_bitwise(self, name, flags, ranks=1):
+        """The resumed run is the uninterrupted one: every record, and the final checkpoint's rank files
+        (weights, master, moments and their scales) and model file, bit for bit."""
+        straight, split = self.uninterrupted_and_resumed(name, flags, ranks)
+        self.assertEqual(self.records(split), self.records(straight))
+        self.assertEqual(len(self.records(split)), 2 * self.N)
+        final = f"ckpt/step_{2 * self.N:08d}"
+        for rank in range(ranks):
+            rank_file = f"{final}/rank{rank}.safetensors"
+            self.assertEqual((split / rank_file).read_bytes(), (straight / rank_file).read_bytes(), rank_file)
+        self.assertEqual((split / final / "model.safetensors").read_bytes(),
+                         (straight / final / "model.safetensors").read_bytes())
+        return straight

@@ -12,13 +12,12 @@ import subprocess
 import time
 import unittest
 
-from memtrain_cli import CliTestCase, command, memtrain, read_metrics, read_json, run_flags
+from memtrain_cli import ResumeTestCase, command, memtrain, read_metrics, read_json, run_flags
 
-N = 3  # steps before the save; runs are 2N steps
-COMPARED = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
+N = ResumeTestCase.N  # steps before the save; runs are 2N steps
 
 
-class Checkpoint(CliTestCase):
+class Checkpoint(ResumeTestCase):
     def run_memtrain(self, *args, expect=0):
         result = memtrain(*args)
         if expect is not None:
@@ -27,35 +26,6 @@ class Checkpoint(CliTestCase):
 
     def train_command(self, out, *flags, iters=2 * N):
         return command("train", *run_flags(*flags, data=self.data, out=out, train_iters=iters))
-
-    def train(self, out, *flags, ranks=1, iters=2 * N, expect=0):
-        return super().train(*flags, out=out, ranks=ranks, train_iters=iters, expect=expect)
-
-    def records(self, out):
-        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
-
-    def uninterrupted_and_resumed(self, name, flags, ranks=1, resume_ranks=None, resume_flags=None):
-        """Runs 2N steps straight, and N steps (--exit-interval) then a resume to 2N; returns both out dirs."""
-        straight, split = self.tmp / f"{name}-straight", self.tmp / f"{name}-split"
-        self.train(straight, "--save", str(straight / "ckpt"), *flags, ranks=ranks)
-        first = self.train(split, "--save", str(split / "ckpt"), "--exit-interval", str(N), *flags, ranks=ranks)
-        self.assertIn("--exit-interval reached after step 3", first.stdout)
-        second = self.train(split, "--save", str(split / "ckpt"), "--resume", "auto", *(resume_flags or flags),
-                            ranks=resume_ranks or ranks)
-        self.assertIn("resumed from", second.stdout)
-        return straight, split
-
-    def assert_bitwise(self, name, flags, ranks=1):
-        straight, split = self.uninterrupted_and_resumed(name, flags, ranks)
-        self.assertEqual(self.records(split), self.records(straight))
-        self.assertEqual(len(self.records(split)), 2 * N)
-        final = f"ckpt/step_{2 * N:08d}"
-        for rank in range(ranks):  # weights, master and moments, each rank's range
-            rank_file = f"{final}/rank{rank}.safetensors"
-            self.assertEqual((split / rank_file).read_bytes(), (straight / rank_file).read_bytes(), rank_file)
-        self.assertEqual((split / final / "model.safetensors").read_bytes(),
-                         (straight / final / "model.safetensors").read_bytes())
-        return straight
 
     def offload_dir(self):
         path = self.tmp / "offload"

@@ -1,7 +1,6 @@
 // The offloaded optimizer state against the in-memory one: the same windows' contents after writes, reads and
 // updates, chunked into uneven pieces, and the file created, sized and removed as promised.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -11,31 +10,17 @@
 #include "core/error.h"
 #include "memory/allocation.h"
 #include "memory/offloaded_state.h"
+#include "memory_test_util.h"
 
 namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Three parameter tensors of 7, 13 and 5 elements: 25, so chunks of 4 end unevenly.
-TensorTable three_params() {
-  TensorTable t;
-  t.add({"a", {7}, DType::bf16, Category::params});
-  t.add({"b", {13}, DType::bf16, Category::params});
-  t.add({"c", {5}, DType::bf16, Category::params});
-  return t;
-}
+using testing::TempDir;
+using testing::three_params;
 
 constexpr ModelStatePolicy kBf16WithMaster{
     .weights = DType::bf16, .grads = DType::f32, .moments = DType::bf16, .master_weights = true};
-
-struct TempDir {
-  TempDir() : path(fs::temp_directory_path() / ("memtrain-offload-test-" + std::to_string(getpid()))) {
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  fs::path path;
-};
 
 float master_value(int64_t g) {
   return 0.25f * static_cast<float>(g) - 1.0f;
@@ -75,7 +60,7 @@ std::vector<uint32_t> contents(OptimizerState& state, int64_t begin, int64_t end
 }
 
 TEST(OptimizerOffload, PlanHoldsTwoChunkSlotsAndReportsTheFileBytes) {
-  TempDir dir;
+  TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Plan plan = make_plan(t, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 4});
   EXPECT_EQ(plan.bytes[Category::master], 2 * 4 * 4);
@@ -87,7 +72,7 @@ TEST(OptimizerOffload, PlanHoldsTwoChunkSlotsAndReportsTheFileBytes) {
 }
 
 TEST(OptimizerOffload, RoundTripsInUnevenChunksLikeTheInMemoryState) {
-  TempDir dir;
+  TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Plan in_memory_plan = make_plan(t, kBf16WithMaster);
   const Plan offload_plan =
@@ -126,7 +111,7 @@ TEST(OptimizerOffload, RoundTripsInUnevenChunksLikeTheInMemoryState) {
 }
 
 TEST(OptimizerOffload, MomentsStartAtZeroAndTheFileIsRemovedAtTheEnd) {
-  TempDir dir;
+  TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Plan plan = make_plan(t, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 3});
   {
@@ -137,7 +122,7 @@ TEST(OptimizerOffload, MomentsStartAtZeroAndTheFileIsRemovedAtTheEnd) {
 }
 
 TEST(OptimizerOffload, ShardedRankStreamsOnlyItsShard) {
-  TempDir dir;
+  TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Sharding rank1{.world = 2, .rank = 1, .stage = 1, .bucket_elems = 8};
   const Plan plan =
@@ -154,7 +139,7 @@ TEST(OptimizerOffload, ShardedRankStreamsOnlyItsShard) {
 }
 
 TEST(OptimizerOffload, MissingDirectoryIsADataErrorNamingIt) {
-  TempDir dir;
+  TempDir dir("offload-test");
   const TensorTable t = three_params();
   const std::string missing = (dir.path / "nope").string();
   const Plan plan = make_plan(t, kBf16WithMaster, {}, {.enabled = true, .path = missing, .chunk_elems = 4});
