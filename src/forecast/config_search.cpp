@@ -251,8 +251,7 @@ std::string describe_config(const TrainConfig& c) {
   const PrecisionConfig& p = c.precision;
   std::string s = precision_name(p.precision);
   if (p.moments() == MomentDType::bf16) s += " +O2-opt";
-  if (p.moments() == MomentDType::fp8 || p.moments() == MomentDType::int8)
-    s += " +" + moment_dtype_name(p.moments()) + "-moments";
+  if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
