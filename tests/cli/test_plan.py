@@ -172,6 +172,9 @@ class PlanTest(CliTestCase):
                     for by_rows in profile["linear_gflops"][dtype][direction].values():
                         rates += by_rows
             self.assertTrue(all(rate > 0 for rate in rates), profile)
+            # AdamW at each moment dtype the cost model prices, the 8-bit kernels' included.
+            self.assertEqual(set(profile["adamw_mparams_per_sec"]),
+                             {"fp32_moments", "bf16_moments", "fp8_moments", "int8_moments"})
             levels = ["generic"] if ranks > 1 else ["generic", "avx2", "avx512", "avx512_bf16"]
             self.assertIn(profile["cpu_isa"], levels)
             self.assertEqual(profile["threads"], 1)
