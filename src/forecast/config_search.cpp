@@ -14,20 +14,25 @@ namespace mt {
 namespace {
 
 // The precision settings worth trying, in the order of the usual advice: fp32, bf16, then bf16's O2 savings
-// (moments, then gradients, then both), fp16 last. --no-master-weights is left out: it changes how the
-// weights are updated (stochastic rounding), not only where bytes go.
+// (moments, then gradients, then both), fp16, and last 8-bit moments (int8, then fp8), which cost AdamW time
+// but work at any precision: on fp32, on bf16 and on bf16 with bf16 gradients (fp16 with them holds bf16's
+// bytes). --no-master-weights is left out: it changes how the weights are updated (stochastic rounding), not
+// only where bytes go.
 std::vector<PrecisionConfig> precision_choices() {
-  const auto bf16 = [](bool optimizer, bool gradient) {
-    const MomentDType moments = optimizer ? MomentDType::bf16 : MomentDType::fp32;
+  const auto with = [](Precision precision, MomentDType moments, bool gradient) {
     return PrecisionConfig{
-        .precision = Precision::bf16, .exp_avg = moments, .exp_avg_sq = moments, .o2_gradient = gradient};
+        .precision = precision, .exp_avg = moments, .exp_avg_sq = moments, .o2_gradient = gradient};
   };
-  return {{.precision = Precision::fp32},
-          bf16(false, false),
-          bf16(true, false),
-          bf16(false, true),
-          bf16(true, true),
-          {.precision = Precision::fp16}};
+  std::vector<PrecisionConfig> choices = {
+      with(Precision::fp32, MomentDType::fp32, false), with(Precision::bf16, MomentDType::fp32, false),
+      with(Precision::bf16, MomentDType::bf16, false), with(Precision::bf16, MomentDType::fp32, true),
+      with(Precision::bf16, MomentDType::bf16, true),  with(Precision::fp16, MomentDType::fp32, false)};
+  for (MomentDType eight_bit : {MomentDType::int8, MomentDType::fp8}) {
+    choices.push_back(with(Precision::fp32, eight_bit, false));
+    choices.push_back(with(Precision::bf16, eight_bit, false));
+    choices.push_back(with(Precision::bf16, eight_bit, true));
+  }
+  return choices;
 }
 
 // The candidates of one (precision, stage, offload, micro-batch) that fit, least recompute first: none if it
@@ -71,6 +76,10 @@ class GroupSearch {
   SearchResult& result_;
 };
 
+bool eight_bit(const PrecisionConfig& p) {
+  return p.moments() == MomentDType::fp8 || p.moments() == MomentDType::int8;
+}
+
 bool is_plain(const PrecisionConfig& p) {
   return p.moments() == MomentDType::fp32 && !p.o2_gradient;
 }
@@ -84,6 +93,19 @@ std::string tokens_per_sec(const ConfigCandidate& c) {
   char text[64];
   std::snprintf(text, sizeof text, "%.0f tokens/s", c.cost.tokens_per_sec);
   return text;
+}
+
+// 8-bit moments cost AdamW time (their kernels are bound by arithmetic): at the top only when nothing with
+// 16- or 32-bit moments fits, or what fits recomputes or shards more than the 8-bit moments cost.
+void add_eight_bit_note(const std::vector<ConfigCandidate>& ranked, std::vector<std::string>& notes) {
+  if (!eight_bit(ranked.front().config.precision)) return;
+  const ConfigCandidate* wide =
+      fastest(ranked, [](const ConfigCandidate& c) { return !eight_bit(c.config.precision); });
+  if (wide)
+    notes.push_back("8-bit moments at the top: predicted faster than the best with 16- or 32-bit moments (" +
+                    describe_config(wide->config) + ", " + tokens_per_sec(*wide) + ")");
+  else
+    notes.push_back("8-bit moments at the top: nothing with 16- or 32-bit moments fits");
 }
 
 // The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
@@ -128,6 +150,8 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
                     std::to_string(top.config.zero_stage) + ": --o2-optimizer " + tokens_per_sec(*o2) +
                     ", plain bf16 with " + recompute_name(plain_recompute->config.recompute) + " " +
                     tokens_per_sec(*plain_recompute) + ")");
+
+  add_eight_bit_note(ranked, notes);
 
   // Recompute no more than needed: the search keeps only the fewest layers that fit per micro-batch, so a
   // top configuration recomputing more than another of the same flags does so for a larger micro-batch.
@@ -227,6 +251,7 @@ std::string describe_config(const TrainConfig& c) {
   const PrecisionConfig& p = c.precision;
   std::string s = precision_name(p.precision);
   if (p.moments() == MomentDType::bf16) s += " +O2-opt";
+  if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);

@@ -1,6 +1,7 @@
 #include "forecast/cost_model.h"
 
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 
 #include "forecast/shipped_profiles.h"
@@ -83,6 +84,13 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
     default:                                    // and each window's weights gathered twice a pass
       return (accum * grads + 2 * accum * weights) * ring;
   }
+}
+
+// AdamW's calibrated rate for this run's moments; a profile calibrated before the 8-bit kernels existed has
+// none for them, and the shipped profile of its level and threads stands in (as for MPI below).
+double adamw_mparams(const HardwareProfile& profile, DType moments) {
+  const std::optional<double> rate = profile.adamw_mparams.of(moments);
+  return rate ? *rate : *shipped_hardware_profile(profile.cpu_isa, profile.threads).adamw_mparams.of(moments);
 }
 
 }  // namespace
@@ -185,7 +193,7 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
   const double shard_params = static_cast<double>(plan.shard_elems);
   const double grads = static_cast<double>(plan.bytes[Category::grads]);
   c.optimizer_s = 2 * grads / (profile.memory_gbps * 1e9) +
-                  shard_params / (profile.adamw(plan.policy.moments == DType::bf16) * 1e6);
+                  shard_params / (adamw_mparams(profile, plan.policy.moments) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
   // A profile calibrated outside mpirun has no MPI rates: the shipped ones of its level and threads stand in.

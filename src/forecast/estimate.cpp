@@ -201,6 +201,7 @@ ModelStateLayout model_state_layout(const Estimate& e) {
   return {.num_params = r.num_params,
           .shard_elems = r.shard_elems,
           .published_params = e.modelled() ? r.num_params : e.spec.num_parameters(),
+          .moment_block = e.policy.moment_block,
           .dp = e.dp,
           .stage = e.dp > 1 ? e.config.zero_stage : 0,
           .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,

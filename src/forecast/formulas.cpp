@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/int_math.h"
 #include "memory/report.h"
 
 namespace mt {
@@ -30,13 +31,45 @@ std::string number(double v) {
   return text;
 }
 
-// "6 + 12/d", "18", "18/d": the terms kept whole, plus those divided among d ranks.
+// " + 8/2048": a term's scale bytes per block, after its bytes per element. Strings grow by appending, which
+// GCC 12's -Wrestrict does not misread as "literal" + string does.
+std::string scales_text(const FormulaTerm& t) {
+  std::string text = " + ";
+  text += number(t.bytes_per_block);
+  text += "/";
+  text += std::to_string(t.block);
+  return text;
+}
+
+std::string parenthesized(const std::string& text) {
+  std::string out = "(";
+  out += text;
+  out += ")";
+  return out;
+}
+
+// A term's bytes per parameter as a formula writes it: "4", "(2 + 8/2048)".
+std::string coefficient(const FormulaTerm& t) {
+  if (t.block == 0) return number(t.bytes_per_param);
+  return parenthesized(number(t.bytes_per_param) + scales_text(t));
+}
+
+// "6 + 12/d", "18", "18/d", "10 + 8/2048", "4 + (6 + 8/2048)/d": the terms kept whole, plus those divided
+// among d ranks, with 8-bit moments' scales as bytes per block.
 std::string total_per_param(const PublishedFormula& f, int stage) {
   double whole = 0, divided = 0;
-  for (const FormulaTerm& t : f.terms) (stage >= t.sharded_from_stage ? divided : whole) += t.bytes_per_param;
-  if (divided == 0) return number(whole);
-  if (whole == 0) return number(divided) + "/d";
-  return number(whole) + " + " + number(divided) + "/d";
+  std::string whole_scales, divided_scales;
+  for (const FormulaTerm& t : f.terms) {
+    const bool shared = stage >= t.sharded_from_stage;
+    (shared ? divided : whole) += t.bytes_per_param;
+    if (t.block > 0) (shared ? divided_scales : whole_scales) += scales_text(t);
+  }
+  const std::string kept = number(whole) + whole_scales;
+  const std::string shared =
+      (divided_scales.empty() ? number(divided) : parenthesized(number(divided) + divided_scales)) + "/d";
+  if (divided == 0) return kept;
+  if (whole == 0) return shared;
+  return kept + " + " + shared;
 }
 
 // A table row without the spaces an empty last column leaves.
@@ -63,12 +96,66 @@ std::string why_not_counted(Category c) {
   }
 }
 
+// Why a rank's planned bytes of a state are not the formula's `expected` (empty when they are).
+std::string why_differs(const FormulaTerm& t, const ModelStateLayout& m, bool divided, double expected,
+                        int64_t planned) {
+  const bool optimizer_state = t.category == Category::master || t.category == Category::optim;
+  if (m.offloaded && optimizer_state)
+    return "offloaded: the rank's shard is in the --offload-path file; memory holds two chunk slots per "
+           "state";
+  if (static_cast<double>(planned) == expected) return "";
+  // A shard of whole blocks holds whole blocks' scales, so the coefficient times S is exact.
+  if (divided && static_cast<double>(planned) == t.per_param() * static_cast<double>(m.shard_elems))
+    return "shard padding: every rank holds S = ceil(N/d)" +
+           (m.moment_block > 0 ? " rounded up to whole blocks of " + std::to_string(m.moment_block) : "") +
+           " = " + with_commas(m.shard_elems) + " elements, the last shard padded";
+  const int64_t blocks = t.block > 0 ? ceil_div(m.num_params, t.block) : 0;
+  if (!divided && t.block > 0 &&
+      static_cast<double>(planned) == t.bytes_per_param * static_cast<double>(m.num_params) +
+                                          t.bytes_per_block * static_cast<double>(blocks))
+    return "a scale per block begun: ceil(N/" + std::to_string(t.block) + ") = " + with_commas(blocks) +
+           " blocks of each moment, the last one of " + with_commas(m.num_params % t.block) + " elements";
+  return "not the formula's layout";
+}
+
+// "bf16 weights + fp32 master, bf16 gradients", "fp32 weights and gradients".
+std::string layout_text(const PrecisionConfig& p) {
+  const std::string grads(kMainGradsDTypeNames.name(p.o2_gradient));
+  if (p.precision == Precision::fp32) return "fp32 weights and gradients";
+  return precision_name(p.precision) + " weights" +
+         (p.master_weights ? " + fp32 master" : " without a master") + ", " + grads + " gradients";
+}
+
+// 8-bit moments on any layout: the run's weights, gradients and master weights (when it has them) as they are
+// stored, and the moments at one byte each plus an fp32 scale per block of each (the policy's block).
+PublishedFormula eight_bit_formula(const PrecisionConfig& p) {
+  const ModelStatePolicy policy = model_state_policy(p);
+  const auto bytes = [](DType d) { return static_cast<double>(dtype_size(d)); };
+  std::vector<FormulaTerm> states = {{Category::params, bytes(policy.weights), 3},
+                                     {Category::grads, bytes(policy.grads), 2}};
+  if (policy.master_weights) states.push_back({Category::master, bytes(DType::f32), 1});
+  states.push_back({.category = Category::optim,
+                    .bytes_per_param = 2 * bytes(policy.moments),
+                    .sharded_from_stage = 1,
+                    .bytes_per_block = 2 * bytes(DType::f32),
+                    .block = policy.moment_block});
+  const std::string block = std::to_string(policy.moment_block);
+  const std::string moments =
+      p.moments() == MomentDType::int8
+          ? "8-bit Adam (Dettmers et al. 2022): int8 moments, an fp32 absmax per block of " + block
+          : "fp8 moments (Megatron-LM's --exp-avg-dtype fp8): e4m3, an fp32 scale per block of " + block;
+  // The paper stops at one process; ZeRO's partitioning is applied above it.
+  return {moments + " of each, with " + layout_text(p), "", 0, states};
+}
+
 }  // namespace
 
 std::vector<PublishedFormula> published_formulas(const PrecisionConfig& p, int stage) {
   std::vector<PublishedFormula> rows;
   const std::string mindspeed = "MindSpeed O2 (bf16 with ";
-  if (p.precision == Precision::fp32 || !p.master_weights)
+  if (p.moments() == MomentDType::fp8 || p.moments() == MomentDType::int8)
+    rows = {eight_bit_formula(p)};
+  else if (p.precision == Precision::fp32 || !p.master_weights)
     ;  // no source tabulates fp32 Adam or bf16 weights without a master copy
   else if (p.moments() == MomentDType::fp32 && !p.o2_gradient)
     rows = {{"Megatron-LM, bf16/fp16 with fp32 gradients and the distributed optimizer", "", 1,
@@ -91,20 +178,9 @@ FormulaComparison compare_with_formula(const PublishedFormula& formula, const Mo
   const double n = static_cast<double>(m.num_params);
   for (const FormulaTerm& t : formula.terms) {
     const bool divided = sharded(t, m.stage, m.dp);
-    const double expected = t.bytes_per_param * (divided ? n / m.dp : n);
+    const double expected = t.per_param() * (divided ? n / m.dp : n);
     const int64_t planned = m.planned[t.category];
-    std::string why;
-    const bool optimizer_state = t.category == Category::master || t.category == Category::optim;
-    if (m.offloaded && optimizer_state)
-      why =
-          "offloaded: the rank's shard is in the --offload-path file; memory holds two chunk slots per state";
-    else if (static_cast<double>(planned) != expected && divided &&
-             planned == static_cast<int64_t>(t.bytes_per_param) * m.shard_elems)
-      why = "shard padding: every rank holds S = ceil(N/d) = " + with_commas(m.shard_elems) +
-            " elements, the last shard padded";
-    else if (static_cast<double>(planned) != expected)
-      why = "not the formula's layout";
-    out.terms.push_back({t.category, expected, planned, why});
+    out.terms.push_back({t.category, expected, planned, why_differs(t, m, divided, expected, planned)});
     out.formula_total += expected;
     out.planned_total += planned;
   }
@@ -127,21 +203,20 @@ std::string format_explanation(const std::vector<FormulaComparison>& comparisons
       out << " (ZeRO's stage-" << m.stage << " partitioning applied; the source stops at stage "
           << c.formula.highest_stage << ")";
     out << "\n";
-    std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s  %s\n", "state", "formula", "planned",
+    std::snprintf(line, sizeof line, "    %-16s %36s %18s %14s  %s\n", "state", "formula", "planned",
                   "difference", "why");
     out << line;
     for (const FormulaComparison::Term& t : c.terms) {
       const FormulaTerm& term = *std::find_if(c.formula.terms.begin(), c.formula.terms.end(),
                                               [&](const FormulaTerm& f) { return f.category == t.category; });
-      const std::string expr =
-          number(term.bytes_per_param) + (sharded(term, m.stage, m.dp) ? " x N/d = " : " x N = ");
-      std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s  %s\n", state_name(t.category).c_str(),
+      const std::string expr = coefficient(term) + (sharded(term, m.stage, m.dp) ? " x N/d = " : " x N = ");
+      std::snprintf(line, sizeof line, "    %-16s %36s %18s %14s  %s\n", state_name(t.category).c_str(),
                     (expr + with_commas(std::llround(t.formula_bytes))).c_str(),
                     with_commas(t.planned_bytes).c_str(),
                     with_commas(t.planned_bytes - std::llround(t.formula_bytes)).c_str(), t.why.c_str());
       out << trimmed(line);
     }
-    std::snprintf(line, sizeof line, "    %-16s %30s %18s %14s\n", "total",
+    std::snprintf(line, sizeof line, "    %-16s %36s %18s %14s\n", "total",
                   with_commas(std::llround(c.formula_total)).c_str(), with_commas(c.planned_total).c_str(),
                   with_commas(c.planned_total - std::llround(c.formula_total)).c_str());
     out << line;

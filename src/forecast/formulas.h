@@ -14,11 +14,16 @@
 namespace mt {
 
 // One model state of a formula: its bytes per parameter, and the ZeRO stage from which each of d ranks holds
-// only 1/d of it (master weights and moments from 1, gradients from 2, weights from 3).
+// only 1/d of it (master weights and moments from 1, gradients from 2, weights from 3). 8-bit moments add
+// `bytes_per_block` (their two fp32 scales) per `block` elements.
 struct FormulaTerm {
   Category category;  // params, grads, master or optim
   double bytes_per_param = 0;
   int sharded_from_stage = 1;
+  double bytes_per_block = 0;
+  int64_t block = 0;  // 0: no blocks
+
+  double per_param() const { return block > 0 ? bytes_per_param + bytes_per_block / block : bytes_per_param; }
 };
 
 struct PublishedFormula {
@@ -28,8 +33,9 @@ struct PublishedFormula {
   std::vector<FormulaTerm> terms;
 };
 
-// The formulas whose storage layout is this precision configuration's (none for fp32 or without master
-// weights, which no source tabulates); `stage` picks the published total quoted.
+// The formulas whose storage layout is this precision configuration's; `stage` picks the published total
+// quoted. With fp32 or bf16 moments none for fp32 or without master weights, which no source tabulates; with
+// 8-bit moments one for every layout: 8-bit Adam's moment term on the run's weights, gradients and master.
 std::vector<PublishedFormula> published_formulas(const PrecisionConfig& precision, int stage);
 
 // A formula against a rank's planned bytes: each model state as published (coefficient x N, or x N/d when
@@ -47,10 +53,11 @@ struct FormulaComparison {
   int64_t planned_total = 0;
 };
 
-// `num_params` N: the elements the plan holds (vocabulary padded); `shard_elems` S = ceil(N / d);
-// `published_params` the model's published count, to name the padding.
+// `num_params` N: the elements the plan holds (vocabulary padded); `shard_elems` S = ceil(N / d), rounded up
+// to whole blocks of `moment_block` (ModelStatePolicy's; 0 without 8-bit moments); `published_params` the
+// model's published count, to name the padding.
 struct ModelStateLayout {
-  int64_t num_params = 0, shard_elems = 0, published_params = 0;
+  int64_t num_params = 0, shard_elems = 0, published_params = 0, moment_block = 0;
   int dp = 1, stage = 0;
   bool offloaded = false;
   CategoryBytes planned;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
+#include <utility>
 
 #include "core/error.h"
 
@@ -42,7 +44,45 @@ double LinearCurve::at(ShapeClass c, int64_t rows) const {
   return rate.back();
 }
 
+std::optional<double> AdamWRates::of(DType moments) const {
+  switch (moments) {
+    case DType::f32:
+      return fp32_moments;
+    case DType::bf16:
+      return bf16_moments;
+    case DType::f8_e4m3:
+      return fp8_moments;
+    case DType::u8:
+      return int8_moments;
+    default:
+      throw std::logic_error("no AdamW rate for moments stored as " + std::string(dtype_name(moments)));
+  }
+}
+
 namespace {
+
+// The keys of adamw_mparams_per_sec, each with its rate.
+auto adamw_keys(AdamWRates& r) {
+  return std::array<std::pair<const char*, std::optional<double>*>, 2>{
+      {{"fp8_moments", &r.fp8_moments}, {"int8_moments", &r.int8_moments}}};
+}
+
+nlohmann::json adamw_json(AdamWRates r) {
+  nlohmann::json j = {{"fp32_moments", r.fp32_moments}, {"bf16_moments", r.bf16_moments}};
+  for (const auto& [key, rate] : adamw_keys(r))
+    if (*rate) j[key] = **rate;
+  return j;
+}
+
+// fp32 and bf16 moments' rates must be there; an 8-bit one may be missing (an older profile) or null.
+AdamWRates read_adamw(const nlohmann::json& j) {
+  AdamWRates r;
+  r.fp32_moments = j.at("fp32_moments").get<double>();
+  r.bf16_moments = j.at("bf16_moments").get<double>();
+  for (const auto& [key, rate] : adamw_keys(r))
+    if (j.contains(key) && !j.at(key).is_null()) *rate = j.at(key).get<double>();
+  return r;
+}
 
 nlohmann::json curve_json(const LinearCurve& curve) {
   nlohmann::json j;
@@ -78,8 +118,7 @@ void read_rates(const nlohmann::json& j, HardwareProfile& p) {
   read_linear(j.at("linear_gflops").at("bf16"), p.bf16);
   read_by_storage(j.at("attention_gflops"), p.attention_gflops);
   read_by_storage(j.at("lm_head_gflops"), p.lm_head_gflops);
-  const nlohmann::json& adamw = j.at("adamw_mparams_per_sec");
-  p.adamw_mparams = {adamw.at("fp32_moments").get<double>(), adamw.at("bf16_moments").get<double>()};
+  p.adamw_mparams = read_adamw(j.at("adamw_mparams_per_sec"));
   p.norm_melems = j.at("elementwise_melems_per_sec").at("norm").get<double>();
   p.activation_melems = j.at("elementwise_melems_per_sec").at("activation").get<double>();
   p.memory_gbps = j.at("memory_gbps").get<double>();
@@ -91,8 +130,10 @@ void read_rates(const nlohmann::json& j, HardwareProfile& p) {
 void check_rates(const HardwareProfile& p, const std::string& what) {
   bool positive = p.threads > 0 && p.norm_melems > 0 && p.activation_melems > 0 && p.memory_gbps > 0 &&
                   p.disk_gbps > 0 && (!p.mpi_gbps || *p.mpi_gbps > 0);
-  for (int i = 0; i < 2; ++i)
-    positive = positive && p.attention_gflops[i] > 0 && p.lm_head_gflops[i] > 0 && p.adamw_mparams[i] > 0;
+  for (int i = 0; i < 2; ++i) positive = positive && p.attention_gflops[i] > 0 && p.lm_head_gflops[i] > 0;
+  AdamWRates adamw = p.adamw_mparams;
+  positive = positive && adamw.fp32_moments > 0 && adamw.bf16_moments > 0;
+  for (const auto& [key, rate] : adamw_keys(adamw)) positive = positive && (!*rate || **rate > 0);
   for (const LinearRates* r : {&p.fp32, &p.bf16})
     for (const LinearCurve* curve : {&r->forward, &r->backward})
       for (const auto& by_rows : curve->gflops)
@@ -113,7 +154,7 @@ nlohmann::json hardware_profile_json(const HardwareProfile& p) {
        {{"rows", kLinearRows}, {"fp32", linear_json(p.fp32)}, {"bf16", linear_json(p.bf16)}}},
       {"attention_gflops", by_storage(p.attention_gflops)},
       {"lm_head_gflops", by_storage(p.lm_head_gflops)},
-      {"adamw_mparams_per_sec", {{"fp32_moments", p.adamw_mparams[0]}, {"bf16_moments", p.adamw_mparams[1]}}},
+      {"adamw_mparams_per_sec", adamw_json(p.adamw_mparams)},
       {"elementwise_melems_per_sec", {{"norm", p.norm_melems}, {"activation", p.activation_melems}}},
       {"memory_gbps", p.memory_gbps},
       {"disk_gbps", p.disk_gbps}};

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backend/cpu/cpu_isa.h"
+#include "core/dtype.h"
 
 namespace mt {
 
@@ -41,6 +42,18 @@ struct LinearRates {
   LinearCurve forward, backward;
 };
 
+// AdamW parameter updates per second, in millions, by how the moments are stored: fp32, bf16 (O2), and 8-bit
+// block-quantized (backend/cpu/adamw_8bit.h). The 8-bit rates are absent from profiles calibrated before
+// memtrain had them; the cost model then takes the shipped profile's of the same level and threads, as it
+// does for MPI.
+struct AdamWRates {
+  double fp32_moments = 0, bf16_moments = 0;
+  std::optional<double> fp8_moments, int8_moments;
+
+  // The rate for moments stored as `moments` (ModelStatePolicy::moments: f32, bf16, f8_e4m3 or u8).
+  std::optional<double> of(DType moments) const;
+};
+
 struct HardwareProfile {
   std::string source;  // "calibrate", the file it was read from, or "built-in profiles/..." (shipped)
   kernels::CpuIsa cpu_isa = kernels::CpuIsa::generic;  // the level the kernels ran at (kernels::cpu_isa())
@@ -54,8 +67,7 @@ struct HardwareProfile {
   // The LM head with its loss (backend/cpu/lm_head.h) in training: its three products' FLOPs per second, the
   // softmax and the logits' traffic included.
   std::array<double, 2> lm_head_gflops{};
-  // AdamW parameter updates per second, in millions: [0] fp32 moments, [1] bf16 moments (O2).
-  std::array<double, 2> adamw_mparams{};
+  AdamWRates adamw_mparams;
   // Elementwise kernels, million elements of the forward's output per second, forward and backward alike:
   // the norms (LayerNorm, RMSNorm) and the activations (GELU, SwiGLU, RoPE).
   double norm_melems = 0, activation_melems = 0;
@@ -71,7 +83,6 @@ struct HardwareProfile {
   const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
   double lm_head(bool sixteen_bit) const { return lm_head_gflops[sixteen_bit ? 1 : 0]; }
-  double adamw(bool bf16_moments) const { return adamw_mparams[bf16_moments ? 1 : 0]; }
 };
 
 nlohmann::json hardware_profile_json(const HardwareProfile& profile);

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "forecast/config_search.h"
+#include "forecast/cost_model.h"
 #include "forecast/shipped_profiles.h"
 #include "memory/report.h"
 #include "train/run_flag_table.h"
@@ -39,29 +40,44 @@ Change flag_change(std::string verb, std::vector<std::string_view> flags,
   };
 }
 
-// bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before.
+// bf16 and its O2 savings, each step of the usual order (O2 optimizer first) on top of the ones before; then
+// 8-bit moments, which cost AdamW time: at the run's own precision (any), and as the further step of that
+// order, replacing bf16 moments.
 void add_precision_changes(const PrecisionConfig& p, std::vector<Change>& changes) {
-  if (p.precision != Precision::fp32 && p.precision != Precision::bf16) return;
   std::vector<std::string_view> added;
+  const bool bf16_able = p.precision == Precision::fp32 || p.precision == Precision::bf16;
   if (p.precision == Precision::fp32) {
     added.push_back("--precision");
     changes.push_back(
         flag_change("add", added, [](TrainConfig& t) { t.precision.precision = Precision::bf16; }));
   }
-  if (p.moments() == MomentDType::fp32) {
+  if (bf16_able && p.moments() == MomentDType::fp32) {
     added.push_back("--exp-avg-dtype");
     changes.push_back(flag_change("add", added, [](TrainConfig& t) {
       t.precision.precision = Precision::bf16;
       t.precision.set_moments(MomentDType::bf16);
     }));
   }
-  if (!p.o2_gradient) {
+  if (bf16_able && !p.o2_gradient) {
     added.push_back("--main-grads-dtype");
     changes.push_back(flag_change("add", added, [](TrainConfig& t) {
       t.precision.precision = Precision::bf16;
       t.precision.set_moments(MomentDType::bf16);
       t.precision.o2_gradient = true;
     }));
+  }
+  if (std::find(added.begin(), added.end(), "--exp-avg-dtype") == added.end())
+    added.push_back("--exp-avg-dtype");
+  for (MomentDType eight_bit : {MomentDType::int8, MomentDType::fp8}) {
+    if (p.moments() == eight_bit) continue;
+    changes.push_back(flag_change("use", {"--exp-avg-dtype"},
+                                  [eight_bit](TrainConfig& t) { t.precision.set_moments(eight_bit); }));
+    if (bf16_able && !p.o2_gradient)
+      changes.push_back(flag_change("add", added, [eight_bit](TrainConfig& t) {
+        t.precision.precision = Precision::bf16;
+        t.precision.set_moments(eight_bit);
+        t.precision.o2_gradient = true;
+      }));
   }
 }
 
@@ -108,12 +124,23 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
   return changes;
 }
 
+// The changed configurations run in this process too: at its ISA level, and its thread count per rank.
+const HardwareProfile& doctor_profile(const TrainConfig& config, int world) {
+  return shipped_hardware_profile(kernels::cpu_isa(), rank_threads(config, world));
+}
+
+// "+12%", "-30%": a change's predicted step time against the refused run's.
+std::string step_change(double changed_s, double refused_s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%+.0f%%", 100 * (changed_s / refused_s - 1));
+  return text;
+}
+
 }  // namespace
 
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
-  // This process runs the changed configuration too: its ISA level, and its thread count per rank.
   const kernels::CpuIsa isa = kernels::cpu_isa();
-  const HardwareProfile& profile = shipped_hardware_profile(isa, rank_threads(config, world));
+  const HardwareProfile& profile = doctor_profile(config, world);
   const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
   // nowhere.
@@ -168,9 +195,11 @@ void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, in
                 100.0 * static_cast<double>(plan.bytes[c]) / static_cast<double>(total));
   std::printf("  %-18s %14lld  %11s\n", "total", static_cast<long long>(total), human_bytes(total).c_str());
   const std::vector<FitChange> changes = changes_that_fit(config, world, limit);
+  const double refused_s = predict_step_cost(rank0_plan, config, world, doctor_profile(config, world)).step_s;
   std::ostringstream advice;
   for (size_t i = 0; i < changes.size() && i < 3; ++i)
-    advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes);
+    advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes)
+           << ", step " << step_change(changes[i].step_s, refused_s);
   if (changes.empty())
     std::printf("no change of one or two flag groups fits; `memtrain plan` searches them all\n");
   else

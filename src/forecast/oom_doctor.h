@@ -1,6 +1,7 @@
 // The OOM doctor: before `memtrain train` allocates anything, its plan is compared with --memory-limit (by
 // default the memory this machine has available, shared by its ranks). A plan that does not fit is refused
-// with its breakdown and the cheapest changes of flags that make it fit, ranked by the cost model.
+// with its breakdown and the cheapest changes of flags that make it fit, ranked by the cost model, each with
+// its predicted step time against the refused run's (8-bit moments cost AdamW time, bf16 saves time).
 #pragma once
 
 #include <cstdint>

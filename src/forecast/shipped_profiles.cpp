@@ -24,7 +24,10 @@ const std::vector<HardwareProfile>& shipped_hardware_profiles() {
     for (const ProfileFile& file : shipped_profile_files()) {
       const std::string name(file.name);
       parsed.push_back(parse_hardware_profile(std::string(file.text), "built-in " + name));
-      if (!parsed.back().mpi_gbps) throw std::logic_error(name + ": a shipped profile needs MPI rates");
+      const HardwareProfile& p = parsed.back();
+      if (!p.mpi_gbps) throw std::logic_error(name + ": a shipped profile needs MPI rates");
+      if (!p.adamw_mparams.fp8_moments || !p.adamw_mparams.int8_moments)
+        throw std::logic_error(name + ": a shipped profile needs AdamW's 8-bit moments' rates");
     }
     if (parsed.empty()) throw std::logic_error("no hardware profile was built in (profiles/*.json)");
     return parsed;
@@ -60,6 +63,11 @@ std::string describe_profile(const HardwareProfile& profile, kernels::CpuIsa isa
   if (!other.empty())
     s += "; this plan: " + std::string(kernels::cpu_isa_name(isa)) + ", " + thread_count(threads) +
          (this_cpu ? " on " + host_cpu_model() : "") + ": rates from another " + word_list(other, " and ");
+  // An older profile: the cost model prices 8-bit moments with the shipped rates (cost_model.cpp).
+  if (!profile.adamw_mparams.fp8_moments || !profile.adamw_mparams.int8_moments)
+    s += "; AdamW with 8-bit moments at the rates of " +
+         shipped_hardware_profile(profile.cpu_isa, profile.threads).source +
+         ", which it was calibrated without";
   return s + ")";
 }
 

@@ -21,7 +21,8 @@ struct ProfileFile {
 // Every profiles/*.json as it was at build time; defined in the generated shipped_profile_files.cpp.
 std::span<const ProfileFile> shipped_profile_files();
 
-// The files parsed, once. Each has MPI rates (the cost model falls back on them for a profile without).
+// The files parsed, once. Each has MPI rates and 8-bit AdamW rates (the cost model falls back on them for a
+// profile without).
 const std::vector<HardwareProfile>& shipped_hardware_profiles();
 
 // The profile of `profiles` (not empty) for a plan at `isa` with `threads` per rank: the exact match; else
@@ -33,7 +34,8 @@ const HardwareProfile& shipped_hardware_profile(kernels::CpuIsa isa, int threads
 
 // "avx2, 2 threads, calibrated on AMD EPYC (built-in profiles/avx2-2threads.json)", and when the profile is
 // not of the plan's level and threads, or (for a plan at this process's level) not of this CPU's model,
-// "; this plan: avx512, 1 thread: rates from another ISA level and thread count" inside the brackets.
+// "; this plan: avx512, 1 thread: rates from another ISA level and thread count" inside the brackets; for a
+// profile without 8-bit AdamW rates, where they come from.
 std::string describe_profile(const HardwareProfile& profile, kernels::CpuIsa isa, int threads);
 
 }  // namespace mt

@@ -179,6 +179,66 @@ class EstimateAgreesWithPublishedFormulas(unittest.TestCase):
                                     self.assertAlmostEqual(term["formula_bytes"], coef * (n / d if sharded else n), delta=1e-3)
                                     self.assertEqual(term["why"] != "", term["planned_bytes"] != term["formula_bytes"])
 
+    def test_eight_bit_moments_at_every_layout(self):
+        """8-bit moments on every precision x gradients x master: weights, gradients and master as stored, the
+        moments 1 byte each plus two fp32 scales per block (8/2048 int8, 8/128 fp8); a shard of ZeRO is
+        ceil(N/d) rounded up to whole blocks, and an unsharded moment has a scale per block begun."""
+        blocks = {"int8": 2048, "fp8": 128}
+        layouts = {  # flags: (weights, gradients, master)
+            "fp32": ([], (4, 4, 0)), "fp16": (["--fp16"], (2, 4, 4)), "bf16": (["--bf16"], (2, 4, 4)),
+            "bf16-grads": (["--bf16", "--main-grads-dtype", "bf16"], (2, 2, 4)),
+            "bf16-nomaster": (["--bf16", "--main-params-dtype", "none"], (2, 4, 0)),
+            "bf16-grads-nomaster": (["--bf16", "--main-grads-dtype", "bf16", "--main-params-dtype", "none"], (2, 2, 0)),
+        }
+        for moments, block in blocks.items():
+            for layout, (flags, (weights, grads, master)) in layouts.items():
+                per_param = {"params": weights, "grads": grads, "optim": 2 + 8 / block}
+                if master:
+                    per_param["master"] = master
+                for model, d, stages in (("gpt2", 1, (0,)), ("gpt2", 3, (1, 2, 3)), ("llama2-7b", 8, (1, 3))):
+                    for stage in stages:
+                        with self.subTest(moments=moments, layout=layout, model=model, d=d, stage=stage):
+                            self.check_eight_bit(model, d, stage, block, per_param,
+                                                 [*flags, "--exp-avg-dtype", moments, "--exp-avg-sq-dtype", moments])
+        text = memtrain("estimate", "--model", "gpt2", "--seq-length", "16", "--micro-batch-size", "1", "--threads",
+                        "1", "--bf16", "--main-grads-dtype", "bf16", "--exp-avg-dtype", "int8", "--exp-avg-sq-dtype",
+                        "int8", "--explain").stdout
+        self.assertIn("8-bit Adam (Dettmers et al. 2022): int8 moments, an fp32 absmax per block of 2048 of each, with "
+                      "bf16 weights + fp32 master, bf16 gradients: 10 + 8/2048 bytes/parameter", text)
+        self.assertIn("(2 + 8/2048) x N = ", text)
+
+    def check_eight_bit(self, model, d, stage, block, per_param, flags):
+        est = estimate("--model", model, "--seq-length", "16", "--micro-batch-size", "1", "--threads", "1",
+                       "--eval-interval", "0", "--dp", str(d), "--zero-stage", str(stage), "--explain", *flags)
+        n = est["padded_parameters"]
+        s = math.ceil(math.ceil(n / d) / block) * block  # whole blocks per shard
+        rank = est["ranks"][0]  # the largest: every shard is S elements
+        for c, coef in per_param.items():
+            if d > 1 and stage >= SHARDED_FROM[c]:
+                self.assertEqual(rank["bytes"][c], coef * s, c)
+            elif c == "optim":
+                self.assertEqual(rank["bytes"][c], 2 * n + 8 * math.ceil(n / block), c)
+            else:
+                self.assertEqual(rank["bytes"][c], coef * n, c)
+        (row,) = est["explain"]
+        self.assertEqual({t["category"] for t in row["terms"]}, set(per_param))
+        # As published: the bytes kept whole, plus those divided among d ranks, the scales as 8/block.
+        shared = {c: d > 1 and stage >= SHARDED_FROM[c] for c in per_param}
+        whole = sum(round(coef) for c, coef in per_param.items() if not shared[c])
+        divided = sum(round(coef) for c, coef in per_param.items() if shared[c])
+        scales = f" + 8/{block}"
+        kept = f"{whole}" + ("" if shared["optim"] else scales)
+        parts = (kept if whole else None, (f"({divided}{scales})/d" if shared["optim"] else f"{divided}/d") if divided else None)
+        self.assertEqual(row["bytes_per_param"], " + ".join(p for p in parts if p))
+        for term in row["terms"]:
+            sharded = d > 1 and stage >= SHARDED_FROM[term["category"]]
+            coef = per_param[term["category"]]
+            self.assertAlmostEqual(term["formula_bytes"], coef * (n / d if sharded else n), delta=1e-3)
+            self.assertEqual(term["why"] != "", term["planned_bytes"] != term["formula_bytes"])
+            if term["planned_bytes"] != term["formula_bytes"]:
+                self.assertIn(f"rounded up to whole blocks of {block}" if sharded else "a scale per block begun",
+                              term["why"])
+
     def test_no_formula_for_fp32_or_without_master(self):
         for flags in ([], ["--bf16", "--o2-optimizer", "--o2-gradient", "--no-master-weights"]):
             est = estimate("--model", "gpt2", "--seq-length", "16", "--micro-batch-size", "1", "--threads", "1",

@@ -42,6 +42,14 @@ class PlanTest(CliTestCase):
         self.assertEqual(result.returncode, 3, result.stderr)
         return int(re.search(r"^  total\s+(\d+)", result.stdout, re.M).group(1))
 
+    def trains_within(self, args, limit, out):
+        """`args` train a step at --memory-limit `limit`, measured == planned and within it."""
+        fixed = memtrain("train", *args, "--memory-limit", limit)
+        self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
+        memory = read_memory(out)
+        self.assertEqual(memory["planned"], memory["measured"])
+        self.assertLessEqual(sum(memory["planned"].values()), limit)
+
     def estimated_total(self, command):
         """Rank 0's total from `memtrain estimate` with a printed command line's flags (mpirun -np N: --dp N)."""
         words = shlex.split(command)
@@ -110,11 +118,39 @@ class PlanTest(CliTestCase):
         self.assertFalse((out / "memory.json").exists())
         change = re.search(r"changes that fit, fastest first: (add|use) (.*?): -", refused.stdout)
         self.assertIsNotNone(change, refused.stdout)
-        fixed = memtrain("train", *with_change(args, shlex.split(change.group(2))), "--memory-limit", limit)
-        self.assertEqual(fixed.returncode, 0, fixed.stdout + fixed.stderr)
-        memory = read_memory(out)
-        self.assertEqual(memory["planned"], memory["measured"])
-        self.assertLessEqual(sum(memory["planned"].values()), limit)
+        self.trains_within(with_change(args, shlex.split(change.group(2))), limit, out)
+
+    def test_only_8bit_moments_fit(self):
+        """Between the smallest run with 16-bit moments (bf16, O2's moments and gradients, micro-batch 1, every layer
+        recomputed) and the same with int8 moments: plan lists only 8-bit moments, in Megatron's flags, each at
+        estimate's bytes; the OOM doctor offers int8 moments with their predicted slowdown, and the run trains with
+        them within the limit, measured == planned."""
+        smallest = [*FLAGS, "--global-batch-size", 4, "--micro-batch-size", 1, "--bf16", "--main-grads-dtype", "bf16",
+                    "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", 1]
+        bf16_moments = ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+        int8_moments = ["--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8"]
+        totals = [self.estimated_total(shlex.join(["memtrain", "train", *map(str, smallest), *moments]))
+                  for moments in (bf16_moments, int8_moments)]
+        limit = sum(totals) // 2
+        self.assertLess(totals[1], limit)
+        result = memtrain("plan", *FLAGS, "--device-memory", f"{limit}B", "--global-batch-size", 4, "--top", 50,
+                          "--data", self.data)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*\n\s+(memtrain .*)\n", result.stdout)
+        self.assertTrue(entries, result.stdout)
+        for planned, command in entries:
+            self.assertRegex(command, r" --exp-avg-dtype (int8|fp8) --exp-avg-sq-dtype \1 ")
+            self.assertEqual(self.estimated_total(command), int(planned), command)
+        self.assertIn("8-bit moments at the top: nothing with 16- or 32-bit moments fits", result.stdout)
+
+        out = self.tmp / "doctor8"
+        args = run_flags(*smallest, *bf16_moments, data=self.data, train_iters=1, out=out)
+        refused = memtrain("train", *args, "--memory-limit", limit)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        change = re.search(r"(?:: |; or )use (--exp-avg-dtype int8 --exp-avg-sq-dtype int8): -[^,]+, step \+\d+%",
+                           refused.stdout)
+        self.assertIsNotNone(change, refused.stdout)
+        self.trains_within(with_change(args, shlex.split(change.group(1))), limit, out)
 
     def test_calibrate_writes_a_profile_that_plan_reads(self):
         """One process at this CPU's level: every rate positive and MPI absent; two ranks under mpirun with the kernels
@@ -136,6 +172,9 @@ class PlanTest(CliTestCase):
                     for by_rows in profile["linear_gflops"][dtype][direction].values():
                         rates += by_rows
             self.assertTrue(all(rate > 0 for rate in rates), profile)
+            # AdamW at each moment dtype the cost model prices, the 8-bit kernels' included.
+            self.assertEqual(set(profile["adamw_mparams_per_sec"]),
+                             {"fp32_moments", "bf16_moments", "fp8_moments", "int8_moments"})
             levels = ["generic"] if ranks > 1 else ["generic", "avx2", "avx512", "avx512_bf16"]
             self.assertIn(profile["cpu_isa"], levels)
             self.assertEqual(profile["threads"], 1)

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "dist/communicator.h"
 #include "forecast/config_search.h"
@@ -31,16 +33,23 @@ TrainConfig with_precision(TrainConfig c, PrecisionConfig p) {
   return c;
 }
 
-// A limit between the smallest and the largest configurations, so that the search has to drop some.
-int64_t middle_limit(const TrainConfig& base, int world) {
-  TrainConfig big = with_precision(base, {.precision = Precision::fp32});
-  big.micro_batch = base.global_batch / world;
+// The smallest run with 16-bit moments: bf16 with O2's moments and gradients, micro-batch 1, every layer
+// recomputed.
+TrainConfig smallest_o2(const TrainConfig& base) {
   TrainConfig small = with_precision(base, {.precision = Precision::bf16,
                                             .exp_avg = MomentDType::bf16,
                                             .exp_avg_sq = MomentDType::bf16,
                                             .o2_gradient = true});
   small.micro_batch = 1;
   small.recompute = {.granularity = RecomputeGranularity::full, .method = RecomputeMethod::uniform};
+  return small;
+}
+
+// A limit between the smallest and the largest configurations, so that the search has to drop some.
+int64_t middle_limit(const TrainConfig& base, int world) {
+  TrainConfig big = with_precision(base, {.precision = Precision::fp32});
+  big.micro_batch = base.global_batch / world;
+  TrainConfig small = smallest_o2(base);
   if (world > 1) small.zero_stage = 3;
   return (rank_total(big, world, 0) + rank_total(small, world, 0)) / 2;
 }
@@ -157,6 +166,65 @@ TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
   EXPECT_TRUE(agreed);
 }
 
+bool eight_bit(const ConfigCandidate& c) {
+  return c.config.precision.moments() == MomentDType::fp8 ||
+         c.config.precision.moments() == MomentDType::int8;
+}
+
+// Below the smallest run with 16-bit moments and above the same with int8 ones: only 8-bit moments fit, each
+// at lay_out_run's bytes, and the advice says so.
+TEST(Planner, OnlyEightBitMomentsFit) {
+  const TrainConfig base = tiny_base("llama-tiny", 4);
+  const TrainConfig smallest = smallest_o2(base);
+  TrainConfig smallest_8bit = smallest;
+  smallest_8bit.precision.set_moments(MomentDType::int8);
+  const int64_t limit = (rank_total(smallest, 1, 0) + rank_total(smallest_8bit, 1, 0)) / 2;
+  ASSERT_LT(rank_total(smallest_8bit, 1, 0), limit);
+  const SearchResult result = search_configs(
+      {.base = base, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
+  ASSERT_FALSE(result.fitting.empty());
+  for (const ConfigCandidate& c : result.fitting) {
+    EXPECT_TRUE(eight_bit(c)) << describe_config(c.config);
+    EXPECT_EQ(c.rank_bytes, rank_total(c.config, 1, 0)) << describe_config(c.config);
+  }
+  EXPECT_NE(std::find(result.notes.begin(), result.notes.end(),
+                      "8-bit moments at the top: nothing with 16- or 32-bit moments fits"),
+            result.notes.end());
+  // The printed command line says it in Megatron's flags.
+  EXPECT_NE(
+      train_command_line(result.fitting.front().config, 1)
+          .find(" --exp-avg-dtype " + moment_dtype_name(result.fitting.front().config.precision.moments()) +
+                " --exp-avg-sq-dtype "),
+      std::string::npos);
+}
+
+// With room for everything, 8-bit moments are searched at every precision they work at, and rank below the
+// same configuration with bf16 moments: the cost model prices their slower AdamW.
+TEST(Planner, EightBitMomentsRankBelowBf16Moments) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  const SearchResult result = search_configs(
+      {.base = base, .ranks = 1, .device_memory = int64_t{1} << 40, .profile = testing::tested_profile()});
+  std::set<std::pair<Precision, MomentDType>> searched;
+  for (const ConfigCandidate& c : result.fitting)
+    searched.insert({c.config.precision.precision, c.config.precision.moments()});
+  for (Precision p : {Precision::fp32, Precision::bf16})
+    for (MomentDType m : {MomentDType::fp8, MomentDType::int8}) EXPECT_TRUE(searched.count({p, m}));
+  EXPECT_FALSE(eight_bit(result.fitting.front())) << describe_config(result.fitting.front().config);
+  for (const ConfigCandidate& c : result.fitting) {
+    if (!eight_bit(c) || c.config.precision.precision != Precision::bf16) continue;
+    const auto same_with_bf16 =
+        std::find_if(result.fitting.begin(), result.fitting.end(), [&](const auto& o) {
+          return o.config.precision.moments() == MomentDType::bf16 &&
+                 o.config.precision.o2_gradient == c.config.precision.o2_gradient &&
+                 o.config.micro_batch == c.config.micro_batch &&
+                 o.config.recompute.granularity == c.config.recompute.granularity;
+        });
+    ASSERT_NE(same_with_bf16, result.fitting.end()) << describe_config(c.config);
+    EXPECT_LT(same_with_bf16->cost.optimizer_s, c.cost.optimizer_s) << describe_config(c.config);
+    EXPECT_LT(same_with_bf16 - result.fitting.begin(), &c - result.fitting.data());
+  }
+}
+
 TEST(Planner, CommandLineNamesEveryChosenFlag) {
   TrainConfig c = tiny_base("llama-tiny", 16);
   c.precision = {.precision = Precision::bf16,
@@ -172,6 +240,16 @@ TEST(Planner, CommandLineNamesEveryChosenFlag) {
             "--micro-batch-size 2 --global-batch-size 16 --bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
             "--main-grads-dtype bf16 --zero-stage 2 "
             "--recompute-granularity full --recompute-method block --recompute-num-layers 1 --threads 1");
+  // 8-bit moments at fp32: Megatron's moment flags alone.
+  c.precision = {.precision = Precision::fp32};
+  c.precision.set_moments(MomentDType::int8);
+  c.zero_stage = 0;
+  c.recompute = {};
+  EXPECT_EQ(train_command_line(c, 1),
+            "memtrain train --model llama-tiny --data DATA --train-iters 10 --seq-length 64 "
+            "--micro-batch-size 2 --global-batch-size 16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8 "
+            "--threads 1");
+  EXPECT_EQ(describe_config(c), "fp32 +int8-moments, ZeRO 0, recompute none, micro-batch 2");
 }
 
 }  // namespace

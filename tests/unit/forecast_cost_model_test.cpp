@@ -88,8 +88,40 @@ TEST(CostModel, EachOpAtItsKernelsRate) {
     EXPECT_TRUE(priced.count(op.kind())) << op.name << " has no family";
   // The optimizer's part: AdamW at its moments' rate.
   HardwareProfile p = base;
-  p.adamw_mparams[0] *= 2;
+  p.adamw_mparams.fp32_moments *= 2;
   EXPECT_LT(predict_step_cost(run, c, 1, p).optimizer_s, predict_step_cost(run, c, 1, base).optimizer_s);
+}
+
+// AdamW over the shard at the rate of the run's moments: with the gradients' zeroing and norm, the
+// optimizer's time is exactly N / rate for each moment dtype; a profile without the 8-bit rates (calibrated
+// before them) prices 8-bit moments with the shipped profile's of its level and threads.
+TEST(CostModel, AdamWAtItsMomentsRate) {
+  const HardwareProfile& profile = testing::tested_profile();
+  HardwareProfile older = profile;
+  older.adamw_mparams.fp8_moments.reset();
+  older.adamw_mparams.int8_moments.reset();
+  older.cpu_isa = kernels::CpuIsa::avx2;  // whose shipped rates are not tested_profile's
+  const HardwareProfile& avx2 = shipped_hardware_profile(kernels::CpuIsa::avx2, older.threads);
+  for (MomentDType moments : {MomentDType::fp32, MomentDType::bf16, MomentDType::fp8, MomentDType::int8}) {
+    TrainConfig c = gpt2_tiny(2, 64, {});
+    c.precision.precision = Precision::bf16;
+    c.precision.set_moments(moments);
+    const RunLayout run = lay_out_run(c, 1, 0, 1, 0);
+    const double params = static_cast<double>(run.plan.num_params);
+    const double zeroing = 2 * static_cast<double>(run.plan.bytes[Category::grads]);
+    const auto adamw_s = [&](const HardwareProfile& p) {
+      return predict_step_cost(run, c, 1, p).optimizer_s - zeroing / (p.memory_gbps * 1e9);
+    };
+    SCOPED_TRACE(moment_dtype_name(moments));
+    const double rate = *profile.adamw_mparams.of(run.plan.policy.moments);
+    EXPECT_NEAR(adamw_s(profile), params / (rate * 1e6), 1e-12);
+    const bool eight_bit = moments == MomentDType::fp8 || moments == MomentDType::int8;
+    const double older_rate = *(eight_bit ? avx2 : older).adamw_mparams.of(run.plan.policy.moments);
+    EXPECT_NEAR(adamw_s(older), params / (older_rate * 1e6), 1e-12);
+  }
+  // The kernels the shipped profiles measured: 8-bit moments update slower than bf16 ones.
+  EXPECT_LT(*profile.adamw_mparams.int8_moments, profile.adamw_mparams.bf16_moments);
+  EXPECT_LT(*profile.adamw_mparams.fp8_moments, profile.adamw_mparams.bf16_moments);
 }
 
 TEST(CostModel, AccumulationScalesComputeNotTheOptimizer) {

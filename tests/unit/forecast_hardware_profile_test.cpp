@@ -33,7 +33,7 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   p.fp32.backward.gflops[2][1] = 76.5;
   p.attention_gflops = {11.5, 12.5};
   p.lm_head_gflops = {13.5, 14.5};
-  p.adamw_mparams = {15.5, 16.5};
+  p.adamw_mparams = {.fp32_moments = 15.5, .bf16_moments = 16.5, .fp8_moments = 19.5, .int8_moments = 20.5};
   p.norm_melems = 17.5;
   p.activation_melems = 18.5;
   const std::string path = write_temp("memtrain-profile-test.json", hardware_profile_json(p).dump());
@@ -81,6 +81,29 @@ TEST(HardwareProfile, RejectsWhatIsNotAProfile) {
       EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
     }
     std::filesystem::remove(path);
+  }
+}
+
+// A profile calibrated before the 8-bit kernels has no rates for them: it loads, and those rates are absent
+// (the cost model takes the shipped ones, forecast_cost_model_test); one that is there must be positive.
+TEST(HardwareProfile, EightBitAdamWRatesMayBeAbsentNotWrong) {
+  nlohmann::json j = hardware_profile_json(testing::tested_profile());
+  ASSERT_TRUE(j.at("adamw_mparams_per_sec").contains("int8_moments"));
+  j["adamw_mparams_per_sec"].erase("fp8_moments");
+  j["adamw_mparams_per_sec"].erase("int8_moments");
+  const HardwareProfile old = parse_hardware_profile(j.dump(), "old.json");
+  EXPECT_FALSE(old.adamw_mparams.of(DType::u8).has_value());
+  EXPECT_FALSE(old.adamw_mparams.of(DType::f8_e4m3).has_value());
+  EXPECT_EQ(old.adamw_mparams.of(DType::bf16).value_or(0),
+            testing::tested_profile().adamw_mparams.bf16_moments);
+  EXPECT_FALSE(hardware_profile_json(old).at("adamw_mparams_per_sec").contains("int8_moments"));
+  j["adamw_mparams_per_sec"]["int8_moments"] = -1;
+  try {
+    parse_hardware_profile(j.dump(), "negative.json");
+    ADD_FAILURE() << "a negative int8 rate was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::data);
+    EXPECT_NE(std::string(e.what()).find("negative.json"), std::string::npos) << e.what();
   }
 }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "forecast/config_search.h"
 #include "forecast/oom_doctor.h"
+#include "forecast/shipped_profiles.h"
 
 namespace mt {
 namespace {
@@ -76,6 +78,56 @@ TEST(OomDoctor, PlansAtThisProcesssLevel) {
   run.grad_accum_steps = 2;
   EXPECT_EQ(halved->bytes, lay_out_run(run, 1, 0, 1, 0, kernels::CpuIsa::generic).plan.bytes.total());
   EXPECT_GT(halved->bytes, lay_out_run(run, 1, 0, 1, 0, kernels::CpuIsa::avx512_bf16).plan.bytes.total());
+}
+
+const FitChange* find_change(const std::vector<FitChange>& changes, const std::string& flags) {
+  const auto it =
+      std::find_if(changes.begin(), changes.end(), [&](const FitChange& c) { return c.flags == flags; });
+  return it == changes.end() ? nullptr : &*it;
+}
+
+// A run whose activations are already as small as they get (micro-batch 1, every layer recomputed): at fp16,
+// where no bf16 saving applies, 8-bit moments are the precision change that fits, at lay_out_run's bytes and
+// at the cost of a slower step (their AdamW's measured rate); int8's scales take less than fp8's.
+TEST(OomDoctor, OffersEightBitMomentsAtAnyPrecision) {
+  TrainConfig run = oversize_run();
+  run.micro_batch = 1;
+  run.recompute = full_recompute(RecomputeMethod::uniform, 1);
+  run.precision.precision = Precision::fp16;
+  TrainConfig int8 = run;
+  int8.precision.set_moments(MomentDType::int8);
+  const std::vector<FitChange> changes = changes_that_fit(run, 1, total(int8));
+  const FitChange* found = find_change(changes, "use --exp-avg-dtype int8 --exp-avg-sq-dtype int8");
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->bytes, total(int8));
+  EXPECT_EQ(find_change(changes, "use --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8"), nullptr);
+  const HardwareProfile& profile = shipped_hardware_profile(kernels::cpu_isa(), 1);
+  EXPECT_GT(found->step_s, evaluate_candidate(run, 1, profile, kernels::cpu_isa()).cost.step_s);
+  for (const FitChange& c : changes) EXPECT_EQ(c.flags.find("--bf16"), std::string::npos) << c.flags;
+}
+
+// From fp32, 8-bit moments come alone or as the step after O2's savings: bf16 with bf16 gradients and 8-bit
+// moments instead of bf16 ones (10 bytes per parameter against O2's 12).
+TEST(OomDoctor, EightBitMomentsAfterTheO2Steps) {
+  TrainConfig run = oversize_run();
+  run.micro_batch = 1;
+  run.recompute = full_recompute(RecomputeMethod::uniform, 1);
+  TrainConfig o2 = run, after_o2 = run;
+  o2.precision = {.precision = Precision::bf16,
+                  .exp_avg = MomentDType::bf16,
+                  .exp_avg_sq = MomentDType::bf16,
+                  .o2_gradient = true};
+  after_o2.precision = o2.precision;
+  after_o2.precision.set_moments(MomentDType::int8);
+  ASSERT_LT(total(after_o2), total(o2));
+  const std::vector<FitChange> changes = changes_that_fit(run, 1, total(o2) - 1);
+  const FitChange* step =
+      find_change(changes, "add --bf16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8 --main-grads-dtype bf16");
+  ASSERT_NE(step, nullptr);
+  EXPECT_EQ(step->bytes, total(after_o2));
+  EXPECT_EQ(
+      find_change(changes, "add --bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 --main-grads-dtype bf16"),
+      nullptr);
 }
 
 TEST(OomDoctor, RefusesWithExitCodeThree) {

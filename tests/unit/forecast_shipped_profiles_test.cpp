@@ -42,6 +42,8 @@ TEST(ShippedProfiles, EachLoadsAsItsFileSays) {
     EXPECT_FALSE(p.cpu_model.empty());
     EXPECT_FALSE(p.notes.empty()) << "a shipped profile says how it was measured";
     EXPECT_TRUE(p.mpi_gbps.has_value());
+    EXPECT_TRUE(p.adamw_mparams.fp8_moments.has_value());
+    EXPECT_TRUE(p.adamw_mparams.int8_moments.has_value());
   }
   // Every level has one at the thread count this project's machine calibrates at.
   for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16})
@@ -64,6 +66,7 @@ HardwareProfile profile_of(CpuIsa isa, int threads, const std::string& model = h
   p.threads = threads;
   p.cpu_model = model;
   p.source = "test";
+  p.adamw_mparams.fp8_moments = p.adamw_mparams.int8_moments = 1000;  // as every calibration now has
   return p;
 }
 
@@ -107,6 +110,17 @@ TEST(ShippedProfiles, DescriptionSaysWhereTheRatesComeFrom) {
   EXPECT_EQ(describe_profile(profile_of(here, 2, "Another CPU 9000"), here, 2),
             here_name + ", 2 threads, calibrated on Another CPU 9000 (test; this plan: " + here_name +
                 ", 2 threads on " + host_cpu_model() + ": rates from another CPU)");
+}
+
+// A profile calibrated before the 8-bit AdamW kernels: the plan says whose rates price them.
+TEST(ShippedProfiles, DescriptionNamesTheSourceOfMissingEightBitRates) {
+  const CpuIsa here = kernels::cpu_isa();
+  HardwareProfile p = profile_of(here, 2);
+  p.adamw_mparams.int8_moments.reset();
+  EXPECT_EQ(describe_profile(p, here, 2),
+            std::string(kernels::cpu_isa_name(here)) + ", 2 threads, calibrated on " + host_cpu_model() +
+                " (test; AdamW with 8-bit moments at the rates of " +
+                shipped_hardware_profile(here, 2).source + ", which it was calibrated without)");
 }
 
 }  // namespace
