@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,27 @@ struct Output {
     data.emplace_back(src, src + n);
   }
 };
+
+// `steps` AdamW steps, batch s - 1 for step s, with clipping, warmup then cosine and decay on matrices only
+// (the reference does the same): their losses and gradient norms.
+void train_steps(const ModelGraph& model, const Plan& plan, Allocation& memory, Executor& exec, int64_t steps,
+                 const std::function<void(int64_t)>& load_batch, Output& out) {
+  const TensorTable& table = model.graph.table;
+  std::vector<ParamGroup> groups;
+  for (int id : model.params)
+    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
+  AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
+  const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
+  std::vector<float> losses, norms;
+  for (int64_t s = 1; s <= steps; ++s) {
+    load_batch(s - 1);
+    std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
+    losses.push_back(static_cast<float>(exec.train_step(1.0f).loss));
+    norms.push_back(static_cast<float>(optimizer.step(table, memory, schedule.at(s), 1.0f).grad_norm));
+  }
+  out.add("losses", {steps}, losses.data(), steps);
+  out.add("grad_norms", {steps}, norms.data(), steps);
+}
 
 int run(int argc, char** argv) {
   if (argc != 8 && argc != 9 && argc != 11) {
@@ -99,22 +121,7 @@ int run(int argc, char** argv) {
       out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
   add_adapters("grad.", [&](int id) { return memory.grad<float>(id); });
 
-  // Training: AdamW with clipping, warmup then cosine, decay on matrices only (the reference does the same).
-  std::vector<ParamGroup> groups;
-  for (int id : model.params)
-    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
-  AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
-  const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
-  std::vector<float> losses, norms;
-  for (int64_t s = 1; s <= steps; ++s) {
-    load_batch(s - 1);
-    std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
-    losses.push_back(static_cast<float>(exec.train_step(1.0f).loss));
-    norms.push_back(
-        static_cast<float>(optimizer.step(model.graph.table, memory, schedule.at(s), 1.0f).grad_norm));
-  }
-  out.add("losses", {steps}, losses.data(), steps);
-  out.add("grad_norms", {steps}, norms.data(), steps);
+  train_steps(model, plan, memory, exec, steps, load_batch, out);
   if (lora.enabled() && policy.weights == DType::f32) {
     add_adapters("final.", [&](int id) { return memory.f32(id); });
     // The first batch's gradients again at the trained adapters, where A's are no longer 0.
