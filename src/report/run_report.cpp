@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "io/json_lines.h"
 #include "memory/report.h"
+#include "report/axes.h"
 #include "report/svg.h"
 
 namespace mt {
@@ -53,29 +54,9 @@ const char* color(Category c) {
   return "#bab0ac";
 }
 
-// A tick spacing of 1, 2, 2.5 or 5 times a power of ten giving about `target` intervals over range.
-double nice_step(double range, int target) {
-  if (!(range > 0)) return 1;
-  const double raw = range / target, magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 2.5, 5.0})
-    if (m * magnitude >= raw) return m * magnitude;
-  return 10 * magnitude;
-}
-
-// Multiples of step in [lo, hi], each computed afresh so that no rounding accumulates
-// ("0.30000000000000004").
-std::vector<double> ticks(double lo, double hi, double step) {
-  std::vector<double> out;
-  for (double k = std::ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; ++k)
-    out.push_back(k == 0 ? 0 : k * step);
-  return out;
-}
-
-std::string format(const char* fmt, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, fmt, v);
-  return buf;
-}
+using plot::format;
+using plot::nice_step;
+using plot::ticks;
 
 // Drops points that repeat the last one or sit inside a straight horizontal or vertical run: a band that
 // holds the same bytes for a hundred ops becomes one rectangle.
@@ -192,41 +173,20 @@ void draw_memory_panel(svg::Document& doc, const MemoryTimeline& t) {
 }
 
 void draw_loss_panel(svg::Document& doc, const LossCurve& loss) {
-  int64_t first = loss.train.front().first, last = first;
-  double lo = loss.train.front().second, hi = lo;
+  plot::Extent extent;
   for (const auto* series : {&loss.train, &loss.val})
-    for (const auto& [step, value] : *series) {
-      first = std::min(first, step);
-      last = std::max(last, step);
-      lo = std::min(lo, value);
-      hi = std::max(hi, value);
-    }
-  // A single step or a flat curve still gets an axis of some width.
-  const double x0 = first == last ? first - 1 : first, x1 = first == last ? last + 1 : last;
-  const double pad = hi > lo ? (hi - lo) * 0.08 : 0.5;
-  const double y_step = nice_step(hi - lo + 2 * pad, 4);
-  const double y0 = std::floor((lo - pad) / y_step) * y_step, y1 = std::ceil((hi + pad) / y_step) * y_step;
-  const auto x_at = [&](double s) { return kLeft + (s - x0) / (x1 - x0) * (kRight - kLeft); };
-  const auto y_at = [&](double v) { return kLossBottom - (v - y0) / (y1 - y0) * (kLossBottom - kLossTop); };
-
-  for (double v : ticks(y0, y1, y_step)) {
-    doc.line(kLeft, y_at(v), kRight, y_at(v), {.stroke = "#e4e4e4"});
-    doc.text(kLeft - 6, y_at(v) + 4, format("%g", v), {.size = 10, .anchor = "end"});
-  }
-  for (double s : ticks(x0, x1, std::max(1.0, nice_step(x1 - x0, 8)))) {
-    doc.line(x_at(s), kLossBottom, x_at(s), kLossBottom + 4, {.stroke = "#888"});
-    doc.text(x_at(s), kLossBottom + 16, format("%.0f", s), {.size = 10, .anchor = "middle"});
-  }
-  doc.rect(kLeft, kLossTop, kRight - kLeft, kLossBottom - kLossTop, {.stroke = "#888"});
+    for (const auto& [step, value] : *series) extent.add(static_cast<double>(step), value);
+  const plot::Frame frame = plot::fit_frame(kLeft, kRight, kLossTop, kLossBottom, extent);
+  plot::draw_frame(doc, frame);
 
   svg::Points train;
-  for (const auto& [step, value] : loss.train) train.push_back({x_at(step), y_at(value)});
+  for (const auto& [step, value] : loss.train) train.push_back({frame.x(step), frame.y(value)});
   if (train.size() == 1)
     doc.circle(train[0].first, train[0].second, 2.5, {.fill = "#4e79a7"});
   else
     doc.polyline(train, {.stroke = "#4e79a7", .stroke_width = 1.5});
   for (const auto& [step, value] : loss.val)
-    doc.circle(x_at(step), y_at(value), 3.5, {.fill = "#e15759", .stroke = "white"});
+    doc.circle(frame.x(step), frame.y(value), 3.5, {.fill = "#e15759", .stroke = "white"});
 
   doc.text(kLeft, kLossTop - 10, "loss", {.size = 13, .bold = true});
   doc.text((kLeft + kRight) / 2, kLossBottom + 34, "step", {.size = 12, .anchor = "middle"});

@@ -408,6 +408,23 @@ class MemoryTimeline(CliTestCase):
         self.assert_error(memtrain("report", out), 1, out / "memory_timeline.json")
         self.assert_error(memtrain("report", out, "--out", self.tmp / "picture.png"), 2, "svg")
 
+    def test_report_of_several_runs_overlays_their_losses(self):
+        runs = [self.tmp / "fp32", self.tmp / "int8"]
+        self.train(out=runs[0], train_iters=3, eval_interval=2, eval_iters=1, expect=0)
+        self.train(out=runs[1], train_iters=3, eval_interval=2, eval_iters=1, exp_avg_dtype="int8",
+                   exp_avg_sq_dtype="int8", expect=0)
+        picture = self.tmp / "both.svg"
+        result = memtrain("report", *runs, "--out", picture, "--title", "Adam moments")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        root = ElementTree.parse(picture).getroot()
+        texts = {element.text for element in root.iter("{http://www.w3.org/2000/svg}text")}
+        for text in ("Adam moments", "fp32", "int8", "validation loss", "validation loss relative to fp32"):
+            self.assertIn(text, texts)
+
+        self.assert_error(memtrain("report", *runs), 2, "--out")
+        self.assert_error(memtrain("report", runs[0], "--title", "t"), 2, "--title")
+        self.assert_error(memtrain("report", runs[0], self.tmp / "no-such-run", "--out", picture), 1, "no-such-run")
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

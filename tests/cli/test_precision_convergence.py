@@ -34,10 +34,11 @@ def prepare(data: Path):
     check(memtrain("prepare", *texts, "--out", data, "--name", "fortunes"))
 
 
-def train_demo(data: Path, out: Path, flags) -> list:
-    """The demo's model and schedule on 64-token windows, evaluated once at the end."""
+def train_demo(data: Path, out: Path, flags, eval_interval=STEPS) -> list:
+    """The demo's model and schedule on 64-token windows, evaluated every eval_interval steps (by default once,
+    at the end)."""
     check(train(*flags, model="gpt2-demo", data=data, seq_length=64, micro_batch_size=8, train_iters=STEPS, lr=2e-3,
-                min_lr=2e-4, lr_warmup_iters=20, eval_interval=STEPS, eval_iters=8, threads=2, out=out,
+                min_lr=2e-4, lr_warmup_iters=20, eval_interval=eval_interval, eval_iters=8, threads=2, out=out,
                 timeout=1500))
     return read_metrics(out)
 

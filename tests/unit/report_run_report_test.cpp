@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "report/loss_comparison.h"
 #include "report/run_report.h"
 #include "report/svg.h"
 
@@ -72,6 +73,37 @@ TEST(RunReport, PictureNamesTheCategoriesAndThePeak) {
   EXPECT_NE(svg.find("peak 5.00 MiB during op1"), std::string::npos);
   EXPECT_NE(svg.find(">2 MiB<"), std::string::npos) << "the y axis at round values in the unit that fits";
   EXPECT_NE(svg.find(">4 MiB<"), std::string::npos);
+}
+
+TEST(LossComparison, MovingMeanAveragesTheStepsUpToEachPoint) {
+  const StepSeries losses = {{1, 6}, {2, 4}, {3, 2}, {5, 0}};
+  EXPECT_EQ(moving_mean(losses, 2), (StepSeries{{1, 6}, {2, 5}, {3, 3}, {5, 1}}));
+  EXPECT_EQ(moving_mean(losses, 1), losses);
+  EXPECT_EQ(moving_mean(losses, 10), (StepSeries{{1, 6}, {2, 5}, {3, 4}, {5, 3}}));
+}
+
+TEST(LossComparison, RelativePercentOnlyWhereBothEvaluated) {
+  EXPECT_EQ(relative_percent({{10, 5.0}, {20, 4.5}, {30, 2.0}}, {{10, 4.0}, {30, 2.0}}),
+            (StepSeries{{10, 25.0}, {30, 0.0}}));
+}
+
+TEST(LossComparison, PictureNamesEveryRunWithItsLastLossAgainstTheFirst) {
+  const LossCurve fp32{{{1, 6.0}, {2, 5.0}}, {{2, 5.0}}, 0};
+  const LossCurve int8{{{1, 6.1}, {2, 5.2}}, {{2, 5.05}}, 0};
+  const std::string svg = draw_loss_comparison("moments <fp32 & int8>", {{"fp32", fp32}, {"int8", int8}}, 10);
+  EXPECT_TRUE(svg.starts_with("<?xml")) << svg.substr(0, 80);
+  EXPECT_NE(svg.find("moments &lt;fp32 &amp; int8&gt;"), std::string::npos);
+  EXPECT_NE(svg.find(">fp32<"), std::string::npos);
+  EXPECT_NE(svg.find(">int8<"), std::string::npos);
+  EXPECT_NE(svg.find(">5.0500<"), std::string::npos) << "the last validation loss";
+  EXPECT_NE(svg.find(">+1.00%<"), std::string::npos) << "5.05 against 5.00";
+  EXPECT_NE(svg.find("validation loss relative to fp32"), std::string::npos);
+
+  // Runs that never evaluated: only the training panel, the last training losses in the legend.
+  const std::string train_only =
+      draw_loss_comparison("t", {{"a", {{{1, 6.0}}, {}, 0}}, {"b", {{{1, 6.6}}, {}, 0}}}, 10);
+  EXPECT_EQ(train_only.find("validation loss"), std::string::npos);
+  EXPECT_NE(train_only.find(">+10.00%<"), std::string::npos);
 }
 
 TEST(Svg, EscapesMarkupInText) {
