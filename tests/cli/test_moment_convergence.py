@@ -5,9 +5,8 @@ and bf16. Prints every dtype's validation losses against fp32 moments' and requi
 (the issue's bound; fp8 and bf16 are reported beside it). With --svg it draws the four runs' curves with
 `memtrain report` (bench/moment_convergence.sh: the README's picture).
 
-All four run in CI: a 300-step run took 22 s (41 s of CPU) on the 2 cores with nothing else running, so the
-four take about 2 minutes, within the 5 CI has for this. (CTest has it disabled while int8 moments fail it:
-see tests/cli/CMakeLists.txt.)
+All four run in CI: a 300-step run takes about 20 s (40 s of CPU) on 2 idle cores, so the four about 1.5
+minutes.
 
 usage: test_moment_convergence.py WORK_DIR [--svg FILE]   (runs the binary memtrain_cli.py names)
 """

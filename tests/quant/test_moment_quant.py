@@ -91,7 +91,8 @@ def zero_code(codec):
 
 def quantize_blocks(codec, x):
     """Per block: absmax (NaN if any element is NaN); scale = absmax (int8) or absmax / 448 (fp8); bytes = the
-    code of element / scale; all zero codes when the scale is not positive."""
+    code of element / scale, except that a positive element never takes the unsigned map's code of 0; all zero
+    codes when the scale is not positive."""
     block, values = CODECS[codec]["block"], CODECS[codec]["values"]
     codes, scales = np.empty(len(x), dtype=np.uint8), []
     for first in range(0, len(x), block):
@@ -103,7 +104,10 @@ def quantize_blocks(codec, x):
         elif codec == "e4m3":
             codes[first:first + block] = round_to_e4m3(xb / scale)
         else:
-            codes[first:first + block] = nearest_code(values, xb / scale)
+            nearest = nearest_code(values, xb / scale)
+            if codec == "dynamic_unsigned":  # a positive second moment keeps the smallest positive code
+                nearest = np.where((nearest == 0) & (xb / scale > 0), np.uint8(1), nearest).astype(np.uint8)
+            codes[first:first + block] = nearest
         scales.append(scale)
     return codes, np.array(scales, dtype=F32)
 

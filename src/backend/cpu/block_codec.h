@@ -38,8 +38,15 @@ inline float quantize_block(MomentCodec c, const float* x, int64_t n, uint8_t* c
     for (int64_t i = 0; i < n; ++i) codes[i] = round_to_e4m3(x[i] / scale).bits;
   } else {
     const DynamicMap& map = c == MomentCodec::dynamic_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    // A second moment above zero keeps at least the smallest positive code: read back as 0 beside a first
+    // moment that survived, it would make the update m / eps.
+    const uint8_t least = c == MomentCodec::dynamic_unsigned ? 1 : 0;
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i) codes[i] = nearest_code(map, x[i] / scale);
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = x[i] / scale;
+      const uint8_t code = nearest_code(map, v);
+      codes[i] = code == 0 && v > 0 ? least : code;
+    }
   }
   return scale;
 }

@@ -2,9 +2,10 @@
 // consecutive elements, the last one possibly shorter; each block stores one byte per element and one fp32
 // scale:
 //   int8 (Dettmers et al. 2022): blocks of 2048; the scale is the block's absmax, and an element's byte is
-//   the
-//     code of the dynamic map (dynamic_map.h) nearest to element / absmax: signed map for the first moment,
-//     unsigned for the second. It reads back as map.value[code] * absmax.
+//     the code of the dynamic map (dynamic_map.h) nearest to element / absmax: signed map for the first
+//     moment, unsigned for the second, where a positive element takes at least the smallest positive code
+//     (rounded to 0 beside a first moment that kept its value, it would make the step m / eps: the loss
+//     spikes). It reads back as map.value[code] * absmax.
 //   fp8: blocks of 128; the scale is absmax / 448, and an element's byte is round_to_e4m3(element / scale)
 //     (core/fp8.h: nearest even, saturating). It reads back as to_f32(byte) * scale.
 // absmax is the largest |element|, NaN if any element is NaN. A block whose scale is not positive (all
