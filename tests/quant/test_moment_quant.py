@@ -174,6 +174,15 @@ def expect_same_bits(what, actual, expected):
         print(f"ok   {what} ({a.size} values)")
 
 
+def verdict():
+    """The exit code: 1, with the count, when any comparison differed."""
+    if FAILURES:
+        print(f"{len(FAILURES)} comparisons differ")
+        return 1
+    print("every comparison is bit for bit equal")
+    return 0
+
+
 def check_maps(tmp):
     dump("maps", tmp)
     for codec in CODECS:
@@ -298,11 +307,7 @@ def main():
         for fmt in ("int8", "fp8"):
             for gradients in ("random", "transformer"):
                 check_adamw(tmp, rng, fmt, gradients)
-    if FAILURES:
-        print(f"{len(FAILURES)} comparisons differ")
-        return 1
-    print("every comparison is bit for bit equal")
-    return 0
+    return verdict()
 
 
 if __name__ == "__main__":
