@@ -1,6 +1,7 @@
 #include "model/peft_adapter.h"
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
@@ -35,10 +36,46 @@ nlohmann::json target_modules(const ModelGraph& model, const LoraConfig& lora) {
   return std::vector<std::string>(names.begin(), names.end());
 }
 
+// The run's adapters under their PEFT keys.
+std::vector<FileTensor> adapter_tensors(const ModelSpec& spec, const ModelGraph& model) {
+  std::vector<FileTensor> adapters;
+  for (int id : model.params)
+    if (const TensorDesc& t = model.graph.table[id]; is_lora_a(t.name) || is_lora_b(t.name))
+      adapters.push_back({peft_adapter_key(spec, t.name), id, 0, t.shape});
+  return adapters;
+}
+
 }  // namespace
 
 std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_name) {
   return "base_model.model." + hf_path(spec, param_name);
+}
+
+void load_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
+                       Allocation& memory, const LoraConfig& lora) {
+  const std::string config_path = dir + "/adapter_config.json";
+  std::ifstream in(config_path);
+  if (!in) fail_data("--init-adapter " + dir + ": cannot read " + config_path);
+  nlohmann::json config;
+  try {
+    in >> config;
+  } catch (const nlohmann::json::exception& e) {
+    fail_data("--init-adapter " + config_path + ": not valid JSON (" + e.what() + ")");
+  }
+  const auto field = [&](const char* key) {
+    return config.is_object() && config.contains(key) ? config[key] : nlohmann::json();
+  };
+  const auto refuse = [&](const char* key, const std::string& expected) {
+    fail_data("--init-adapter " + config_path + ": \"" + key + "\" is " +
+              (field(key).is_null() ? "absent" : field(key).dump()) + ", expected " + expected);
+  };
+  if (field("peft_type") != "LORA") refuse("peft_type", "\"LORA\"");
+  if (!field("r").is_number_integer() || field("r").get<int64_t>() != lora.rank)
+    refuse("r", std::to_string(lora.rank) + " (--lora-rank)");
+  if (!field("lora_alpha").is_number() ||
+      field("lora_alpha").get<double>() != static_cast<double>(lora.alpha))
+    refuse("lora_alpha", nlohmann::json(lora.alpha).dump() + " (--lora-alpha)");
+  load_weight_file(dir + "/adapter_model.safetensors", adapter_tensors(spec, model), memory);
 }
 
 void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
@@ -46,11 +83,7 @@ void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const Mode
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail_data("--save-adapter " + dir + ": cannot create directory: " + ec.message());
-  std::vector<FileTensor> adapters;
-  for (int id : model.params)
-    if (const TensorDesc& t = model.graph.table[id]; is_lora_a(t.name) || is_lora_b(t.name))
-      adapters.push_back({peft_adapter_key(spec, t.name), id, 0, t.shape});
-  write_weight_file(dir + "/adapter_model.safetensors", adapters, memory);
+  write_weight_file(dir + "/adapter_model.safetensors", adapter_tensors(spec, model), memory);
   const nlohmann::json config = {{"peft_type", "LORA"},
                                  {"task_type", "CAUSAL_LM"},
                                  {"r", lora.rank},

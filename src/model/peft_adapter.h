@@ -16,6 +16,12 @@ std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_nam
 
 // Writes both files into `dir` (created when missing), each atomically; the adapters in fp32 when this rank
 // holds the master copy whole, else in the weights' dtype. `base` names the base model in the config.
+// Reads an adapter directory of that layout (ours or PEFT's) into the run's adapters. Its config must be
+// LoRA with the run's r and lora_alpha, and its tensors exactly the run's adapters: a data error naming
+// --init-adapter and the file otherwise.
+void load_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
+                       Allocation& memory, const LoraConfig& lora);
+
 void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
                        const Allocation& memory, const LoraConfig& lora, const std::string& base);
 

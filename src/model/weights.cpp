@@ -98,6 +98,18 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   });
 }
 
+// Checks entry e of the file against f's shape and the dtypes a load converts, then stores it.
+void load_checked(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
+                  const FileTensor& f) {
+  if (e.shape != f.shape)
+    fail_data(reader.path() + ": tensor " + f.name + " has shape " + shape_text(e.shape) + ", expected " +
+              shape_text(f.shape));
+  if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16)
+    fail_data(reader.path() + ": tensor " + f.name + " has dtype " + std::string(dtype_name(e.dtype)) +
+              ", expected F32, BF16 or F16");
+  store_loaded(reader, e, memory, f);  // padding rows (after the file's rows) keep their zeros
+}
+
 // The safetensors files behind a load path: the file itself, or an index's shards.
 std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::string& path) {
   std::string file = path;
@@ -157,6 +169,18 @@ void write_weight_file(const std::string& path, const std::vector<FileTensor>& f
   writer.finish();
 }
 
+void load_weight_file(const std::string& path, const std::vector<FileTensor>& into, Allocation& memory) {
+  const SafetensorsReader reader(path);
+  for (const FileTensor& f : into) {
+    const TensorEntry* e = reader.find(f.name);
+    if (!e) fail_data(path + ": missing tensor " + f.name);
+    load_checked(reader, *e, memory, f);
+  }
+  for (const TensorEntry& e : reader.tensors())
+    if (std::none_of(into.begin(), into.end(), [&](const FileTensor& f) { return f.name == e.name; }))
+      fail_data(path + ": unexpected tensor " + e.name);
+}
+
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory) {
   const std::vector<std::unique_ptr<SafetensorsReader>> readers = open_checkpoint(path);
@@ -174,15 +198,7 @@ void load_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   for (const FileTensor& f : checkpoint_tensors(spec, model)) {
     const auto it = by_name.find(f.name);
     if (it == by_name.end()) fail_data(path + ": missing tensor " + f.name);
-    const auto [reader, entry] = it->second;
-    const TensorEntry& e = *entry;
-    if (e.shape != f.shape)
-      fail_data(reader->path() + ": tensor " + f.name + " has shape " + shape_text(e.shape) + ", expected " +
-                shape_text(f.shape));
-    if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16)
-      fail_data(reader->path() + ": tensor " + f.name + " has dtype " + std::string(dtype_name(e.dtype)) +
-                ", expected F32, BF16 or F16");
-    store_loaded(*reader, e, memory, f);  // padding rows (after the file's rows) keep their zeros
+    load_checked(*it->second.reader, *it->second.entry, memory, f);
     by_name.erase(it);
   }
   if (!by_name.empty())

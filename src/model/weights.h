@@ -23,6 +23,11 @@ constexpr uint64_t kDefaultShardBytes = 5'000'000'000;
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory);
 
+// Reads exactly the file tensors `into` (each under its file name) from one safetensors file, converted as
+// load_weights converts; a missing or unexpected tensor, or a wrong shape or dtype, is a data error naming
+// the file and the tensor.
+void load_weight_file(const std::string& path, const std::vector<FileTensor>& into, Allocation& memory);
+
 // Writes the file tensors `from` (ranges of parameters the optimizer trains, each under its file name) into
 // one safetensors file, atomically: the fp32 master copy when this rank holds it whole, else the weights in
 // their own dtype.

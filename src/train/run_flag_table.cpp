@@ -417,6 +417,10 @@ const RunFlag kRunFlags[] = {
     {.names = "--save-weights",
      .help = "write the final weights as safetensors (shards beside it when it ends in .index.json)",
      .field = &config_field<&C::save_weights>},
+    {.names = "--init-adapter",
+     .help = "LoRA: start the adapters from a PEFT adapter directory (adapter_model.safetensors, "
+             "adapter_config.json with the same r and lora_alpha)",
+     .field = &config_field<&C::init_adapter>},
     {.names = "--save-adapter",
      .help = "LoRA: write the final adapters into DIR in PEFT's layout (adapter_model.safetensors, "
              "adapter_config.json)",

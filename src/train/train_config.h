@@ -57,6 +57,7 @@ struct TrainConfig {
   int64_t eval_iters = 10;
   std::string init_from;     // safetensors to start from
   std::string save_weights;  // safetensors to write at the end
+  std::string init_adapter;  // LoRA: a PEFT adapter directory to start the adapters from
   std::string save_adapter;  // LoRA: a directory for the adapters in PEFT's layout, written at the end
   // Checkpoints (src/ckpt): saved into `save` every `save_interval` steps (0: only at the end or on a stop
   // signal), the newest `keep_checkpoints` kept (0: all); --exit-interval N saves and stops at multiples of

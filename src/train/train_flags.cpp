@@ -64,8 +64,8 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
 }
 
 void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given) {
-  for (const char* flag :
-       {"--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules", "--save-adapter"})
+  for (const char* flag : {"--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules",
+                           "--init-adapter", "--save-adapter"})
     if (given.contains(flag) && !c.lora.enabled()) fail_usage(std::string(flag) + " needs --lora-rank R");
   if (!c.lora.enabled()) return;
   check_flag_bounds(c, {"--lora-rank", "--lora-alpha", "--lora-dropout"});

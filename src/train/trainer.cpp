@@ -100,6 +100,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
     init_model_params(spec_, model_, memory, cfg.seed);
   else
     load_weights(cfg.init_from, spec_, model_, memory);
+  if (!cfg.init_adapter.empty()) load_peft_adapter(cfg.init_adapter, spec_, model_, memory, cfg.lora);
   train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data,
                                            static_cast<uint16_t*>(memory.data(run_.train_window)));
   if (evaluating_)

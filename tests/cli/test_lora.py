@@ -1,7 +1,7 @@
 """LoRA's flags from the command line (issue 18): bad values and a --lora-* flag without --lora-rank are one-line
 usage errors naming the flag; a run says what it trains (count and share) and trains only the adapters (frozen
 weights in their own memory category, measured == planned); dropout's masks repeat under recompute; a resume
-is bitwise; --save-adapter writes PEFT's layout with the trained values.
+is bitwise; --save-adapter writes PEFT's layout with the trained values, and --init-adapter reads it back.
 
 Runs the binary memtrain_cli.py names.
 """
@@ -112,6 +112,26 @@ class LoraAdapterFile(CliTestCase):
                 prefix = "base_model.model." + ("transformer." if model == "gpt2-tiny" else "")
                 self.assertEqual({prefix + k: v for k, v in ours.items()}, tensors)
                 self.assertTrue(any(b != 0 for b in tensors[key + ".lora_B.weight"][1]), "B has not trained")
+
+    def test_init_adapter_reads_what_save_adapter_wrote(self):
+        trained, again = self.tmp / "trained", self.tmp / "again"
+        self.train(save_adapter=trained, out=self.tmp / "a", expect=0, **LORA)
+        # lr 0 leaves the adapters as loaded (AdamW's step is lr times the update): they come out unchanged,
+        # and the run starts from them, not from B = 0.
+        self.train(lr=0, out=self.tmp / "b", expect=0, **LORA)
+        self.train(lr=0, init_adapter=trained, save_adapter=again, out=self.tmp / "c", expect=0, **LORA)
+        self.assertEqual(read_safetensors(again / "adapter_model.safetensors"),
+                         read_safetensors(trained / "adapter_model.safetensors"))
+        self.assertNotEqual(read_metrics(self.tmp / "b")[0]["loss"], read_metrics(self.tmp / "c")[0]["loss"])
+
+    def test_init_adapter_must_match_the_run(self):
+        trained = self.tmp / "trained"
+        self.train(save_adapter=trained, out=self.tmp / "a", expect=0, **LORA)
+        self.assert_train_fails(2, "--init-adapter", "--lora-rank", init_adapter=trained)
+        self.assert_train_fails(1, "\"r\" is 4, expected 8 (--lora-rank)", init_adapter=trained, lora_rank=8)
+        self.assert_train_fails(1, "\"lora_alpha\" is 8", init_adapter=trained, lora_rank=4, lora_alpha=16)
+        self.assert_train_fails(1, "unexpected tensor", init_adapter=trained, lora_rank=4, lora_target="c_fc")
+        self.assert_train_fails(1, "adapter_config.json", init_adapter=self.tmp / "nowhere", **LORA)
 
     def test_needs_lora_and_no_full_modules(self):
         self.assert_train_fails(2, "--save-adapter", "--lora-rank", save_adapter=self.tmp / "a")
