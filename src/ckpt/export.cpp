@@ -9,6 +9,7 @@
 #include "ckpt/state.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 
 namespace mt::ckpt {
 
@@ -16,7 +17,7 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   const CheckpointState state = read_state(checkpoint_dir);
   const CheckpointLayout& layout = state.layout;
   for (const CheckpointTensor& t : layout.tensors)
-    if (t.name.ends_with(".lora_A.weight"))  // its model.safetensors holds adapters, not a whole model
+    if (is_lora_a(t.name))  // its model.safetensors holds adapters, not a whole model
       fail_usage("export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + t.name +
                  "); merging adapters into the base is not implemented yet");
   std::error_code ec;
