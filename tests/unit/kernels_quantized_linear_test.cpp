@@ -45,13 +45,36 @@ struct Quantized {
 
 constexpr int64_t M = 5, kIn = 70, kOut = 300;  // the output spans three tiles, the last one short
 
+// The weight as stored, in parts of whole stored rows quantized on their own (`part_rows` of them each, the
+// last part the rest), and dequantized whole.
 template <typename T>
-void expect_products_match(WeightFormat format, bool double_quant, WeightLayout layout) {
+struct PartedWeight {
+  std::vector<Quantized> parts;
+  std::vector<QuantizedWeight> views;
+  std::vector<T> dense;
+
+  PartedWeight(WeightFormat format, bool double_quant, int64_t row_length, int64_t rows, int64_t part_rows) {
+    for (int64_t row0 = 0; row0 < rows; row0 += part_rows) {
+      const int64_t n = std::min(part_rows, rows - row0) * row_length;
+      parts.emplace_back(random_floats(n, 1 + row0, 0.05), format, double_quant);
+      std::vector<T> part(n);
+      dequantize_weight(parts.back().q, 0, n, part.data());
+      dense.insert(dense.end(), part.begin(), part.end());
+    }
+    for (const Quantized& p : parts) views.push_back(p.q);
+  }
+};
+
+// part_rows: rows of the stored matrix per quantized part (LLaMA's fused q, k, v), all rows for one part.
+template <typename T>
+void expect_products_match(WeightFormat format, bool double_quant, WeightLayout layout, int64_t part_rows) {
   SCOPED_TRACE(std::string(format == WeightFormat::nf4 ? "nf4" : "int8") + (double_quant ? " double" : "") +
-               (layout == WeightLayout::out_in ? " out_in" : " in_out"));
-  const Quantized w(random_floats(kIn * kOut, 1, 0.05), format, double_quant);
-  std::vector<T> dense(kIn * kOut), tile(quantized_tile_elems(kIn, kOut));
-  dequantize_weight(w.q, 0, kIn * kOut, dense.data());
+               (layout == WeightLayout::out_in ? " out_in" : " in_out") + " parts of " +
+               std::to_string(part_rows) + " rows");
+  const bool out_in = layout == WeightLayout::out_in;
+  const PartedWeight<T> w(format, double_quant, out_in ? kIn : kOut, out_in ? kOut : kIn, part_rows);
+  const std::vector<T>& dense = w.dense;
+  std::vector<T> tile(quantized_tile_elems(kIn, kOut));
   const std::vector<T> inp = to_storage<T>(random_floats(M * kIn, 2)),
                        dout = to_storage<T>(random_floats(M * kOut, 3));
   const std::vector<T> bias = to_storage<T>(random_floats(kOut, 4));
@@ -64,14 +87,14 @@ void expect_products_match(WeightFormat format, bool double_quant, WeightLayout 
     want = got = to_storage<T>(random_floats(M * kOut, 5));
     linear_forward(want.data(), inp.data(), dense.data(), bias.data(), M, kIn, kOut, accumulate,
                    scratch.data(), layout);
-    quantized_linear_forward(got.data(), inp.data(), w.q, bias.data(), M, kIn, kOut, accumulate, tile.data(),
-                             scratch.data(), layout);
+    quantized_linear_forward(got.data(), inp.data(), w.views, bias.data(), M, kIn, kOut, accumulate,
+                             tile.data(), scratch.data(), layout);
     EXPECT_TRUE(bitwise_equal(got, want)) << "forward, accumulate " << accumulate;
     want_dinp = got_dinp = to_storage<T>(random_floats(M * kIn, 6));
     linear_backward<T, float>(want_dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(),
                               dense.data(), M, kIn, kOut, accumulate, scratch.data(), layout);
-    quantized_linear_backward_input(got_dinp.data(), dout.data(), w.q, M, kIn, kOut, accumulate, tile.data(),
-                                    scratch.data(), layout);
+    quantized_linear_backward_input(got_dinp.data(), dout.data(), w.views, M, kIn, kOut, accumulate,
+                                    tile.data(), scratch.data(), layout);
     EXPECT_TRUE(bitwise_equal(got_dinp, want_dinp)) << "input gradient, accumulate " << accumulate;
   }
 }
@@ -80,9 +103,36 @@ TEST(KernelQuantizedLinear, TilesGiveTheWholeWeightsProducts) {
   for (WeightFormat format : {WeightFormat::nf4, WeightFormat::int8})
     for (bool double_quant : {false, true})
       for (WeightLayout layout : {WeightLayout::out_in, WeightLayout::in_out}) {
-        expect_products_match<float>(format, double_quant, layout);
-        expect_products_match<bf16>(format, double_quant, layout);
+        const int64_t rows = layout == WeightLayout::out_in ? kOut : kIn;
+        expect_products_match<float>(format, double_quant, layout, rows);
+        expect_products_match<bf16>(format, double_quant, layout, rows);
       }
+}
+
+// A fused weight's parts: 300 rows of 70 in parts of 130, 130 and 40, so parts and tiles of 128 rows cross.
+TEST(KernelQuantizedLinear, PartsStackedByRowsGiveTheWholeWeightsProducts) {
+  for (WeightFormat format : {WeightFormat::nf4, WeightFormat::int8}) {
+    expect_products_match<float>(format, true, WeightLayout::out_in, 130);
+    expect_products_match<bf16>(format, false, WeightLayout::out_in, 130);
+  }
+}
+
+// The buffer layout the plan sizes: a view at a buffer of quantized_weight_bytes reads back what the
+// separately allocated buffers hold.
+TEST(KernelQuantizedLinear, OneBufferViewHoldsTheQuantizedWeight) {
+  const std::vector<float> values = random_floats(1001, 9, 0.05);
+  for (bool double_quant : {false, true}) {
+    const Quantized separate(values, WeightFormat::nf4, double_quant);
+    std::vector<float> buffer(quantized_weight_bytes(WeightFormat::nf4, 1001, double_quant) / 4);
+    const QuantizedWeight view = quantized_weight_at(WeightFormat::nf4, 1001, double_quant, buffer.data());
+    quantize_weight(values.data(), view);
+    EXPECT_LE(reinterpret_cast<const char*>(view.codes + weight_code_bytes(WeightFormat::nf4, 1001)),
+              reinterpret_cast<const char*>(buffer.data() + buffer.size()));
+    std::vector<float> want(1001), got(1001);
+    dequantize_weight(separate.q, 0, 1001, want.data());
+    dequantize_weight(view, 0, 1001, got.data());
+    EXPECT_TRUE(bitwise_equal(got, want)) << "double quantization " << double_quant;
+  }
 }
 
 TEST(KernelQuantizedLinear, TileIsTheSliceOfTheWholeDequantizedWeight) {

@@ -226,7 +226,7 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 }
 
 template <typename T>
-void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weight, const T* bias, int64_t M,
+void quantized_linear_forward(T* out, const T* inp, QuantizedMatrix weight, const T* bias, int64_t M,
                               int64_t n_in, int64_t n_out, bool accumulate, T* tile, float* scratch,
                               WeightLayout layout) {
   // Output columns [c0, c0 + n): stored rows of [n_out, n_in], or columns of [n_in, n_out].
@@ -234,26 +234,26 @@ void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weigh
   for (int64_t c0 = 0; c0 < n_out; c0 += kQuantizedTileColumns) {
     const int64_t n = std::min(kQuantizedTileColumns, n_out - c0);
     if (out_in)
-      dequantize_weight_tile(weight, n_in, c0, n, 0, n_in, tile);
+      dequantize_matrix_tile(weight, n_in, c0, n, 0, n_in, tile);
     else
-      dequantize_weight_tile(weight, n_out, 0, n_in, c0, n, tile);
+      dequantize_matrix_tile(weight, n_out, 0, n_in, c0, n, tile);
     linear_into(out + c0, n_out, inp, tile, out_in ? n_in : n, out_in, bias ? bias + c0 : nullptr, M, n_in, n,
                 accumulate, scratch);
   }
 }
 
 template <typename T>
-void quantized_linear_backward_input(T* dinp, const T* dout, const QuantizedWeight& weight, int64_t M,
-                                     int64_t n_in, int64_t n_out, bool accumulate_dinp, T* tile,
-                                     float* scratch, WeightLayout layout) {
+void quantized_linear_backward_input(T* dinp, const T* dout, QuantizedMatrix weight, int64_t M, int64_t n_in,
+                                     int64_t n_out, bool accumulate_dinp, T* tile, float* scratch,
+                                     WeightLayout layout) {
   // Input columns [c0, c0 + n): columns of [n_out, n_in], or stored rows of [n_in, n_out].
   const bool out_in = layout == WeightLayout::out_in;
   for (int64_t c0 = 0; c0 < n_in; c0 += kQuantizedTileColumns) {
     const int64_t n = std::min(kQuantizedTileColumns, n_in - c0);
     if (out_in)
-      dequantize_weight_tile(weight, n_in, 0, n_out, c0, n, tile);
+      dequantize_matrix_tile(weight, n_in, 0, n_out, c0, n, tile);
     else
-      dequantize_weight_tile(weight, n_out, c0, n, 0, n_out, tile);
+      dequantize_matrix_tile(weight, n_out, c0, n, 0, n_out, tile);
     gemm(false, !out_in, M, n, n_out, dout, n_out, tile, out_in ? n : n_out, accumulate_dinp ? 1.0f : 0.0f,
          dinp + c0, n_in, scratch);
   }
@@ -317,7 +317,7 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int64_
 }
 
 template <typename T>
-void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weight, const T* bias, int64_t M,
+void quantized_linear_forward(T* out, const T* inp, QuantizedMatrix weight, const T* bias, int64_t M,
                               int64_t n_in, int64_t n_out, bool accumulate, T* tile, float* scratch,
                               WeightLayout layout) {
   dispatch<&quantized_linear_forward<T>>(out, inp, weight, bias, M, n_in, n_out, accumulate, tile, scratch,
@@ -325,9 +325,9 @@ void quantized_linear_forward(T* out, const T* inp, const QuantizedWeight& weigh
 }
 
 template <typename T>
-void quantized_linear_backward_input(T* dinp, const T* dout, const QuantizedWeight& weight, int64_t M,
-                                     int64_t n_in, int64_t n_out, bool accumulate_dinp, T* tile,
-                                     float* scratch, WeightLayout layout) {
+void quantized_linear_backward_input(T* dinp, const T* dout, QuantizedMatrix weight, int64_t M, int64_t n_in,
+                                     int64_t n_out, bool accumulate_dinp, T* tile, float* scratch,
+                                     WeightLayout layout) {
   dispatch<&quantized_linear_backward_input<T>>(dinp, dout, weight, M, n_in, n_out, accumulate_dinp, tile,
                                                 scratch, layout);
 }
@@ -355,14 +355,14 @@ template void linear_forward<bf16>(bf16*, const bf16*, const bf16*, const bf16*,
                                    bool, float*, WeightLayout);
 template void linear_forward<f16>(f16*, const f16*, const f16*, const f16*, int64_t, int64_t, int64_t, bool,
                                   float*, WeightLayout);
-template void quantized_linear_forward<float>(float*, const float*, const QuantizedWeight&, const float*,
-                                              int64_t, int64_t, int64_t, bool, float*, float*, WeightLayout);
-template void quantized_linear_forward<bf16>(bf16*, const bf16*, const QuantizedWeight&, const bf16*, int64_t,
+template void quantized_linear_forward<float>(float*, const float*, QuantizedMatrix, const float*, int64_t,
+                                              int64_t, int64_t, bool, float*, float*, WeightLayout);
+template void quantized_linear_forward<bf16>(bf16*, const bf16*, QuantizedMatrix, const bf16*, int64_t,
                                              int64_t, int64_t, bool, bf16*, float*, WeightLayout);
-template void quantized_linear_backward_input<float>(float*, const float*, const QuantizedWeight&, int64_t,
-                                                     int64_t, int64_t, bool, float*, float*, WeightLayout);
-template void quantized_linear_backward_input<bf16>(bf16*, const bf16*, const QuantizedWeight&, int64_t,
-                                                    int64_t, int64_t, bool, bf16*, float*, WeightLayout);
+template void quantized_linear_backward_input<float>(float*, const float*, QuantizedMatrix, int64_t, int64_t,
+                                                     int64_t, bool, float*, float*, WeightLayout);
+template void quantized_linear_backward_input<bf16>(bf16*, const bf16*, QuantizedMatrix, int64_t, int64_t,
+                                                    int64_t, bool, bf16*, float*, WeightLayout);
 template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
                                             int64_t, int64_t, int64_t, bool, float*, WeightLayout);
 template void linear_backward<bf16, float>(bf16*, float*, float*, const bf16*, const bf16*, const bf16*,

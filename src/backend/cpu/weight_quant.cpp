@@ -140,6 +140,35 @@ template void dequantize_weight_tile<float>(const QuantizedWeight&, int64_t, int
                                             int64_t, float*);
 template void dequantize_weight_tile<bf16>(const QuantizedWeight&, int64_t, int64_t, int64_t, int64_t,
                                            int64_t, bf16*);
+
+template <typename T>
+void dequantize_matrix_tile(QuantizedMatrix parts, int64_t row_length, int64_t row0, int64_t rows,
+                            int64_t col0, int64_t cols, T* out) {
+  int64_t part_row0 = 0;  // the part's first row in the matrix
+  for (const QuantizedWeight& part : parts) {
+    const int64_t part_rows = part.n / row_length;
+    const int64_t lo = std::max(row0, part_row0), hi = std::min(row0 + rows, part_row0 + part_rows);
+    if (lo < hi)
+      dequantize_weight_tile(part, row_length, lo - part_row0, hi - lo, col0, cols, out + (lo - row0) * cols);
+    part_row0 += part_rows;
+  }
+}
+template void dequantize_matrix_tile<float>(QuantizedMatrix, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                            float*);
+template void dequantize_matrix_tile<bf16>(QuantizedMatrix, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                           bf16*);
+
+QuantizedWeight quantized_weight_at(WeightFormat format, int64_t n, bool double_quant, void* bytes) {
+  const int64_t blocks = ceil_div(n, kWeightBlock);
+  auto* floats = static_cast<float*>(bytes);
+  if (!double_quant) {
+    auto* codes = reinterpret_cast<uint8_t*>(floats + blocks);
+    return {format, n, codes, floats, nullptr, nullptr, nullptr};
+  }
+  const int64_t groups = ceil_div(blocks, kAbsmaxBlock);
+  auto* absmax_codes = reinterpret_cast<uint8_t*>(floats + groups + 1);
+  return {format, n, absmax_codes + blocks, nullptr, absmax_codes, floats, floats + groups};
+}
 #endif
 
 namespace MT_ISA {

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "core/half.h"
 #include "core/int_math.h"
@@ -69,6 +70,19 @@ constexpr int64_t weight_absmax_bytes(int64_t n, bool double_quant) {
   return double_quant ? blocks + 4 * ceil_div(blocks, kAbsmaxBlock) + 4 : 4 * blocks;
 }
 
+// A stored matrix whose consecutive ranges of whole rows are quantized on their own, in order: the Hugging
+// Face tensors of a fused weight (LLaMA's q, k and v stacked by rows), or the one tensor of an unfused one.
+using QuantizedMatrix = std::span<const QuantizedWeight>;
+
+// One contiguous buffer holding a quantized tensor of n elements: the fp32 parts first (the absmaxes, or the
+// double quantization's scales and offset), then the absmax codes and the codes, padded to 4 bytes so the
+// next tensor's floats stay aligned.
+constexpr int64_t quantized_weight_bytes(WeightFormat format, int64_t n, bool double_quant) {
+  return round_up(weight_code_bytes(format, n) + weight_absmax_bytes(n, double_quant), 4);
+}
+// The view of such a buffer at `bytes` (4-byte aligned).
+QuantizedWeight quantized_weight_at(WeightFormat format, int64_t n, bool double_quant, void* bytes);
+
 // x[0, n) into q (q.n == n; its buffers sized as above).
 void quantize_weight(const float* x, const QuantizedWeight& q);
 // Elements [first, first + count) of q into out[0, count), rounded to nearest even for bf16. Any range:
@@ -79,6 +93,10 @@ void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T
 // rows of row_length, into out[rows, cols].
 template <typename T>
 void dequantize_weight_tile(const QuantizedWeight& q, int64_t row_length, int64_t row0, int64_t rows,
+                            int64_t col0, int64_t cols, T* out);
+// The same tile of a matrix of several parts, each row read from the part that holds it.
+template <typename T>
+void dequantize_matrix_tile(QuantizedMatrix parts, int64_t row_length, int64_t row0, int64_t rows,
                             int64_t col0, int64_t cols, T* out);
 
 }  // namespace mt::kernels
