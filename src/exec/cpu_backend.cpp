@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
+#include <vector>
 
 #include "backend/cpu/activation.h"
 #include "backend/cpu/attention.h"
@@ -91,9 +93,60 @@ class CpuBackend final : public Backend {
 
  private:
   double lm_head_loss(const Op& op, const OpRun& r);
+  void linear(const Op& op, const OpRun& r);
+  void linear_backward(const Op& op, const OpRun& r);
   void lora(const Op& op, const OpRun& r);
   void lora_backward(const Op& op, const OpRun& r);
 };
+
+// A quantized frozen weight (--base-quant) is read a dequantized tile at a time; the tiles are fp32 or bf16
+// (the flags refuse --base-quant with fp16).
+template <typename T>
+constexpr bool kQuantizedProducts = !std::is_same_v<T, f16>;
+
+std::vector<kernels::QuantizedWeight> quantized_weight(const Allocation& m, int param) {
+  return m.table()[param].quantized->views(m.data(param));
+}
+
+template <typename T, typename G>
+void CpuBackend<T, G>::linear(const Op& op, const OpRun& r) {
+  const auto& a = op.as<ops::Linear>();
+  const Allocation& m = r.memory;
+  const TensorTable& table = r.graph.table;
+  const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
+  if (a.residual >= 0) std::memcpy(m.data(a.out), m.data(a.residual), table[a.out].bytes());
+  if (a.dequant_tile < 0) {
+    kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
+                            weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0,
+                            optional<float>(m, a.matmul_scratch), s.layout);
+  } else if constexpr (kQuantizedProducts<T>) {
+    kernels::quantized_linear_forward(
+        m.as<T>(a.out), m.as<T>(a.inp), quantized_weight(m, a.weight), weights<T>(m, op, a.bias), s.M, s.in,
+        s.out, a.residual >= 0, m.as<T>(a.dequant_tile), optional<float>(m, a.matmul_scratch), s.layout);
+  } else {
+    throw std::logic_error(op.name + ": a quantized weight's products run in fp32 or bf16");
+  }
+}
+
+template <typename T, typename G>
+void CpuBackend<T, G>::linear_backward(const Op& op, const OpRun& r) {
+  const auto& a = op.as<ops::LinearBackward>();
+  const Allocation& m = r.memory;
+  const LinearShape s = linear_shape(r.graph.table, a.inp, a.weight, a.weight_out_in);
+  if (a.dequant_tile < 0) {
+    kernels::linear_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
+                             m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
+                             a.accumulate, optional<float>(m, a.matmul_scratch), s.layout);
+  } else if constexpr (kQuantizedProducts<T>) {
+    // A frozen weight has no gradient; its bias, frozen too, has none either.
+    if (a.dinp >= 0)
+      kernels::quantized_linear_backward_input(
+          m.as<T>(a.dinp), m.as<T>(a.dout), quantized_weight(m, a.weight), s.M, s.in, s.out, a.accumulate,
+          m.as<T>(a.dequant_tile), optional<float>(m, a.matmul_scratch), s.layout);
+  } else {
+    throw std::logic_error(op.name + ": a quantized weight's products run in fp32 or bf16");
+  }
+}
 
 template <typename T, typename G>
 void CpuBackend<T, G>::lora(const Op& op, const OpRun& r) {
@@ -185,15 +238,9 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
                                C, spec.ln_eps);
       return 0;
     }
-    case OpKind::linear: {
-      const auto& a = op.as<ops::Linear>();
-      const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
-      if (a.residual >= 0) std::memcpy(m.data(a.out), m.data(a.residual), table[a.out].bytes());
-      kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
-                              weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0,
-                              optional<float>(m, a.matmul_scratch), s.layout);
+    case OpKind::linear:
+      linear(op, r);
       return 0;
-    }
     case OpKind::rope: {
       const auto& a = op.as<ops::Rope>();
       const TensorDesc& qkv = table[a.qkv];
@@ -246,14 +293,9 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
                                 weights<T>(m, op, a.weight), m.f32(a.rstd), N, C);
       return 0;
     }
-    case OpKind::linear_backward: {
-      const auto& a = op.as<ops::LinearBackward>();
-      const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
-      kernels::linear_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
-                               m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
-                               a.accumulate, optional<float>(m, a.matmul_scratch), s.layout);
+    case OpKind::linear_backward:
+      linear_backward(op, r);
       return 0;
-    }
     case OpKind::rope_backward: {
       const auto& a = op.as<ops::RopeBackward>();
       const TensorDesc& dqkv = table[a.dqkv];

@@ -1,8 +1,33 @@
 #include "memory/tensor_table.h"
 
+#include <stdexcept>
+
 #include "core/int_math.h"
 
 namespace mt {
+
+int64_t QuantizedStorage::bytes() const {
+  int64_t sum = 0;
+  for (int64_t n : parts) sum = checked_add(sum, kernels::quantized_weight_bytes(format, n, double_quant));
+  return sum;
+}
+
+std::vector<kernels::QuantizedWeight> QuantizedStorage::views(void* buffer) const {
+  std::vector<kernels::QuantizedWeight> out;
+  char* at = static_cast<char*>(buffer);
+  for (int64_t n : parts) {
+    out.push_back(kernels::quantized_weight_at(format, n, double_quant, at));
+    at += kernels::quantized_weight_bytes(format, n, double_quant);
+  }
+  return out;
+}
+
+size_t QuantizedStorage::part_starting_at(int64_t first) const {
+  int64_t start = 0;
+  for (size_t i = 0; i < parts.size(); start += parts[i], ++i)
+    if (start == first) return i;
+  throw std::logic_error("no quantized part starts at element " + std::to_string(first));
+}
 
 int64_t TensorDesc::numel() const {
   int64_t n = 1;
@@ -11,6 +36,7 @@ int64_t TensorDesc::numel() const {
 }
 
 int64_t TensorDesc::bytes() const {
+  if (quantized) return quantized->bytes();
   return checked_mul(numel(), static_cast<int64_t>(dtype_size(dtype)));
 }
 

@@ -4,13 +4,30 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/cpu/weight_quant.h"
 #include "core/dtype.h"
 #include "memory/category.h"
 
 namespace mt {
+
+// A frozen weight stored block-quantized (--base-quant): its parts (a fused weight's Hugging Face tensors in
+// stored order, each of whole rows) quantized on their own, one after the other in the tensor's buffer, each
+// laid out as kernels::quantized_weight_at reads it.
+struct QuantizedStorage {
+  kernels::WeightFormat format = kernels::WeightFormat::nf4;
+  bool double_quant = true;
+  std::vector<int64_t> parts;  // elements of each
+
+  int64_t bytes() const;
+  // The parts' views of the tensor's buffer, in order.
+  std::vector<kernels::QuantizedWeight> views(void* buffer) const;
+  // The index of the part whose first element is `first` (std::logic_error if none is).
+  size_t part_starting_at(int64_t first) const;
+};
 
 struct TensorDesc {
   std::string name;
@@ -20,11 +37,13 @@ struct TensorDesc {
   // Inclusive op range in which the tensor is live; -1 for tensors held for the whole run.
   int first_op = -1;
   int last_op = -1;
+  // A frozen weight's block-quantized storage; its dtype stays the one products dequantize into.
+  std::optional<QuantizedStorage> quantized = std::nullopt;
   // Parameters: the block (an embedding, a layer, a final norm) whose weights ZeRO-3 gathers together and
   // whose gradients ZeRO-2 reduces together; a model's blocks are consecutive in the table. -1 otherwise.
   int block = -1;
 
-  // Both throw SizeOverflow (core/int_math.h) rather than wrap.
+  // Both throw SizeOverflow (core/int_math.h) rather than wrap; bytes are the quantized storage's, if any.
   int64_t numel() const;
   int64_t bytes() const;
   bool has_lifetime() const { return first_op >= 0; }

@@ -64,8 +64,9 @@ struct Linear {  // out = inp @ weight + bias (+ residual, copied into out first
   static constexpr OpKind kind = OpKind::linear;
   int inp = -1, out = -1, residual = -1, weight = -1, bias = -1;
   int matmul_scratch = -1;     // conversion tiles, when the compute dtype needs them
+  int dequant_tile = -1;       // a quantized frozen weight's columns, dequantized a tile at a time
   bool weight_out_in = false;  // weight stored [out, in] (torch.nn.Linear) rather than [in, out]
-  auto ids() { return std::tie(inp, out, residual, weight, bias, matmul_scratch); }
+  auto ids() { return std::tie(inp, out, residual, weight, bias, matmul_scratch, dequant_tile); }
 };
 
 struct Rope {  // q and k of qkv rotated in place
@@ -116,9 +117,10 @@ struct RmsNormBackward {  // dinp +=, grad of weight  <-  dout, inp, weight, rst
 struct LinearBackward {  // dinp (=, or += with accumulate), grads of weight and bias  <-  dout, inp, weight
   static constexpr OpKind kind = OpKind::linear_backward;
   int inp = -1, weight = -1, bias = -1, dinp = -1, dout = -1, matmul_scratch = -1;
+  int dequant_tile = -1;  // as Linear's
   bool accumulate = false;
   bool weight_out_in = false;
-  auto ids() { return std::tie(inp, weight, bias, dinp, dout, matmul_scratch); }
+  auto ids() { return std::tie(inp, weight, bias, dinp, dout, matmul_scratch, dequant_tile); }
 };
 
 struct RopeBackward {  // dq and dk of dqkv rotated back in place

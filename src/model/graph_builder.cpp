@@ -73,6 +73,13 @@ int GraphBuilder::scratch(const std::string& name, int64_t floats) {
   return tensor(name, {floats}, Category::workspace, DType::f32);
 }
 
+int GraphBuilder::dequant_tile(const std::string& name, int weight) {
+  const TensorDesc& w = m_.graph.table[weight];
+  if (!step_.base_quant.enabled() || w.category != Category::frozen) return -1;
+  return tensor(name + ".dequant_tile", {kernels::quantized_tile_elems(w.shape[0], w.shape[1])},
+                Category::workspace, step_.dtype);
+}
+
 void GraphBuilder::op(std::string name, OpArgs args) {
   m_.graph.ops.push_back({.name = std::move(name), .args = std::move(args)});
 }
@@ -85,6 +92,7 @@ LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix
                                 .weight = p.weight,
                                 .bias = p.bias,
                                 .matmul_scratch = mm_,
+                                .dequant_tile = dequant_tile(name + suffix, p.weight),
                                 .weight_out_in = out_in});
   LoraActs hidden;
   for (const LoraAdapter& adapter : p.adapters) {
@@ -112,6 +120,7 @@ void GraphBuilder::linear_backward(const std::string& name, int inp, const Linea
                                .dinp = dinp,
                                .dout = dout,
                                .matmul_scratch = mm_,
+                               .dequant_tile = dequant_tile(name, p.weight),
                                .weight_out_in = out_in});
   for (size_t i = 0; i < p.adapters.size(); ++i) {
     const LoraAdapter& adapter = p.adapters[i];

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
+#include "model/base_quant.h"
 #include "model/graph.h"
 #include "model/lora.h"
 #include "model/recompute.h"
@@ -25,7 +26,8 @@ struct StepConfig {
   kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
   LoraConfig lora = {};
-  uint64_t seed = 0;  // the run's: LoRA dropout's masks
+  BaseQuantConfig base_quant = {};  // QLoRA: how LoRA's frozen linear weights are stored
+  uint64_t seed = 0;                // the run's: LoRA dropout's masks
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -111,6 +113,8 @@ class GraphBuilder {
   void finish();
 
  private:
+  // The workspace a quantized frozen weight's products dequantize into (-1 for any other weight).
+  int dequant_tile(const std::string& name, int weight);
   std::string adapter_module(const LoraAdapter& adapter) const;
   // With dropout: a workspace tensor like `inp` for the dropped input; else -1.
   int lora_dropped(const std::string& name, int inp);

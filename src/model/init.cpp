@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/rng.h"
 #include "model/lora.h"
@@ -47,8 +48,19 @@ InitRule lora_rule(const TensorDesc& t, const std::function<InitRule(const Tenso
   return family_rule(t);
 }
 
-// A frozen weight is held whole by every rank and has no master copy.
+// A frozen weight is held whole by every rank and has no master copy; a quantized one is drawn in fp32 and
+// each of its parts quantized, as a loaded one is.
 void init_frozen(const TensorDesc& t, const InitialValues& value, void* dst) {
+  if (t.quantized) {
+    std::vector<float> values(static_cast<size_t>(t.numel()));
+    fill(values.data(), value, 0, t.numel());
+    const float* part = values.data();
+    for (const kernels::QuantizedWeight& q : t.quantized->views(dst)) {
+      kernels::quantize_weight(part, q);
+      part += q.n;
+    }
+    return;
+  }
   if (t.dtype == DType::f32) fill_tensor<float>(dst, value, t.numel());
   if (t.dtype == DType::bf16) fill_tensor<bf16>(dst, value, t.numel());
   if (t.dtype == DType::f16) fill_tensor<f16>(dst, value, t.numel());

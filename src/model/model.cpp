@@ -1,12 +1,15 @@
 #include "model/model.h"
 
+#include "model/base_quant.h"
 #include "model/gpt2.h"
 #include "model/llama.h"
 
 namespace mt {
 
 ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step) {
-  return spec.arch == Arch::llama ? build_llama_graph(spec, step) : build_gpt2_graph(spec, step);
+  ModelGraph model = spec.arch == Arch::llama ? build_llama_graph(spec, step) : build_gpt2_graph(spec, step);
+  quantize_frozen_linears(spec, model, step.base_quant);
+  return model;
 }
 
 void init_model_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {

@@ -48,8 +48,19 @@ void check_finite(const SafetensorsReader& reader, const FileTensor& f, const ch
                 " at element " + std::to_string(i));
 }
 
-// A frozen weight's file values, rounded to its dtype, into its place.
+// A quantized frozen weight's file tensor, from its values in fp32, into its part.
+void store_quantized(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
+  const QuantizedStorage& storage = *memory.table()[f.param].quantized;
+  const kernels::QuantizedWeight part =
+      storage.views(memory.data(f.param)).at(storage.part_starting_at(f.offset));
+  std::vector<float> values(static_cast<size_t>(f.numel()));
+  for (int64_t i = 0; i < f.numel(); ++i) values[i] = file_value(bytes, file_dtype, i);
+  kernels::quantize_weight(values.data(), part);
+}
+
+// A frozen weight's file values, rounded to its dtype (or quantized), into its place.
 void store_frozen(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
+  if (memory.table()[f.param].quantized) return store_quantized(bytes, file_dtype, memory, f);
   const DType weights = memory.plan().policy.weights;
   char* const into = static_cast<char*>(memory.data(f.param));
   for (int64_t i = 0; i < f.numel(); ++i) {
@@ -68,7 +79,9 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   const Plan& plan = memory.plan();
   const DType weights = plan.policy.weights;
   const bool frozen = memory.table()[f.param].category == Category::frozen;
-  if (e.dtype == weights && (frozen || (!plan.policy.master_weights && !plan.sharding.shards_weights()))) {
+  const bool quantized = memory.table()[f.param].quantized.has_value();
+  if (e.dtype == weights && !quantized &&
+      (frozen || (!plan.policy.master_weights && !plan.sharding.shards_weights()))) {
     char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
     reader.read(e, into);
     check_finite(reader, f, into, e.dtype, e.numel());

@@ -275,6 +275,21 @@ const RunFlag kRunFlags[] = {
      .field = &group_field<&C::lora, &LoraConfig::train_modules>,
      .memory = true,
      .trajectory = true},
+    {.names = "--base-quant",
+     .help =
+         "QLoRA: LoRA's frozen linear weights stored as nf4 (4-bit NormalFloat) or int8 in blocks of 64 "
+         "with an absmax each, dequantized a tile at a time inside the products; none keeps the run's dtype",
+     .field = &group_field<&C::base_quant, &BaseQuantConfig::format>,
+     .show_default = true,
+     .memory = true,
+     .trajectory = true},
+    {.names = "!--no-double-quant",
+     .help =
+         "QLoRA: keep the blocks' absmaxes in fp32 instead of 8 bits in blocks of 256 (double quantization)",
+     .field = &group_field<&C::base_quant, &BaseQuantConfig::double_quant>,
+     .kind = K::switch_off,
+     .memory = true,
+     .trajectory = true},
     {.names = "--dist-backend",
      .help = "auto (MPI under mpirun), single or mpi",
      .field = &config_field<&C::dist_backend>,

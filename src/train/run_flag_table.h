@@ -39,7 +39,7 @@ struct RunFlagInput {
 
 // Where a flag's value goes. A mode (an enum) parses with its name table.
 using FlagField = std::variant<std::string*, int64_t*, int*, uint64_t*, float*, double*, bool*, DecayStyle*,
-                               DistBackend*, OffloadOptimizer*, ResumeMode*, MomentDType*>;
+                               DistBackend*, OffloadOptimizer*, ResumeMode*, MomentDType*, BaseQuant*>;
 
 enum class FlagKind {
   value,           // --name VALUE
@@ -119,6 +119,7 @@ void parse_flag_value(std::string_view flag, const std::string& text, DistBacken
 void parse_flag_value(std::string_view flag, const std::string& text, OffloadOptimizer& out);
 void parse_flag_value(std::string_view flag, const std::string& text, ResumeMode& out);
 void parse_flag_value(std::string_view flag, const std::string& text, MomentDType& out);
+void parse_flag_value(std::string_view flag, const std::string& text, BaseQuant& out);
 OffloadOptimizer parse_offload_optimizer(const std::string& name);
 
 std::string_view mode_name(DecayStyle mode);
@@ -126,5 +127,6 @@ std::string_view mode_name(DistBackend mode);
 std::string_view mode_name(OffloadOptimizer mode);
 std::string_view mode_name(ResumeMode mode);
 std::string_view mode_name(MomentDType mode);
+std::string_view mode_name(BaseQuant mode);
 
 }  // namespace mt

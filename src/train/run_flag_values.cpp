@@ -222,6 +222,9 @@ void parse_flag_value(std::string_view, const std::string& text, OffloadOptimize
 void parse_flag_value(std::string_view flag, const std::string& text, MomentDType& out) {
   out = kMomentDTypeNames.parse_or_fail(flag, text);
 }
+void parse_flag_value(std::string_view flag, const std::string& text, BaseQuant& out) {
+  out = kBaseQuantNames.parse_or_fail(flag, text);
+}
 void parse_flag_value(std::string_view, const std::string& text, ResumeMode& out) {
   if (text.empty()) {
     out = ResumeMode::off;
@@ -254,6 +257,9 @@ std::string_view mode_name(ResumeMode mode) {
 }
 std::string_view mode_name(MomentDType mode) {
   return kMomentDTypeNames.name(mode);
+}
+std::string_view mode_name(BaseQuant mode) {
+  return kBaseQuantNames.name(mode);
 }
 
 }  // namespace mt

@@ -49,6 +49,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .isa = isa,
                                            .recompute = cfg.recompute,
                                            .lora = cfg.lora,
+                                           .base_quant = cfg.base_quant,
                                            .seed = cfg.seed});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};

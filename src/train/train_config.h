@@ -7,6 +7,7 @@
 #include "core/names.h"
 #include "dist/communicator.h"
 #include "memory/precision.h"
+#include "model/base_quant.h"
 #include "model/lora.h"
 #include "model/recompute.h"
 #include "optim/adamw.h"
@@ -40,6 +41,7 @@ struct TrainConfig {
   PrecisionConfig precision;
   RecomputeConfig recompute;
   LoraConfig lora;               // --lora-*: adapters on a frozen base
+  BaseQuantConfig base_quant;    // --base-quant, --no-double-quant: QLoRA's quantized base
   LossScalerConfig loss_scaler;  // fp16 only
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.

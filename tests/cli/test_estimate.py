@@ -105,6 +105,18 @@ class EstimateEqualsTrainer(CliTestCase):
                         self.assertLess(est["trainable_parameters"], est["padded_parameters"] / 10)
         with self.subTest(case="lora dropout: its workspace"):
             self.check("lora-dropout", lora + ["--lora-dropout", "0.1", "--bf16"], model="llama-tiny", timeline=True)
+        # QLoRA: the quantized base's bytes and the products' dequantization tiles, with and without recompute,
+        # and under ZeRO-3 (the frozen base is held whole by every rank).
+        for quant in (["--base-quant", "nf4"], ["--base-quant", "int8", "--no-double-quant"]):
+            for model in ("gpt2-tiny", "llama-tiny"):
+                with self.subTest(model=model, quant=quant):
+                    est = self.check(f"qlora-{model}-{quant[1]}", lora + quant + ["--bf16"], model=model,
+                                     timeline=True)
+                    dense = self.check(f"lora-{model}-bf16", lora + ["--bf16"], model=model)
+                    self.assertLess(est["ranks"][0]["bytes"]["frozen"], dense["ranks"][0]["bytes"]["frozen"])
+        self.check("qlora-recompute", lora + ["--base-quant", "nf4"] + RECOMPUTE["full-uniform"], model="llama-tiny")
+        self.check("qlora-dp-3", lora + ["--base-quant", "nf4", "--zero-stage", "3", "--global-batch-size", "4"],
+                   ranks=2, model="llama-tiny")
         for stage in ("1", "3"):
             with self.subTest(case=f"lora, 2 ranks, stage {stage}"):
                 self.check(f"lora-dp-{stage}", lora + ["--zero-stage", stage, "--global-batch-size", "4", "--bf16"],

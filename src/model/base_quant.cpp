@@ -1,0 +1,37 @@
+#include "model/base_quant.h"
+
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "model/checkpoint_layout.h"
+
+namespace mt {
+
+void quantize_frozen_linears(const ModelSpec& spec, ModelGraph& model, const BaseQuantConfig& quant) {
+  if (!quant.enabled()) return;
+  TensorTable& table = model.graph.table;
+  std::set<int> linear_weights;
+  for (const Op& op : model.graph.ops)
+    if (op.kind() == OpKind::linear) linear_weights.insert(op.as<ops::Linear>().weight);
+  // Each weight's Hugging Face tensors by their first element.
+  std::map<int, std::map<int64_t, int64_t>> parts;
+  for (const FileTensor& f : checkpoint_tensors(spec, model))
+    if (linear_weights.contains(f.param) && table[f.param].category == Category::frozen)
+      parts[f.param][f.offset] = f.numel();
+  for (const auto& [id, by_offset] : parts) {
+    QuantizedStorage storage{
+        .format = quant.weight_format(), .double_quant = quant.double_quant, .parts = {}};
+    int64_t next = 0;
+    for (const auto& [offset, n] : by_offset) {
+      if (offset != next) throw std::logic_error(table[id].name + ": its file tensors leave a gap");
+      storage.parts.push_back(n);
+      next += n;
+    }
+    if (next != table[id].numel())
+      throw std::logic_error(table[id].name + ": its file tensors do not cover it");
+    table[id].quantized = std::move(storage);
+  }
+}
+
+}  // namespace mt
