@@ -214,7 +214,8 @@ std::string format_estimate(const Estimate& e) {
       << with_commas(e.padded_params) << " with the vocabulary padded to " << e.spec.padded_vocab_size
       << ")\n";
   if (e.trainable_params != e.padded_params)
-    out << format_trainable(e.trainable_params, e.padded_params) << "\n";
+    out << format_trainable(e.trainable_params, e.padded_params)
+        << (e.config.base_quant.enabled() ? " | " + base_quant_text(e.config.base_quant) : "") << "\n";
   out << describe_run(e) << "\n";
   // Ranks of one stage with the same bytes and peak print once.
   std::vector<bool> printed(e.ranks.size(), false);

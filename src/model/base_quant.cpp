@@ -8,6 +8,15 @@
 
 namespace mt {
 
+std::string base_quant_text(const BaseQuantConfig& quant) {
+  if (!quant.enabled()) return "";
+  return "base " + std::string(kBaseQuantNames.name(quant.format)) + " (blocks of " +
+         std::to_string(kernels::kWeightBlock) + ", absmax in " +
+         (quant.double_quant ? "8 bits, blocks of " + std::to_string(kernels::kAbsmaxBlock)
+                             : std::string("fp32")) +
+         ")";
+}
+
 void quantize_frozen_linears(const ModelSpec& spec, ModelGraph& model, const BaseQuantConfig& quant) {
   if (!quant.enabled()) return;
   TensorTable& table = model.graph.table;

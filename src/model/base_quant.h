@@ -4,6 +4,8 @@
 // bitsandbytes leaves them.
 #pragma once
 
+#include <string>
+
 #include "backend/cpu/weight_quant.h"
 #include "core/names.h"
 
@@ -24,6 +26,9 @@ struct BaseQuantConfig {
     return format == BaseQuant::int8 ? kernels::WeightFormat::int8 : kernels::WeightFormat::nf4;
   }
 };
+
+// How the base is stored, for banners: "base nf4 (blocks of 64, absmax in 8 bits)"; empty without.
+std::string base_quant_text(const BaseQuantConfig& quant);
 
 // Marks every frozen weight of a linear op as quantized (TensorDesc::quantized), in parts that are its
 // Hugging Face tensors in stored order. The graph's linear ops already carry their dequantization tiles

@@ -58,8 +58,9 @@ void Trainer::print_banner(size_t train_shards) const {
               with_commas(plan_.num_params + model_.graph.table.numel(Category::frozen)).c_str(),
               static_cast<long long>(spec_.vocab_size), static_cast<long long>(spec_.padded_vocab_size));
   if (const int64_t frozen = model_.graph.table.numel(Category::frozen); frozen > 0)
-    std::printf("LoRA rank %lld | %s\n", static_cast<long long>(cfg.lora.rank),
-                format_trainable(plan_.num_params, plan_.num_params + frozen).c_str());
+    std::printf("LoRA rank %lld | %s%s\n", static_cast<long long>(cfg.lora.rank),
+                format_trainable(plan_.num_params, plan_.num_params + frozen).c_str(),
+                cfg.base_quant.enabled() ? (" | " + base_quant_text(cfg.base_quant)).c_str() : "");
   std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | cpu %s | matmul %s | %zu train shards\n",
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
