@@ -37,13 +37,14 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
   for (int i = 0; i < top && i < static_cast<int>(result.fitting.size()); ++i) {
     const ConfigCandidate& c = result.fitting[static_cast<size_t>(i)];
     std::printf(
-        "\n#%d  %s\n    per rank %s = %lld B (model states %s, activations %s, workspace %s, comm %s) | "
+        "\n#%d  %s\n    per rank %s = %lld B (model states %s%s, activations %s, workspace %s, comm %s) | "
         "predicted %.0f tokens/s, %.3f s/step\n    %s\n",
         i + 1, describe_config(c.config).c_str(), human_bytes(c.rank_bytes).c_str(),
         static_cast<long long>(c.rank_bytes),
         human_bytes(c.bytes[Category::params] + c.bytes[Category::master] + c.bytes[Category::grads] +
                     c.bytes[Category::optim])
             .c_str(),
+        c.bytes[Category::frozen] > 0 ? (", frozen " + human_bytes(c.bytes[Category::frozen])).c_str() : "",
         human_bytes(c.bytes[Category::activations]).c_str(),
         human_bytes(c.bytes[Category::workspace]).c_str(), human_bytes(c.bytes[Category::comm]).c_str(),
         c.cost.tokens_per_sec, c.cost.step_s, train_command_line(c.config, request.ranks).c_str());
@@ -63,9 +64,11 @@ void add_plan_command(CLI::App& app) {
   TrainConfig defaults;
   defaults.data = "DATA";
   defaults.train_iters = 1000;
-  const auto run = add_run_flags(*cmd, defaults,
-                                 {"--model", "--global-batch-size", "--seq-length", "--offload-path",
-                                  "--threads", "--data", "--train-iters"});
+  const auto run =
+      add_run_flags(*cmd, defaults,
+                    {"--model", "--global-batch-size", "--seq-length", "--offload-path", "--threads",
+                     "--data", "--train-iters", "--lora-rank", "--lora-alpha", "--lora-dropout",
+                     "--lora-target", "--lora-train-modules", "--base-quant", "--no-double-quant"});
   cmd->get_option("--model")->required();
   cmd->get_option("--global-batch-size")->required();
   cmd->get_option("--offload-path")->description("also try optimizer offload into this directory");

@@ -227,7 +227,9 @@ SearchResult search_configs(const SearchRequest& request) {
   if (request.ranks > 1) stages = {0, 1, 2, 3};
   std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
   if (!base.offload_path.empty()) offloads.push_back(OffloadOptimizer::nvme);
-  for (const PrecisionConfig& precision : precision_choices())
+  for (const PrecisionConfig& precision : precision_choices()) {
+    // A quantized base's products run in fp32 or bf16 (train refuses it with fp16).
+    if (base.base_quant.enabled() && precision.precision == Precision::fp16) continue;
     for (int stage : stages)
       for (OffloadOptimizer offload : offloads) {
         TrainConfig config = base;
@@ -240,6 +242,7 @@ SearchResult search_configs(const SearchRequest& request) {
           if (!group.search(config, spec.n_layer)) break;
         }
       }
+  }
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
@@ -258,6 +261,9 @@ std::string describe_config(const TrainConfig& c) {
   s += ", micro-batch " + std::to_string(c.micro_batch);
   if (c.offload_optimizer != OffloadOptimizer::none)
     s += ", offload " + std::string(mode_name(c.offload_optimizer));
+  if (c.lora.enabled()) s += ", LoRA rank " + std::to_string(c.lora.rank);
+  if (c.base_quant.enabled())
+    s += " over an " + std::string(kBaseQuantNames.name(c.base_quant.format)) + " base";
   return s;
 }
 
@@ -273,9 +279,10 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   s += command_line_args(c, {"--seq-length"});
   with_value({"--micro-batch-size", "--global-batch-size"});
   // What the search chose, then what the request fixed.
-  s += command_line_args(
-      c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype", "--zero-stage",
-          "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads"});
+  s += command_line_args(c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
+                             "--zero-stage", "--recompute-granularity", "--offload-optimizer",
+                             "--eval-interval", "--threads", "--lora-rank", "--lora-alpha", "--lora-dropout",
+                             "--lora-target", "--lora-train-modules", "--base-quant", "--no-double-quant"});
   return s;
 }
 

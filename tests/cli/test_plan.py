@@ -152,6 +152,34 @@ class PlanTest(CliTestCase):
         self.assertIsNotNone(change, refused.stdout)
         self.trains_within(with_change(args, shlex.split(change.group(1))), limit, out)
 
+    def test_plan_and_doctor_keep_lora_and_the_quantized_base(self):
+        """plan with LoRA over an nf4 base: every listed command keeps the LoRA and base flags, none is fp16 (which
+        the quantized products refuse), each at estimate's bytes with the frozen base among them; the first trains
+        within the limit. The OOM doctor's change for such a run fits too."""
+        lora = ["--lora-rank", "4", "--base-quant", "nf4"]
+        result = memtrain("plan", *FLAGS, *lora, "--device-memory", "64MiB", "--global-batch-size", 4, "--top", 50,
+                          "--data", self.data)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        entries = re.findall(r"per rank \S+ \S+ = (\d+) B \(model states [^,]+, frozen .*\n\s+(memtrain .*)\n",
+                             result.stdout)
+        self.assertGreaterEqual(len(entries), 3, result.stdout)
+        for planned, command in entries:
+            self.assertIn(" --lora-rank 4 --base-quant nf4", command)
+            self.assertNotIn("--fp16", command)
+            self.assertEqual(self.estimated_total(command), int(planned), command)
+        out = self.tmp / "plan-lora"
+        args = with_change(shlex.split(entries[0][1])[2:], ["--train-iters", "1", "--out", str(out)])
+        self.trains_within(args, 64 << 20, out)
+
+        out = self.tmp / "doctor-lora"
+        args = run_flags(*FLAGS, *lora, data=self.data, micro_batch_size=8, train_iters=1, out=out)
+        limit = self.refused_total(args) * 2 // 3
+        refused = memtrain("train", *args, "--memory-limit", limit)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        change = re.search(r"changes that fit, fastest first: (add|use) (.*?): -", refused.stdout)
+        self.assertIsNotNone(change, refused.stdout)
+        self.trains_within(with_change(args, shlex.split(change.group(2))), limit, out)
+
     def test_calibrate_writes_a_profile_that_plan_reads(self):
         """One process at this CPU's level: every rate positive and MPI absent; two ranks under mpirun with the kernels
         capped to generic (bf16 products through fp32 tiles, beside the exchanges too): MPI bandwidth and the share
