@@ -87,11 +87,15 @@ void add_checkpoint_commands(CLI::App& app) {
   export_cmd->add_option("CKPT", *export_dir, "a checkpoint directory, or a --save directory (its newest)")
       ->required();
   export_cmd->add_option("--out", *out, "the model directory to write")->required();
-  export_cmd->callback([export_dir, out] {
+  auto merge_adapter = std::make_shared<bool>(false);
+  export_cmd->add_flag(
+      "--merge-adapter", *merge_adapter,
+      "a LoRA checkpoint: write its base (the recorded --init-from, checksums checked, or the "
+      "seed's) with every adapter merged, W + (lora_alpha / r) B A");
+  export_cmd->callback([export_dir, out, merge_adapter] {
     const std::string chosen = chosen_checkpoint("export", *export_dir);
-    ckpt::export_checkpoint(chosen, *out);
-    std::printf("exported %s to %s/model.safetensors and %s/config.json\n", chosen.c_str(), out->c_str(),
-                out->c_str());
+    ckpt::export_checkpoint(chosen, *out, *merge_adapter);
+    std::printf("exported %s to %s: Hugging Face weights and config.json\n", chosen.c_str(), out->c_str());
   });
 }
 
