@@ -134,12 +134,20 @@ class MergedExport(CliTestCase):
         # lr 0 leaves a full run's weights at the seed's initial values: the base a seeded LoRA run freezes.
         seed_base = self.tmp / "seed.safetensors"
         self.train(lr=0, save_weights=seed_base, expect=0)
-        checkpoint = self.lora_checkpoint("gpt2-tiny")
+        adapter = self.tmp / "adapter"
+        checkpoint = self.lora_checkpoint("gpt2-tiny", save_adapter=adapter)
         merged = self.tmp / "merged"
         result = self.export(checkpoint, merged, "--merge-adapter")
         self.assertEqual(result.returncode, 0, result.stderr)
         # c_attn (one adapter on the fused q/k/v), attn.c_proj, c_fc, mlp.c_proj in 2 layers.
         self.assertEqual(self.check_merge("gpt2-tiny", seed_base, checkpoint, merged), 8)
+        # PEFT's merge of the adapter file it wrote (PEFT's keys, fan_in_fan_out) gives the same model.
+        prefix = "base_model.model.transformer."
+        peft = {k[len(prefix):]: v for k, v in read_safetensors(adapter / "adapter_model.safetensors").items()}
+        self.assertTrue(json.loads((adapter / "adapter_config.json").read_text())["fan_in_fan_out"])
+        exported = read_weights(merged)
+        for name, want in peft_merge(read_weights(seed_base), peft, conv1d=True).items():
+            torch.testing.assert_close(exported[name], want, rtol=1e-6, atol=1e-7)
         self.train(init_from=merged, out=self.tmp / "again", expect=0)
 
     def test_llama_from_shards_with_a_trained_module(self):
