@@ -1,6 +1,7 @@
 #include "ckpt/base_weights.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "core/crc32c.h"
@@ -20,6 +21,8 @@ std::vector<ManifestFile> checksum_base(const std::string& init_from, const std:
   }
   return files;
 }
+
+namespace {
 
 void check_base(const std::vector<ManifestFile>& recorded, const std::vector<ManifestFile>& current,
                 const std::string& where) {
@@ -41,6 +44,20 @@ void check_base(const std::vector<ManifestFile>& recorded, const std::vector<Man
     if (named(recorded, now.name) == recorded.end())
       fail_data(where + "base file " + now.name + " is not one the checkpoint was trained on (its base: " +
                 std::to_string(recorded.size()) + " files)");
+}
+
+}  // namespace
+
+void check_recorded_base(const CheckpointState& state, const std::vector<ManifestFile>& current,
+                         const std::string& init_from, const std::string& where) {
+  if (state.base_files) {
+    check_base(*state.base_files, current, where);
+    return;
+  }
+  std::printf(
+      "%sit names no checksum of its base (saved before checkpoints recorded one): --init-from %s is taken "
+      "as the base it was trained on, unverified\n",
+      where.c_str(), init_from.c_str());
 }
 
 }  // namespace mt::ckpt

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ckpt/manifest.h"
+#include "ckpt/state.h"
 
 namespace mt::ckpt {
 
@@ -16,9 +17,10 @@ namespace mt::ckpt {
 std::vector<ManifestFile> checksum_base(const std::string& init_from, const std::string& where,
                                         std::span<char> buffer);
 
-// A data error, `where` first, unless `current` (checksum_base of the base now) has the files of `recorded`
-// (a checkpoint's) with their sizes and checksums: it names the file and both checksums.
-void check_base(const std::vector<ManifestFile>& recorded, const std::vector<ManifestFile>& current,
-                const std::string& where);
+// A data error, `where` first, unless `current` (checksum_base of the base now) has the files the checkpoint
+// recorded, with their sizes and checksums: it names the file and both checksums. A checkpoint saved before
+// bases were checksummed records none: its base, `init_from`, is taken unverified, which stdout says.
+void check_recorded_base(const CheckpointState& state, const std::vector<ManifestFile>& current,
+                         const std::string& init_from, const std::string& where);
 
 }  // namespace mt::ckpt

@@ -107,13 +107,7 @@ MergedModel::MergedModel(const std::string& checkpoint_dir, const CheckpointStat
   if (init_from.empty()) return;
   std::vector<char> buffer(kChecksumChunk);
   const std::vector<ManifestFile> current = checksum_base(init_from, where_, buffer);
-  if (state.base_files)
-    check_base(*state.base_files, current, where_);
-  else
-    std::printf(
-        "%sit names no checksum of its base (saved before checkpoints recorded one): %s is taken as "
-        "the base it was trained on, unverified\n",
-        where_.c_str(), init_from.c_str());
+  check_recorded_base(state, current, init_from, where_);
   base_ = std::make_unique<WeightFiles>(init_from, spec_);
   sharded_ = current.size() > 1;
 }

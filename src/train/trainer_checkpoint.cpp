@@ -37,14 +37,7 @@ const std::vector<ckpt::ManifestFile>& Trainer::base_files() {
 
 void Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
   if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return;  // a seed's base: the settings name it
-  if (!state.base_files) {
-    std::printf(
-        "%sit names no checksum of its base (saved before checkpoints recorded one): --init-from %s is "
-        "taken as the base it was trained on, unverified\n",
-        where.c_str(), cfg_.init_from.c_str());
-    return;
-  }
-  ckpt::check_base(*state.base_files, base_files(), where);
+  ckpt::check_recorded_base(state, base_files(), cfg_.init_from, where);
 }
 
 ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json metrics) {
