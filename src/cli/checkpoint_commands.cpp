@@ -61,6 +61,10 @@ void inspect(const std::string& dir) {
   if (state.loss_scaler)
     std::printf("loss scaler: scale %g, good steps %lld, hysteresis left %d\n", state.loss_scaler->scale,
                 static_cast<long long>(state.loss_scaler->good_steps), state.loss_scaler->hysteresis_left);
+  if (state.base_files)
+    for (const ckpt::ManifestFile& f : *state.base_files)
+      std::printf("LoRA base file %s: %llu bytes, crc32c %s\n", f.name.c_str(),
+                  static_cast<unsigned long long>(f.bytes), crc32c_hex(f.crc32c).c_str());
   std::printf("metrics: %s\nmodel: %s\nrun: %s\n", state.metrics.dump().c_str(), state.model.dump().c_str(),
               state.run.dump().c_str());
   std::printf("%zu tensors in %s:\n", layout.tensors.size(), ckpt::kModelFile);

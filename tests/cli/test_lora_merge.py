@@ -189,6 +189,8 @@ class BaseChecksum(CliTestCase):
         self.assertEqual(self.recorded, [{"path": str(self.base), "bytes": len(blob),
                                           "crc32c": f"{crc32c(blob):08x}"}])
         self.assertIn("resumed from", self.resume(expect=0).stdout)
+        self.assertIn(f"LoRA base file {self.base}: {len(blob)} bytes, crc32c {crc32c(blob):08x}",
+                      memtrain("inspect", self.checkpoint).stdout)
 
     def test_a_changed_base_is_refused_on_resume_and_export(self):
         blob = bytearray(self.base.read_bytes())
