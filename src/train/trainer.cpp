@@ -102,6 +102,8 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   } else {
     load_weights(cfg.init_from, spec_, model_, memory);
     init_adapters(model_, memory, cfg.seed);  // the file holds the base only
+    // Checksummed now, close to the load, rather than at the first save, after the file may have changed.
+    if (cfg.lora.enabled() && !cfg.save.empty()) base_files();
   }
   if (!cfg.init_adapter.empty()) load_peft_adapter(cfg.init_adapter, spec_, model_, memory, cfg.lora);
   train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data,
