@@ -1,7 +1,6 @@
 #include "ckpt/export.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <vector>
 
 #include "ckpt/flat_states.h"
@@ -30,13 +29,11 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   if (!lora && merge_adapter)
     fail_usage("--merge-adapter: " + checkpoint_dir +
                " is not a LoRA checkpoint (no adapters to merge); export it without --merge-adapter");
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) fail_data("--out " + out_dir + ": cannot create directory: " + ec.message());
   if (lora) {
     export_merged(checkpoint_dir, state, out_dir);
     return;
   }
+  create_export_dir(out_dir);
   const std::string source = layout.master ? "master" : "weights";
   const DType dtype = export_dtype(layout);
   std::vector<SafetensorsWriter::Item> items;

@@ -183,9 +183,16 @@ DType export_dtype(const CheckpointLayout& layout) {
   return layout.master ? DType::f32 : layout.weights;
 }
 
+void create_export_dir(const std::string& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) fail_data("--out " + out_dir + ": cannot create directory: " + ec.message());
+}
+
 void export_merged(const std::string& checkpoint_dir, const CheckpointState& state,
                    const std::string& out_dir) {
-  MergedModel model(checkpoint_dir, state);
+  MergedModel model(checkpoint_dir, state);  // checks the settings and the base before anything is written
+  create_export_dir(out_dir);
   const DType dtype = export_dtype(state.layout);
   std::vector<WeightShard> shards = model.shards();
   std::vector<float> value;
