@@ -1,7 +1,6 @@
 #include "ckpt/merged_export.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -34,7 +33,7 @@ T run_setting(const CheckpointState& state, const char* flag, const std::string&
   }
 }
 
-void to_f32(const char* raw, DType dtype, int64_t n, float* dst) {
+void widen_to_f32(const char* raw, DType dtype, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) {
     if (dtype == DType::f32) dst[i] = reinterpret_cast<const float*>(raw)[i];
     if (dtype == DType::bf16) dst[i] = to_f32(reinterpret_cast<const bf16*>(raw)[i]);
@@ -42,7 +41,7 @@ void to_f32(const char* raw, DType dtype, int64_t n, float* dst) {
   }
 }
 
-void from_f32(const float* src, int64_t n, DType dtype, char* raw) {
+void round_from_f32(const float* src, int64_t n, DType dtype, char* raw) {
   for (int64_t i = 0; i < n; ++i) {
     if (dtype == DType::f32) reinterpret_cast<float*>(raw)[i] = src[i];
     if (dtype == DType::bf16) reinterpret_cast<bf16*>(raw)[i] = round_to<bf16>(src[i]);
@@ -151,7 +150,7 @@ void MergedModel::read_trained(const CheckpointTensor& t, std::vector<float>& ou
   files_.read({state_.layout.master ? "master" : kWeightsTensor, dtype, nullptr},
               {t.offset, t.offset + t.numel()}, raw_.data());
   out.resize(static_cast<size_t>(t.numel()));
-  to_f32(raw_.data(), dtype, t.numel(), out.data());
+  widen_to_f32(raw_.data(), dtype, t.numel(), out.data());
 }
 
 void MergedModel::value(const FileTensor& f, std::vector<float>& out) {
@@ -206,7 +205,7 @@ void export_merged(const std::string& checkpoint_dir, const CheckpointState& sta
     for (const FileTensor& f : shard.tensors) {
       model.value(f, value);
       bytes.resize(value.size() * dtype_size(dtype));
-      from_f32(value.data(), f.numel(), dtype, bytes.data());
+      round_from_f32(value.data(), f.numel(), dtype, bytes.data());
       writer.write_next(bytes.data(), bytes.size());
       total += bytes.size();
     }
