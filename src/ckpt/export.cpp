@@ -1,11 +1,12 @@
 #include "ckpt/export.h"
 
-#include <filesystem>
+#include <algorithm>
 #include <vector>
 
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
+#include "ckpt/merged_export.h"
 #include "ckpt/state.h"
 #include "core/error.h"
 #include "io/safetensors.h"
@@ -13,18 +14,28 @@
 
 namespace mt::ckpt {
 
-void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir) {
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir, bool merge_adapter) {
   const CheckpointState state = read_state(checkpoint_dir);
   const CheckpointLayout& layout = state.layout;
-  for (const CheckpointTensor& t : layout.tensors)
-    if (is_lora_a(t.name))  // its model.safetensors holds adapters, not a whole model
-      fail_usage("export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + t.name +
-                 "); merging adapters into the base is not implemented yet");
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) fail_data("--out " + out_dir + ": cannot create directory: " + ec.message());
+  const auto adapter =
+      std::ranges::find_if(layout.tensors, [](const CheckpointTensor& t) { return is_lora_a(t.name); });
+  const bool lora = adapter != layout.tensors.end();
+  // Its model.safetensors holds adapters, not a whole model.
+  if (lora && !merge_adapter)
+    fail_usage(
+        "export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + adapter->name +
+        ") holds adapters, not a whole model: pass --merge-adapter to write the base with them merged");
+  // A flag that would change nothing is a mistaken command, not one to ignore.
+  if (!lora && merge_adapter)
+    fail_usage("--merge-adapter: " + checkpoint_dir +
+               " is not a LoRA checkpoint (no adapters to merge); export it without --merge-adapter");
+  if (lora) {
+    export_merged(checkpoint_dir, state, out_dir);
+    return;
+  }
+  create_export_dir(out_dir);
   const std::string source = layout.master ? "master" : "weights";
-  const DType dtype = layout.master ? DType::f32 : layout.weights;
+  const DType dtype = export_dtype(layout);
   std::vector<SafetensorsWriter::Item> items;
   int64_t largest = 0;
   for (const CheckpointTensor& t : layout.tensors) {

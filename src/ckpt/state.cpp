@@ -5,6 +5,7 @@
 #include <random>
 
 #include "ckpt/layout.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 
 namespace mt::ckpt {
@@ -57,6 +58,11 @@ nlohmann::json to_json(const CheckpointState& s) {
                         {"moments", dtype_name(s.layout.moments)},
                         {"moment_block", s.layout.moment_block},
                         {"tensors", tensors}}}};
+  if (s.base_files) {
+    j["base"] = {{"files", nlohmann::json::array()}};
+    for (const ManifestFile& f : *s.base_files)
+      j["base"]["files"].push_back({{"path", f.name}, {"bytes", f.bytes}, {"crc32c", crc32c_hex(f.crc32c)}});
+  }
   if (s.loss_scaler)
     j["loss_scaler"] = {{"scale", s.loss_scaler->scale},
                         {"good_steps", s.loss_scaler->good_steps},
@@ -92,8 +98,17 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     for (const nlohmann::json& t : l.at("tensors"))
       s.layout.tensors.push_back({t.at("name").get<std::string>(), t.at("shape").get<std::vector<int64_t>>(),
                                   t.at("offset").get<int64_t>()});
+    if (j.contains("base")) {
+      s.base_files.emplace();
+      for (const nlohmann::json& f : j.at("base").at("files"))
+        s.base_files->push_back(
+            {f.at("path").get<std::string>(), f.at("bytes").get<uint64_t>(),
+             static_cast<uint32_t>(std::stoul(f.at("crc32c").get<std::string>(), nullptr, 16))});
+    }
   } catch (const nlohmann::json::exception& e) {
     fail_data(path + ": malformed: " + e.what());
+  } catch (const std::logic_error& e) {  // stoul
+    fail_data(path + ": malformed base checksum: " + e.what());
   }
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||
       s.layout.num_params < 0 || s.layout.moment_block < 0)

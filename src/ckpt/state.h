@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ckpt/manifest.h"
 #include "core/dtype.h"
 #include "data/loader.h"
 #include "optim/loss_scaler.h"
@@ -45,6 +46,10 @@ struct CheckpointState {
   nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
   nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
   CheckpointLayout layout;
+  // A LoRA run's frozen base from --init-from, which the checkpoint names instead of holding: its weight
+  // files (paths as --init-from resolves them), sizes and CRC-32C. Absent for a base drawn from the seed, and
+  // in checkpoints saved before bases were checksummed.
+  std::optional<std::vector<ManifestFile>> base_files;
   // The run's lineage: drawn by a fresh run, carried over by each resume. Pruning removes only checkpoints
   // of its own lineage; "" in checkpoints written before lineages existed.
   std::string run_id;

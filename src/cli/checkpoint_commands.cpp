@@ -61,6 +61,10 @@ void inspect(const std::string& dir) {
   if (state.loss_scaler)
     std::printf("loss scaler: scale %g, good steps %lld, hysteresis left %d\n", state.loss_scaler->scale,
                 static_cast<long long>(state.loss_scaler->good_steps), state.loss_scaler->hysteresis_left);
+  if (state.base_files)
+    for (const ckpt::ManifestFile& f : *state.base_files)
+      std::printf("LoRA base file %s: %llu bytes, crc32c %s\n", f.name.c_str(),
+                  static_cast<unsigned long long>(f.bytes), crc32c_hex(f.crc32c).c_str());
   std::printf("metrics: %s\nmodel: %s\nrun: %s\n", state.metrics.dump().c_str(), state.model.dump().c_str(),
               state.run.dump().c_str());
   std::printf("%zu tensors in %s:\n", layout.tensors.size(), ckpt::kModelFile);
@@ -87,11 +91,15 @@ void add_checkpoint_commands(CLI::App& app) {
   export_cmd->add_option("CKPT", *export_dir, "a checkpoint directory, or a --save directory (its newest)")
       ->required();
   export_cmd->add_option("--out", *out, "the model directory to write")->required();
-  export_cmd->callback([export_dir, out] {
+  auto merge_adapter = std::make_shared<bool>(false);
+  export_cmd->add_flag(
+      "--merge-adapter", *merge_adapter,
+      "a LoRA checkpoint: write its base (the recorded --init-from, checksums checked, or the "
+      "seed's) with every adapter merged, W + (lora_alpha / r) B A");
+  export_cmd->callback([export_dir, out, merge_adapter] {
     const std::string chosen = chosen_checkpoint("export", *export_dir);
-    ckpt::export_checkpoint(chosen, *out);
-    std::printf("exported %s to %s/model.safetensors and %s/config.json\n", chosen.c_str(), out->c_str(),
-                out->c_str());
+    ckpt::export_checkpoint(chosen, *out, *merge_adapter);
+    std::printf("exported %s to %s: Hugging Face weights and config.json\n", chosen.c_str(), out->c_str());
   });
 }
 

@@ -3,8 +3,6 @@
 #include <cmath>
 #include <string>
 
-#include "model/init.h"
-
 namespace mt {
 
 namespace {
@@ -29,16 +27,17 @@ ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
   return build_transformer_graph(spec, step, gpt2_family(spec));
 }
 
+InitRule gpt2_init_rule(const ModelSpec& spec, const TensorDesc& t) {
+  if (t.name.ends_with(".bias")) return {.constant = 0.0f};
+  if (t.name.find("ln_") != std::string::npos) return {.constant = 1.0f};
+  const float stddev =
+      t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer)) : 0.02f;
+  // Only real vocabulary rows are drawn; padding rows stay zero and never change.
+  return {.stddev = stddev, .drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : t.numel()};
+}
+
 void init_gpt2_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {
-  init_params(model, memory, seed, [&](const TensorDesc& t) -> InitRule {
-    if (t.name.ends_with(".bias")) return {.constant = 0.0f};
-    if (t.name.find("ln_") != std::string::npos) return {.constant = 1.0f};
-    const float stddev = t.name.ends_with("c_proj.weight")
-                             ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer))
-                             : 0.02f;
-    // Only real vocabulary rows are drawn; padding rows stay zero and never change.
-    return {.stddev = stddev, .drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : t.numel()};
-  });
+  init_params(model, memory, seed, [&](const TensorDesc& t) { return gpt2_init_rule(spec, t); });
 }
 
 }  // namespace mt

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "memory/allocation.h"
+#include "model/init.h"
 #include "model/spec.h"
 #include "model/transformer_graph.h"
 
@@ -15,6 +16,7 @@ ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step);
 
 // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1.
 // Padded vocabulary rows stay zero.
+InitRule gpt2_init_rule(const ModelSpec& spec, const TensorDesc& t);
 void init_gpt2_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed);
 
 }  // namespace mt

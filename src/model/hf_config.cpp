@@ -123,6 +123,10 @@ ModelSpec read_model_config(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     fail_usage("--model " + path + ": not valid JSON (" + e.what() + ")");
   }
+  return model_config(config, path);
+}
+
+ModelSpec model_config(const nlohmann::json& config, const std::string& path) {
   if (!config.is_object()) fail_usage("--model " + path + ": expected a JSON object");
   const ConfigReader r(config, path);
   const std::string model_type = r.text_or("model_type", "");

@@ -20,6 +20,8 @@ namespace mt {
 // finite as floats. Errors are usage errors naming the file and the key. The result has no name and no
 // padded vocabulary yet.
 ModelSpec read_model_config(const std::string& path);
+// The same from a parsed config, `path` naming where it came from in the errors.
+ModelSpec model_config(const nlohmann::json& config, const std::string& path);
 
 // The spec as a Hugging Face config.json, GPT2LMHeadModel or LlamaForCausalLM, which read_model_config reads
 // back to the same spec (name and vocabulary padding aside).

@@ -66,35 +66,51 @@ void init_frozen(const TensorDesc& t, const InitialValues& value, void* dst) {
   if (t.dtype == DType::f16) fill_tensor<f16>(dst, value, t.numel());
 }
 
+// Parameter `id`'s initial value into its weights (this rank's part) and master copy.
+void init_param(const ModelGraph& model, Allocation& memory, int id, const InitialValues& value) {
+  const Plan& plan = memory.plan();
+  const TensorDesc& t = model.graph.table[id];
+  if (t.category == Category::frozen) {
+    init_frozen(t, value, memory.data(id));
+    return;
+  }
+  const int64_t offset = memory.param_offset(id), n = t.numel();
+  // This rank's part of the weights: all of them, or its shard under ZeRO-3.
+  const int64_t first = std::max(offset, plan.weights_begin()),
+                last = std::min(offset + n, plan.weights_end());
+  if (first < last) {
+    if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
+    if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
+    if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
+  }
+  // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
+  // offload file in chunks when offloaded).
+  const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
+  if (plan.policy.master_weights)
+    memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+      fill(w.master, value, w.begin - offset, w.end - w.begin);
+    });
+}
+
 }  // namespace
 
 void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
                  const std::function<InitRule(const TensorDesc&)>& rule) {
-  const Plan& plan = memory.plan();
   for (int id : model.params) {
     const TensorDesc& t = model.graph.table[id];
-    const InitialValues value(t, lora_rule(t, rule), seed);
-    if (t.category == Category::frozen) {
-      init_frozen(t, value, memory.data(id));
-      continue;
-    }
-    const int64_t offset = memory.param_offset(id), n = t.numel();
-    // This rank's part of the weights: all of them, or its shard under ZeRO-3.
-    const int64_t first = std::max(offset, plan.weights_begin()),
-                  last = std::min(offset + n, plan.weights_end());
-    if (first < last) {
-      if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
-      if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
-      if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
-    }
-    // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
-    // offload file in chunks when offloaded).
-    const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-    if (plan.policy.master_weights)
-      memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
-        fill(w.master, value, w.begin - offset, w.end - w.begin);
-      });
+    init_param(model, memory, id, InitialValues(t, lora_rule(t, rule), seed));
   }
+}
+
+void init_adapters(const ModelGraph& model, Allocation& memory, uint64_t seed) {
+  for (int id : model.params)
+    if (const TensorDesc& t = model.graph.table[id]; is_lora_a(t.name) || is_lora_b(t.name))
+      init_param(model, memory, id, InitialValues(t, lora_rule(t, nullptr), seed));
+}
+
+void initial_values(const TensorDesc& t, const InitRule& rule, uint64_t seed, int64_t first, int64_t n,
+                    float* dst) {
+  fill(dst, InitialValues(t, rule, seed), first, n);
 }
 
 }  // namespace mt

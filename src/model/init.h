@@ -22,4 +22,12 @@ struct InitRule {
 void init_params(const ModelGraph& model, Allocation& memory, uint64_t seed,
                  const std::function<InitRule(const TensorDesc&)>& rule);
 
+// LoRA's adapters alone, for a base loaded from a file.
+void init_adapters(const ModelGraph& model, Allocation& memory, uint64_t seed);
+
+// Elements [first, first + n) of parameter t's initial value under `rule`, in fp32: what init_params stores
+// before rounding to the weights' dtype.
+void initial_values(const TensorDesc& t, const InitRule& rule, uint64_t seed, int64_t first, int64_t n,
+                    float* dst);
+
 }  // namespace mt

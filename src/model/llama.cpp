@@ -2,8 +2,6 @@
 
 #include <string>
 
-#include "model/init.h"
-
 namespace mt {
 
 namespace {
@@ -35,14 +33,16 @@ ModelGraph build_llama_graph(const ModelSpec& spec, const StepConfig& step) {
   return build_transformer_graph(spec, step, llama_family(spec));
 }
 
+InitRule llama_init_rule(const ModelSpec& spec, const TensorDesc& t) {
+  if (t.name.ends_with(".bias")) return {.constant = 0.0f};
+  if (t.name.ends_with("norm.weight")) return {.constant = 1.0f};
+  // Only real vocabulary rows are drawn; padding rows stay zero and never change.
+  const bool vocab = t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight";
+  return {.stddev = 0.02f, .drawn = vocab ? spec.vocab_size * spec.n_embd : t.numel()};
+}
+
 void init_llama_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {
-  init_params(model, memory, seed, [&](const TensorDesc& t) -> InitRule {
-    if (t.name.ends_with(".bias")) return {.constant = 0.0f};
-    if (t.name.ends_with("norm.weight")) return {.constant = 1.0f};
-    // Only real vocabulary rows are drawn; padding rows stay zero and never change.
-    const bool vocab = t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight";
-    return {.stddev = 0.02f, .drawn = vocab ? spec.vocab_size * spec.n_embd : t.numel()};
-  });
+  init_params(model, memory, seed, [&](const TensorDesc& t) { return llama_init_rule(spec, t); });
 }
 
 }  // namespace mt

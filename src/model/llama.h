@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "memory/allocation.h"
+#include "model/init.h"
 #include "model/spec.h"
 #include "model/transformer_graph.h"
 
@@ -17,6 +18,7 @@ ModelGraph build_llama_graph(const ModelSpec& spec, const StepConfig& step);
 
 // Hugging Face's LLaMA initialisation: every matrix N(0, 0.02), RMSNorm weights 1, biases 0; padded
 // vocabulary rows stay zero.
+InitRule llama_init_rule(const ModelSpec& spec, const TensorDesc& t);
 void init_llama_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed);
 
 }  // namespace mt

@@ -19,6 +19,10 @@ void init_model_params(const ModelSpec& spec, const ModelGraph& model, Allocatio
     init_gpt2_params(spec, model, memory, seed);
 }
 
+InitRule init_rule(const ModelSpec& spec, const TensorDesc& param) {
+  return spec.arch == Arch::llama ? llama_init_rule(spec, param) : gpt2_init_rule(spec, param);
+}
+
 bool weight_decays(const TensorDesc& param) {
   return param.shape.size() == 2;
 }

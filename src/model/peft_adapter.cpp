@@ -47,6 +47,10 @@ std::vector<FileTensor> adapter_tensors(const ModelSpec& spec, const ModelGraph&
 
 }  // namespace
 
+bool peft_fan_in_fan_out(const ModelSpec& spec) {
+  return spec.arch == Arch::gpt2;
+}
+
 std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_name) {
   return "base_model.model." + hf_path(spec, param_name);
 }
@@ -91,7 +95,7 @@ void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const Mode
                                  {"lora_dropout", lora.dropout},
                                  {"target_modules", target_modules(model, lora)},
                                  {"bias", "none"},
-                                 {"fan_in_fan_out", spec.arch == Arch::gpt2},
+                                 {"fan_in_fan_out", peft_fan_in_fan_out(spec)},
                                  {"modules_to_save", nullptr},
                                  {"base_model_name_or_path", base},
                                  {"inference_mode", true}};

@@ -11,6 +11,9 @@
 
 namespace mt {
 
+// PEFT's fan_in_fan_out: the family's weights are Conv1D [in, out] (GPT-2), not nn.Linear [out, in].
+bool peft_fan_in_fan_out(const ModelSpec& spec);
+
 // The PEFT key of one of our adapter parameters ("h.0.attn.c_attn.lora_A.weight").
 std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_name);
 

@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -111,30 +111,31 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   });
 }
 
-// Checks entry e of the file against f's shape and the dtypes a load converts, then stores it.
-void load_checked(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
-                  const FileTensor& f) {
+// Checks entry e of the file against f's shape and the dtypes a load converts.
+void check_entry(const SafetensorsReader& reader, const TensorEntry& e, const FileTensor& f) {
   if (e.shape != f.shape)
     fail_data(reader.path() + ": tensor " + f.name + " has shape " + shape_text(e.shape) + ", expected " +
               shape_text(f.shape));
   if (e.dtype != DType::f32 && e.dtype != DType::bf16 && e.dtype != DType::f16)
     fail_data(reader.path() + ": tensor " + f.name + " has dtype " + std::string(dtype_name(e.dtype)) +
               ", expected F32, BF16 or F16");
+}
+
+void load_checked(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
+                  const FileTensor& f) {
+  check_entry(reader, e, f);
   store_loaded(reader, e, memory, f);  // padding rows (after the file's rows) keep their zeros
 }
 
-// The safetensors files behind a load path: the file itself, or an index's shards.
-std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::string& path) {
+}  // namespace
+
+std::vector<std::string> weight_files(const std::string& path) {
   std::string file = path;
   if (fs::is_directory(path))
     file = fs::exists(fs::path(path) / "model.safetensors.index.json")
                ? (fs::path(path) / "model.safetensors.index.json").string()
                : (fs::path(path) / "model.safetensors").string();
-  std::vector<std::unique_ptr<SafetensorsReader>> readers;
-  if (!file.ends_with(".json")) {
-    readers.push_back(std::make_unique<SafetensorsReader>(file));
-    return readers;
-  }
+  if (!file.ends_with(".json")) return {file};
   std::ifstream in(file);
   if (!in) fail_data(file + ": cannot read");
   nlohmann::json index;
@@ -145,17 +146,48 @@ std::vector<std::unique_ptr<SafetensorsReader>> open_checkpoint(const std::strin
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail_data(file + ": no \"weight_map\" object");
-  std::map<std::string, bool> shards;  // sorted, so the shards open in name order
+  std::set<std::string> shards;  // sorted, so the shards open in name order
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) fail_data(file + ": weight_map[\"" + name + "\"] is not a file name");
-    shards[shard.get<std::string>()] = true;
+    shards.insert(shard.get<std::string>());
   }
-  for (const auto& [shard, unused] : shards)
-    readers.push_back(std::make_unique<SafetensorsReader>((fs::path(file).parent_path() / shard).string()));
-  return readers;
+  std::vector<std::string> files;
+  for (const std::string& shard : shards) files.push_back((fs::path(file).parent_path() / shard).string());
+  return files;
 }
 
-}  // namespace
+WeightFiles::WeightFiles(const std::string& path, const ModelSpec& spec) : path_(path) {
+  for (const std::string& file : weight_files(path))
+    readers_.push_back(std::make_unique<SafetensorsReader>(file));
+  for (const auto& reader : readers_)
+    for (const TensorEntry& e : reader->tensors())
+      if (const std::optional<std::string> name = checkpoint_name(spec, e.name))
+        by_name_[*name] = {reader.get(), &e};
+}
+
+const WeightFiles::Found& WeightFiles::at(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) fail_data(path_ + ": missing tensor " + name);
+  return it->second;
+}
+
+void WeightFiles::read_f32(const FileTensor& f, float* dst) const {
+  const Found& found = at(f.name);
+  check_entry(*found.reader, *found.entry, f);
+  std::vector<char> bytes(found.entry->bytes());
+  found.reader->read(*found.entry, bytes.data());
+  check_finite(*found.reader, f, bytes.data(), found.entry->dtype, f.numel());
+  for (int64_t i = 0; i < f.numel(); ++i) dst[i] = file_value(bytes.data(), found.entry->dtype, i);
+}
+
+void write_weight_index(const std::string& path, const std::vector<WeightShard>& shards,
+                        uint64_t total_bytes) {
+  nlohmann::json index = {{"metadata", {{"total_size", total_bytes}}},
+                          {"weight_map", nlohmann::json::object()}};
+  for (const WeightShard& shard : shards)
+    for (const FileTensor& f : shard.tensors) index["weight_map"][f.name] = shard.file;
+  write_file_atomically(path, index.dump(2) + "\n");
+}
 
 // From the master copy (streamed in the optimizer state's windows, which may be offloaded) or from the
 // weights.
@@ -196,26 +228,16 @@ void load_weight_file(const std::string& path, const std::vector<FileTensor>& in
 
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory) {
-  const std::vector<std::unique_ptr<SafetensorsReader>> readers = open_checkpoint(path);
-  struct Found {
-    const SafetensorsReader* reader;
-    const TensorEntry* entry;
-  };
-  std::map<std::string, Found> by_name;
-  for (const auto& reader : readers) {
-    for (const TensorEntry& e : reader->tensors()) {
-      const std::optional<std::string> name = checkpoint_name(spec, e.name);
-      if (name) by_name[*name] = {reader.get(), &e};
-    }
-  }
+  const WeightFiles files(path, spec);
+  std::set<std::string> unread;
+  for (const auto& [name, found] : files.tensors()) unread.insert(name);
   for (const FileTensor& f : checkpoint_tensors(spec, model)) {
-    const auto it = by_name.find(f.name);
-    if (it == by_name.end()) fail_data(path + ": missing tensor " + f.name);
-    load_checked(*it->second.reader, *it->second.entry, memory, f);
-    by_name.erase(it);
+    const WeightFiles::Found& found = files.at(f.name);
+    load_checked(*found.reader, *found.entry, memory, f);
+    unread.erase(f.name);
   }
-  if (!by_name.empty())
-    fail_data(path + ": unexpected tensor " + by_name.begin()->first + " for this " +
+  if (!unread.empty())
+    fail_data(path + ": unexpected tensor " + *unread.begin() + " for this " +
               (spec.arch == Arch::llama ? "LLaMA" : "GPT-2") + " model");
 }
 
@@ -227,7 +249,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
     return;
   }
   // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
-  std::vector<std::vector<FileTensor>> shards;
+  std::vector<WeightShard> shards;
   uint64_t shard_bytes = 0, total = 0;
   for (const FileTensor& f : tensors) {
     const uint64_t bytes = static_cast<uint64_t>(f.numel()) *
@@ -236,19 +258,18 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
       shards.emplace_back();
       shard_bytes = 0;
     }
-    shards.back().push_back(f);
+    shards.back().tensors.push_back(f);
     shard_bytes += bytes;
     total += bytes;
   }
-  nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
   const fs::path folder = fs::path(path).parent_path();
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
-    write_weight_file((folder / name).string(), shards[s], memory);
-    for (const FileTensor& f : shards[s]) index["weight_map"][f.name] = name;
+    shards[s].file = name;
+    write_weight_file((folder / name).string(), shards[s].tensors, memory);
   }
-  write_file_atomically(path, index.dump(2) + "\n");
+  write_weight_index(path, shards, total);
 }
 
 }  // namespace mt

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "memory/allocation.h"
 #include "model/checkpoint_layout.h"
 #include "model/graph_builder.h"
@@ -14,6 +18,41 @@ namespace mt {
 
 // Hugging Face's default shard size for save_pretrained.
 constexpr uint64_t kDefaultShardBytes = 5'000'000'000;
+
+// The safetensors files behind a weights path: a .safetensors file, or the shards a
+// model.safetensors.index.json lists (in name order, from the index's folder), or those of a folder holding
+// either.
+std::vector<std::string> weight_files(const std::string& path);
+
+// A model's weight files open for reading, their tensors found by checkpoint name (checkpoint_name: tensors
+// memtrain ignores are left out).
+class WeightFiles {
+ public:
+  struct Found {
+    const SafetensorsReader* reader;
+    const TensorEntry* entry;
+  };
+  WeightFiles(const std::string& path, const ModelSpec& spec);
+  const std::map<std::string, Found>& tensors() const { return by_name_; }
+  // A data error naming the path when the files lack it.
+  const Found& at(const std::string& name) const;
+  // Tensor f's values in fp32, checked as load_weights checks them.
+  void read_f32(const FileTensor& f, float* dst) const;
+
+ private:
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
+  std::map<std::string, Found> by_name_;
+};
+
+// One shard file of sharded weights (its name beside the index) and the tensors it holds, in order.
+struct WeightShard {
+  std::string file;
+  std::vector<FileTensor> tensors;
+};
+// Writes model.safetensors.index.json at `path`, atomically: Hugging Face's weight_map of the shards.
+void write_weight_index(const std::string& path, const std::vector<WeightShard>& shards,
+                        uint64_t total_bytes);
 
 // Reads every parameter from `path`: a .safetensors file, a model.safetensors.index.json (its shards are
 // read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are accepted.

@@ -14,6 +14,7 @@
 #include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "memory/report.h"
+#include "model/init.h"
 #include "model/model.h"
 #include "model/peft_adapter.h"
 #include "model/weights.h"
@@ -97,10 +98,14 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   const TensorTable& table = model_.graph.table;
   memory_ = std::make_unique<Allocation>(table, plan_);
   Allocation& memory = *memory_;
-  if (cfg.init_from.empty())
+  if (cfg.init_from.empty()) {
     init_model_params(spec_, model_, memory, cfg.seed);
-  else
+  } else {
     load_weights(cfg.init_from, spec_, model_, memory);
+    init_adapters(model_, memory, cfg.seed);  // the file holds the base only
+    // Checksummed now, close to the load, rather than at the first save, after the file may have changed.
+    if (cfg.lora.enabled() && !cfg.save.empty()) base_files();
+  }
   if (!cfg.init_adapter.empty()) load_peft_adapter(cfg.init_adapter, spec_, model_, memory, cfg.lora);
   train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data,
                                            static_cast<uint16_t*>(memory.data(run_.train_window)));

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -85,7 +86,11 @@ class Trainer {
   void save_memory_timeline();
   // What a checkpoint records of the step it was taken after.
   nlohmann::json step_metrics(const StepOutcome& outcome) const;
-  ckpt::CheckpointState checkpoint_state(int64_t step, nlohmann::json metrics) const;
+  ckpt::CheckpointState checkpoint_state(int64_t step, nlohmann::json metrics);
+  // LoRA from --init-from: the base's files and checksums, computed at the first call.
+  const std::vector<ckpt::ManifestFile>& base_files();
+  // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise.
+  void check_resumed_base(const ckpt::CheckpointState& state, const std::string& where);
   std::string save_state(const std::string& save_dir, const ckpt::CheckpointState& state);
   // The planned buffer that checkpoint files are checksummed through.
   std::span<char> checkpoint_stream() const;
@@ -111,7 +116,8 @@ class Trainer {
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
   std::string run_id_;  // the lineage of the checkpoints this run writes (ckpt::CheckpointState::run_id)
-  nlohmann::json resumed_metrics_;  // of the step resumed from
+  nlohmann::json resumed_metrics_;                             // of the step resumed from
+  std::optional<std::vector<ckpt::ManifestFile>> base_files_;  // base_files(), once computed
 };
 
 }  // namespace mt

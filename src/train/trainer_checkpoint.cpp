@@ -1,6 +1,7 @@
 // The Trainer's checkpoint hooks: what a checkpoint holds of the run, and resuming from one.
 #include <cstdio>
 
+#include "ckpt/base_weights.h"
 #include "ckpt/flat_states.h"
 #include "ckpt/reader.h"
 #include "ckpt/writer.h"
@@ -29,7 +30,17 @@ nlohmann::json Trainer::step_metrics(const StepOutcome& outcome) const {
   return metrics;
 }
 
-ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json metrics) const {
+const std::vector<ckpt::ManifestFile>& Trainer::base_files() {
+  if (!base_files_) base_files_ = ckpt::checksum_base(cfg_.init_from, "--init-from: ", checkpoint_stream());
+  return *base_files_;
+}
+
+void Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
+  if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return;  // a seed's base: the settings name it
+  ckpt::check_recorded_base(state, base_files(), cfg_.init_from, where);
+}
+
+ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json metrics) {
   ckpt::CheckpointState s;
   s.step = step;
   s.optimizer_updates = optimizer_->updates_taken();
@@ -51,6 +62,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   // the adapters (the frozen base comes back from --init-from or the seed, which the settings record).
   for (const FileTensor& f : trainable_tensors(spec_, model_))
     s.layout.tensors.push_back({f.name, f.shape, plan_.param_offset[f.param] + f.offset});
+  if (cfg_.lora.enabled() && !cfg_.init_from.empty()) s.base_files = base_files();
   return s;
 }
 
@@ -97,6 +109,7 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
+  check_resumed_base(state, where);
   ckpt::load_model_states(checkpoint_dir, state, *memory_);
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);

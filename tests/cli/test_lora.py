@@ -47,9 +47,12 @@ class LoraRun(CliTestCase):
         per_layer = 4 * (64 + 192) + 4 * (64 + 64) + 4 * (64 + 256) + 4 * (256 + 64)
         weights = self.tmp / "base.safetensors"
         self.train(save_weights=weights, expect=0)  # a base to start from, written by a full run
-        out = self.tmp / "lora"
-        result = self.train(init_from=weights, out=out, train_iters=3, expect=0, **LORA)
+        out, saves = self.tmp / "lora", self.tmp / "saves"
+        result = self.train(init_from=weights, out=out, save=saves, train_iters=3, expect=0, **LORA)
         self.assertIn(f"trainable parameters {2 * per_layer:,} of", result.stdout)
+        # The file holds the base only: the adapters start as PEFT's (A drawn, B zero) and train.
+        adapters = read_safetensors(saves / "step_00000003" / "model.safetensors")
+        self.assertTrue(any(b != 0 for b in adapters["h.0.attn.c_attn.lora_B.weight"][1]), "B has not trained")
         memory = read_memory(out)
         self.assertEqual(memory["planned"], memory["measured"])
         self.assertEqual(memory["planned"]["params"], 2 * per_layer * 4)

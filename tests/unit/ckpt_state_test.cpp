@@ -49,6 +49,23 @@ TEST(CheckpointState, SurvivesAJsonRoundTrip) {
   EXPECT_EQ(r.layout.tensors[0].numel(), 20);
 }
 
+TEST(CheckpointState, NamesALoraBaseByItsFilesChecksums) {
+  CheckpointState s = sample_state();
+  EXPECT_FALSE(state_from_json(to_json(s), "state.json").base_files.has_value());  // a seed's base
+  s.base_files = {{"base/model-00001-of-00002.safetensors", 1234, 0xdeadbeefu},
+                  {"base/model-00002.safetensors", 8, 0}};
+  const CheckpointState r = state_from_json(nlohmann::json::parse(to_json(s).dump()), "state.json");
+  ASSERT_TRUE(r.base_files.has_value());
+  ASSERT_EQ(r.base_files->size(), 2u);
+  EXPECT_EQ((*r.base_files)[0].name, "base/model-00001-of-00002.safetensors");
+  EXPECT_EQ((*r.base_files)[0].bytes, 1234u);
+  EXPECT_EQ((*r.base_files)[0].crc32c, 0xdeadbeefu);
+  EXPECT_EQ((*r.base_files)[1].crc32c, 0u);
+  nlohmann::json j = to_json(s);
+  j["base"]["files"][0]["crc32c"] = "not hex";
+  EXPECT_THROW(state_from_json(j, "state.json"), Error);
+}
+
 TEST(CheckpointState, RejectsMissingFieldsAndOutOfRangeTensors) {
   nlohmann::json j = to_json(sample_state());
   j.erase("data");
