@@ -108,7 +108,9 @@ run_memtrain() {
       activations_unpacked_bytes: $memory[0].activations_unpacked_bytes,
       # {planned, measured}: the measured value, the bytes the run actually held.
       model_state_bytes_per_param: ($memory[0].model_state_bytes_per_param
-                                    | if type == "object" then .measured else . end)}' \
+                                    | if type == "object" then .measured else . end),
+      # Weights (frozen ones too), master weights, gradients and optimizer states, as the plan holds them.
+      model_state_bytes: ($memory[0].measured | .params + (.frozen // 0) + .master + .grads + .optim)}' \
     "$dir/metrics.jsonl" | summarize > "$dir.json"
 }
 
@@ -141,7 +143,7 @@ run_torch() {
     '{name: $name, engine: ("PyTorch " + .torch_version), flags: $flags, load_average: $load,
       load_average_end: $load_end, cpu_capability, openblas_core,
       steps: [.batch * .seq / .step_ms[] * 1000], step_ms, losses, peak_rss_bytes,
-      forward_rss_growth_bytes, model_state_bytes_per_param}' \
+      forward_rss_growth_bytes, model_state_bytes_per_param, model_state_bytes}' \
     "$out/$name.raw.json" | summarize > "$out/$name.json"
 }
 
@@ -212,15 +214,16 @@ print_table() {
   mfu="$(jq '.machine.fma_peak.gflops != null' "$r")"
   echo
   print_machine "$r"
-  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\t%ssteady\tpeak RSS (GiB)\tstate B/param\tloss first -> last\n' \
+  { printf 'config\tflags\tload avg\ttokens/s\tbest-step tokens/s\t%ssteady\tpeak RSS (GiB)\tstate B/param\tstate MiB\tloss first -> last\n' \
       "$([ "$mfu" = true ] && printf 'MFU\t')"
     jq -r --argjson mfu "$mfu" '.configs[] | [.name, (if .flags == "" then "-" else .flags end)]
-      + if .skipped then ["-", "skipped"] + [range(if $mfu then 6 else 5 end) | "-"]
+      + if .skipped then ["-", "skipped"] + [range(if $mfu then 7 else 6 end) | "-"]
         else [.load_average, (.tokens_per_sec * 10 | round / 10), (.best_step_tokens_per_sec * 10 | round / 10)]
           + (if $mfu then ["\(.mfu * 1000 | round / 10)%"] else [] end)
           + [(if .steady then "yes" else "NO" end),
              (.peak_rss_bytes / 1073741824 * 100 | round / 100),
              (.model_state_bytes_per_param // "?" | if type == "number" then . * 100 | round / 100 else . end),
+             (.model_state_bytes // "?" | if type == "number" then . / 1048576 * 10 | round / 10 else . end),
              "\(.losses[0] * 100 | round / 100) -> \(.losses[-1] * 100 | round / 100)"] end | @tsv' "$r"
   } | column -t -s $'\t'
   echo

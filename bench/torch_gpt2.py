@@ -113,15 +113,19 @@ def batches(tokens, b, t):
         pos += span
 
 
-def model_state_bytes_per_param(model, opt):
-    """Bytes of parameters, their gradients and the optimizer's state tensors (AdamW: two moments) per
-    parameter."""
+def model_state_bytes(model, opt):
+    """Bytes of parameters (frozen ones too), their gradients and the optimizer's state tensors (AdamW: two
+    moments)."""
     # ZeroRedundancyOptimizer keeps this rank's share of the state in its local optimizer, .optim.
     state = getattr(opt, "optim", opt).state
     tensors = [p for p in model.parameters()]
     tensors += [p.grad for p in model.parameters() if p.grad is not None]
     tensors += [v for st in state.values() for v in st.values() if torch.is_tensor(v)]
-    return sum(t.numel() * t.element_size() for t in tensors) / sum(p.numel() for p in model.parameters())
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def model_state_bytes_per_param(model, opt):
+    return model_state_bytes(model, opt) / sum(p.numel() for p in model.parameters())
 
 
 def rss_bytes():
@@ -252,6 +256,7 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
         "tokens_per_sec": statistics.median(args.batch * args.seq / (ms / 1e3) for ms in step_ms),
         "losses": losses,
         "model_state_bytes_per_param": model_state_bytes_per_param(model, opt),
+        "model_state_bytes": model_state_bytes(model, opt),
         "forward_rss_growth_bytes": statistics.median(forward_rss_growth),
         "peak_rss_bytes": peak_rss_bytes(),
     }))

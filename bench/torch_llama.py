@@ -6,7 +6,9 @@ Hugging Face does (every matrix N(0, 0.02), norm weights 1).
 
 fp32 by default; --autocast bf16 runs the forward and the loss under torch.autocast(device_type="cpu",
 dtype=torch.bfloat16), parameters, gradients and AdamW staying fp32. The loop, flags and JSON summary are
-torch_gpt2.py's (run_benchmark). Run with Debian's /usr/bin/python3 (torch 1.13).
+torch_gpt2.py's (run_benchmark). --lora-rank R applies LoRA as PEFT does to every linear module of the layers
+(y = x W^T + (alpha / R) x A^T B^T, A Kaiming-uniform, B zero) and freezes everything else: bench_lora.sh's
+reference. Run with Debian's /usr/bin/python3 (torch 1.13).
 """
 import json
 import math
@@ -104,12 +106,41 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
+class LoraLinear(nn.Module):
+    """A frozen nn.Linear with PEFT's adapter beside it."""
+
+    def __init__(self, base, rank, alpha):
+        super().__init__()
+        self.base, self.scale = base, alpha / rank
+        base.weight.requires_grad_(False)
+        self.lora_A = nn.Parameter(torch.empty(rank, base.in_features))
+        self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
+        nn.init.kaiming_uniform_(self.lora_A, a=math.sqrt(5))
+
+    def forward(self, x):
+        return self.base(x) + (x @ self.lora_A.t() @ self.lora_B.t()) * self.scale
+
+
+LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
 def make_model(args):
     with open(args.config) as f:
         config = json.load(f)
-    return Llama(config, args.vocab, checkpoint=args.checkpoint)
+    model = Llama(config, args.vocab, checkpoint=args.checkpoint)
+    if args.lora_rank:
+        model.requires_grad_(False)
+        for block in model.layers:
+            for name in LINEAR:
+                setattr(block, name, LoraLinear(getattr(block, name), args.lora_rank, args.lora_alpha))
+    return model
+
+
+def add_model_args(ap):
+    ap.add_argument("--config", required=True, help="Hugging Face LLaMA config.json")
+    ap.add_argument("--lora-rank", type=int, default=0, help="LoRA on every linear of the layers (0: none)")
+    ap.add_argument("--lora-alpha", type=float, default=8.0)
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__, make_model,
-                  lambda ap: ap.add_argument("--config", required=True, help="Hugging Face LLaMA config.json"))
+    run_benchmark(__doc__, make_model, add_model_args)
