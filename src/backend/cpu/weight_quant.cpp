@@ -74,19 +74,23 @@ void quantize_weight(const float* x, const QuantizedWeight& q) {
 
 namespace {
 
-// Elements [lo, hi) of block b into out[0, hi - lo).
+// Elements [lo, hi) of block b into out[0, hi - lo). A loop per format without branches inside, so that it
+// vectorizes (the products dequantize every weight on every micro-batch).
 template <typename T>
 void dequantize_in_block(const QuantizedWeight& q, int64_t b, int64_t lo, int64_t hi, T* out) {
-  const float absmax = stored_absmax(q, b), scale = absmax / 127.0f;
+  const float absmax = stored_absmax(q, b);
+  const uint8_t* codes = q.codes;
+  if (q.format == WeightFormat::int8) {
+    const float scale = absmax / 127.0f;
+#pragma omp simd
+    for (int64_t i = lo; i < hi; ++i)
+      out[i - lo] = round_to<T>(static_cast<float>(static_cast<int8_t>(codes[i])) * scale);
+    return;
+  }
+#pragma omp simd
   for (int64_t i = lo; i < hi; ++i) {
-    float value;
-    if (q.format == WeightFormat::int8) {
-      value = static_cast<float>(static_cast<int8_t>(q.codes[i])) * scale;
-    } else {
-      const uint8_t byte = q.codes[i / 2];
-      value = kNf4Values[i % 2 == 0 ? byte >> 4 : byte & 15] * absmax;
-    }
-    out[i - lo] = round_to<T>(value);
+    const int shift = (i & 1) == 0 ? 4 : 0;  // element 2k in the high nibble of byte k
+    out[i - lo] = round_to<T>(kNf4Values[(codes[i >> 1] >> shift) & 15] * absmax);
   }
 }
 
