@@ -1,19 +1,23 @@
-// `memtrain prepare`: text files -> token shards (train and validation) in llm.c's format.
+// `memtrain prepare`: text files, or a JSON Lines file of instruction records, -> token shards (train and
+// validation) in llm.c's format, the records' with loss masks beside them.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "data/instruction.h"
 #include "data/tokenizer.h"
 
 namespace mt {
 
 struct PrepareConfig {
-  std::vector<std::string> inputs;  // text files, read whole, each one a document
+  std::vector<std::string> inputs = {};  // text files, read whole, each one a document
+  std::string jsonl = {};  // or instruction records (data/instruction.h); exactly one of the two
+  InstructionKeys keys = {};
   std::string out_dir;
   std::string name = "data";   // shards are named {name}_{train|val}_{NNNNNN}.bin
-  double val_fraction = 0.05;  // the last fraction of the token stream goes to validation
+  double val_fraction = 0.05;  // the last fraction of the token stream goes to validation (whole records)
   int64_t shard_tokens = 100'000'000;
   // When val_fraction > 0, validation gets at least this many tokens (one loader window, B*T+1) if the
   // training split keeps at least as many.
@@ -23,6 +27,7 @@ struct PrepareConfig {
 struct PrepareResult {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
+  int64_t records = 0, counted_tokens = 0;  // instruction records, and the tokens their loss counts
   std::vector<std::string> files;
 };
 

@@ -1,5 +1,7 @@
 // Token shards in llm.c's format: a header of 256 int32 (magic 20240520, version 1, token count, rest zero),
-// then the tokens as uint16.
+// then the tokens as uint16. A shard may have a loss mask beside it (X.bin -> X.mask): the same header with
+// magic 20261201 and version 1, then one uint8 per token of X.bin, 1 when the loss counts that token as a
+// target (it is predicted from the tokens before it), 0 when it does not.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,20 @@ constexpr int64_t kShardHeaderInts = 256;
 
 // Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written shard.
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+constexpr int32_t kLossMaskMagic = 20261201;
+constexpr int32_t kLossMaskVersion = 1;
+
+// The loss mask beside the token shard at shard_path: its .bin replaced by .mask (not *.bin, so that
+// find_shards never takes it for a shard).
+std::string loss_mask_path(const std::string& shard_path);
+// Atomically, as write_shard; every value must be 0 or 1 (a logic error otherwise).
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask);
+// Checks a mask's header and size against the shard's token count, as open_shard does; data errors name it.
+void check_loss_mask(const std::string& path, int64_t num_tokens);
+// Whether the shards have loss masks: true when all do, false when none does, a data error naming a shard
+// without one when only some do.
+bool shards_have_loss_masks(const std::vector<std::string>& shard_paths);
 
 // Opens and checks a shard without loading its tokens: magic, version, size matches the count.
 // Every failure is a data error naming the file.
