@@ -133,6 +133,8 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const ModelSpec& spec = r.spec;
   const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = spec.padded_vocab_size;
   const int64_t rows = table[a.logits].numel() / Vp;
+  const int64_t counted = counted_targets(a, table, m);
+  const uint8_t* loss_mask = a.loss_mask >= 0 ? m.u8(a.loss_mask) : nullptr;
   float* losses = m.f32(a.losses);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
@@ -140,6 +142,7 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .x = m.as<T>(a.inp) + r0 * C,
         .wte = weights<T>(m, op, a.weight),
         .targets = m.i32(a.targets) + r0,
+        .loss_mask = loss_mask ? loss_mask + r0 : nullptr,
         .logits = m.f32(a.logits),
         .dlogits = optional<T>(m, a.logits_grad),
         .losses = losses + r0,
@@ -150,7 +153,7 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .C = C,
         .V = spec.vocab_size,
         .Vp = Vp,
-        .grad_scale = r.grad_scale / static_cast<float>(N),
+        .grad_scale = r.grad_scale / static_cast<float>(std::max<int64_t>(counted, 1)),
     });
   }
   double loss_sum = 0;

@@ -93,12 +93,15 @@ struct Swiglu {  // out = silu(gate) * up
 };
 
 // Per-position losses of inp @ weight^T against targets, a chunk of logits at a time; training also takes
-// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad.
+// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
+// (u8, 1: counted) the loss is the mean over the counted targets only, and the others get no gradient.
 struct LmHeadLoss {
   static constexpr OpKind kind = OpKind::lm_head_loss;
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
-      targets = -1;
-  auto ids() { return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets); }
+      targets = -1, loss_mask = -1;
+  auto ids() {
+    return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask);
+  }
 };
 
 struct LayerNormBackward {  // dinp +=, grads of weight and bias  <-  dout, inp, weight, mean, rstd

@@ -19,6 +19,8 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   if (matmul_floats > 0) mm_ = scratch("matmul.scratch", matmul_floats);
   m_.tokens = tensor("batch.tokens", {step_.batch, step_.seq_len}, Category::other, DType::i32);
   m_.targets = tensor("batch.targets", {step_.batch, step_.seq_len}, Category::other, DType::i32);
+  if (step_.loss_mask)
+    m_.loss_mask = tensor("batch.loss_mask", {step_.batch, step_.seq_len}, Category::other, DType::u8);
 }
 
 int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
@@ -216,7 +218,8 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp) {
                                 .logits = logits,
                                 .logits_grad = logits_grad,
                                 .matmul_scratch = mm_,
-                                .targets = m_.targets});
+                                .targets = m_.targets,
+                                .loss_mask = m_.loss_mask});
   return dinp;
 }
 

@@ -25,16 +25,18 @@ struct StepConfig {
   kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
   LoraConfig lora = {};
-  uint64_t seed = 0;  // the run's: LoRA dropout's masks
+  uint64_t seed = 0;       // the run's: LoRA dropout's masks
+  bool loss_mask = false;  // the data has loss masks (data/shard.h): the loss counts the targets they mark
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
 constexpr int64_t kLogitsChunkRows = 256;
 
-// A model's step: the graph, the batch's token ids (category other) and the parameters in creation order.
+// A model's step: the graph, the batch's token ids and targets' loss mask (category other; the mask -1
+// without StepConfig::loss_mask) and the parameters in creation order.
 struct ModelGraph {
   Graph graph;
-  int tokens = -1, targets = -1;
+  int tokens = -1, targets = -1, loss_mask = -1;
   std::vector<int> params;
 };
 

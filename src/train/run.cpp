@@ -9,6 +9,7 @@
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
 #include "core/error.h"
+#include "data/shard.h"
 #include "train/run_directories.h"
 #include "train/signals.h"
 #include "train/train_flags.h"
@@ -86,7 +87,10 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   trainer.finish();
 }
 
-void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
+void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
+  TrainConfig cfg = given;
+  cfg.loss_mask =
+      shards_have_loss_masks(find_shards(cfg.data, "train"));  // instruction data: the plan has the mask
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals

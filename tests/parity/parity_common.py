@@ -80,10 +80,23 @@ def random_params(shapes, is_norm, seed=1234):
     return params
 
 
-def random_batches(c):
+IGNORED = -100  # torch's ignore_index, which parity_dump turns into a loss mask
+
+
+def random_batches(c, masked=False):
+    """Random tokens and targets; `masked` leaves out about 40% of the targets (a different share per batch,
+    never all of them), as instruction data does, and cross_entropy's mean then counts only the others."""
     gen = torch.Generator().manual_seed(4321)
-    return [(torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen),
-             torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)) for _ in range(STEPS)]
+    batches = []
+    for _ in range(STEPS):
+        tokens = torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)
+        targets = torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)
+        if masked:
+            ignored = torch.rand(c["B"], c["T"], generator=gen) < 0.2 + 0.4 * torch.rand(1, generator=gen)
+            ignored.view(-1)[0] = False
+            targets = targets.masked_fill(ignored, IGNORED)
+        batches.append((tokens, targets))
+    return batches
 
 
 def run_dump(dump, c, config_json, params, batches, *args):
@@ -152,11 +165,12 @@ def adamw_losses(trained, loss_fn, batches):
     return losses
 
 
-def run_parity(dump, name, precision, c, config_json, params, forward):
-    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
+def run_parity(dump, name, precision, c, config_json, params, forward, masked=False):
+    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance.
+    `masked`: targets left out of the loss (cross_entropy's ignore_index), against memtrain's loss mask."""
     tol = TOLERANCES[precision]
     B, T = c["B"], c["T"]
-    batches = random_batches(c)
+    batches = random_batches(c, masked)
     got = run_dump(dump, c, config_json, params, batches, precision)
     check = Checks()
 
@@ -187,4 +201,4 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
     losses = adamw_losses(params, lambda tokens, targets: loss_of(forward, params, c, tokens, targets), batches)
     for i, (a, b) in enumerate(zip(got["losses"].tolist(), losses), start=1):
         check(f"loss at step {i}", abs(a - b) / abs(b), tol["steps"])
-    check.finish(f"parity {name} {precision}")
+    check.finish(f"parity {name} {precision}{' masked' if masked else ''}")

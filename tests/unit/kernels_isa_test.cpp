@@ -142,7 +142,7 @@ IsaCase linear_case() {
             std::vector<float> logits(M * Vp), losses(M);
             std::vector<T> dlogits(std::is_same_v<T, float> ? 0 : M * Vp), dh(M * n_out);
             std::vector<G> dwte(Vp * n_out);
-            lm_head_loss_chunk<T, G>({y.data(), wte.data(), targets.data(), logits.data(),
+            lm_head_loss_chunk<T, G>({y.data(), wte.data(), targets.data(), nullptr, logits.data(),
                                       dlogits.empty() ? nullptr : dlogits.data(), losses.data(), dh.data(),
                                       dwte.data(), scratch.empty() ? nullptr : scratch.data(), M, n_out, V,
                                       Vp, 1.0f / M});
