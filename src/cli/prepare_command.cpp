@@ -20,6 +20,7 @@ constexpr auto kTokenizerNames = names_in_order<TokenizerKind>("gpt2", "byte");
 
 struct PrepareArgs {
   PrepareConfig config;
+  bool pack = false;
   std::string tokenizer = "gpt2";
   std::string encoder_json, vocab_bpe;  // empty: gpt2_vocabulary_file finds them
 };
@@ -58,7 +59,25 @@ void explain_validation_share(const PrepareConfig& config, const PrepareResult& 
       static_cast<long long>(config.min_val_tokens));
 }
 
+// What packing saved: the padding of one record per sequence against the packed sequences'.
+void print_packing(const PackStats& p) {
+  const auto share = [&](int64_t padding, int64_t sequences) {
+    return 100.0 * static_cast<double>(padding) /
+           static_cast<double>(std::max<int64_t>(1, sequences * p.seq_len));
+  };
+  std::printf(
+      "packed %lld records into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), against %lld "
+      "(%.1f%%) with one record per sequence; %lld fewer tokens to train on\n",
+      static_cast<long long>(p.records), static_cast<long long>(p.sequences),
+      static_cast<long long>(p.seq_len), static_cast<long long>(p.padding()), share(p.padding(), p.sequences),
+      static_cast<long long>(p.unpacked_padding()), share(p.unpacked_padding(), p.records),
+      static_cast<long long>(p.unpacked_padding() - p.padding()));
+}
+
 void run_prepare(const PrepareArgs& a) {
+  if (a.pack != (a.config.pack_seq_len > 0))
+    fail_usage(
+        "--pack and --seq-length go together: --pack --seq-length N packs records into sequences of N");
   const TokenizerKind kind = kTokenizerNames.parse_or_fail("--tokenizer", a.tokenizer);
   for (const auto& [flag, key] : {std::pair{"--prompt-key", &a.config.keys.prompt},
                                   std::pair{"--completion-key", &a.config.keys.completion},
@@ -84,7 +103,8 @@ void run_prepare(const PrepareArgs& a) {
     std::printf(
         "%lld records; the loss counts %lld of their %lld tokens (the completions and each record's end)\n",
         static_cast<long long>(r.records), static_cast<long long>(r.counted_tokens),
-        static_cast<long long>(r.train_tokens + r.val_tokens));
+        static_cast<long long>(r.record_tokens));
+  if (a.pack) print_packing(r.pack);
   explain_validation_share(a.config, r);
 }
 
@@ -105,6 +125,12 @@ void add_prepare_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--completion-key", args->config.keys.completion, "--jsonl: the completion's key")
       ->capture_default_str();
+  cmd->add_flag("--pack", args->pack,
+                "--jsonl: pack whole records into sequences of --seq-length tokens, each attending only to "
+                "itself (document-masked attention, positions restarting per record)");
+  cmd->add_option("--seq-length", args->config.pack_seq_len,
+                  "--pack: the sequence length, the same as train's --seq-length")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--messages-key", args->config.keys.messages,
                   "--jsonl: the key of a chat's list of {role, content} (system, user, assistant)")
       ->capture_default_str();

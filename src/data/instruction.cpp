@@ -42,7 +42,10 @@ class RecordWriter {
   RecordWriter(const Tokenizer& tokenizer, TokenStream& out)
       : tokenizer_(tokenizer), out_(out), end_(record_end_token(tokenizer)) {}
 
-  void begin() { out_.record_starts.push_back(static_cast<int64_t>(out_.tokens.size())); }
+  void begin(int64_t line) {
+    out_.record_starts.push_back(static_cast<int64_t>(out_.tokens.size()));
+    out_.record_lines.push_back(line);
+  }
 
   // Text whose tokens the loss counts (counted) or only reads as context.
   void add(const std::string& text, bool counted, const RecordSource& src) {
@@ -90,7 +93,7 @@ void render_chat(const json& messages, const std::string& key, const RecordSourc
 void render_record(const json& record, const InstructionKeys& keys, const RecordSource& src,
                    RecordWriter& out) {
   if (!record.is_object()) src.fail("record is " + type_of(record) + ", expected a JSON object");
-  out.begin();
+  out.begin(src.line);
   if (const auto chat = record.find(keys.messages); chat != record.end()) {
     render_chat(*chat, keys.messages, src, out);
   } else {

@@ -26,11 +26,11 @@ struct InstructionKeys {
 };
 
 // Records in file order, one after another: tokens, the mask of each token (1: the loss counts it as a
-// target), and where each record starts.
+// target), where each record starts and the line it came from (0: padding).
 struct TokenStream {
   std::vector<uint16_t> tokens;
   std::vector<uint8_t> loss_mask;
-  std::vector<int64_t> record_starts;
+  std::vector<int64_t> record_starts, record_lines;
 };
 
 // The token that closes each record.

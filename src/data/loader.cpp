@@ -117,16 +117,25 @@ struct Loader::Impl {
 
   // Every mask value must be 0 or 1; read through the window buffer's bytes.
   void scan_mask(int64_t s) {
-    check_loss_mask(path(s, true), shards[s].num_tokens);
+    const int64_t packed_for = check_loss_mask(path(s, true), shards[s].num_tokens);
+    if (packed_for != (cfg.packed ? cfg.seq_len : 0)) {
+      fail_data("shard " + path(s, true) + ": " +
+                (packed_for > 0 ? "records packed for sequences of " + std::to_string(packed_for) + " tokens"
+                                : std::string("records not packed")) +
+                ", but the run's sequences are " + std::to_string(cfg.seq_len) +
+                (cfg.packed ? " tokens, packed" : " tokens, not packed") +
+                " (prepare --pack --seq-length N packs for N)");
+    }
+    const uint8_t max = max_loss_mask_value(packed_for);
     const int64_t chunk = (bt + 1) * static_cast<int64_t>(sizeof(uint16_t));
     const auto* bytes = reinterpret_cast<const uint8_t*>(window);
     for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
       const int64_t count = std::min(chunk, shards[s].num_tokens - first);
       read(mask, s, true, first, count, window);
       for (int64_t i = 0; i < count; ++i) {
-        if (bytes[i] > 1) {
+        if (bytes[i] > max) {
           fail_data("shard " + path(s, true) + ": loss mask value " + std::to_string(bytes[i]) +
-                    " at position " + std::to_string(first + i) + " is neither 0 nor 1");
+                    " at position " + std::to_string(first + i) + " is above " + std::to_string(max));
         }
       }
     }
@@ -182,18 +191,25 @@ Loader::~Loader() {
   delete impl_;
 }
 
-void Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask) {
+void Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, int32_t* positions) {
   const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
   const int64_t w = impl_->window_at(cursor_.epoch, s, cursor_.window);
-  const int64_t bt = impl_->bt;
-  if ((loss_mask != nullptr) != impl_->cfg.loss_mask)
-    throw std::logic_error("loader: a loss mask buffer is required exactly when the shards have masks");
+  const int64_t bt = impl_->bt, T = impl_->cfg.seq_len;
+  if ((loss_mask != nullptr) != impl_->cfg.loss_mask || (positions != nullptr) != impl_->cfg.packed)
+    throw std::logic_error(
+        "loader: mask and position buffers are required exactly when the shards need them");
   impl_->read(s, w * bt, bt + 1);
-  // Target i is token i + 1 of the window, so its mask value is the mask's at i + 1.
-  if (loss_mask) impl_->read(impl_->mask, s, true, w * bt + 1, bt, loss_mask);
   const uint16_t* window = impl_->window;
   for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
   skip_batch();
+  if (!loss_mask) return;
+  // The window's mask, read through the window buffer now that its tokens are out: target i is token i + 1.
+  const auto* mask = reinterpret_cast<const uint8_t*>(impl_->window);
+  impl_->read(impl_->mask, s, true, w * bt, bt + 1, impl_->window);
+  for (int64_t i = 0; i < bt; ++i) loss_mask[i] = mask[i + 1] & kLossMaskCounted;
+  // Positions count from each record's start; every sequence of a packed shard starts one.
+  for (int64_t i = 0; positions && i < bt; ++i)
+    positions[i] = i % T == 0 || (mask[i] & kLossMaskRecordStart) ? 0 : positions[i - 1] + 1;
 }
 
 void Loader::skip_batch() {

@@ -24,6 +24,7 @@ struct LoaderConfig {
   uint64_t seed = 0;
   int32_t vocab_size = 0;  // tokens >= this are a data error naming the shard
   bool loss_mask = false;  // every shard has a loss mask (data/shard.h), read with its tokens
+  bool packed = false;     // the masks are packed for seq_len: positions restart at each record's start
 };
 
 class Loader {
@@ -39,9 +40,11 @@ class Loader {
 
   static int64_t window_tokens(const LoaderConfig& cfg) { return cfg.batch * cfg.seq_len + 1; }
 
-  // inputs[B*T], targets[B*T] and, with cfg.loss_mask, loss_mask[B*T] (1: the loss counts that target);
-  // moves the cursor on (to the next epoch after the last window).
-  void next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask = nullptr);
+  // inputs[B*T], targets[B*T], with cfg.loss_mask loss_mask[B*T] (1: the loss counts that target) and with
+  // cfg.packed positions[B*T] (each token's position in its record); moves the cursor on (to the next epoch
+  // after the last window).
+  void next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask = nullptr,
+                  int32_t* positions = nullptr);
   // Moves the cursor past one batch without reading it (the batches other data-parallel ranks take).
   void skip_batch();
 

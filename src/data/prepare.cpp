@@ -10,6 +10,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/shard.h"
@@ -26,23 +27,61 @@ std::string read_document(const std::string& path) {
   return text.str();
 }
 
+// The mask of tokens [begin, end), with the record starts marked when the stream is packed.
+std::vector<uint8_t> mask_bytes(const TokenStream& stream, int64_t begin, int64_t end, bool packed) {
+  std::vector<uint8_t> mask(stream.loss_mask.begin() + begin, stream.loss_mask.begin() + end);
+  if (!packed) return mask;
+  for (auto it = std::lower_bound(stream.record_starts.begin(), stream.record_starts.end(), begin);
+       it != stream.record_starts.end() && *it < end; ++it)
+    mask[static_cast<size_t>(*it - begin)] |= kLossMaskRecordStart;
+  return mask;
+}
+
 // Writes tokens [first, last) of the stream as {name}_{split}_000000.bin, ... of at most shard_tokens each,
-// each with its loss mask when the stream has one.
+// each with its loss mask when the stream has one. A packed stream's shards hold whole sequences and the
+// token after them (their last target, the next sequence's first token or the closing padding).
 void write_split(const PrepareConfig& cfg, const std::string& split, const TokenStream& stream, int64_t first,
                  int64_t last, PrepareResult& result) {
-  for (int64_t start = first, index = 0; start < last; start += cfg.shard_tokens, ++index) {
+  const int64_t T = cfg.pack_seq_len, overlap = T > 0 ? 1 : 0;
+  const int64_t chunk = T > 0 ? std::max(T, cfg.shard_tokens / T * T) : cfg.shard_tokens;
+  for (int64_t start = first, index = 0; start < last; start += chunk, ++index) {
     char suffix[32];
     std::snprintf(suffix, sizeof(suffix), "_%06lld.bin", static_cast<long long>(index));
     const std::string path =
         (std::filesystem::path(cfg.out_dir) / (cfg.name + "_" + split + suffix)).string();
-    const int64_t end = std::min(last, start + cfg.shard_tokens);
+    const int64_t end = std::min(last, start + chunk) + overlap;
     write_shard(path, std::vector<uint16_t>(stream.tokens.begin() + start, stream.tokens.begin() + end));
     result.files.push_back(path);
     if (stream.loss_mask.empty()) continue;
     const std::string mask = loss_mask_path(path);
-    write_loss_mask(mask,
-                    std::vector<uint8_t>(stream.loss_mask.begin() + start, stream.loss_mask.begin() + end));
+    write_loss_mask(mask, mask_bytes(stream, start, end, T > 0), T);
     result.files.push_back(mask);
+  }
+}
+
+// Both splits: the stream's last val tokens (whole records) to validation; packed, each split's records into
+// its own sequences.
+void write_splits(const PrepareConfig& cfg, const TokenStream& stream, int64_t val, int32_t pad_token,
+                  PrepareResult& result) {
+  const int64_t total = static_cast<int64_t>(stream.tokens.size());
+  if (cfg.pack_seq_len == 0) {
+    result.train_tokens = total - val;
+    result.val_tokens = val;
+    write_split(cfg, "train", stream, 0, total - val, result);
+    write_split(cfg, "val", stream, total - val, total, result);
+    return;
+  }
+  const auto& starts = stream.record_starts;
+  const int64_t records = static_cast<int64_t>(starts.size());
+  const int64_t first_val = std::lower_bound(starts.begin(), starts.end(), total - val) - starts.begin();
+  for (const auto& [split, first, last] :
+       {std::tuple{"train", int64_t{0}, first_val}, std::tuple{"val", first_val, records}}) {
+    if (first == last) continue;
+    const TokenStream packed =
+        pack_records(stream, first, last, cfg.pack_seq_len, pad_token, cfg.jsonl, result.pack);
+    const int64_t size = static_cast<int64_t>(packed.tokens.size());
+    (std::string(split) == "train" ? result.train_tokens : result.val_tokens) = size;
+    write_split(cfg, split, packed, 0, size - 1, result);
   }
 }
 
@@ -102,6 +141,8 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
   if (!(cfg.val_fraction >= 0.0 && cfg.val_fraction < 1.0)) {
     fail_usage("prepare: val_fraction " + std::to_string(cfg.val_fraction) + " must be in [0, 1)");
   }
+  if (cfg.pack_seq_len < 0 || (cfg.pack_seq_len > 0 && cfg.jsonl.empty()))
+    fail_usage("prepare: --pack needs --jsonl records and a positive --seq-length");
   if (cfg.shard_tokens < 1 || cfg.min_val_tokens < 0) {
     fail_usage("prepare: shard_tokens must be positive and min_val_tokens non-negative");
   }
@@ -111,18 +152,15 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
   }
   const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
                                                : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
-  const int64_t total = static_cast<int64_t>(stream.tokens.size());
   const int64_t val = validation_tokens(cfg, stream);
   std::error_code ec;
   std::filesystem::create_directories(cfg.out_dir, ec);
   if (ec) fail_data("output directory " + cfg.out_dir + ": cannot create: " + ec.message());
   PrepareResult result;
-  result.train_tokens = total - val;
-  result.val_tokens = val;
   result.records = static_cast<int64_t>(stream.record_starts.size());
+  result.record_tokens = static_cast<int64_t>(stream.tokens.size());
   result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
-  write_split(cfg, "train", stream, 0, total - val, result);
-  write_split(cfg, "val", stream, total - val, total, result);
+  write_splits(cfg, stream, val, record_end_token(tokenizer), result);
   remove_stale_shards(cfg, result);
   return result;
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "data/instruction.h"
+#include "data/pack.h"
 #include "data/tokenizer.h"
 
 namespace mt {
@@ -22,12 +23,16 @@ struct PrepareConfig {
   // When val_fraction > 0, validation gets at least this many tokens (one loader window, B*T+1) if the
   // training split keeps at least as many.
   int64_t min_val_tokens = 1025;
+  // With jsonl: pack records whole into sequences of this many tokens (data/pack.h); 0: one stream.
+  int64_t pack_seq_len = 0;
 };
 
 struct PrepareResult {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
-  int64_t records = 0, counted_tokens = 0;  // instruction records, and the tokens their loss counts
+  int64_t records = 0, record_tokens = 0,
+          counted_tokens = 0;  // instruction records, their tokens, those counted
+  PackStats pack = {};         // with pack_seq_len
   std::vector<std::string> files;
 };
 

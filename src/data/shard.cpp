@@ -44,13 +44,13 @@ void sync_dir(const std::string& path) {
   }
 }
 
-// Writes header {magic, version, count} and count elements of elem_bytes each, atomically.
-void write_with_header(const std::string& path, int32_t magic, int32_t version, const void* data,
-                       size_t count, size_t elem_bytes) {
+// Writes header {magic, version, count, extra} and count elements of elem_bytes each, atomically.
+void write_with_header(const std::string& path, int32_t magic, int32_t version, int32_t extra,
+                       const void* data, size_t count, size_t elem_bytes) {
   if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     fail_usage("shard " + path + ": " + std::to_string(count) + " tokens do not fit the int32 count");
   }
-  int32_t header[kShardHeaderInts] = {magic, version, static_cast<int32_t>(count)};
+  int32_t header[kShardHeaderInts] = {magic, version, static_cast<int32_t>(count), extra};
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_shard(tmp, std::string("cannot create: ") + std::strerror(errno));
@@ -72,9 +72,15 @@ void write_with_header(const std::string& path, int32_t magic, int32_t version, 
   sync_dir(path);
 }
 
-// Checks the header {magic, version, count} and that the file holds exactly count elements of elem_bytes;
-// returns count.
-int64_t read_checked_header(const std::string& path, int32_t magic, int32_t version, int64_t elem_bytes) {
+struct HeaderFields {
+  int64_t count = 0;
+  int32_t extra = 0;  // header[3]
+};
+
+// Checks the header {magic, version, count, ...} and that the file holds exactly count elements of
+// elem_bytes.
+HeaderFields read_checked_header(const std::string& path, int32_t magic, int32_t version,
+                                 int64_t elem_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_shard(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
@@ -101,35 +107,39 @@ int64_t read_checked_header(const std::string& path, int32_t magic, int32_t vers
                          std::to_string(header[2]) + " tokens, expected " + std::to_string(expected) +
                          " bytes, file has " + std::to_string(st.st_size));
   }
-  return header[2];
+  return {header[2], header[3]};
 }
 
 }  // namespace
 
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  write_with_header(path, kShardMagic, kShardVersion, tokens.data(), tokens.size(), sizeof(uint16_t));
+  write_with_header(path, kShardMagic, kShardVersion, 0, tokens.data(), tokens.size(), sizeof(uint16_t));
 }
 
 ShardInfo open_shard(const std::string& path) {
-  return {path, read_checked_header(path, kShardMagic, kShardVersion, sizeof(uint16_t))};
+  return {path, read_checked_header(path, kShardMagic, kShardVersion, sizeof(uint16_t)).count};
 }
 
 std::string loss_mask_path(const std::string& shard_path) {
   return std::filesystem::path(shard_path).replace_extension(".mask").string();
 }
 
-void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask) {
-  if (std::any_of(mask.begin(), mask.end(), [](uint8_t v) { return v > 1; }))
-    throw std::logic_error("loss mask " + path + ": values must be 0 or 1");
-  write_with_header(path, kLossMaskMagic, kLossMaskVersion, mask.data(), mask.size(), sizeof(uint8_t));
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask, int64_t packed_seq_len) {
+  const uint8_t max = max_loss_mask_value(packed_seq_len);
+  if (std::any_of(mask.begin(), mask.end(), [&](uint8_t v) { return v > max; }))
+    throw std::logic_error("loss mask " + path + ": values must be at most " + std::to_string(max));
+  write_with_header(path, kLossMaskMagic, kLossMaskVersion, static_cast<int32_t>(packed_seq_len), mask.data(),
+                    mask.size(), sizeof(uint8_t));
 }
 
-void check_loss_mask(const std::string& path, int64_t num_tokens) {
-  const int64_t count = read_checked_header(path, kLossMaskMagic, kLossMaskVersion, sizeof(uint8_t));
-  if (count != num_tokens) {
-    fail_shard(path, "loss mask of " + std::to_string(count) + " tokens, but its shard has " +
+int64_t check_loss_mask(const std::string& path, int64_t num_tokens) {
+  const HeaderFields h = read_checked_header(path, kLossMaskMagic, kLossMaskVersion, sizeof(uint8_t));
+  if (h.count != num_tokens) {
+    fail_shard(path, "loss mask of " + std::to_string(h.count) + " tokens, but its shard has " +
                          std::to_string(num_tokens));
   }
+  if (h.extra < 0) fail_shard(path, "negative packed sequence length " + std::to_string(h.extra));
+  return h.extra;
 }
 
 bool shards_have_loss_masks(const std::vector<std::string>& shard_paths) {
@@ -141,6 +151,22 @@ bool shards_have_loss_masks(const std::vector<std::string>& shard_paths) {
                              " has one: shards of one run are all masked or none is");
   }
   return with != shard_paths.end();
+}
+
+int64_t packed_seq_len(const std::vector<std::string>& shard_paths) {
+  if (!shards_have_loss_masks(shard_paths)) return 0;
+  const auto packed_for = [](const std::string& shard) {
+    return check_loss_mask(loss_mask_path(shard), open_shard(shard).num_tokens);
+  };
+  const int64_t first = packed_for(shard_paths[0]);
+  for (const std::string& shard : shard_paths) {
+    if (const int64_t other = packed_for(shard); other != first) {
+      fail_shard(shard, "packed for sequences of " + std::to_string(other) + " tokens, but " +
+                            shard_paths[0] + " for " + std::to_string(first) +
+                            ": prepare the shards of one run together");
+    }
+  }
+  return first;
 }
 
 std::vector<std::string> find_shards(const std::string& dir_or_glob, const std::string& split) {

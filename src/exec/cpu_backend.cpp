@@ -43,6 +43,11 @@ T* optional(const Allocation& m, int id) {
   return id >= 0 ? m.as<T>(id) : nullptr;
 }
 
+// The tokens' positions in their records (packed sequences), or null: their indices in the row.
+const int32_t* positions(const Allocation& m, int id) {
+  return id >= 0 ? m.i32(id) : nullptr;
+}
+
 bool frozen(const Allocation& m, int param) {
   return m.table()[param].category == Category::frozen;
 }
@@ -170,8 +175,9 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::embedding: {
       const auto& a = op.as<ops::Embedding>();
       const TensorDesc& tokens = table[a.tokens];
-      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), weights<T>(m, op, a.wte),
-                                 weights<T>(m, op, a.wpe), tokens.shape[0], tokens.shape[1], spec.n_embd);
+      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), positions(m, a.positions),
+                                 weights<T>(m, op, a.wte), weights<T>(m, op, a.wpe), tokens.shape[0],
+                                 tokens.shape[1], spec.n_embd);
       return 0;
     }
     case OpKind::layernorm: {
@@ -200,14 +206,16 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::rope: {
       const auto& a = op.as<ops::Rope>();
       const TensorDesc& qkv = table[a.qkv];
-      kernels::rope_forward(m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1], qkv_layout(spec), spec.rope_theta);
+      kernels::rope_forward(m.as<T>(a.qkv), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
+                            qkv_layout(spec), spec.rope_theta);
       return 0;
     }
     case OpKind::attention: {
       const auto& a = op.as<ops::Attention>();
       const TensorDesc& qkv = table[a.qkv];
-      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1],
-                                 spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
+      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), positions(m, a.positions),
+                                 qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head, spec.n_kv_head,
+                                 m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu: {
@@ -260,16 +268,16 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::rope_backward: {
       const auto& a = op.as<ops::RopeBackward>();
       const TensorDesc& dqkv = table[a.dqkv];
-      kernels::rope_backward(m.as<T>(a.dqkv), dqkv.shape[0], dqkv.shape[1], qkv_layout(spec),
-                             spec.rope_theta);
+      kernels::rope_backward(m.as<T>(a.dqkv), positions(m, a.positions), dqkv.shape[0], dqkv.shape[1],
+                             qkv_layout(spec), spec.rope_theta);
       return 0;
     }
     case OpKind::attention_backward: {
       const auto& a = op.as<ops::AttentionBackward>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
-                                  m.f32(a.lse), qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head,
-                                  spec.n_kv_head, m.f32(a.scratch));
+                                  m.f32(a.lse), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
+                                  spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu_backward: {
@@ -288,7 +296,8 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const auto& a = op.as<ops::EmbeddingBackward>();
       const TensorDesc& tokens = table[a.tokens];
       kernels::embedding_backward(grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout),
-                                  m.i32(a.tokens), tokens.shape[0], tokens.shape[1], spec.n_embd);
+                                  m.i32(a.tokens), positions(m, a.positions), tokens.shape[0],
+                                  tokens.shape[1], spec.n_embd);
       return 0;
     }
   }

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
@@ -89,8 +90,9 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
 
 void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   TrainConfig cfg = given;
-  cfg.loss_mask =
-      shards_have_loss_masks(find_shards(cfg.data, "train"));  // instruction data: the plan has the mask
+  const std::vector<std::string> shards = find_shards(cfg.data, "train");
+  cfg.loss_mask = shards_have_loss_masks(shards);
+  cfg.packed = packed_seq_len(shards) > 0;  // instruction data: the plan has the mask
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals

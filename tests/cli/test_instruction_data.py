@@ -1,11 +1,13 @@
 """Instruction data from the command line (issue 18, item 5): `memtrain prepare --jsonl` writes token shards
 with loss masks beside them, bad records are one-line errors naming the file and line and write nothing, and
 `memtrain train` on them plans the mask (measured == planned), counts only the masked targets (an all-ones mask
-is bitwise no mask), evaluates with it and resumes bitwise.
+is bitwise no mask), evaluates with it and resumes bitwise; `--pack` puts several records in a sequence, says
+what padding that saved, and trains on them with their positions planned, refusing another sequence length.
 
 Runs the binary memtrain_cli.py names.
 """
 import json
+import re
 import shutil
 import struct
 import unittest
@@ -48,16 +50,22 @@ def prepare_jsonl(jsonl: Path, out: Path, *flags):
     return memtrain("prepare", "--jsonl", jsonl, "--tokenizer", "byte", "--out", out, *flags)
 
 
+def prepare_records(folder: Path, name: str, *flags):
+    """records(400) in folder/records.jsonl, prepared with `flags` into folder/name: the file, the shards'
+    folder and prepare's output."""
+    jsonl = Path(folder) / "records.jsonl"
+    if not jsonl.exists():
+        jsonl.write_text(records(400))
+    result = prepare_jsonl(jsonl, Path(folder) / name, *flags)
+    assert result.returncode == 0, result.stderr
+    return jsonl, Path(folder) / name, result.stdout
+
+
 class InstructionData(CliTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.jsonl = Path(cls.class_tmp.name) / "records.jsonl"
-        cls.jsonl.write_text(records(400))
-        cls.sft = Path(cls.class_tmp.name) / "sft"
-        result = prepare_jsonl(cls.jsonl, cls.sft)
-        assert result.returncode == 0, result.stderr
-        cls.prepare_stdout = result.stdout
+        cls.jsonl, cls.sft, cls.prepare_stdout = prepare_records(cls.class_tmp.name, "sft")
 
     def test_prepare_writes_a_mask_beside_each_shard(self):
         self.assertIn("400 records; the loss counts", self.prepare_stdout)
@@ -133,18 +141,59 @@ class InstructionData(CliTestCase):
         self.assert_train_fails(1, "data_train_000000.mask", data=mixed)
 
 
+class PackedInstructionData(CliTestCase):
+    T = 128  # two or three of records()' 30 to 60 bytes to a sequence
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.jsonl, cls.packed, cls.prepared = prepare_records(cls.class_tmp.name, "packed", "--pack", "--seq-length",
+                                                              cls.T)
+
+    def test_prepare_reports_the_padding_saved(self):
+        report = re.search(r"packed 400 records into (\d+) sequences of 128 tokens: (\d+) padding tokens \(.*\), "
+                           r"against (\d+) \(.*\) with one record per sequence", self.prepared)
+        self.assertIsNotNone(report, self.prepared)
+        sequences, padding, unpacked = map(int, report.groups())
+        self.assertLess(sequences, 400)
+        self.assertLess(padding, unpacked)
+        self.assert_error(prepare_jsonl(self.jsonl, self.tmp / "o", "--pack"), 2, "--seq-length")
+        self.assert_error(prepare_jsonl(self.jsonl, self.tmp / "o", "--pack", "--seq-length", 8), 1,
+                          "line 1: a record of", "--seq-length 8")
+
+    def test_training_on_packed_records_plans_their_positions(self):
+        out, plain = self.tmp / "packed-run", self.tmp / "plain-run"
+        self.train(data=self.packed, out=out, seq_length=self.T, train_iters=20, lr=3e-3, expect=0)
+        self.train(out=plain, seq_length=self.T, expect=0)
+        memory = read_memory(out)
+        self.assertEqual(memory["planned"], memory["measured"])
+        B = TINY_RUN["micro_batch_size"]
+        # batch.loss_mask (1 byte) and batch.positions (int32) per token.
+        self.assertEqual(memory["planned"]["other"] - read_memory(plain)["planned"]["other"], 5 * B * self.T)
+        losses = [m["loss"] for m in read_metrics(out)]
+        self.assertLess(sum(losses[-5:]) / 5, losses[0])
+        self.assert_train_fails(1, "packed for sequences of 128 tokens", "--pack --seq-length", data=self.packed,
+                                seq_length=64)
+
+
 class InstructionResume(ResumeTestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        jsonl = Path(cls.class_tmp.name) / "records.jsonl"
-        jsonl.write_text(records(400))
-        cls.data = Path(cls.class_tmp.name) / "sft"
-        result = prepare_jsonl(jsonl, cls.data)
-        assert result.returncode == 0, result.stderr
+        _, cls.data, _ = prepare_records(cls.class_tmp.name, "sft")
 
     def test_resume_is_bitwise(self):
         self.assert_bitwise("sft", ["--eval-interval", "2", "--eval-iters", "1"])
+
+
+class PackedResume(ResumeTestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        _, cls.data, _ = prepare_records(cls.class_tmp.name, "packed", "--pack", "--seq-length", 128)
+
+    def test_resume_is_bitwise(self):
+        self.assert_bitwise("packed", ["--seq-length", "128", "--eval-interval", "2", "--eval-iters", "1"])
 
 
 if __name__ == "__main__":

@@ -99,9 +99,10 @@ def random_batches(c, masked=False):
     return batches
 
 
-def run_dump(dump, c, config_json, params, batches, *args):
+def run_dump(dump, c, config_json, params, batches, *args, positions=None):
     """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote, with
-    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys."""
+    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys. `positions` (one [B, T]
+    tensor per batch: each token's position in its record) runs packed sequences."""
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "config.json")
         with open(config, "w") as f:
@@ -110,7 +111,11 @@ def run_dump(dump, c, config_json, params, batches, *args):
         write_safetensors(weights, params)
         with open(os.path.join(tmp, "batches.bin"), "wb") as f:
             for tokens, targets in batches:
-                f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
+                                f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
+        if positions is not None:
+            with open(os.path.join(tmp, "batches.bin.positions"), "wb") as f:
+                for p in positions:
+                    f.write(p.int().numpy().tobytes())
         out = os.path.join(tmp, "out.safetensors")
         subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(c["B"]), str(c["T"]),
                         str(STEPS), out, *map(str, args)], check=True)
