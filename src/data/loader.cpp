@@ -115,7 +115,8 @@ struct Loader::Impl {
     }
   }
 
-  // Every mask value must be 0 or 1; read through the window buffer's bytes.
+  // The mask must be packed as the run is (for its seq_len, or not at all) and hold no other bits; read
+  // through the window buffer's bytes.
   void scan_mask(int64_t s) {
     const int64_t packed_for = check_loss_mask(path(s, true), shards[s].num_tokens);
     if (packed_for != (cfg.packed ? cfg.seq_len : 0)) {

@@ -77,6 +77,33 @@ TEST(DataPack, PreparedShardsGiveTheLoaderEachRecordsPositions) {
     }
     EXPECT_EQ(mask[i], uint8_t{tgt[i] == 'c' || (tgt[i] == 0 && in[i] == 'c')});
   }
+  // Shards of two sequences each hold the same stream: whole sequences, each shard ending on its next one's
+  // first token.
+  const auto read_tokens = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    f.seekg(kShardHeaderInts * 4);
+    std::vector<uint16_t> t(static_cast<size_t>(open_shard(path).num_tokens));
+    f.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
+    return t;
+  };
+  const std::vector<uint16_t> whole = read_tokens(shard);
+  cfg.out_dir = dir.file("small"), cfg.shard_tokens = 20;
+  std::vector<uint16_t> joined;
+  prepare_shards(cfg, *bytes);
+  const std::vector<std::string> parts = find_shards(cfg.out_dir, "train");
+  EXPECT_GT(parts.size(), 1u);
+  for (const std::string& path : parts) {
+    const std::vector<uint16_t> part = read_tokens(path);
+    // 20 rounded down to whole sequences (the last shard may hold one), and one more token.
+    EXPECT_TRUE(part.size() == 17u || (path == parts.back() && part.size() == 9u))
+        << path << " " << part.size();
+    if (!joined.empty()) {
+      EXPECT_EQ(joined.back(), part.front());
+      joined.pop_back();
+    }
+    joined.insert(joined.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(joined, whole);
   lc.seq_len = 4, lc.batch = 4;
   test::expect_data_error([&] { Loader({shard}, lc, window.data()); },
                           "records packed for sequences of 8 tokens");
