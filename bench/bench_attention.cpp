@@ -45,11 +45,12 @@ void run(const char* name, int reps, int64_t B, int64_t T_len) {
   std::vector<double> fwd, bwd;
   for (int r = 0; r <= reps; ++r) {
     const double f = milliseconds([&] {
-      mt::kernels::attention_forward(out.data(), lse.data(), qkv.data(), B, T_len, C, NH, NH, scratch.data());
+      mt::kernels::attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T_len, C, NH, NH,
+                                     scratch.data());
     });
     const double b = milliseconds([&] {
-      mt::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_len,
-                                      C, NH, NH, scratch.data());
+      mt::kernels::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr,
+                                      B, T_len, C, NH, NH, scratch.data());
     });
     if (r > 0) {  // the first run warms caches and page-faults the buffers
       fwd.push_back(f);

@@ -1,8 +1,9 @@
-// `memtrain prepare`: text files -> train/val token shards.
+// `memtrain prepare`: text files, or a JSON Lines file of instruction records, -> train/val token shards.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "cli/commands.h"
@@ -19,6 +20,7 @@ constexpr auto kTokenizerNames = names_in_order<TokenizerKind>("gpt2", "byte");
 
 struct PrepareArgs {
   PrepareConfig config;
+  bool pack = false;
   std::string tokenizer = "gpt2";
   std::string encoder_json, vocab_bpe;  // empty: gpt2_vocabulary_file finds them
 };
@@ -57,8 +59,31 @@ void explain_validation_share(const PrepareConfig& config, const PrepareResult& 
       static_cast<long long>(config.min_val_tokens));
 }
 
+// What packing saved: the padding of one record per sequence against the packed sequences'.
+void print_packing(const PackStats& p) {
+  const auto share = [&](int64_t padding, int64_t sequences) {
+    return 100.0 * static_cast<double>(padding) /
+           static_cast<double>(std::max<int64_t>(1, sequences * p.seq_len));
+  };
+  std::printf(
+      "packed %lld records into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), against %lld "
+      "(%.1f%%) with one record per sequence; %lld fewer tokens to train on\n",
+      static_cast<long long>(p.records), static_cast<long long>(p.sequences),
+      static_cast<long long>(p.seq_len), static_cast<long long>(p.padding()), share(p.padding(), p.sequences),
+      static_cast<long long>(p.unpacked_padding()), share(p.unpacked_padding(), p.records),
+      static_cast<long long>(p.unpacked_padding() - p.padding()));
+}
+
 void run_prepare(const PrepareArgs& a) {
+  if (a.pack != (a.config.pack_seq_len > 0))
+    fail_usage(
+        "--pack and --seq-length go together: --pack --seq-length N packs records into sequences of N");
   const TokenizerKind kind = kTokenizerNames.parse_or_fail("--tokenizer", a.tokenizer);
+  for (const auto& [flag, key] : {std::pair{"--prompt-key", &a.config.keys.prompt},
+                                  std::pair{"--completion-key", &a.config.keys.completion},
+                                  std::pair{"--messages-key", &a.config.keys.messages}}) {
+    if (key->empty()) fail_usage(std::string(flag) + " must not be empty");
+  }
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
   if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
@@ -74,6 +99,12 @@ void run_prepare(const PrepareArgs& a) {
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               tokenizer->name().c_str(), tokenizer->vocab_size(), a.config.out_dir.c_str());
   for (const std::string& f : r.files) std::printf("  %s\n", f.c_str());
+  if (!a.config.jsonl.empty())
+    std::printf(
+        "%lld records; the loss counts %lld of their %lld tokens (the completions and each record's end)\n",
+        static_cast<long long>(r.records), static_cast<long long>(r.counted_tokens),
+        static_cast<long long>(r.record_tokens));
+  if (a.pack) print_packing(r.pack);
   explain_validation_share(a.config, r);
 }
 
@@ -81,8 +112,28 @@ void run_prepare(const PrepareArgs& a) {
 
 void add_prepare_command(CLI::App& app) {
   auto args = std::make_shared<PrepareArgs>();
-  CLI::App* cmd = app.add_subcommand("prepare", "tokenize text files into token shards (llm.c format)");
-  cmd->add_option("inputs", args->config.inputs, "text files")->required()->check(CLI::ExistingFile);
+  CLI::App* cmd = app.add_subcommand(
+      "prepare",
+      "tokenize text files, or instruction records with a loss mask, into token shards (llm.c format)");
+  cmd->add_option("inputs", args->config.inputs, "text files")->check(CLI::ExistingFile);
+  cmd->add_option(
+         "--jsonl", args->config.jsonl,
+         "instruction records instead of text, one JSON object a line: a prompt and a completion, or "
+         "chat messages; the loss counts the completions only (docs/data.md: the template)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--prompt-key", args->config.keys.prompt, "--jsonl: the prompt's key")
+      ->capture_default_str();
+  cmd->add_option("--completion-key", args->config.keys.completion, "--jsonl: the completion's key")
+      ->capture_default_str();
+  cmd->add_flag("--pack", args->pack,
+                "--jsonl: pack whole records into sequences of --seq-length tokens, each attending only to "
+                "itself (document-masked attention, positions restarting per record)");
+  cmd->add_option("--seq-length", args->config.pack_seq_len,
+                  "--pack: the sequence length, the same as train's --seq-length")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--messages-key", args->config.keys.messages,
+                  "--jsonl: the key of a chat's list of {role, content} (system, user, assistant)")
+      ->capture_default_str();
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
   cmd->add_option("--tokenizer", args->tokenizer, "gpt2 or byte")->capture_default_str();

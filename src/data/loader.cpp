@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 
 #include "core/error.h"
 #include "core/rng.h"
@@ -57,36 +58,46 @@ struct Loader::Impl {
   uint16_t* window = nullptr;
   std::vector<ShardInfo> shards;
   std::vector<int64_t> windows;  // per shard, in path order
-  int fd = -1;                   // the open shard, in path order
-  int64_t fd_shard = -1;
+  // The open shard (and its mask), in path order.
+  struct OpenFile {
+    int fd = -1;
+    int64_t shard = -1;
+    ~OpenFile() {
+      if (fd >= 0) ::close(fd);
+    }
+  };
+  OpenFile tokens, mask;
 
-  ~Impl() {
-    if (fd >= 0) ::close(fd);
+  std::string path(int64_t s, bool of_mask) const {
+    return of_mask ? loss_mask_path(shards[s].path) : shards[s].path;
   }
 
-  // Reads count tokens at token offset first of shard s into window.
-  void read(int64_t s, int64_t first, int64_t count) {
-    if (fd_shard != s) {
-      if (fd >= 0) ::close(fd);
-      fd_shard = -1;
-      fd = ::open(shards[s].path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd < 0) fail_data("shard " + shards[s].path + ": cannot open: " + std::strerror(errno));
-      fd_shard = s;
+  // Reads count elements of elem_bytes at element offset first of shard s's tokens (or mask) into dst.
+  void read(OpenFile& file, int64_t s, bool of_mask, int64_t first, int64_t count, void* dst) {
+    const std::string name = path(s, of_mask);
+    if (file.shard != s) {
+      if (file.fd >= 0) ::close(file.fd);
+      file.shard = -1;
+      file.fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
+      if (file.fd < 0) fail_data("shard " + name + ": cannot open: " + std::strerror(errno));
+      file.shard = s;
     }
-    char* dst = reinterpret_cast<char*>(window);
-    size_t left = static_cast<size_t>(count) * sizeof(uint16_t);
-    off_t offset = kHeaderBytes + first * static_cast<off_t>(sizeof(uint16_t));
+    const off_t elem_bytes = of_mask ? sizeof(uint8_t) : sizeof(uint16_t);
+    char* out = static_cast<char*>(dst);
+    size_t left = static_cast<size_t>(count * elem_bytes);
+    off_t offset = kHeaderBytes + first * elem_bytes;
     while (left > 0) {
-      const ssize_t n = ::pread(fd, dst, left, offset);
+      const ssize_t n = ::pread(file.fd, out, left, offset);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        fail_data("shard " + shards[s].path + ": cannot read " + std::to_string(left) + " bytes at offset " +
+        fail_data("shard " + name + ": cannot read " + std::to_string(left) + " bytes at offset " +
                   std::to_string(offset) +
                   (n < 0 ? std::string(": ") + std::strerror(errno) : ": file shrank"));
       }
-      dst += n, left -= static_cast<size_t>(n), offset += n;
+      out += n, left -= static_cast<size_t>(n), offset += n;
     }
   }
+  void read(int64_t s, int64_t first, int64_t count) { read(tokens, s, false, first, count, window); }
 
   // Every token must be a valid id; checked once, a window-sized chunk at a time.
   void scan(int64_t s) {
@@ -99,6 +110,33 @@ struct Loader::Impl {
           fail_data("shard " + shards[s].path + ": token " + std::to_string(window[i]) + " at position " +
                     std::to_string(first + i) + " is not below the vocabulary size " +
                     std::to_string(cfg.vocab_size));
+        }
+      }
+    }
+  }
+
+  // The mask must be packed as the run is (for its seq_len, or not at all) and hold no other bits; read
+  // through the window buffer's bytes.
+  void scan_mask(int64_t s) {
+    const int64_t packed_for = check_loss_mask(path(s, true), shards[s].num_tokens);
+    if (packed_for != (cfg.packed ? cfg.seq_len : 0)) {
+      fail_data("shard " + path(s, true) + ": " +
+                (packed_for > 0 ? "records packed for sequences of " + std::to_string(packed_for) + " tokens"
+                                : std::string("records not packed")) +
+                ", but the run's sequences are " + std::to_string(cfg.seq_len) +
+                (cfg.packed ? " tokens, packed" : " tokens, not packed") +
+                " (prepare --pack --seq-length N packs for N)");
+    }
+    const uint8_t max = max_loss_mask_value(packed_for);
+    const int64_t chunk = (bt + 1) * static_cast<int64_t>(sizeof(uint16_t));
+    const auto* bytes = reinterpret_cast<const uint8_t*>(window);
+    for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
+      const int64_t count = std::min(chunk, shards[s].num_tokens - first);
+      read(mask, s, true, first, count, window);
+      for (int64_t i = 0; i < count; ++i) {
+        if (bytes[i] > max) {
+          fail_data("shard " + path(s, true) + ": loss mask value " + std::to_string(bytes[i]) +
+                    " at position " + std::to_string(first + i) + " is above " + std::to_string(max));
         }
       }
     }
@@ -139,7 +177,14 @@ Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, ui
     }
     impl->windows.push_back((n - 1) / impl->bt);
   }
-  for (size_t s = 0; s < impl->shards.size(); ++s) impl->scan(static_cast<int64_t>(s));
+  if (shards_have_loss_masks(shard_paths) != cfg.loss_mask) {
+    fail_data("shard " + shard_paths[0] + (cfg.loss_mask ? ": no loss mask beside it" : ": has a loss mask") +
+              ", unlike the training shards");
+  }
+  for (size_t s = 0; s < impl->shards.size(); ++s) {
+    impl->scan(static_cast<int64_t>(s));
+    if (cfg.loss_mask) impl->scan_mask(static_cast<int64_t>(s));
+  }
   impl_ = impl.release();
 }
 
@@ -147,14 +192,25 @@ Loader::~Loader() {
   delete impl_;
 }
 
-void Loader::next_batch(int32_t* inputs, int32_t* targets) {
+void Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, int32_t* positions) {
   const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
   const int64_t w = impl_->window_at(cursor_.epoch, s, cursor_.window);
-  const int64_t bt = impl_->bt;
+  const int64_t bt = impl_->bt, T = impl_->cfg.seq_len;
+  if ((loss_mask != nullptr) != impl_->cfg.loss_mask || (positions != nullptr) != impl_->cfg.packed)
+    throw std::logic_error(
+        "loader: mask and position buffers are required exactly when the shards need them");
   impl_->read(s, w * bt, bt + 1);
   const uint16_t* window = impl_->window;
   for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
   skip_batch();
+  if (!loss_mask) return;
+  // The window's mask, read through the window buffer now that its tokens are out: target i is token i + 1.
+  const auto* mask = reinterpret_cast<const uint8_t*>(impl_->window);
+  impl_->read(impl_->mask, s, true, w * bt, bt + 1, impl_->window);
+  for (int64_t i = 0; i < bt; ++i) loss_mask[i] = mask[i + 1] & kLossMaskCounted;
+  // Positions count from each record's start; every sequence of a packed shard starts one.
+  for (int64_t i = 0; positions && i < bt; ++i)
+    positions[i] = i % T == 0 || (mask[i] & kLossMaskRecordStart) ? 0 : positions[i - 1] + 1;
 }
 
 void Loader::skip_batch() {

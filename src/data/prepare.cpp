@@ -1,14 +1,16 @@
 // `memtrain prepare`: tokenizes text files into one stream (documents separated by the tokenizer's
-// end-of-text token), puts the last val_fraction of it in the validation split and writes both splits as
-// shards.
+// end-of-text token), or instruction records with their loss mask, puts the last val_fraction of it in the
+// validation split (records whole) and writes both splits as shards, the records' with masks beside them.
 #include "data/prepare.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "data/shard.h"
@@ -25,17 +27,61 @@ std::string read_document(const std::string& path) {
   return text.str();
 }
 
-// Writes tokens [first, last) of the stream as {name}_{split}_000000.bin, ... of at most shard_tokens each.
-void write_split(const PrepareConfig& cfg, const std::string& split, const std::vector<uint16_t>& stream,
-                 int64_t first, int64_t last, PrepareResult& result) {
-  for (int64_t start = first, index = 0; start < last; start += cfg.shard_tokens, ++index) {
+// The mask of tokens [begin, end), with the record starts marked when the stream is packed.
+std::vector<uint8_t> mask_bytes(const TokenStream& stream, int64_t begin, int64_t end, bool packed) {
+  std::vector<uint8_t> mask(stream.loss_mask.begin() + begin, stream.loss_mask.begin() + end);
+  if (!packed) return mask;
+  for (auto it = std::lower_bound(stream.record_starts.begin(), stream.record_starts.end(), begin);
+       it != stream.record_starts.end() && *it < end; ++it)
+    mask[static_cast<size_t>(*it - begin)] |= kLossMaskRecordStart;
+  return mask;
+}
+
+// Writes tokens [first, last) of the stream as {name}_{split}_000000.bin, ... of at most shard_tokens each,
+// each with its loss mask when the stream has one. A packed stream's shards hold whole sequences and the
+// token after them (their last target, the next sequence's first token or the closing padding).
+void write_split(const PrepareConfig& cfg, const std::string& split, const TokenStream& stream, int64_t first,
+                 int64_t last, PrepareResult& result) {
+  const int64_t T = cfg.pack_seq_len, overlap = T > 0 ? 1 : 0;
+  const int64_t chunk = T > 0 ? std::max(T, cfg.shard_tokens / T * T) : cfg.shard_tokens;
+  for (int64_t start = first, index = 0; start < last; start += chunk, ++index) {
     char suffix[32];
     std::snprintf(suffix, sizeof(suffix), "_%06lld.bin", static_cast<long long>(index));
     const std::string path =
         (std::filesystem::path(cfg.out_dir) / (cfg.name + "_" + split + suffix)).string();
-    write_shard(path, std::vector<uint16_t>(stream.begin() + start,
-                                            stream.begin() + std::min(last, start + cfg.shard_tokens)));
+    const int64_t end = std::min(last, start + chunk) + overlap;
+    write_shard(path, std::vector<uint16_t>(stream.tokens.begin() + start, stream.tokens.begin() + end));
     result.files.push_back(path);
+    if (stream.loss_mask.empty()) continue;
+    const std::string mask = loss_mask_path(path);
+    write_loss_mask(mask, mask_bytes(stream, start, end, T > 0), T);
+    result.files.push_back(mask);
+  }
+}
+
+// Both splits: the stream's last val tokens (whole records) to validation; packed, each split's records into
+// its own sequences.
+void write_splits(const PrepareConfig& cfg, const TokenStream& stream, int64_t val, int32_t pad_token,
+                  PrepareResult& result) {
+  const int64_t total = static_cast<int64_t>(stream.tokens.size());
+  if (cfg.pack_seq_len == 0) {
+    result.train_tokens = total - val;
+    result.val_tokens = val;
+    write_split(cfg, "train", stream, 0, total - val, result);
+    write_split(cfg, "val", stream, total - val, total, result);
+    return;
+  }
+  const auto& starts = stream.record_starts;
+  const int64_t records = static_cast<int64_t>(starts.size());
+  const int64_t first_val = std::lower_bound(starts.begin(), starts.end(), total - val) - starts.begin();
+  for (const auto& [split, first, last] :
+       {std::tuple{"train", int64_t{0}, first_val}, std::tuple{"val", first_val, records}}) {
+    if (first == last) continue;
+    const TokenStream packed =
+        pack_records(stream, first, last, cfg.pack_seq_len, pad_token, cfg.jsonl, result.pack);
+    const int64_t size = static_cast<int64_t>(packed.tokens.size());
+    (std::string(split) == "train" ? result.train_tokens : result.val_tokens) = size;
+    write_split(cfg, split, packed, 0, size - 1, result);
   }
 }
 
@@ -46,20 +92,57 @@ void remove_stale_shards(const PrepareConfig& cfg, const PrepareResult& result) 
     const std::string prefix = cfg.name + "_" + split + "_";
     for (const auto& entry : std::filesystem::directory_iterator(cfg.out_dir)) {
       const std::string file = entry.path().filename().string();
-      if (file.starts_with(prefix) && file.ends_with(".bin") && !written.count(entry.path().string())) {
+      const bool ours = file.ends_with(".bin") || file.ends_with(".mask");
+      if (file.starts_with(prefix) && ours && !written.count(entry.path().string())) {
         std::filesystem::remove(entry.path());
       }
     }
   }
 }
 
+// The text files as one stream, documents separated by the tokenizer's end-of-text token when it has one.
+TokenStream read_documents(const std::vector<std::string>& inputs, const Tokenizer& tokenizer) {
+  TokenStream stream;
+  for (size_t d = 0; d < inputs.size(); ++d) {
+    if (d > 0 && tokenizer.end_of_text() >= 0)
+      stream.tokens.push_back(static_cast<uint16_t>(tokenizer.end_of_text()));
+    const std::vector<int32_t> tokens = tokenizer.encode(read_document(inputs[d]));
+    // Shards of nothing would only fail later, in train, far from the cause.
+    if (tokens.empty()) fail_data("input " + inputs[d] + ": empty, no text to tokenize");
+    for (int32_t t : tokens) stream.tokens.push_back(static_cast<uint16_t>(t));
+  }
+  return stream;
+}
+
+// Tokens for validation: round(total * val_fraction), at least min_val_tokens while training keeps as many,
+// and for records up to the start of the record that holds the cut, so that records stay whole.
+int64_t validation_tokens(const PrepareConfig& cfg, const TokenStream& stream) {
+  const int64_t total = static_cast<int64_t>(stream.tokens.size());
+  int64_t val = std::llround(static_cast<double>(total) * cfg.val_fraction);
+  if (cfg.val_fraction > 0 && val < cfg.min_val_tokens && total - cfg.min_val_tokens >= cfg.min_val_tokens) {
+    val = cfg.min_val_tokens;
+  }
+  if (val == 0 || stream.record_starts.empty()) return val;
+  const auto after = std::upper_bound(stream.record_starts.begin(), stream.record_starts.end(), total - val);
+  const int64_t cut = *(after - 1);
+  if (cut == 0) {
+    fail_data("--jsonl " + cfg.jsonl + ": " + std::to_string(stream.record_starts.size()) +
+              " records are too few to hold out --val-fraction " + std::to_string(cfg.val_fraction) +
+              " of whole records and still train; give more records or --val-fraction 0");
+  }
+  return total - cut;
+}
+
 }  // namespace
 
 PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenizer) {
-  if (cfg.inputs.empty()) fail_usage("prepare: no input files");
+  if (cfg.inputs.empty() == cfg.jsonl.empty())
+    fail_usage("prepare: give text files or --jsonl FILE (one of the two)");
   if (!(cfg.val_fraction >= 0.0 && cfg.val_fraction < 1.0)) {
     fail_usage("prepare: val_fraction " + std::to_string(cfg.val_fraction) + " must be in [0, 1)");
   }
+  if (cfg.pack_seq_len < 0 || (cfg.pack_seq_len > 0 && cfg.jsonl.empty()))
+    fail_usage("prepare: --pack needs --jsonl records and a positive --seq-length");
   if (cfg.shard_tokens < 1 || cfg.min_val_tokens < 0) {
     fail_usage("prepare: shard_tokens must be positive and min_val_tokens non-negative");
   }
@@ -67,28 +150,17 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
     fail_usage("prepare: tokenizer " + tokenizer.name() + " has " + std::to_string(tokenizer.vocab_size()) +
                " tokens; shard tokens are uint16 (at most 65536)");
   }
-  std::vector<uint16_t> stream;
-  for (size_t d = 0; d < cfg.inputs.size(); ++d) {
-    if (d > 0 && tokenizer.end_of_text() >= 0)
-      stream.push_back(static_cast<uint16_t>(tokenizer.end_of_text()));
-    const std::vector<int32_t> tokens = tokenizer.encode(read_document(cfg.inputs[d]));
-    // Shards of nothing would only fail later, in train, far from the cause.
-    if (tokens.empty()) fail_data("input " + cfg.inputs[d] + ": empty, no text to tokenize");
-    for (int32_t t : tokens) stream.push_back(static_cast<uint16_t>(t));
-  }
-  const int64_t total = static_cast<int64_t>(stream.size());
-  int64_t val = std::llround(static_cast<double>(total) * cfg.val_fraction);
-  if (cfg.val_fraction > 0 && val < cfg.min_val_tokens && total - cfg.min_val_tokens >= cfg.min_val_tokens) {
-    val = cfg.min_val_tokens;
-  }
+  const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
+                                               : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
+  const int64_t val = validation_tokens(cfg, stream);
   std::error_code ec;
   std::filesystem::create_directories(cfg.out_dir, ec);
   if (ec) fail_data("output directory " + cfg.out_dir + ": cannot create: " + ec.message());
   PrepareResult result;
-  result.train_tokens = total - val;
-  result.val_tokens = val;
-  write_split(cfg, "train", stream, 0, total - val, result);
-  write_split(cfg, "val", stream, total - val, total, result);
+  result.records = static_cast<int64_t>(stream.record_starts.size());
+  result.record_tokens = static_cast<int64_t>(stream.tokens.size());
+  result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
+  write_splits(cfg, stream, val, record_end_token(tokenizer), result);
   remove_stale_shards(cfg, result);
   return result;
 }

@@ -1,5 +1,5 @@
-// Token shards in llm.c's format: reading the header and checking it against the file size, atomic writing,
-// and finding a split's shards.
+// Token shards in llm.c's format and the loss masks beside them: reading a header and checking it against the
+// file size, atomic writing, and finding a split's shards.
 #include "data/shard.h"
 
 #include <fcntl.h>
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <stdexcept>
 
 #include "core/error.h"
 
@@ -43,19 +44,19 @@ void sync_dir(const std::string& path) {
   }
 }
 
-}  // namespace
-
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    fail_usage("shard " + path + ": " + std::to_string(tokens.size()) + " tokens do not fit the int32 count");
+// Writes header {magic, version, count, extra} and count elements of elem_bytes each, atomically.
+void write_with_header(const std::string& path, int32_t magic, int32_t version, int32_t extra,
+                       const void* data, size_t count, size_t elem_bytes) {
+  if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    fail_usage("shard " + path + ": " + std::to_string(count) + " tokens do not fit the int32 count");
   }
-  int32_t header[kShardHeaderInts] = {kShardMagic, kShardVersion, static_cast<int32_t>(tokens.size())};
+  int32_t header[kShardHeaderInts] = {magic, version, static_cast<int32_t>(count), extra};
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_shard(tmp, std::string("cannot create: ") + std::strerror(errno));
   try {
     write_all(fd, reinterpret_cast<const char*>(header), sizeof(header), tmp);
-    write_all(fd, reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(uint16_t), tmp);
+    write_all(fd, static_cast<const char*>(data), count * elem_bytes, tmp);
     if (::fsync(fd) != 0) fail_shard(tmp, std::string("fsync failed: ") + std::strerror(errno));
   } catch (...) {
     ::close(fd);
@@ -71,7 +72,15 @@ void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
   sync_dir(path);
 }
 
-ShardInfo open_shard(const std::string& path) {
+struct HeaderFields {
+  int64_t count = 0;
+  int32_t extra = 0;  // header[3]
+};
+
+// Checks the header {magic, version, count, ...} and that the file holds exactly count elements of
+// elem_bytes.
+HeaderFields read_checked_header(const std::string& path, int32_t magic, int32_t version,
+                                 int64_t elem_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_shard(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
@@ -84,22 +93,80 @@ ShardInfo open_shard(const std::string& path) {
     fail_shard(path, "file is " + std::to_string(st.st_size) + " bytes, shorter than the " +
                          std::to_string(kHeaderBytes) + "-byte header");
   }
-  if (header[0] != kShardMagic) {
-    fail_shard(path,
-               "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(kShardMagic) + ")");
+  if (header[0] != magic) {
+    fail_shard(path, "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(magic) + ")");
   }
-  if (header[1] != kShardVersion) {
-    fail_shard(path, "bad version " + std::to_string(header[1]) + " (expected " +
-                         std::to_string(kShardVersion) + ")");
+  if (header[1] != version) {
+    fail_shard(path,
+               "bad version " + std::to_string(header[1]) + " (expected " + std::to_string(version) + ")");
   }
   if (header[2] < 0) fail_shard(path, "negative token count " + std::to_string(header[2]));
-  const int64_t expected = kHeaderBytes + int64_t{header[2]} * int64_t(sizeof(uint16_t));
+  const int64_t expected = kHeaderBytes + int64_t{header[2]} * elem_bytes;
   if (st.st_size != expected) {
     fail_shard(path, std::string(st.st_size < expected ? "truncated" : "oversized") + ": header says " +
                          std::to_string(header[2]) + " tokens, expected " + std::to_string(expected) +
                          " bytes, file has " + std::to_string(st.st_size));
   }
-  return {path, header[2]};
+  return {header[2], header[3]};
+}
+
+}  // namespace
+
+void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
+  write_with_header(path, kShardMagic, kShardVersion, 0, tokens.data(), tokens.size(), sizeof(uint16_t));
+}
+
+ShardInfo open_shard(const std::string& path) {
+  return {path, read_checked_header(path, kShardMagic, kShardVersion, sizeof(uint16_t)).count};
+}
+
+std::string loss_mask_path(const std::string& shard_path) {
+  return std::filesystem::path(shard_path).replace_extension(".mask").string();
+}
+
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask, int64_t packed_seq_len) {
+  const uint8_t max = max_loss_mask_value(packed_seq_len);
+  if (std::any_of(mask.begin(), mask.end(), [&](uint8_t v) { return v > max; }))
+    throw std::logic_error("loss mask " + path + ": values must be at most " + std::to_string(max));
+  write_with_header(path, kLossMaskMagic, kLossMaskVersion, static_cast<int32_t>(packed_seq_len), mask.data(),
+                    mask.size(), sizeof(uint8_t));
+}
+
+int64_t check_loss_mask(const std::string& path, int64_t num_tokens) {
+  const HeaderFields h = read_checked_header(path, kLossMaskMagic, kLossMaskVersion, sizeof(uint8_t));
+  if (h.count != num_tokens) {
+    fail_shard(path, "loss mask of " + std::to_string(h.count) + " tokens, but its shard has " +
+                         std::to_string(num_tokens));
+  }
+  if (h.extra < 0) fail_shard(path, "negative packed sequence length " + std::to_string(h.extra));
+  return h.extra;
+}
+
+bool shards_have_loss_masks(const std::vector<std::string>& shard_paths) {
+  const auto has_mask = [](const std::string& p) { return std::filesystem::exists(loss_mask_path(p)); };
+  const auto with = std::find_if(shard_paths.begin(), shard_paths.end(), has_mask);
+  const auto without = std::find_if_not(shard_paths.begin(), shard_paths.end(), has_mask);
+  if (with != shard_paths.end() && without != shard_paths.end()) {
+    fail_shard(*without, "no loss mask " + loss_mask_path(*without) + " beside it, but " + *with +
+                             " has one: shards of one run are all masked or none is");
+  }
+  return with != shard_paths.end();
+}
+
+int64_t packed_seq_len(const std::vector<std::string>& shard_paths) {
+  if (!shards_have_loss_masks(shard_paths)) return 0;
+  const auto packed_for = [](const std::string& shard) {
+    return check_loss_mask(loss_mask_path(shard), open_shard(shard).num_tokens);
+  };
+  const int64_t first = packed_for(shard_paths[0]);
+  for (const std::string& shard : shard_paths) {
+    if (const int64_t other = packed_for(shard); other != first) {
+      fail_shard(shard, "packed for sequences of " + std::to_string(other) + " tokens, but " +
+                            shard_paths[0] + " for " + std::to_string(first) +
+                            ": prepare the shards of one run together");
+    }
+  }
+  return first;
 }
 
 std::vector<std::string> find_shards(const std::string& dir_or_glob, const std::string& split) {

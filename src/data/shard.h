@@ -1,5 +1,8 @@
 // Token shards in llm.c's format: a header of 256 int32 (magic 20240520, version 1, token count, rest zero),
-// then the tokens as uint16.
+// then the tokens as uint16. A shard may have a loss mask beside it (X.bin -> X.mask): the same header with
+// magic 20261201, version 1 and [3] the sequence length its records were packed for (0: not packed), then one
+// uint8 per token of X.bin: bit 0 set when the loss counts that token as a target (it is predicted from the
+// tokens before it), bit 1, in packed masks only, when the token starts a record.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +17,30 @@ constexpr int64_t kShardHeaderInts = 256;
 
 // Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written shard.
 void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+
+constexpr int32_t kLossMaskMagic = 20261201;
+constexpr int32_t kLossMaskVersion = 1;
+constexpr uint8_t kLossMaskCounted = 1, kLossMaskRecordStart = 2;
+
+// The loss mask beside the token shard at shard_path: its .bin replaced by .mask (not *.bin, so that
+// find_shards never takes it for a shard).
+std::string loss_mask_path(const std::string& shard_path);
+// Atomically, as write_shard; a value with bits other than the two (or a record start in a mask that is not
+// packed) is a logic error.
+void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask, int64_t packed_seq_len = 0);
+// Checks a mask's header and size against the shard's token count, as open_shard does; data errors name it.
+// Returns the sequence length it was packed for (0: not packed).
+int64_t check_loss_mask(const std::string& path, int64_t num_tokens);
+// The value a mask of packed_seq_len may hold at most.
+inline uint8_t max_loss_mask_value(int64_t packed_seq_len) {
+  return packed_seq_len > 0 ? kLossMaskCounted | kLossMaskRecordStart : kLossMaskCounted;
+}
+// Whether the shards have loss masks: true when all do, false when none does, a data error naming a shard
+// without one when only some do.
+bool shards_have_loss_masks(const std::vector<std::string>& shard_paths);
+// The sequence length the shards' masks were packed for: 0 when they are not packed (or have no masks), a
+// data error naming two shards that differ.
+int64_t packed_seq_len(const std::vector<std::string>& shard_paths);
 
 // Opens and checks a shard without loading its tokens: magic, version, size matches the count.
 // Every failure is a data error naming the file.

@@ -26,6 +26,9 @@ struct OpRun {
   uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
 };
 
+// The targets the loss op counts: those its loss mask marks, or all of them without one.
+int64_t counted_targets(const ops::LmHeadLoss& head, const TensorTable& table, const Allocation& memory);
+
 class Backend {
  public:
   virtual ~Backend() = default;

@@ -45,6 +45,11 @@ T* optional(const Allocation& m, int id) {
   return id >= 0 ? m.as<T>(id) : nullptr;
 }
 
+// The tokens' positions in their records (packed sequences), or null: their indices in the row.
+const int32_t* positions(const Allocation& m, int id) {
+  return id >= 0 ? m.i32(id) : nullptr;
+}
+
 bool frozen(const Allocation& m, int param) {
   return m.table()[param].category == Category::frozen;
 }
@@ -186,6 +191,8 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const ModelSpec& spec = r.spec;
   const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = spec.padded_vocab_size;
   const int64_t rows = table[a.logits].numel() / Vp;
+  const int64_t counted = counted_targets(a, table, m);
+  const uint8_t* loss_mask = a.loss_mask >= 0 ? m.u8(a.loss_mask) : nullptr;
   float* losses = m.f32(a.losses);
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
@@ -193,6 +200,7 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .x = m.as<T>(a.inp) + r0 * C,
         .wte = weights<T>(m, op, a.weight),
         .targets = m.i32(a.targets) + r0,
+        .loss_mask = loss_mask ? loss_mask + r0 : nullptr,
         .logits = m.f32(a.logits),
         .dlogits = optional<T>(m, a.logits_grad),
         .losses = losses + r0,
@@ -203,7 +211,7 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .C = C,
         .V = spec.vocab_size,
         .Vp = Vp,
-        .grad_scale = r.grad_scale / static_cast<float>(N),
+        .grad_scale = r.grad_scale / static_cast<float>(std::max<int64_t>(counted, 1)),
     });
   }
   double loss_sum = 0;
@@ -220,8 +228,9 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::embedding: {
       const auto& a = op.as<ops::Embedding>();
       const TensorDesc& tokens = table[a.tokens];
-      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), weights<T>(m, op, a.wte),
-                                 weights<T>(m, op, a.wpe), tokens.shape[0], tokens.shape[1], spec.n_embd);
+      kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), positions(m, a.positions),
+                                 weights<T>(m, op, a.wte), weights<T>(m, op, a.wpe), tokens.shape[0],
+                                 tokens.shape[1], spec.n_embd);
       return 0;
     }
     case OpKind::layernorm: {
@@ -244,14 +253,16 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::rope: {
       const auto& a = op.as<ops::Rope>();
       const TensorDesc& qkv = table[a.qkv];
-      kernels::rope_forward(m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1], qkv_layout(spec), spec.rope_theta);
+      kernels::rope_forward(m.as<T>(a.qkv), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
+                            qkv_layout(spec), spec.rope_theta);
       return 0;
     }
     case OpKind::attention: {
       const auto& a = op.as<ops::Attention>();
       const TensorDesc& qkv = table[a.qkv];
-      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), qkv.shape[0], qkv.shape[1],
-                                 spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
+      kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), positions(m, a.positions),
+                                 qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head, spec.n_kv_head,
+                                 m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu: {
@@ -299,16 +310,16 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::rope_backward: {
       const auto& a = op.as<ops::RopeBackward>();
       const TensorDesc& dqkv = table[a.dqkv];
-      kernels::rope_backward(m.as<T>(a.dqkv), dqkv.shape[0], dqkv.shape[1], qkv_layout(spec),
-                             spec.rope_theta);
+      kernels::rope_backward(m.as<T>(a.dqkv), positions(m, a.positions), dqkv.shape[0], dqkv.shape[1],
+                             qkv_layout(spec), spec.rope_theta);
       return 0;
     }
     case OpKind::attention_backward: {
       const auto& a = op.as<ops::AttentionBackward>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
-                                  m.f32(a.lse), qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head,
-                                  spec.n_kv_head, m.f32(a.scratch));
+                                  m.f32(a.lse), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
+                                  spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu_backward: {
@@ -327,7 +338,8 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const auto& a = op.as<ops::EmbeddingBackward>();
       const TensorDesc& tokens = table[a.tokens];
       kernels::embedding_backward(grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout),
-                                  m.i32(a.tokens), tokens.shape[0], tokens.shape[1], spec.n_embd);
+                                  m.i32(a.tokens), positions(m, a.positions), tokens.shape[0],
+                                  tokens.shape[1], spec.n_embd);
       return 0;
     }
   }

@@ -2,11 +2,19 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "exec/cpu_backend.h"
 
 namespace mt {
+
+int64_t counted_targets(const ops::LmHeadLoss& head, const TensorTable& table, const Allocation& memory) {
+  const int64_t n = table[head.targets].numel();
+  if (head.loss_mask < 0) return n;
+  const auto* mask = memory.u8(head.loss_mask);
+  return std::count(mask, mask + n, uint8_t{1});
+}
 
 Executor::Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory)
     : spec_(spec), graph_(graph), memory_(memory), backend_(make_cpu_backend(memory.plan().policy)) {}
@@ -29,9 +37,11 @@ double Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw
   return loss_sum;
 }
 
+// A batch without counted targets has loss 0 (and no gradient).
 double Executor::mean_loss(double loss_sum) const {
   const ops::LmHeadLoss& head = graph_.ops[graph_.loss_op].as<ops::LmHeadLoss>();
-  return loss_sum / static_cast<double>(graph_.table[head.targets].numel());
+  const int64_t counted = counted_targets(head, graph_.table, memory_);
+  return counted == 0 ? 0.0 : loss_sum / static_cast<double>(counted);
 }
 
 StepResult Executor::train_step(float grad_scale, uint64_t draw) {

@@ -25,7 +25,7 @@ class OpHooks {
 };
 
 struct StepResult {
-  double loss = 0;  // mean cross-entropy over the batch's positions
+  double loss = 0;  // mean cross-entropy over the batch's counted targets (all, without a loss mask)
 };
 
 class Executor {

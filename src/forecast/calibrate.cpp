@@ -210,9 +210,10 @@ double attention_gflops(double budget) {
   std::vector<float> scratch(static_cast<size_t>(kernels::attention_scratch_floats(
       Tn, C / NH, omp_get_max_threads(), std::is_same_v<T, float> ? DType::f32 : DType::bf16)));
   const double seconds = best_seconds(budget, [&] {
-    kernels::attention_forward<T>(out.data(), lse.data(), qkv.data(), B, Tn, C, NH, NH, scratch.data());
-    kernels::attention_backward<T>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, Tn, C, NH,
-                                   NH, scratch.data());
+    kernels::attention_forward<T>(out.data(), lse.data(), qkv.data(), nullptr, B, Tn, C, NH, NH,
+                                  scratch.data());
+    kernels::attention_backward<T>(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, B,
+                                   Tn, C, NH, NH, scratch.data());
   });
   return 7.0 * static_cast<double>(B * Tn * Tn * C) / seconds / 1e9;
 }

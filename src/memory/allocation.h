@@ -36,6 +36,10 @@ class Allocation {
     check_dtype(table_[id].dtype, DType::i32, id);
     return static_cast<int32_t*>(data(id));
   }
+  uint8_t* u8(int id) const {
+    check_dtype(table_[id].dtype, DType::u8, id);
+    return static_cast<uint8_t*>(data(id));
+  }
   // A parameter's gradient (G = the policy's gradient dtype) in the gradient buffer, which must hold it
   // whole: under ZeRO-2/3 an op names its window's gradient sum instead (in_block).
   template <typename G>

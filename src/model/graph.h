@@ -42,10 +42,14 @@ enum class OpKind {
 // which a copied graph (forecast/model_parallel.cpp) adds them to its table, so it is kept fixed.
 namespace ops {
 
-struct Embedding {  // out = wte[tokens] (+ wpe)
+// `positions` ([B, T] i32, packed sequences only) is each token's position in its record: the learned
+// position it reads, its rotary angle, and how far back it attends (its record only). -1: the index in the
+// row.
+
+struct Embedding {  // out = wte[tokens] (+ wpe[positions])
   static constexpr OpKind kind = OpKind::embedding;
-  int out = -1, wte = -1, wpe = -1, tokens = -1;
-  auto ids() { return std::tie(out, wte, wpe, tokens); }
+  int out = -1, wte = -1, wpe = -1, tokens = -1, positions = -1;
+  auto ids() { return std::tie(out, wte, wpe, tokens, positions); }
 };
 
 struct LayerNorm {  // out, mean, rstd  <-  inp, weight, bias
@@ -71,14 +75,14 @@ struct Linear {  // out = inp @ weight + bias (+ residual, copied into out first
 
 struct Rope {  // q and k of qkv rotated in place
   static constexpr OpKind kind = OpKind::rope;
-  int qkv = -1;
-  auto ids() { return std::tie(qkv); }
+  int qkv = -1, positions = -1;
+  auto ids() { return std::tie(qkv, positions); }
 };
 
 struct Attention {  // out, lse (log-sum-exp per head and position)  <-  qkv
   static constexpr OpKind kind = OpKind::attention;
-  int qkv = -1, out = -1, lse = -1, scratch = -1;
-  auto ids() { return std::tie(qkv, out, lse, scratch); }
+  int qkv = -1, out = -1, lse = -1, scratch = -1, positions = -1;
+  auto ids() { return std::tie(qkv, out, lse, scratch, positions); }
 };
 
 struct Gelu {  // out = gelu(inp)
@@ -94,12 +98,15 @@ struct Swiglu {  // out = silu(gate) * up
 };
 
 // Per-position losses of inp @ weight^T against targets, a chunk of logits at a time; training also takes
-// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad.
+// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
+// (u8, 1: counted) the loss is the mean over the counted targets only, and the others get no gradient.
 struct LmHeadLoss {
   static constexpr OpKind kind = OpKind::lm_head_loss;
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
-      targets = -1;
-  auto ids() { return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets); }
+      targets = -1, loss_mask = -1;
+  auto ids() {
+    return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask);
+  }
 };
 
 struct LayerNormBackward {  // dinp +=, grads of weight and bias  <-  dout, inp, weight, mean, rstd
@@ -125,14 +132,14 @@ struct LinearBackward {  // dinp (=, or += with accumulate), grads of weight and
 
 struct RopeBackward {  // dq and dk of dqkv rotated back in place
   static constexpr OpKind kind = OpKind::rope_backward;
-  int dqkv = -1;
-  auto ids() { return std::tie(dqkv); }
+  int dqkv = -1, positions = -1;
+  auto ids() { return std::tie(dqkv, positions); }
 };
 
 struct AttentionBackward {  // dqkv  <-  dout, qkv, out, lse
   static constexpr OpKind kind = OpKind::attention_backward;
-  int qkv = -1, out = -1, lse = -1, dqkv = -1, dout = -1, scratch = -1;
-  auto ids() { return std::tie(qkv, out, lse, dqkv, dout, scratch); }
+  int qkv = -1, out = -1, lse = -1, dqkv = -1, dout = -1, scratch = -1, positions = -1;
+  auto ids() { return std::tie(qkv, out, lse, dqkv, dout, scratch, positions); }
 };
 
 struct GeluBackward {  // dinp = dout * gelu'(inp), in place when dinp == dout
@@ -149,8 +156,8 @@ struct SwigluBackward {  // dgate_up  <-  dout, gate_up
 
 struct EmbeddingBackward {  // grads of wte (and wpe)  <-  dout
   static constexpr OpKind kind = OpKind::embedding_backward;
-  int wte = -1, wpe = -1, dout = -1, tokens = -1;
-  auto ids() { return std::tie(wte, wpe, dout, tokens); }
+  int wte = -1, wpe = -1, dout = -1, tokens = -1, positions = -1;
+  auto ids() { return std::tie(wte, wpe, dout, tokens, positions); }
 };
 
 struct Zero {  // out = 0: a gradient that backward ops accumulate into

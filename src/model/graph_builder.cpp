@@ -19,6 +19,10 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   if (matmul_floats > 0) mm_ = scratch("matmul.scratch", matmul_floats);
   m_.tokens = tensor("batch.tokens", {step_.batch, step_.seq_len}, Category::other, DType::i32);
   m_.targets = tensor("batch.targets", {step_.batch, step_.seq_len}, Category::other, DType::i32);
+  if (step_.loss_mask)
+    m_.loss_mask = tensor("batch.loss_mask", {step_.batch, step_.seq_len}, Category::other, DType::u8);
+  if (step_.packed)
+    m_.positions = tensor("batch.positions", {step_.batch, step_.seq_len}, Category::other, DType::i32);
 }
 
 int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
@@ -180,14 +184,20 @@ void GraphBuilder::norm_backward(NormKind kind, const std::string& name, int inp
 void GraphBuilder::attention(const std::string& name, const std::string& suffix, int qkv, int out, int lse,
                              int64_t scratch_floats) {
   const int s = scratch(name + ".scratch" + suffix, scratch_floats);
-  op(name + suffix, ops::Attention{.qkv = qkv, .out = out, .lse = lse, .scratch = s});
+  op(name + suffix,
+     ops::Attention{.qkv = qkv, .out = out, .lse = lse, .scratch = s, .positions = m_.positions});
 }
 
 void GraphBuilder::attention_backward(const std::string& name, int qkv, int out, int lse, int dqkv, int dout,
                                       int64_t scratch_floats) {
   const int s = scratch(name + ".scratch", scratch_floats);
-  op(name,
-     ops::AttentionBackward{.qkv = qkv, .out = out, .lse = lse, .dqkv = dqkv, .dout = dout, .scratch = s});
+  op(name, ops::AttentionBackward{.qkv = qkv,
+                                  .out = out,
+                                  .lse = lse,
+                                  .dqkv = dqkv,
+                                  .dout = dout,
+                                  .scratch = s,
+                                  .positions = m_.positions});
 }
 
 int GraphBuilder::activation(Activation kind, const std::string& name, const std::string& suffix, int inp,
@@ -225,7 +235,8 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp) {
                                 .logits = logits,
                                 .logits_grad = logits_grad,
                                 .matmul_scratch = mm_,
-                                .targets = m_.targets});
+                                .targets = m_.targets,
+                                .loss_mask = m_.loss_mask});
   return dinp;
 }
 

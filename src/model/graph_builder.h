@@ -28,15 +28,19 @@ struct StepConfig {
   LoraConfig lora = {};
   BaseQuantConfig base_quant = {};  // QLoRA: how LoRA's frozen linear weights are stored
   uint64_t seed = 0;                // the run's: LoRA dropout's masks
+  bool loss_mask = false;  // the data has loss masks (data/shard.h): the loss counts the targets they mark
+  bool packed = false;     // the data packs several records a sequence: batch.positions keeps them apart
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
 constexpr int64_t kLogitsChunkRows = 256;
 
-// A model's step: the graph, the batch's token ids (category other) and the parameters in creation order.
+// A model's step: the graph, the batch's token ids, targets' loss mask and tokens' positions in their records
+// (category other; the mask -1 without StepConfig::loss_mask, the positions without StepConfig::packed) and
+// the parameters in creation order.
 struct ModelGraph {
   Graph graph;
-  int tokens = -1, targets = -1;
+  int tokens = -1, targets = -1, loss_mask = -1, positions = -1;
   std::vector<int> params;
 };
 

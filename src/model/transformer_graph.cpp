@@ -166,7 +166,7 @@ int TransformerBlocks::layer_forward(int64_t l, int inp, const std::string& suff
   a.out = b_.act(h + "out" + suffix, C_);
   a.norm1 = b_.norm(f.norm, h + f.norm1, suffix, a.inp, p.norm1, C_);
   a.qkv_lora = b_.linear(h + f.qkv_proj, suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
-  if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv});
+  if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv, .positions = b_.model().positions});
   b_.attention(attn, suffix, a.qkv, a.atty, a.lse, attn_scratch_);
   a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, a.res2, a.inp, p.out, f.weight_out_in);
   a.norm2 = b_.norm(f.norm, h + f.norm2, suffix, a.res2, p.norm2, C_);
@@ -198,7 +198,8 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   b_.norm_backward(f.norm, h + f.norm2 + ".backward", a.res2, p.norm2, a.norm2, dres, dnorm2);
   b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, a.out_lora, datty, dres, f.weight_out_in);
   b_.attention_backward(attn + ".backward", a.qkv, a.atty, a.lse, dqkv, datty, attn_scratch_);
-  if (f.rope) b_.op(attn + ".rope.backward", ops::RopeBackward{.dqkv = dqkv});
+  if (f.rope)
+    b_.op(attn + ".rope.backward", ops::RopeBackward{.dqkv = dqkv, .positions = b_.model().positions});
   if (selective) a.norm1 = b_.norm(f.norm, h + f.norm1, re, a.inp, p.norm1, C_);
   b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, a.qkv_lora, dnorm1, dqkv,
                      f.weight_out_in);
@@ -218,9 +219,10 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
   if (norm == NormKind::layernorm) final_norm.bias = b.param(fn + ".bias", {C});
   const int head = spec.tied_head || family.head.empty() ? wte : b.param(family.head, {Vp, C});
 
-  const int tokens = b.model().tokens;
+  const int tokens = b.model().tokens, positions = b.model().positions;
   const int embedded = b.act(family.embed_out, C);
-  b.op("embed", ops::Embedding{.out = embedded, .wte = wte, .wpe = wpe, .tokens = tokens});
+  b.op("embed",
+       ops::Embedding{.out = embedded, .wte = wte, .wpe = wpe, .tokens = tokens, .positions = positions});
   const int residual = blocks.forward(embedded);
   const NormActs normed = b.norm(norm, fn, "", residual, final_norm, C);
   const int dnormed = b.lm_head_loss(normed.out, head, C, Vp);
@@ -234,8 +236,11 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
     return id >= 0 && b.model().graph.table[id].category == Category::params ? id : -1;
   };
   if (trained(wte) >= 0 || trained(wpe) >= 0)
-    b.op("embed.backward",
-         ops::EmbeddingBackward{.wte = trained(wte), .wpe = trained(wpe), .dout = dres, .tokens = tokens});
+    b.op("embed.backward", ops::EmbeddingBackward{.wte = trained(wte),
+                                                  .wpe = trained(wpe),
+                                                  .dout = dres,
+                                                  .tokens = tokens,
+                                                  .positions = positions});
   std::vector<std::string> param_names;
   for (int id : b.model().params) param_names.push_back(b.model().graph.table[id].name);
   check_lora_names(b.step().lora, blocks.linear_modules(), param_names);

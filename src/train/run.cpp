@@ -5,10 +5,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
 #include "core/error.h"
+#include "data/shard.h"
 #include "train/run_directories.h"
 #include "train/signals.h"
 #include "train/train_flags.h"
@@ -86,7 +88,11 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   trainer.finish();
 }
 
-void train(const TrainConfig& cfg, const MemoryFitCheck& check_fit) {
+void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
+  TrainConfig cfg = given;
+  const std::vector<std::string> shards = find_shards(cfg.data, "train");
+  cfg.loss_mask = shards_have_loss_masks(shards);
+  cfg.packed = packed_seq_len(shards) > 0;  // instruction data: the plan has the mask
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals

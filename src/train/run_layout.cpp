@@ -50,10 +50,12 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .recompute = cfg.recompute,
                                            .lora = cfg.lora,
                                            .base_quant = cfg.base_quant,
-                                           .seed = cfg.seed});
+                                           .seed = cfg.seed,
+                                           .loss_mask = cfg.loss_mask,
+                                           .packed = cfg.packed});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
-  run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab};
-  run.val_data = {B, T, false, cfg.seed, vocab};
+  run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
+  run.val_data = {B, T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   TensorTable& table = run.model.graph.table;
   run.train_window = table.add({"loader.train.window", {Loader::window_tokens(run.train_data)}, DType::u16});
   if (cfg.eval_interval > 0)

@@ -28,6 +28,8 @@ struct TrainConfig {
   std::string model;                // preset name or config.json
   int64_t pad_vocab_multiple = 64;  // --make-vocab-size-divisible-by
   std::string data;                 // shard directory or glob
+  bool loss_mask = false;           // not a flag: train sets it when the training shards have loss masks
+  bool packed = false;              // not a flag: ... and when those pack several records a sequence
   int64_t seq_len = 0;              // 0: the model's n_positions
   int64_t micro_batch = 4;
   int64_t global_batch = 0;      // sequences per optimizer step; 0: from grad_accum_steps

@@ -146,7 +146,8 @@ StepOutcome Trainer::step(int64_t step) {
     // step do not depend on how many ranks share them.
     for (int r = 0; r < world_; ++r) {
       if (r == rank_)
-        train_loader_->next_batch(memory.i32(model_.tokens), memory.i32(model_.targets));
+        train_loader_->next_batch(memory.i32(model_.tokens), memory.i32(model_.targets), loss_mask(),
+                                  positions());
       else
         train_loader_->skip_batch();
     }
@@ -261,11 +262,20 @@ void Trainer::finish() {
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
 }
 
+uint8_t* Trainer::loss_mask() const {
+  return model_.loss_mask >= 0 ? memory_->u8(model_.loss_mask) : nullptr;
+}
+
+int32_t* Trainer::positions() const {
+  return model_.positions >= 0 ? memory_->i32(model_.positions) : nullptr;
+}
+
 double Trainer::evaluate() {
   val_loader_->reset();  // the same validation windows every time, so evaluations compare
   double sum = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    val_loader_->next_batch(memory_->i32(model_.tokens), memory_->i32(model_.targets));
+    val_loader_->next_batch(memory_->i32(model_.tokens), memory_->i32(model_.targets), loss_mask(),
+                            positions());
     sum += exec_->eval_step().loss;
   }
   return sum / static_cast<double>(cfg_.eval_iters);

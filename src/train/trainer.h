@@ -83,6 +83,10 @@ class Trainer {
   // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
   void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
+  // The batch's loss mask and tokens' positions in their records, for the loaders to fill; null when the data
+  // has no mask, or does not pack records.
+  uint8_t* loss_mask() const;
+  int32_t* positions() const;
   void save_memory_timeline();
   // What a checkpoint records of the step it was taken after.
   nlohmann::json step_metrics(const StepOutcome& outcome) const;

@@ -80,15 +80,29 @@ def random_params(shapes, is_norm, seed=1234):
     return params
 
 
-def random_batches(c):
+IGNORED = -100  # torch's ignore_index, which parity_dump turns into a loss mask
+
+
+def random_batches(c, masked=False):
+    """Random tokens and targets; `masked` leaves out about 40% of the targets (a different share per batch,
+    never all of them), as instruction data does, and cross_entropy's mean then counts only the others."""
     gen = torch.Generator().manual_seed(4321)
-    return [(torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen),
-             torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)) for _ in range(STEPS)]
+    batches = []
+    for _ in range(STEPS):
+        tokens = torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)
+        targets = torch.randint(0, c["vocab_size"], (c["B"], c["T"]), generator=gen)
+        if masked:
+            ignored = torch.rand(c["B"], c["T"], generator=gen) < 0.2 + 0.4 * torch.rand(1, generator=gen)
+            ignored.view(-1)[0] = False
+            targets = targets.masked_fill(ignored, IGNORED)
+        batches.append((tokens, targets))
+    return batches
 
 
-def run_dump(dump, c, config_json, params, batches, *args):
+def run_dump(dump, c, config_json, params, batches, *args, positions=None):
     """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote, with
-    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys."""
+    the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys. `positions` (one [B, T]
+    tensor per batch: each token's position in its record) runs packed sequences."""
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "config.json")
         with open(config, "w") as f:
@@ -97,7 +111,11 @@ def run_dump(dump, c, config_json, params, batches, *args):
         write_safetensors(weights, params)
         with open(os.path.join(tmp, "batches.bin"), "wb") as f:
             for tokens, targets in batches:
-                f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
+                                f.write(tokens.int().numpy().tobytes() + targets.int().numpy().tobytes())
+        if positions is not None:
+            with open(os.path.join(tmp, "batches.bin.positions"), "wb") as f:
+                for p in positions:
+                    f.write(p.int().numpy().tobytes())
         out = os.path.join(tmp, "out.safetensors")
         subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(c["B"]), str(c["T"]),
                         str(STEPS), out, *map(str, args)], check=True)
@@ -152,11 +170,12 @@ def adamw_losses(trained, loss_fn, batches):
     return losses
 
 
-def run_parity(dump, name, precision, c, config_json, params, forward):
-    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance."""
+def run_parity(dump, name, precision, c, config_json, params, forward, masked=False):
+    """Runs parity_dump and the reference on the same inputs; exits non-zero on any check out of tolerance.
+    `masked`: targets left out of the loss (cross_entropy's ignore_index), against memtrain's loss mask."""
     tol = TOLERANCES[precision]
     B, T = c["B"], c["T"]
-    batches = random_batches(c)
+    batches = random_batches(c, masked)
     got = run_dump(dump, c, config_json, params, batches, precision)
     check = Checks()
 
@@ -187,4 +206,4 @@ def run_parity(dump, name, precision, c, config_json, params, forward):
     losses = adamw_losses(params, lambda tokens, targets: loss_of(forward, params, c, tokens, targets), batches)
     for i, (a, b) in enumerate(zip(got["losses"].tolist(), losses), start=1):
         check(f"loss at step {i}", abs(a - b) / abs(b), tol["steps"])
-    check.finish(f"parity {name} {precision}")
+    check.finish(f"parity {name} {precision}{' masked' if masked else ''}")

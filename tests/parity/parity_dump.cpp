@@ -3,14 +3,17 @@
 // the losses of `steps` AdamW steps.
 //   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION [RANK
 //   ALPHA]]
-// BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]. PRECISION is fp32
-// (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
+// BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]; a target of -100 (torch's
+// ignore_index) runs the model with a loss mask that leaves it out; a file BATCHES.bin.positions beside it
+// (STEPS batches of int32 positions [B*T], each token's in its record) runs packed sequences. PRECISION is
+// fp32 (default), bf16 or fp16 (16-bit weights and activations with fp32 master weights and gradients; fp16
 // without scaling). RANK and ALPHA put LoRA adapters on every linear module over the frozen WEIGHTS: their
 // initial values (init.NAME), values after the steps (final.NAME) and the first batch's gradients there
 // (final_grad.NAME) are written too, the frozen base weights after the steps under base.NAME (fp32 runs), and
 // the trained adapters in PEFT's layout into OUT.safetensors.adapter/.
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -78,9 +81,25 @@ int run(int argc, char** argv) {
   const LoraConfig lora =
       argc == 11 ? LoraConfig{.rank = std::stoll(argv[9]), .alpha = std::stof(argv[10])} : LoraConfig{};
   const ModelSpec spec = resolve_model(argv[1], 64);
-  ModelGraph model = build_model_graph(
-      spec,
-      {.batch = B, .seq_len = T, .threads = omp_get_max_threads(), .dtype = policy.weights, .lora = lora});
+  std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
+  std::ifstream in(argv[3], std::ios::binary);
+  in.read(reinterpret_cast<char*>(batches.data()), static_cast<std::streamsize>(batches.size() * 4));
+  if (!in) throw std::runtime_error("short batches file");
+  constexpr int32_t kIgnored = -100;
+  const bool masked = std::find(batches.begin(), batches.end(), kIgnored) != batches.end();
+  std::vector<int32_t> positions;
+  if (std::ifstream pin(std::string(argv[3]) + ".positions", std::ios::binary); pin) {
+    positions.resize(static_cast<size_t>(steps * B * T));
+    pin.read(reinterpret_cast<char*>(positions.data()), static_cast<std::streamsize>(positions.size() * 4));
+    if (!pin) throw std::runtime_error("short positions file");
+  }
+  ModelGraph model = build_model_graph(spec, {.batch = B,
+                                              .seq_len = T,
+                                              .threads = omp_get_max_threads(),
+                                              .dtype = policy.weights,
+                                              .lora = lora,
+                                              .loss_mask = masked,
+                                              .packed = !positions.empty()});
   const Plan plan = make_plan(model.graph.table, policy);
   Allocation memory(model.graph.table, plan);
   init_model_params(spec, model, memory, 1234);  // the adapters' initial values; the file has the base's
@@ -94,13 +113,14 @@ int run(int argc, char** argv) {
   };
   if (policy.weights == DType::f32) add_adapters("init.", [&](int id) { return memory.f32(id); });
 
-  std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
-  std::ifstream in(argv[3], std::ios::binary);
-  in.read(reinterpret_cast<char*>(batches.data()), static_cast<std::streamsize>(batches.size() * 4));
-  if (!in) throw std::runtime_error("short batches file");
   auto load_batch = [&](int64_t s) {
     std::memcpy(memory.i32(model.tokens), &batches[s * 2 * B * T], B * T * 4);
-    std::memcpy(memory.i32(model.targets), &batches[(s * 2 + 1) * B * T], B * T * 4);
+    const int32_t* targets = &batches[(s * 2 + 1) * B * T];
+    for (int64_t i = 0; i < B * T; ++i) {
+      memory.i32(model.targets)[i] = targets[i] == kIgnored ? 0 : targets[i];
+      if (masked) memory.u8(model.loss_mask)[i] = targets[i] != kIgnored;
+    }
+    if (!positions.empty()) std::memcpy(memory.i32(model.positions), &positions[s * B * T], B * T * 4);
   };
 
   Executor exec(spec, model.graph, memory);

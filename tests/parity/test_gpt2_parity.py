@@ -3,7 +3,8 @@ logits, loss, every parameter gradient and the losses of 10 AdamW steps (clippin
 With PRECISION bf16 or fp16, memtrain runs 16-bit weights and activations against the same fp32 reference, at
 tolerances that fit 16-bit rounding; PyTorch's own bf16 autocast loss is printed beside it for comparison.
 
-usage: test_gpt2_parity.py PARITY_DUMP CONFIG_NAME [PRECISION]
+usage: test_gpt2_parity.py PARITY_DUMP CONFIG_NAME [PRECISION [masked]]
+`masked` leaves about 40% of the targets out of the loss (torch's ignore_index), against memtrain's loss mask.
 """
 import math
 import sys
@@ -65,7 +66,7 @@ def main():
     c = CONFIGS[name]
     params = random_params(gpt2_param_shapes(c), lambda n: n.startswith("ln") or ".ln_" in n)
     config = {k: c[k] for k in ("n_layer", "n_head", "n_embd", "n_positions", "vocab_size")}
-    run_parity(dump, name, precision, c, config, params, forward)
+    run_parity(dump, name, precision, c, config, params, forward, masked=sys.argv[4:] == ["masked"])
 
 
 if __name__ == "__main__":

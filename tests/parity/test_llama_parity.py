@@ -3,7 +3,8 @@ rotate_half rotary embeddings, grouped-query attention with repeated KV heads, S
 same weights and batches go to both, and logits, loss, every parameter gradient and 10 AdamW steps must agree
 (parity_common.py). With PRECISION bf16, memtrain runs 16-bit storage against the same fp32 reference.
 
-usage: test_llama_parity.py PARITY_DUMP CONFIG_NAME [PRECISION]
+usage: test_llama_parity.py PARITY_DUMP CONFIG_NAME [PRECISION [masked]]
+`masked` leaves about 40% of the targets out of the loss (torch's ignore_index), against memtrain's loss mask.
 """
 import math
 import sys
@@ -98,7 +99,7 @@ def main():
     params = random_params(llama_param_shapes(c), lambda n: n.endswith("norm.weight"))
     config = {k: v for k, v in c.items() if k not in ("B", "T")}
     config["model_type"] = "llama"
-    run_parity(dump, name, precision, c, config, params, forward)
+    run_parity(dump, name, precision, c, config, params, forward, masked=sys.argv[4:] == ["masked"])
 
 
 if __name__ == "__main__":

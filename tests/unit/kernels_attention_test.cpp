@@ -147,7 +147,7 @@ TEST(KernelAttention, ForwardMatchesNaive) {
   const auto qkv = random_floats(B * T * C3, 1, 2.0);  // large enough that the softmax is far from flat
   const Reference ref(to_double(qkv));
   std::vector<float> out(B * T * C), lse(B * NH * T), scratch = scratch_for_threads();
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
+  attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T, C, NH, NH, scratch.data());
   expect_close(out, ref.out, 1e-5, 1e-5);
   expect_close(lse, ref.lse, 1e-5, 1e-5);
 }
@@ -157,8 +157,8 @@ TEST(KernelAttention, BackwardMatchesAnalyticGradient) {
   const Reference ref(to_double(qkv));
   std::vector<float> out(B * T * C), lse(B * NH * T), scratch = scratch_for_threads();
   std::vector<float> dqkv(B * T * C3, 123.0f);  // overwritten, not accumulated
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH,
+  attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T, C, NH, NH, scratch.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, B, T, C, NH, NH,
                      scratch.data());
   expect_close(dqkv, ref.backward(to_double(qkv), dout).dqkv, 1e-4, 1e-4);
 }
@@ -170,9 +170,10 @@ TEST(KernelAttention, GroupedQueriesMatchNaive) {
   const Reference ref(to_double(qkv), sh);
   std::vector<float> out(sh.out_size()), lse(sh.lse_size()), dqkv(sh.qkv_size(), 123.0f);
   std::vector<float> scratch = scratch_for_threads();
-  attention_forward(out.data(), lse.data(), qkv.data(), sh.B, sh.T, sh.C, sh.NH, sh.NKV, scratch.data());
-  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), sh.B, sh.T, sh.C, sh.NH,
-                     sh.NKV, scratch.data());
+  attention_forward(out.data(), lse.data(), qkv.data(), nullptr, sh.B, sh.T, sh.C, sh.NH, sh.NKV,
+                    scratch.data());
+  attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, sh.B, sh.T, sh.C,
+                     sh.NH, sh.NKV, scratch.data());
   expect_close(out, ref.out, 1e-5, 1e-5);
   expect_close(lse, ref.lse, 1e-5, 1e-5);
   expect_close(dqkv, ref.backward(to_double(qkv), dout).dqkv, 1e-4, 1e-4);
@@ -200,9 +201,9 @@ TEST(KernelAttention, BackwardSameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     with_threads(threads, [&] {
       std::vector<float> out(B * T * C), lse(B * NH * T), dqkv(B * T * C3), scratch = scratch_for_threads();
-      attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH, scratch.data());
-      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C, NH, NH,
-                         scratch.data());
+      attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T, C, NH, NH, scratch.data());
+      attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, B, T, C, NH,
+                         NH, scratch.data());
       results.push_back(dqkv);
     });
   }
@@ -226,9 +227,10 @@ AttentionResult run_attention(const Shape& sh, const std::vector<float>& qkv,
   const auto qkv_x = to_storage<X>(qkv), dout_x = to_storage<X>(dout);
   std::vector<X> out(sh.out_size()), dqkv(sh.qkv_size(), round_to<X>(123.0f));  // dqkv is overwritten
   std::vector<float> lse(sh.lse_size()), scratch = scratch_for(sh, dtype_of<X>());
-  attention_forward(out.data(), lse.data(), qkv_x.data(), sh.B, sh.T, sh.C, sh.NH, sh.NKV, scratch.data());
-  attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), sh.B, sh.T, sh.C,
-                     sh.NH, sh.NKV, scratch.data());
+  attention_forward(out.data(), lse.data(), qkv_x.data(), nullptr, sh.B, sh.T, sh.C, sh.NH, sh.NKV,
+                    scratch.data());
+  attention_backward(dqkv.data(), dout_x.data(), qkv_x.data(), out.data(), lse.data(), nullptr, sh.B, sh.T,
+                     sh.C, sh.NH, sh.NKV, scratch.data());
   return {to_float(out), lse, to_float(dqkv)};
 }
 
@@ -258,8 +260,8 @@ void expect_attention_matches_fp32(const Shape& sh, double store_ulp, double ope
 
   const AttentionResult ref = run_attention<float>(sh, qkv, dout);
   std::vector<float> ref_dqkv(sh.qkv_size()), scratch = scratch_for(sh, DType::f32);
-  attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), sh.B, sh.T, sh.C,
-                     sh.NH, sh.NKV, scratch.data());
+  attention_backward(ref_dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), nullptr, sh.B,
+                     sh.T, sh.C, sh.NH, sh.NKV, scratch.data());
   const Reference exact(to_double(qkv), sh);
   expect_within(r.out, to_double(ref.out), exact.out_mag, store_ulp, operand_ulp, 1e-6);
   expect_close(r.lse, to_double(ref.lse), 1e-6, 1e-5);

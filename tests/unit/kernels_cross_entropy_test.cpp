@@ -52,7 +52,7 @@ TEST(KernelCrossEntropy, LossAndGradientIgnorePadding) {
     std::vector<double> loss_ref, grad_ref;
     reference(c, 0.2f, loss_ref, grad_ref);
     std::vector<float> losses(N);
-    softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), N, V, Vp, true, 0.2f);
+    softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, true, 0.2f);
     // Relative to the logits' scale: a logit of 1000 in float carries only 6e-5 absolute precision.
     expect_close(losses, loss_ref, 1e-5, 1e-5 * (1 + std::abs(offset)));
     expect_close(c.logits, grad_ref, 1e-5, 1e-7);
@@ -68,7 +68,7 @@ TEST(KernelCrossEntropy, WithoutGradientLogitsStayUntouched) {
   std::vector<double> loss_ref, grad_ref;
   reference(c, 1.0f, loss_ref, grad_ref);
   std::vector<float> losses(N);
-  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), N, V, Vp, false, 1.0f);
+  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, false, 1.0f);
   expect_close(losses, loss_ref, 1e-5, 1e-5);
   EXPECT_TRUE(bitwise_equal(c.logits, before));
 }
@@ -92,8 +92,32 @@ TEST(KernelCrossEntropy, GradientMatchesFiniteDifferencesOfLoss) {
     }
   }
   std::vector<float> losses(N);
-  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), N, V, Vp, true, 1.0f);
+  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, true, 1.0f);
   expect_close(c.logits, grad_ref, 1e-5, 1e-7);
+}
+
+// A masked row's loss is 0 and its gradient zero; the counted rows are bitwise those of an unmasked call.
+TEST(KernelCrossEntropy, MaskedRowsHaveNoLossAndNoGradient) {
+  const std::vector<uint8_t> mask = {1, 0, 1, 0, 0};
+  Case masked = make_case(0.0f), full = masked;
+  std::vector<float> masked_losses(N), full_losses(N);
+  softmax_cross_entropy(masked.logits.data(), masked_losses.data(), masked.targets.data(), mask.data(), N, V,
+                        Vp, true, 0.5f);
+  softmax_cross_entropy(full.logits.data(), full_losses.data(), full.targets.data(), nullptr, N, V, Vp, true,
+                        0.5f);
+  for (int64_t i = 0; i < N; ++i) {
+    SCOPED_TRACE(i);
+    const auto row = [&](const Case& c) {
+      return std::vector<float>(c.logits.begin() + i * Vp, c.logits.begin() + (i + 1) * Vp);
+    };
+    if (mask[i]) {
+      EXPECT_EQ(masked_losses[i], full_losses[i]);
+      EXPECT_TRUE(bitwise_equal(row(masked), row(full)));
+    } else {
+      EXPECT_EQ(masked_losses[i], 0.0f);
+      EXPECT_EQ(row(masked), std::vector<float>(Vp, 0.0f));
+    }
+  }
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ TEST(KernelEmbedding, Forward) {
   const auto tok = tokens();
   const auto wte = random_floats(V * C, 1), wpe = random_floats(T * C, 2);
   std::vector<float> out(B * T * C);
-  embedding_forward(out.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+  embedding_forward(out.data(), tok.data(), nullptr, wte.data(), wpe.data(), B, T, C);
   std::vector<double> expected(B * T * C);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
@@ -51,7 +51,7 @@ TEST(KernelEmbedding, BackwardSumsRepeatedTokens) {
     }
   }
   std::vector<float> dwte = dwte0, dwpe = dwpe0;
-  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), nullptr, B, T, C);
   expect_close(dwte, dwte_ref, 1e-5, 1e-5);
   expect_close(dwpe, dwpe_ref, 1e-6, 1e-6);
 }
@@ -63,7 +63,7 @@ TEST(KernelEmbedding, BackwardSameBitsForAnyThreadCount) {
   for (int threads : {1, 2, 3}) {
     with_threads(threads, [&] {
       std::vector<float> dwte(V * C), dwpe(T * C);
-      embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+      embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), nullptr, B, T, C);
       dwte.insert(dwte.end(), dwpe.begin(), dwpe.end());
       results.push_back(dwte);
     });
@@ -85,8 +85,8 @@ EmbeddingResult run_embedding(const std::vector<float>& wte, const std::vector<f
   const auto wte_x = to_storage<X>(wte), wpe_x = to_storage<X>(wpe), dout_x = to_storage<X>(dout);
   std::vector<X> out(B * T * C);
   auto dwte = to_storage<G>(dwte0), dwpe = to_storage<G>(dwpe0);
-  embedding_forward(out.data(), tok.data(), wte_x.data(), wpe_x.data(), B, T, C);
-  embedding_backward(dwte.data(), dwpe.data(), dout_x.data(), tok.data(), B, T, C);
+  embedding_forward(out.data(), tok.data(), nullptr, wte_x.data(), wpe_x.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), dout_x.data(), tok.data(), nullptr, B, T, C);
   return {to_float(out), to_float(dwte), to_float(dwpe)};
 }
 
@@ -135,7 +135,7 @@ TEST(KernelEmbedding, Bf16GradientsKeepSmallContributions) {
   const std::vector<int32_t> tok(B * T, 3);  // one token everywhere
   const std::vector<bf16> dout(B * T * C, round_to<bf16>(0x1p-8f));
   std::vector<bf16> dwte(V * C, round_to<bf16>(1.0f)), dwpe(T * C, round_to<bf16>(1.0f));
-  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), B, T, C);
+  embedding_backward(dwte.data(), dwpe.data(), dout.data(), tok.data(), nullptr, B, T, C);
   for (int64_t j = 0; j < C; ++j) {
     ASSERT_EQ(to_f32(dwte[3 * C + j]), 1.0f + B * T * 0x1p-8f) << "column " << j;
     ASSERT_EQ(to_f32(dwte[2 * C + j]), 1.0f);  // a token that does not occur is left alone

@@ -105,17 +105,18 @@ IsaCase attention_case() {
             const int64_t B = 2, T_len = 70, C = 64, NH = 4, NKV = 2;
             const QkvLayout layout(C, NH, NKV);
             auto qkv = random_values<T>(B * T_len * layout.row(), 7);
-            rope_forward(qkv.data(), B, T_len, layout, 10000.0f);
+            rope_forward(qkv.data(), nullptr, B, T_len, layout, 10000.0f);
             const auto dout = random_values<T>(B * T_len * C, 8);
             std::vector<T> out(B * T_len * C), dqkv(qkv.size());
             std::vector<float> lse(B * NH * T_len);
             std::vector<float> scratch(attention_scratch_floats(T_len, C / NH, 2, dtype_of<T>()));
             testing::with_threads(2, [&] {
-              attention_forward(out.data(), lse.data(), qkv.data(), B, T_len, C, NH, NKV, scratch.data());
-              attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T_len, C,
-                                 NH, NKV, scratch.data());
+              attention_forward(out.data(), lse.data(), qkv.data(), nullptr, B, T_len, C, NH, NKV,
+                                scratch.data());
+              attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), nullptr, B,
+                                 T_len, C, NH, NKV, scratch.data());
             });
-            rope_backward(dqkv.data(), B, T_len, layout, 10000.0f);
+            rope_backward(dqkv.data(), nullptr, B, T_len, layout, 10000.0f);
             std::vector<float> result;
             for (const auto* v : {&qkv, &out, &dqkv}) append(result, *v);
             return result;
@@ -142,7 +143,7 @@ IsaCase linear_case() {
             std::vector<float> logits(M * Vp), losses(M);
             std::vector<T> dlogits(std::is_same_v<T, float> ? 0 : M * Vp), dh(M * n_out);
             std::vector<G> dwte(Vp * n_out);
-            lm_head_loss_chunk<T, G>({y.data(), wte.data(), targets.data(), logits.data(),
+            lm_head_loss_chunk<T, G>({y.data(), wte.data(), targets.data(), nullptr, logits.data(),
                                       dlogits.empty() ? nullptr : dlogits.data(), losses.data(), dh.data(),
                                       dwte.data(), scratch.empty() ? nullptr : scratch.data(), M, n_out, V,
                                       Vp, 1.0f / M});
@@ -255,7 +256,7 @@ IsaCase convert_case() {
             std::vector<int32_t> tokens(B * T_len);
             for (int64_t i = 0; i < B * T_len; ++i) tokens[i] = static_cast<int32_t>((i * 11) % V);
             std::vector<T> emb(B * T_len * C);
-            embedding_forward<T>(emb.data(), tokens.data(), wte.data(), nullptr, B, T_len, C);
+            embedding_forward<T>(emb.data(), tokens.data(), nullptr, wte.data(), nullptr, B, T_len, C);
             std::vector<float> out = back;
             append(out, emb);
             return out;

@@ -43,14 +43,14 @@ std::vector<double> rope_reference(const std::vector<double>& x) {
 TEST(KernelRope, ForwardRotatesQueriesAndKeysOnly) {
   auto x = random_floats(kSize, 1);
   const auto expected = rope_reference(to_double(x));
-  rope_forward(x.data(), B, T, kLayout, kTheta);
+  rope_forward(x.data(), nullptr, B, T, kLayout, kTheta);
   expect_close(x, expected, 1e-5, 1e-6);
 }
 
 TEST(KernelRope, BackwardIsTheForwardsGradient) {
   const auto dout = random_floats(kSize, 2);
   auto dx = dout;
-  rope_backward(dx.data(), B, T, kLayout, kTheta);
+  rope_backward(dx.data(), nullptr, B, T, kLayout, kTheta);
   std::vector<double> x = to_double(random_floats(kSize, 1));
   auto loss = [&](const std::vector<double>& at) {
     const auto y = rope_reference(at);
@@ -61,15 +61,15 @@ TEST(KernelRope, BackwardIsTheForwardsGradient) {
   for (int64_t i = 0; i < kSize; i += 13) EXPECT_NEAR(dx[i], finite_difference(x, i, loss), 1e-5) << i;
   // And the opposite rotation undoes the forward.
   auto round_trip = dout;
-  rope_forward(round_trip.data(), B, T, kLayout, kTheta);
-  rope_backward(round_trip.data(), B, T, kLayout, kTheta);
+  rope_forward(round_trip.data(), nullptr, B, T, kLayout, kTheta);
+  rope_backward(round_trip.data(), nullptr, B, T, kLayout, kTheta);
   expect_close(round_trip, to_double(dout), 1e-5, 1e-6);
 }
 
 TEST(KernelRope, Bf16RoundsOncePerValue) {
   const auto x = to_float(to_storage<bf16>(random_floats(kSize, 1)));
   auto xb = to_storage<bf16>(x);
-  rope_forward(xb.data(), B, T, kLayout, kTheta);
+  rope_forward(xb.data(), nullptr, B, T, kLayout, kTheta);
   expect_close(to_float(xb), rope_reference(to_double(x)), 0x1p-8, 1e-6);
 }
 

@@ -39,18 +39,19 @@ void axpy(float* y, float alpha, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-// Writes the scaled scores of one query row against keys 0..t (k_stride apart) into p; returns their max.
-float scores(float* p, const float* q, const float* k, int64_t k_stride, int64_t t, int64_t hs, float scale) {
+// Writes the scaled scores of one query row against keys first..t (k_stride apart) into p; returns their max.
+float scores(float* p, const float* q, const float* k, int64_t k_stride, int64_t first, int64_t t, int64_t hs,
+             float scale) {
   float max = -std::numeric_limits<float>::infinity();
-  for (int64_t s = 0; s <= t; ++s) {
+  for (int64_t s = first; s <= t; ++s) {
     p[s] = scale * dot(q, k + s * k_stride, hs);
     max = std::max(max, p[s]);
   }
   return max;
 }
 
-void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
-                 float* scratch) {
+void forward_f32(float* out, float* lse, const float* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                 const QkvLayout& qkv_at, float* scratch) {
   const int64_t hs = qkv_at.hs, C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
@@ -60,13 +61,14 @@ void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_
       const float* base = qkv + b * T_len * row;  // rows `row` apart
       const float *xq = base + qkv_at.q(h), *xk = base + qkv_at.k(h), *xv = base + qkv_at.v(h);
       for (int64_t t = 0; t < T_len; ++t) {
-        const float max = scores(p, xq + t * row, xk, row, t, hs, scale);
+        const int64_t first = first_key(positions, b * T_len, t);
+        const float max = scores(p, xq + t * row, xk, row, first, t, hs, scale);
         float sum = 0;
 #pragma omp simd reduction(+ : sum)
-        for (int64_t s = 0; s <= t; ++s) sum += p[s] = vexp(p[s] - max);
+        for (int64_t s = first; s <= t; ++s) sum += p[s] = vexp(p[s] - max);
         float* o = out + (b * T_len + t) * C + h * hs;
         std::fill_n(o, hs, 0.0f);
-        for (int64_t s = 0; s <= t; ++s) axpy(o, p[s] / sum, xv + s * row, hs);
+        for (int64_t s = first; s <= t; ++s) axpy(o, p[s] / sum, xv + s * row, hs);
         lse[(b * NH + h) * T_len + t] = max + std::log(sum);
       }
     }
@@ -75,7 +77,8 @@ void forward_f32(float* out, float* lse, const float* qkv, int64_t B, int64_t T_
 
 // One task per (batch, key/value head): its query heads run in order, so dK and dV sum in a fixed order.
 void backward_f32(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
-                  int64_t B, int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
+                  const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
+                  float* scratch) {
   const int64_t hs = qkv_at.hs, C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), group = NH / qkv_at.NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for collapse(2)
@@ -101,14 +104,15 @@ void backward_f32(float* dqkv, const float* dout, const float* qkv, const float*
           const float* dy = dout + (b * T_len + t) * C + h * hs;
           const float* y = out + (b * T_len + t) * C + h * hs;
           const float row_lse = lse[(b * NH + h) * T_len + t];
-          scores(p, q, xk, row, t, hs, scale);
+          const int64_t first = first_key(positions, b * T_len, t);
+          scores(p, q, xk, row, first, t, hs, scale);
           // dsoftmax: ds = p * (dp - sum_s p_s dp_s), and sum_s p_s dp_s = dot(dout_t, out_t).
           const float d = dot(dy, y, hs);
 #pragma omp simd
-          for (int64_t s = 0; s <= t; ++s) p[s] = vexp(p[s] - row_lse);
-          for (int64_t s = 0; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, xv + s * row, hs) - d);
+          for (int64_t s = first; s <= t; ++s) p[s] = vexp(p[s] - row_lse);
+          for (int64_t s = first; s <= t; ++s) ds[s] = scale * p[s] * (dot(dy, xv + s * row, hs) - d);
           float* dq = gq + t * row;
-          for (int64_t s = 0; s <= t; ++s) {
+          for (int64_t s = first; s <= t; ++s) {
             axpy(dq, ds[s], xk + s * row, hs);
             axpy(gk + s * row, ds[s], q, hs);
             axpy(gv + s * row, p[s], dy, hs);
@@ -122,24 +126,25 @@ void backward_f32(float* dqkv, const float* dout, const float* qkv, const float*
 }  // namespace
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       int64_t NKV, float* scratch) {
+void attention_forward(T* out, float* lse, const T* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                       int64_t C, int64_t NH, int64_t NKV, float* scratch) {
   const QkvLayout qkv_at(C, NH, NKV);
   if constexpr (std::is_same_v<T, float>) {
-    forward_f32(out, lse, qkv, B, T_len, qkv_at, scratch);
+    forward_f32(out, lse, qkv, positions, B, T_len, qkv_at, scratch);
   } else {
-    attention16_forward(out, lse, qkv, B, T_len, qkv_at, scratch);
+    attention16_forward(out, lse, qkv, positions, B, T_len, qkv_at, scratch);
   }
 }
 
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch) {
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        const int32_t* positions, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                        int64_t NKV, float* scratch) {
   const QkvLayout qkv_at(C, NH, NKV);
   if constexpr (std::is_same_v<T, float>) {
-    backward_f32(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
+    backward_f32(dqkv, dout, qkv, out, lse, positions, B, T_len, qkv_at, scratch);
   } else {
-    attention16_backward(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
+    attention16_backward(dqkv, dout, qkv, out, lse, positions, B, T_len, qkv_at, scratch);
   }
 }
 
@@ -153,28 +158,29 @@ int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DTyp
 }
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       int64_t NKV, float* scratch) {
-  dispatch<&attention_forward<T>>(out, lse, qkv, B, T_len, C, NH, NKV, scratch);
+void attention_forward(T* out, float* lse, const T* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                       int64_t C, int64_t NH, int64_t NKV, float* scratch) {
+  dispatch<&attention_forward<T>>(out, lse, qkv, positions, B, T_len, C, NH, NKV, scratch);
 }
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch) {
-  dispatch<&attention_backward<T>>(dqkv, dout, qkv, out, lse, B, T_len, C, NH, NKV, scratch);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        const int32_t* positions, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                        int64_t NKV, float* scratch) {
+  dispatch<&attention_backward<T>>(dqkv, dout, qkv, out, lse, positions, B, T_len, C, NH, NKV, scratch);
 }
 
-template void attention_forward<float>(float*, float*, const float*, int64_t, int64_t, int64_t, int64_t,
-                                       int64_t, float*);
-template void attention_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                      float*);
-template void attention_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, int64_t, int64_t, int64_t,
-                                     float*);
+template void attention_forward<float>(float*, float*, const float*, const int32_t*, int64_t, int64_t,
+                                       int64_t, int64_t, int64_t, float*);
+template void attention_forward<bf16>(bf16*, float*, const bf16*, const int32_t*, int64_t, int64_t, int64_t,
+                                      int64_t, int64_t, float*);
+template void attention_forward<f16>(f16*, float*, const f16*, const int32_t*, int64_t, int64_t, int64_t,
+                                     int64_t, int64_t, float*);
 template void attention_backward<float>(float*, const float*, const float*, const float*, const float*,
-                                        int64_t, int64_t, int64_t, int64_t, int64_t, float*);
-template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t,
-                                       int64_t, int64_t, int64_t, int64_t, float*);
-template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
-                                      int64_t, int64_t, int64_t, int64_t, float*);
+                                        const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
+template void attention_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                       const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*);
+template void attention_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, const int32_t*,
+                                      int64_t, int64_t, int64_t, int64_t, int64_t, float*);
 #endif
 
 namespace MT_ISA {

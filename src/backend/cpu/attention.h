@@ -9,6 +9,9 @@
 // Layouts: qkv[B,T,C+2*KV] (C = NH*hs, KV = NKV*hs) with q in columns [0,C), k in [C,C+KV), v in
 // [C+KV,C+2*KV), head h at columns h*hs..(h+1)*hs of its part; out[B,T,C] with heads side by side;
 // lse[B,NH,T]. Scores are scaled by 1/sqrt(hs).
+//
+// Packed sequences (several records in one row) pass positions[B,T]: token t's position in its record, so
+// that it attends only to keys [t - positions[t], t], its own record's; null: each row is one record.
 #pragma once
 
 #include <cstdint>
@@ -39,13 +42,19 @@ struct QkvLayout {
 
 // T is the storage type (float, bf16 or f16); products accumulate in fp32, and softmax and lse are fp32.
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, int64_t C, int64_t NH,
-                       int64_t NKV, float* scratch);
+void attention_forward(T* out, float* lse, const T* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                       int64_t C, int64_t NH, int64_t NKV, float* scratch);
 
 // dqkv is overwritten. Each (batch, key/value head) is one task that runs its query heads and queries in a
 // fixed order: the result does not depend on the thread count.
 template <typename T>
-void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                        int64_t T_len, int64_t C, int64_t NH, int64_t NKV, float* scratch);
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                        const int32_t* positions, int64_t B, int64_t T_len, int64_t C, int64_t NH,
+                        int64_t NKV, float* scratch);
+
+// The first key query t of row `row_start` (index b * T) attends to.
+inline int64_t first_key(const int32_t* positions, int64_t row_start, int64_t t) {
+  return positions ? t - positions[row_start + t] : 0;
+}
 
 }  // namespace mt::kernels

@@ -227,30 +227,31 @@ float sum_lanes(const float (&x)[kVec]) {
   return sum;
 }
 
-// Turns raw scores p[0..t] into softmax(scale * p), and p[t + 1..end) into zeros, end = t + 1 rounded up to
-// whole vectors; returns the log-sum-exp of the scaled scores. The loops run whole vectors, masking keys
-// past t, and keep one partial max or sum per lane: no remainder loops and one horizontal step per row,
-// which the short rows of the first blocks would otherwise spend most of their time in.
-float softmax_row(float* p, int64_t t, float scale) {
+// Turns raw scores p[first..t] into softmax(scale * p), and p[0..first) and p[t + 1..end) into zeros, end =
+// t + 1 rounded up to whole vectors; returns the log-sum-exp of the scaled scores. The loops run whole
+// vectors, masking keys outside [first, t], and keep one partial max or sum per lane: no remainder loops and
+// one horizontal step per row, which the short rows of the first blocks would otherwise spend most of their
+// time in.
+float softmax_row(float* p, int64_t first, int64_t t, float scale) {
   const int64_t end = round_up(t + 1, kVec);
   float part[kVec];
   std::fill_n(part, kVec, -std::numeric_limits<float>::infinity());
   for (int64_t s0 = 0; s0 < end; s0 += kVec) {
-    const int64_t last = t - s0;  // lanes l <= last are keys up to t
+    const int64_t lo = first - s0, last = t - s0;  // lanes lo <= l <= last are keys first..t
 #pragma omp simd
     for (int64_t l = 0; l < kVec; ++l) {
       const float x = p[s0 + l];  // read whatever is past t: selecting, not branching, keeps the loop whole
-      part[l] = l <= last && x > part[l] ? x : part[l];
+      part[l] = l >= lo && l <= last && x > part[l] ? x : part[l];
     }
   }
   const float max = scale * *std::max_element(part, part + kVec);  // scale > 0
   std::fill_n(part, kVec, 0.0f);
   for (int64_t s0 = 0; s0 < end; s0 += kVec) {
-    const int64_t last = t - s0;
+    const int64_t lo = first - s0, last = t - s0;
 #pragma omp simd
     for (int64_t l = 0; l < kVec; ++l) {
       const float e = vexp(scale * p[s0 + l] - max);
-      p[s0 + l] = l <= last ? e : 0.0f;
+      p[s0 + l] = l >= lo && l <= last ? e : 0.0f;
       part[l] += p[s0 + l];
     }
   }
@@ -263,17 +264,19 @@ float softmax_row(float* p, int64_t t, float scale) {
 }
 
 // Turns a row of raw scores p and of dP into P = exp(scale * p - lse) and dS = scale * P * (dP - D) for
-// keys up to t, and zeros from there to width (whole vectors). The products left both rows unwritten past
+// keys first..t, and zeros elsewhere up to width (whole vectors). The products left both rows unwritten past
 // the diagonal: whatever is there is read and then not selected.
-void dsoftmax_row(float* p, float* dp, int64_t t, float lse, float D, float scale, int64_t width) {
+void dsoftmax_row(float* p, float* dp, int64_t first, int64_t t, float lse, float D, float scale,
+                  int64_t width) {
   for (int64_t c = 0; c < width; c += kVec) {
-    const int64_t last = t - c;
+    const int64_t lo = first - c, last = t - c;
 #pragma omp simd
     for (int64_t l = 0; l < kVec; ++l) {
       const float e = vexp(scale * p[c + l] - lse);
       const float g = scale * e * (dp[c + l] - D);
-      p[c + l] = l <= last ? e : 0.0f;
-      dp[c + l] = l <= last ? g : 0.0f;
+      const bool key = l >= lo && l <= last;
+      p[c + l] = key ? e : 0.0f;
+      dp[c + l] = key ? g : 0.0f;
     }
   }
 }
@@ -281,8 +284,8 @@ void dsoftmax_row(float* p, float* dp, int64_t t, float lse, float D, float scal
 }  // namespace
 
 template <typename T>
-void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
-                         float* scratch) {
+void attention16_forward(T* out, float* lse, const T* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                         const QkvLayout& qkv_at, float* scratch) {
   using Lane = typename LaneFor<T>::type;
   const Dims d = dims_for(T_len, qkv_at.hs, dtype_of<T>());
   const int64_t C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), per_thread = scratch_floats(d);
@@ -304,7 +307,7 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
         for (int64_t r = 0; r < M; ++r) {
           const int64_t t = i0 + r;
           float* p = buf.s + r * d.tn;
-          lse[(b * NH + h) * T_len + t] = softmax_row(p, t, scale);
+          lse[(b * NH + h) * T_len + t] = softmax_row(p, first_key(positions, b * T_len, t), t, scale);
           // The masked keys the lanes reach.
           std::fill(p + std::min(round_up(t + 1, kVec), n_lanes * d.pack), p + n_lanes * d.pack, 0.0f);
           lanes_along(buf.rows + r * d.tl, p, n_lanes * d.pack);
@@ -320,8 +323,9 @@ void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_
 // One task per (batch, key/value head): K and V are packed once for the group's query heads, which add into
 // the same dK and dV sums in order.
 template <typename T>
-void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                          int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
+void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                          const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
+                          float* scratch) {
   using Lane = typename LaneFor<T>::type;
   const Dims d = dims_for(T_len, qkv_at.hs, dtype_of<T>());
   const int64_t C = qkv_at.C, NH = qkv_at.NH, row = qkv_at.row(), group = NH / qkv_at.NKV;
@@ -364,8 +368,8 @@ void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, co
           // them (by query pairs) as B, a vector at a time.
           const int64_t width = round_up(n, kVec);
           for (int64_t r = 0; r < M; ++r) {
-            dsoftmax_row(buf.s + r * d.tn, buf.dp + r * d.tn, i0 + r, lse[(b * NH + h) * T_len + i0 + r],
-                         buf.D[r], scale, width);
+            dsoftmax_row(buf.s + r * d.tn, buf.dp + r * d.tn, first_key(positions, b * T_len, i0 + r), i0 + r,
+                         lse[(b * NH + h) * T_len + i0 + r], buf.D[r], scale, width);
             lanes_along(buf.rows + r * d.tl, buf.dp + r * d.tn, n_lanes * d.pack);
           }
           pair_rows(buf.pi, d.tn, buf.s, d.tn, M, width);
@@ -390,23 +394,25 @@ int64_t attention16_scratch_per_thread(int64_t T, int64_t head_size, DType dtype
 }
 
 template <typename T>
-void attention16_forward(T* out, float* lse, const T* qkv, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
-                         float* scratch) {
-  dispatch<&attention16_forward<T>>(out, lse, qkv, B, T_len, qkv_at, scratch);
+void attention16_forward(T* out, float* lse, const T* qkv, const int32_t* positions, int64_t B, int64_t T_len,
+                         const QkvLayout& qkv_at, float* scratch) {
+  dispatch<&attention16_forward<T>>(out, lse, qkv, positions, B, T_len, qkv_at, scratch);
 }
 template <typename T>
-void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int64_t B,
-                          int64_t T_len, const QkvLayout& qkv_at, float* scratch) {
-  dispatch<&attention16_backward<T>>(dqkv, dout, qkv, out, lse, B, T_len, qkv_at, scratch);
+void attention16_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse,
+                          const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& qkv_at,
+                          float* scratch) {
+  dispatch<&attention16_backward<T>>(dqkv, dout, qkv, out, lse, positions, B, T_len, qkv_at, scratch);
 }
 
-template void attention16_forward<bf16>(bf16*, float*, const bf16*, int64_t, int64_t, const QkvLayout&,
-                                        float*);
-template void attention16_forward<f16>(f16*, float*, const f16*, int64_t, int64_t, const QkvLayout&, float*);
-template void attention16_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*, int64_t,
-                                         int64_t, const QkvLayout&, float*);
-template void attention16_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*, int64_t,
-                                        int64_t, const QkvLayout&, float*);
+template void attention16_forward<bf16>(bf16*, float*, const bf16*, const int32_t*, int64_t, int64_t,
+                                        const QkvLayout&, float*);
+template void attention16_forward<f16>(f16*, float*, const f16*, const int32_t*, int64_t, int64_t,
+                                       const QkvLayout&, float*);
+template void attention16_backward<bf16>(bf16*, const bf16*, const bf16*, const bf16*, const float*,
+                                         const int32_t*, int64_t, int64_t, const QkvLayout&, float*);
+template void attention16_backward<f16>(f16*, const f16*, const f16*, const f16*, const float*,
+                                        const int32_t*, int64_t, int64_t, const QkvLayout&, float*);
 #endif
 
 namespace MT_ISA {

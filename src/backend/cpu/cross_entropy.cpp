@@ -1,5 +1,5 @@
 // Softmax + cross-entropy, one row at a time: the max keeps exp in range, the exponentials are written over
-// the logits only when the gradient is wanted, and the padded columns take no part.
+// the logits only when the gradient is wanted, and the padded columns and the masked rows take no part.
 #include "backend/cpu/cross_entropy.h"
 
 #include <algorithm>
@@ -12,11 +12,16 @@ namespace mt::kernels {
 
 namespace MT_ISA {
 
-void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                           int64_t Vp, bool compute_grad, float grad_scale) {
+void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, const uint8_t* loss_mask,
+                           int64_t N, int64_t V, int64_t Vp, bool compute_grad, float grad_scale) {
 #pragma omp parallel for
   for (int64_t i = 0; i < N; ++i) {
     float* row = logits + i * Vp;
+    if (loss_mask && !loss_mask[i]) {
+      losses[i] = 0;
+      if (compute_grad) std::fill(row, row + Vp, 0.0f);
+      continue;
+    }
     const int32_t target = targets[i];
     const float target_logit = row[target];  // read before the gradient overwrites the row
     float max = row[0];
@@ -45,9 +50,9 @@ void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets,
 }  // namespace MT_ISA
 
 #ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
-void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, int64_t N, int64_t V,
-                           int64_t Vp, bool compute_grad, float grad_scale) {
-  dispatch<&softmax_cross_entropy>(logits, losses, targets, N, V, Vp, compute_grad, grad_scale);
+void softmax_cross_entropy(float* logits, float* losses, const int32_t* targets, const uint8_t* loss_mask,
+                           int64_t N, int64_t V, int64_t Vp, bool compute_grad, float grad_scale) {
+  dispatch<&softmax_cross_entropy>(logits, losses, targets, loss_mask, N, V, Vp, compute_grad, grad_scale);
 }
 #endif
 

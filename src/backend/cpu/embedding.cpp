@@ -37,11 +37,15 @@ void add_rows(G* row, const T* dout, int64_t C, int64_t begin, int64_t end, int6
   }
 }
 
+int64_t position(const int32_t* positions, int64_t bt, int64_t T_len) {
+  return positions ? positions[bt] : bt % T_len;
+}
+
 }  // namespace
 
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_len,
-                       int64_t C) {
+void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe,
+                       int64_t B, int64_t T_len, int64_t C) {
 #pragma omp parallel for
   for (int64_t bt = 0; bt < B * T_len; ++bt) {
     const T* tok = wte + static_cast<int64_t>(tokens[bt]) * C;
@@ -50,15 +54,15 @@ void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe
       std::copy_n(tok, C, y);
       continue;
     }
-    const T* pos = wpe + (bt % T_len) * C;
+    const T* pos = wpe + position(positions, bt, T_len) * C;
 #pragma omp simd
     for (int64_t j = 0; j < C; ++j) y[j] = narrow<T>(widen(tok[j]) + widen(pos[j]));
   }
 }
 
 template <typename T, typename G>
-void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
-                        int64_t C) {
+void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, const int32_t* positions,
+                        int64_t B, int64_t T_len, int64_t C) {
   const int64_t BT = B * T_len;
   if constexpr (std::is_same_v<G, float>) {
     // fp32 gradients accumulate in place: each task owns a block of columns and walks all tokens.
@@ -71,7 +75,7 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
           for (int64_t j = j0; j < j1; ++j) tok[j] += widen(dy[j]);
         }
         if (!dwpe) continue;
-        float* pos = dwpe + (bt % T_len) * C;
+        float* pos = dwpe + position(positions, bt, T_len) * C;
 #pragma omp simd
         for (int64_t j = j0; j < j1; ++j) pos[j] += widen(dy[j]);
       }
@@ -81,7 +85,8 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
     // is owned by one task, which sums its contributions in fp32 and rounds once.
 #pragma omp parallel for
     for (int64_t t = 0; t < (dwpe ? T_len : 0); ++t) {
-      add_rows(dwpe + t * C, dout, C, t, BT, T_len, [](int64_t) { return true; });
+      add_rows(dwpe + t * C, dout, C, 0, BT, 1,
+               [&](int64_t bt) { return position(positions, bt, T_len) == t; });
     }
     // The first occurrence of a token owns its row. Tasks get costlier with bt (the search for an earlier
     // occurrence), hence the dynamic schedule; it does not change any sum.
@@ -99,29 +104,30 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
 
 #ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
 template <typename T>
-void embedding_forward(T* out, const int32_t* tokens, const T* wte, const T* wpe, int64_t B, int64_t T_len,
-                       int64_t C) {
-  dispatch<&embedding_forward<T>>(out, tokens, wte, wpe, B, T_len, C);
+void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe,
+                       int64_t B, int64_t T_len, int64_t C) {
+  dispatch<&embedding_forward<T>>(out, tokens, positions, wte, wpe, B, T_len, C);
 }
 template <typename T, typename G>
-void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, int64_t B, int64_t T_len,
-                        int64_t C) {
-  dispatch<&embedding_backward<T, G>>(dwte, dwpe, dout, tokens, B, T_len, C);
+void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, const int32_t* positions,
+                        int64_t B, int64_t T_len, int64_t C) {
+  dispatch<&embedding_backward<T, G>>(dwte, dwpe, dout, tokens, positions, B, T_len, C);
 }
 
-template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int64_t, int64_t,
-                                       int64_t);
-template void embedding_forward<bf16>(bf16*, const int32_t*, const bf16*, const bf16*, int64_t, int64_t,
-                                      int64_t);
-template void embedding_forward<f16>(f16*, const int32_t*, const f16*, const f16*, int64_t, int64_t, int64_t);
-template void embedding_backward<float, float>(float*, float*, const float*, const int32_t*, int64_t, int64_t,
-                                               int64_t);
-template void embedding_backward<bf16, float>(float*, float*, const bf16*, const int32_t*, int64_t, int64_t,
-                                              int64_t);
-template void embedding_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const int32_t*, int64_t, int64_t,
-                                             int64_t);
-template void embedding_backward<f16, float>(float*, float*, const f16*, const int32_t*, int64_t, int64_t,
-                                             int64_t);
+template void embedding_forward<float>(float*, const int32_t*, const int32_t*, const float*, const float*,
+                                       int64_t, int64_t, int64_t);
+template void embedding_forward<bf16>(bf16*, const int32_t*, const int32_t*, const bf16*, const bf16*,
+                                      int64_t, int64_t, int64_t);
+template void embedding_forward<f16>(f16*, const int32_t*, const int32_t*, const f16*, const f16*, int64_t,
+                                     int64_t, int64_t);
+template void embedding_backward<float, float>(float*, float*, const float*, const int32_t*, const int32_t*,
+                                               int64_t, int64_t, int64_t);
+template void embedding_backward<bf16, float>(float*, float*, const bf16*, const int32_t*, const int32_t*,
+                                              int64_t, int64_t, int64_t);
+template void embedding_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const int32_t*, const int32_t*,
+                                             int64_t, int64_t, int64_t);
+template void embedding_backward<f16, float>(float*, float*, const f16*, const int32_t*, const int32_t*,
+                                             int64_t, int64_t, int64_t);
 #endif
 
 namespace MT_ISA {

@@ -10,9 +10,10 @@ namespace mt::kernels {
 // T: activations and weights; G: the weight gradient's dtype.
 template <typename T, typename G>
 struct LmHeadChunk {
-  const T* x;              // [rows, C]
-  const T* wte;            // [Vp, C]
-  const int32_t* targets;  // [rows]
+  const T* x;                          // [rows, C]
+  const T* wte;                        // [Vp, C]
+  const int32_t* targets;              // [rows]
+  const uint8_t* loss_mask = nullptr;  // [rows], 1 where the loss counts the row; null: every row counts
   float* logits;           // [rows, Vp] scratch; holds the fp32 gradient after the loss in training
   T* dlogits;              // [rows, Vp] the gradient rounded to T (16-bit T only; null for float)
   float* losses;           // [rows]

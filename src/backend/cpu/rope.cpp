@@ -18,11 +18,12 @@ constexpr int64_t kFreqBlock = 256;  // frequencies per block: the stack buffers
 
 // Turns the first `heads` heads of each row by +angle (sign 1) or -angle (sign -1).
 template <typename T>
-void rotate(T* x, int64_t B, int64_t T_len, const QkvLayout& layout, float theta, float sign) {
+void rotate(T* x, const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& layout, float theta,
+            float sign) {
   const int64_t hs = layout.hs, half = hs / 2, heads = layout.NH + layout.NKV, row = layout.row();
 #pragma omp parallel for
   for (int64_t bt = 0; bt < B * T_len; ++bt) {
-    const float pos = static_cast<float>(bt % T_len);
+    const float pos = static_cast<float>(positions ? positions[bt] : bt % T_len);
     T* r = x + bt * row;
     float cos_buf[kFreqBlock], sin_buf[kFreqBlock], a_buf[kFreqBlock], b_buf[kFreqBlock];
     float ya_buf[kFreqBlock], yb_buf[kFreqBlock];
@@ -59,33 +60,37 @@ void rotate(T* x, int64_t B, int64_t T_len, const QkvLayout& layout, float theta
 }  // namespace
 
 template <typename T>
-void rope_forward(T* qkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
-  rotate(qkv, B, T_len, layout, theta, 1.0f);
+void rope_forward(T* qkv, const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& layout,
+                  float theta) {
+  rotate(qkv, positions, B, T_len, layout, theta, 1.0f);
 }
 
 template <typename T>
-void rope_backward(T* dqkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
-  rotate(dqkv, B, T_len, layout, theta, -1.0f);
+void rope_backward(T* dqkv, const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& layout,
+                   float theta) {
+  rotate(dqkv, positions, B, T_len, layout, theta, -1.0f);
 }
 
 }  // namespace MT_ISA
 
 #ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
 template <typename T>
-void rope_forward(T* qkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
-  dispatch<&rope_forward<T>>(qkv, B, T_len, layout, theta);
+void rope_forward(T* qkv, const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& layout,
+                  float theta) {
+  dispatch<&rope_forward<T>>(qkv, positions, B, T_len, layout, theta);
 }
 template <typename T>
-void rope_backward(T* dqkv, int64_t B, int64_t T_len, const QkvLayout& layout, float theta) {
-  dispatch<&rope_backward<T>>(dqkv, B, T_len, layout, theta);
+void rope_backward(T* dqkv, const int32_t* positions, int64_t B, int64_t T_len, const QkvLayout& layout,
+                   float theta) {
+  dispatch<&rope_backward<T>>(dqkv, positions, B, T_len, layout, theta);
 }
 
-template void rope_forward<float>(float*, int64_t, int64_t, const QkvLayout&, float);
-template void rope_forward<bf16>(bf16*, int64_t, int64_t, const QkvLayout&, float);
-template void rope_forward<f16>(f16*, int64_t, int64_t, const QkvLayout&, float);
-template void rope_backward<float>(float*, int64_t, int64_t, const QkvLayout&, float);
-template void rope_backward<bf16>(bf16*, int64_t, int64_t, const QkvLayout&, float);
-template void rope_backward<f16>(f16*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_forward<float>(float*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_forward<bf16>(bf16*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_forward<f16>(f16*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_backward<float>(float*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_backward<bf16>(bf16*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
+template void rope_backward<f16>(f16*, const int32_t*, int64_t, int64_t, const QkvLayout&, float);
 #endif
 
 namespace MT_ISA {

@@ -1,0 +1,138 @@
+// Instruction records: each JSON line checked, rendered by the template of instruction.h and tokenized, with
+// a loss mask beside the tokens. Every record is read before anything is written, so a bad line leaves no
+// shard behind.
+#include "data/instruction.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace mt {
+namespace {
+
+using nlohmann::json;
+
+// Where a record came from, for its errors: "FILE line N".
+struct RecordSource {
+  const std::string& path;
+  int64_t line;
+  [[noreturn]] void fail(const std::string& what) const {
+    fail_data(path + " line " + std::to_string(line) + ": " + what);
+  }
+};
+
+std::string type_of(const json& value) {
+  return value.is_null()     ? "null"
+         : value.is_array()  ? "a list"
+         : value.is_object() ? "an object"
+                             : value.type_name();
+}
+
+const std::string& text_at(const json& object, const std::string& key, const RecordSource& src,
+                           const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end()) src.fail(where + "missing key \"" + key + "\"");
+  if (!it->is_string()) src.fail(where + "\"" + key + "\" is " + type_of(*it) + ", expected a string");
+  return it->get_ref<const std::string&>();
+}
+
+class RecordWriter {
+ public:
+  RecordWriter(const Tokenizer& tokenizer, TokenStream& out)
+      : tokenizer_(tokenizer), out_(out), end_(record_end_token(tokenizer)) {}
+
+  void begin(int64_t line) {
+    out_.record_starts.push_back(static_cast<int64_t>(out_.tokens.size()));
+    out_.record_lines.push_back(line);
+  }
+
+  // Text whose tokens the loss counts (counted) or only reads as context.
+  void add(const std::string& text, bool counted, const RecordSource& src) {
+    if (tokenizer_.end_of_text() < 0 && text.find(static_cast<char>(end_)) != std::string::npos)
+      src.fail("text holds byte " + std::to_string(end_) + ", which ends a record for the byte tokenizer");
+    for (int32_t t : tokenizer_.encode(text)) push(t, counted);
+  }
+
+  void end() { push(end_, true); }
+
+ private:
+  // A record's first token is never counted: nothing of its record comes before it (an empty prompt).
+  void push(int32_t token, bool counted) {
+    const bool first = static_cast<int64_t>(out_.tokens.size()) == out_.record_starts.back();
+    out_.tokens.push_back(static_cast<uint16_t>(token));
+    out_.loss_mask.push_back(counted && !first ? 1 : 0);
+  }
+
+  const Tokenizer& tokenizer_;
+  TokenStream& out_;
+  int32_t end_;
+};
+
+void render_chat(const json& messages, const std::string& key, const RecordSource& src, RecordWriter& out) {
+  if (!messages.is_array() || messages.empty())
+    src.fail("\"" + key + "\" is " + type_of(messages) + ", expected a non-empty list of {role, content}");
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string where = "message " + std::to_string(i) + ": ";
+    if (!messages[i].is_object())
+      src.fail(where + "is " + type_of(messages[i]) + ", expected {role, content}");
+    const std::string& role = text_at(messages[i], "role", src, where);
+    const std::string& content = text_at(messages[i], "content", src, where);
+    if (role != "system" && role != "user" && role != "assistant")
+      src.fail(where + "role \"" + role + "\", expected system, user or assistant");
+    const bool assistant = role == "assistant";
+    if (assistant && content.empty()) src.fail(where + "empty completion (the assistant's content)");
+    if (i + 1 == messages.size() && !assistant)
+      src.fail(where + "the last message is the " + role +
+               "'s, expected the assistant's, which the record ends");
+    out.add("<|" + role + "|>\n", false, src);
+    out.add(content + "\n", assistant, src);
+  }
+}
+
+void render_record(const json& record, const InstructionKeys& keys, const RecordSource& src,
+                   RecordWriter& out) {
+  if (!record.is_object()) src.fail("record is " + type_of(record) + ", expected a JSON object");
+  out.begin(src.line);
+  if (const auto chat = record.find(keys.messages); chat != record.end()) {
+    render_chat(*chat, keys.messages, src, out);
+  } else {
+    const std::string& prompt = text_at(record, keys.prompt, src, "");
+    const std::string& completion = text_at(record, keys.completion, src, "");
+    if (completion.empty()) src.fail("empty completion \"" + keys.completion + "\"");
+    out.add(prompt, false, src);
+    out.add(completion, true, src);
+  }
+  out.end();
+}
+
+}  // namespace
+
+int32_t record_end_token(const Tokenizer& tokenizer) {
+  return tokenizer.end_of_text() >= 0 ? tokenizer.end_of_text() : 0;
+}
+
+TokenStream read_instruction_records(const std::string& path, const InstructionKeys& keys,
+                                     const Tokenizer& tokenizer) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail_data("--jsonl " + path + ": cannot open");
+  TokenStream stream;
+  RecordWriter writer(tokenizer, stream);
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const RecordSource src{path, number};
+    json record;
+    try {
+      record = json::parse(line);
+    } catch (const json::parse_error& e) {
+      src.fail("invalid JSON at byte " + std::to_string(e.byte) + " of the line");
+    }
+    render_record(record, keys, src, writer);
+  }
+  if (in.bad()) fail_data("--jsonl " + path + ": read failed");
+  if (stream.record_starts.empty()) fail_data("--jsonl " + path + ": no records");
+  return stream;
+}
+
+}  // namespace mt
