@@ -11,6 +11,7 @@
 #include "core/units.h"
 #include "forecast/estimate.h"
 #include "forecast/formulas.h"
+#include "train/run.h"
 
 namespace mt::cli {
 
@@ -52,7 +53,8 @@ void add_estimate_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "estimate",
       "print what each rank of a `train` run would hold, per category, exactly, without allocating it "
-      "(train's flags; those that do not change memory, such as --data and --lr, are accepted and ignored)");
+      "(train's flags; those that do not change memory, such as --lr, are accepted and ignored; --data, when "
+      "given, says whether the shards carry loss masks or packed records, which the plan holds)");
   std::shared_ptr<RunFlags> flags = add_run_flags(*cmd);
   auto f = std::make_shared<EstimateFlags>();
   cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes)")->capture_default_str();
@@ -69,7 +71,11 @@ void add_estimate_command(CLI::App& app) {
       "--explain", f->explain,
       "compare the model states with the published formulas (ZeRO, Megatron-LM, MindSpeed O2), term "
       "by term");
-  cmd->callback([flags, f] { estimate(flags->resolve(), *f); });
+  cmd->callback([flags, f] {
+    TrainConfig config = flags->resolve();
+    if (!config.data.empty()) read_data_shape(config);
+    estimate(config, *f);
+  });
 }
 
 }  // namespace mt::cli

@@ -88,11 +88,15 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
   trainer.finish();
 }
 
-void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
-  TrainConfig cfg = given;
+void read_data_shape(TrainConfig& cfg) {
   const std::vector<std::string> shards = find_shards(cfg.data, "train");
   cfg.loss_mask = shards_have_loss_masks(shards);
-  cfg.packed = packed_seq_len(shards) > 0;  // instruction data: the plan has the mask
+  cfg.packed = packed_seq_len(shards) > 0;
+}
+
+void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
+  TrainConfig cfg = given;
+  read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
   check_parallel_flags(cfg);
   check_checkpoint_flags(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals

@@ -14,6 +14,10 @@ namespace mt {
 // mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/forecast/ for `memtrain train`).
 using MemoryFitCheck = std::function<void(const RunLayout& rank0_plan, const TrainConfig& config, int world)>;
 
+// Whether --data's training shards carry loss masks and pack records (instruction data, data/shard.h): the
+// graph then holds the mask and the positions, so train and estimate both ask.
+void read_data_shape(TrainConfig& config);
+
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
 void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});
 

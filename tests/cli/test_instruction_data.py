@@ -14,7 +14,7 @@ import unittest
 from pathlib import Path
 
 from memtrain_cli import (SHARD_HEADER_INTS, TINY_RUN, CliTestCase, ResumeTestCase, memtrain, read_memory,
-                          read_metrics, sample_text)
+                          read_metrics, run_flags, sample_text)
 
 MASK_MAGIC, MASK_VERSION = 20261201, 1
 
@@ -59,6 +59,13 @@ def prepare_records(folder: Path, name: str, *flags):
     result = prepare_jsonl(jsonl, Path(folder) / name, *flags)
     assert result.returncode == 0, result.stderr
     return jsonl, Path(folder) / name, result.stdout
+
+
+def assert_estimate_is(test, memory, **flags):
+    """`memtrain estimate` of the run, given its --data, plans the run's bytes in every category."""
+    result = memtrain("estimate", *run_flags(**flags), "--json")
+    test.assertEqual(result.returncode, 0, result.stderr)
+    test.assertEqual(json.loads(result.stdout)["ranks"][0]["bytes"], memory["planned"])
 
 
 class InstructionData(CliTestCase):
@@ -111,6 +118,7 @@ class InstructionData(CliTestCase):
         B, T = TINY_RUN["micro_batch_size"], TINY_RUN["seq_length"]
         # batch.loss_mask: one byte per target, in the batch's category; the loaders need no more.
         self.assertEqual(memory["planned"]["other"] - read_memory(plain)["planned"]["other"], B * T)
+        assert_estimate_is(self, memory, data=self.sft, **evaluated)
         metrics = read_metrics(out)
         self.assertTrue(all("val_loss" in m for m in metrics if m["step"] % 10 == 0))
         losses = [m["loss"] for m in metrics]
@@ -170,6 +178,7 @@ class PackedInstructionData(CliTestCase):
         B = TINY_RUN["micro_batch_size"]
         # batch.loss_mask (1 byte) and batch.positions (int32) per token.
         self.assertEqual(memory["planned"]["other"] - read_memory(plain)["planned"]["other"], 5 * B * self.T)
+        assert_estimate_is(self, memory, data=self.packed, seq_length=self.T)
         losses = [m["loss"] for m in read_metrics(out)]
         self.assertLess(sum(losses[-5:]) / 5, losses[0])
         self.assert_train_fails(1, "packed for sequences of 128 tokens", "--pack --seq-length", data=self.packed,
