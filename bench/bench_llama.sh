@@ -8,6 +8,11 @@
 #               memtrain-bf16     memtrain train --bf16
 #               torch-fp32        torch_llama.py (plain fp32)
 #               torch-bf16        torch_llama.py --autocast bf16
+#             and the fine-tunes (issue 18), all bf16, with LoRA of rank 16 on every linear of the layers:
+#               memtrain-lora     memtrain train --bf16 --lora-rank 16 --lora-alpha 32
+#               memtrain-qlora    the same over an nf4 base (--base-quant nf4)
+#               torch-lora        torch_llama.py --autocast bf16 --lora-rank 16 (PEFT's formula)
+#             (CONFIGS="memtrain-bf16 memtrain-lora memtrain-qlora torch-lora": the full fine-tune beside them)
 #   STEPS, SKIP, THREADS, B, T, OUT, MEMTRAIN   as for bench_gpt2.sh (defaults 6, 2, 2, 4, 256,
 #             TMPDIR/memtrain-bench-llama, build/memtrain)
 set -euo pipefail
@@ -26,11 +31,15 @@ python=/usr/bin/python3  # Debian's, with torch
 model=bench/llama-100m.json
 torch_script="bench/torch_llama.py --config $model"
 
+lora="--lora-rank 16 --lora-alpha 32"
 declare -A flags=(
   [memtrain-fp32]=""
   [memtrain-bf16]="--bf16"
   [torch-fp32]="--autocast off"
   [torch-bf16]="--autocast bf16"
+  [memtrain-lora]="--bf16 $lora"
+  [memtrain-qlora]="--bf16 $lora --base-quant nf4"
+  [torch-lora]="--autocast bf16 $lora"
 )
 
 # shellcheck source=bench/lib.sh
@@ -47,6 +56,11 @@ targets='[
    target: 1},
   {name: "memtrain fp32 / PyTorch fp32 tokens/s", num: "memtrain-fp32", den: "torch-fp32", op: ">=", target: 1},
   {name: "peak RSS memtrain fp32 / PyTorch fp32", num: "memtrain-fp32", den: "torch-fp32", rss: true, op: "<=",
-   target: 1}]'
+   target: 1},
+  {name: "memtrain LoRA / PyTorch LoRA tokens/s", num: "memtrain-lora", den: "torch-lora", op: ">=", target: 1},
+  {name: "peak RSS memtrain LoRA / PyTorch LoRA", num: "memtrain-lora", den: "torch-lora", rss: true, op: "<=",
+   target: 1},
+  {name: "peak RSS memtrain QLoRA / memtrain LoRA", num: "memtrain-qlora", den: "memtrain-lora", rss: true,
+   op: "<=", target: 1}]'
 
 run_configs
