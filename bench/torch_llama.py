@@ -7,8 +7,8 @@ Hugging Face does (every matrix N(0, 0.02), norm weights 1).
 fp32 by default; --autocast bf16 runs the forward and the loss under torch.autocast(device_type="cpu",
 dtype=torch.bfloat16), parameters, gradients and AdamW staying fp32. The loop, flags and JSON summary are
 torch_gpt2.py's (run_benchmark). --lora-rank R applies LoRA as PEFT does to every linear module of the layers
-(y = x W^T + (alpha / R) x A^T B^T, A Kaiming-uniform, B zero) and freezes everything else: bench_lora.sh's
-reference. Run with Debian's /usr/bin/python3 (torch 1.13).
+(y = x W^T + (alpha / R) x A^T B^T, A Kaiming-uniform, B zero) and freezes everything else: the reference of
+bench_llama.sh's LoRA configurations. Run with Debian's /usr/bin/python3 (torch 1.13).
 """
 import json
 import math
