@@ -9,6 +9,7 @@
 #include "cli/run_flags.h"
 #include "core/error.h"
 #include "core/units.h"
+#include "core/warning.h"
 #include "forecast/estimate.h"
 #include "forecast/formulas.h"
 #include "train/run.h"
@@ -47,6 +48,17 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
   if (f.explain) std::printf("%s", format_explanation(comparisons, layout).c_str());
 }
 
+// Command lines copied from `plan` carry a placeholder --data: without shards there, the estimate is of plain
+// token data, and says so.
+void estimate_data_shape(TrainConfig& config) {
+  try {
+    read_data_shape(config);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::data) throw;
+    warn(std::string(e.what()) + ": estimating plain token shards (no loss mask, no packed records)");
+  }
+}
+
 }  // namespace
 
 void add_estimate_command(CLI::App& app) {
@@ -73,7 +85,7 @@ void add_estimate_command(CLI::App& app) {
       "by term");
   cmd->callback([flags, f] {
     TrainConfig config = flags->resolve();
-    if (!config.data.empty()) read_data_shape(config);
+    if (!config.data.empty()) estimate_data_shape(config);
     estimate(config, *f);
   });
 }

@@ -33,7 +33,7 @@ class ByteCountsBeyond64Bits(CliTestCase):
         return run_flags(model=model, seq_length=LONG_CONTEXT, micro_batch_size=HUGE_MICRO_BATCH)
 
     def test_estimate_refuses_them_naming_the_flags(self):
-        result = memtrain("estimate", *self.long_context_flags(), "--data", "x", "--device-memory", "80GiB")
+        result = memtrain("estimate", *self.long_context_flags(), "--device-memory", "80GiB")
         self.assert_error(result, 2, "overflow", f"--micro-batch-size {HUGE_MICRO_BATCH}",
                           f"--seq-length {LONG_CONTEXT}")
 
@@ -57,7 +57,7 @@ class DeepModels(CliTestCase):
         # Under 2 s on an idle core; the bound leaves room for a loaded machine and a sanitizer build.
         model = llama_config(self.tmp / "deep.json", 10000)
         started = time.monotonic()
-        result = memtrain("estimate", *run_flags(model=model), "--data", "x", "--json", timeout=60)
+        result = memtrain("estimate", *run_flags(model=model), "--json", timeout=60)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertGreater(json.loads(result.stdout)["ranks"][0]["total_bytes"], 0)
         if os.environ.get("MEMTRAIN_SANITIZED") != "1":  # the sanitizers' time is their own
@@ -65,7 +65,7 @@ class DeepModels(CliTestCase):
 
     def test_absurd_layer_count_is_refused_before_planning(self):
         model = llama_config(self.tmp / "absurd.json", 10 ** 8)
-        result = memtrain("estimate", *run_flags(model=model), "--data", "x", timeout=20)
+        result = memtrain("estimate", *run_flags(model=model), timeout=20)
         self.assert_error(result, 2, "--model", "100000000 layers")
 
 
