@@ -68,23 +68,18 @@ int main(int argc, char** argv) {
   }
   const char* which = argc > 1 ? argv[1] : "all";
   int64_t bad = 0;
-  for (uint32_t sign : {0u, 0x80000000u}) {
+  const auto report = [&](const char* map, uint32_t sign, auto check) {
     int64_t flagged = 0, total = 0;
-    if (std::strcmp(which, "unsigned") != 0) {
-      const int64_t b = check<MomentCodec::dynamic_signed>(sign, flagged, total);
-      std::printf("signed map, %s quotients: %lld, flagged %lld (%.2e), mismatches %lld\n",
-                  sign ? "negative" : "positive", static_cast<long long>(total),
-                  static_cast<long long>(flagged), double(flagged) / total, static_cast<long long>(b));
-      bad += b;
-    }
-    flagged = total = 0;
-    if (std::strcmp(which, "signed") != 0) {
-      const int64_t b = check<MomentCodec::dynamic_unsigned>(sign, flagged, total);
-      std::printf("unsigned map, %s quotients: %lld, flagged %lld (%.2e), mismatches %lld\n",
-                  sign ? "negative" : "positive", static_cast<long long>(total),
-                  static_cast<long long>(flagged), double(flagged) / total, static_cast<long long>(b));
-      bad += b;
-    }
+    const int64_t mismatches = check(sign, flagged, total);
+    std::printf("%s map, %s quotients: %lld, flagged %lld (%.2e), mismatches %lld\n", map,
+                sign ? "negative" : "positive", static_cast<long long>(total),
+                static_cast<long long>(flagged), double(flagged) / double(total),
+                static_cast<long long>(mismatches));
+    bad += mismatches;
+  };
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    if (std::strcmp(which, "unsigned") != 0) report("signed", sign, check<MomentCodec::dynamic_signed>);
+    if (std::strcmp(which, "signed") != 0) report("unsigned", sign, check<MomentCodec::dynamic_unsigned>);
   }
   return bad ? 1 : 0;
 }

@@ -170,14 +170,14 @@ MT_ALWAYS_INLINE __m512i e4m3_codes(__m512 q) {
 
 // Codes of 16 elements (32-bit lanes) and the lanes exact_code must redo.
 template <MomentCodec kCodec>
-MT_ALWAYS_INLINE VectorCodes vector_codes(const DynamicMapSearch& search, __m512 x, __m512 scale,
+MT_ALWAYS_INLINE VectorCodes vector_codes(const DynamicMapSearch* search, __m512 x, __m512 scale,
                                           __m512 reciprocal) {
   if constexpr (kCodec == MomentCodec::e4m3) {
     // The division itself: with the bit arithmetic it costs less than checking a product's neighbours.
     return {e4m3_codes(_mm512_div_ps(x, scale)), 0};
   } else {
     const __mmask16 x_nonzero = _mm512_test_epi32_mask(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
-    return dynamic_codes<kCodec>(search, _mm512_mul_ps(x, reciprocal), x_nonzero);
+    return dynamic_codes<kCodec>(*search, _mm512_mul_ps(x, reciprocal), x_nonzero);
   }
 }
 
@@ -191,7 +191,7 @@ MT_ALWAYS_INLINE __m512i pack_codes(__m512i c0, __m512i c1, __m512i c2, __m512i 
 template <MomentCodec kCodec>
 MT_ALWAYS_INLINE void quantize_vector(const float* x, int64_t n, float scale, uint8_t* codes) {
   const __m512 s = _mm512_set1_ps(scale), reciprocal = _mm512_set1_ps(1.0f / scale);
-  const DynamicMapSearch& search = dynamic_map_of(kCodec).search;
+  const DynamicMapSearch* search = kCodec == MomentCodec::e4m3 ? nullptr : &dynamic_map_of(kCodec).search;
   const auto redo = [&](int64_t first, uint32_t doubt) {
     for (; doubt; doubt &= doubt - 1) {
       const int64_t i = first + std::countr_zero(doubt);
