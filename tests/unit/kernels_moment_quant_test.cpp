@@ -187,6 +187,92 @@ TEST(KernelMomentQuant, BlocksStoreAbsmaxAndNearestCodes) {
   }
 }
 
+// An element's byte by the definition (block_quant.h): its quotient by the block's scale, coded.
+uint8_t defined_code(MomentCodec c, float x, float scale) {
+  const float v = x / scale;
+  if (c == MomentCodec::e4m3) return round_to_e4m3(v).bits;
+  const uint8_t code =
+      nearest_code(c == MomentCodec::dynamic_signed ? signed_dynamic_map() : unsigned_dynamic_map(), v);
+  return c == MomentCodec::dynamic_unsigned && code == 0 && v > 0 ? 1 : code;
+}
+
+// Blocks of the given contents, each padded with zeros to a whole block.
+std::vector<float> whole_blocks(MomentCodec c, const std::vector<std::vector<float>>& blocks) {
+  const size_t block = static_cast<size_t>(moment_block_size(c));
+  std::vector<float> x;
+  for (const auto& b : blocks) {
+    for (size_t at = 0; at < b.size(); at += block) {
+      x.insert(x.end(), b.begin() + at, b.begin() + std::min(b.size(), at + block));
+      x.resize((x.size() + block - 1) / block * block, 0.0f);
+    }
+  }
+  return x;
+}
+
+// The quotients where a code changes, for a block whose scale is 1 (int8: absmax 1; e4m3: absmax 448):
+// the map's thresholds, e4m3's midpoints.
+std::vector<float> code_edges(MomentCodec c) {
+  std::vector<float> edges;
+  if (c == MomentCodec::e4m3) {
+    for (int b = 0; b < 0x7e; ++b)
+      edges.push_back(
+          static_cast<float>((double(to_f32(fp8_e4m3{uint8_t(b)})) + to_f32(fp8_e4m3{uint8_t(b + 1)})) / 2));
+  } else {
+    const DynamicMap& map = c == MomentCodec::dynamic_signed ? signed_dynamic_map() : unsigned_dynamic_map();
+    edges.assign(map.threshold.begin(), map.threshold.end());
+  }
+  return edges;
+}
+
+// Whatever a level computes a byte with (the AVX-512 build: a reciprocal and the map's decade layout, with
+// the elements near a code's edge redone by division; block_codec.h), the bytes are the definition's: 32
+// fp32 steps either side of every edge, both signs, at scale 1 and at scales from 2^-120 to 2^120; a sweep
+// of the quotients in [0, 1] (int8) or [0, 448]; tiny elements beside large ones (quotients that underflow).
+TEST(KernelMomentQuant, BytesAreTheDefinitionsNearEveryEdgeAndAtAnyScale) {
+  for (MomentCodec c : kCodecs) {
+    const float top = c == MomentCodec::e4m3 ? kE4m3Max : 1.0f;  // the absmax that makes the scale 1
+    std::vector<std::vector<float>> blocks;
+    std::vector<float> near_edges = {top};
+    for (float edge : code_edges(c)) {
+      float below = edge, above = edge;
+      for (int k = 0; k < 32; ++k) {
+        below = std::nextafter(below, 0.0f);
+        above = std::nextafter(above, 2 * top);
+        near_edges.insert(near_edges.end(), {below, above, -below, -above});
+      }
+      near_edges.insert(near_edges.end(), {edge, -edge});
+    }
+    blocks.push_back(near_edges);
+    std::vector<float> sweep = {top};
+    for (uint32_t bits = 0; bits <= std::bit_cast<uint32_t>(top); bits += 4099)
+      sweep.insert(sweep.end(), {std::bit_cast<float>(bits), -std::bit_cast<float>(bits)});
+    blocks.push_back(sweep);
+    // Scaled: each block's first element sets the scale; the others are edges times it, so their quotients
+    // land within an ulp or so of the edges.
+    const int64_t block = moment_block_size(c);
+    const std::vector<float> edges = code_edges(c);
+    for (int e = -120; e <= 120; e += 7) {
+      const float absmax = std::ldexp(static_cast<float>(1 + random_uniform(8, 1, e + 200)), e);
+      std::vector<float> scaled = {absmax};
+      const float scale = c == MomentCodec::e4m3 ? absmax / kE4m3Max : absmax;
+      for (int64_t i = 1; i < block; ++i) {
+        const float edge = edges[(i * 37 + e + 120) % edges.size()];
+        scaled.push_back((i % 2 ? 1 : -1) * std::nextafter(edge * scale, i % 3 ? 0.0f : 2 * absmax));
+      }
+      blocks.push_back(scaled);
+    }
+    blocks.push_back({1e30f, 1e-20f, 1e-30f, 0x1p-149f, 3e-15f, -1e-20f, 0.0f, -0.0f, 1e25f});
+    blocks.push_back({1.0f, 0x1p-149f, 0x1p-126f, 1e-40f, 0x1p-100f, 0x1p-101f, 0x1p-99f});
+    const std::vector<float> x = whole_blocks(c, blocks);
+    const Quantized q = quantize(c, x);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float scale = q.scales[i / block];
+      ASSERT_EQ(q.codes[i], scale > 0 ? defined_code(c, x[i], scale) : zero_code(c))
+          << "codec " << int(c) << " at " << i << ": " << x[i] << " / " << scale;
+    }
+  }
+}
+
 TEST(KernelMomentQuant, RoundTripErrorIsWithinHalfAStep) {
   for (MomentCodec c : kCodecs) {
     const std::vector<float> x = moment_values(c, 5 * moment_block_size(c) + 3, 4);

@@ -49,6 +49,52 @@ void fill_buckets(DynamicMap& map) {
   }
 }
 
+// The vector quantizer's tables (dynamic_map.h: DynamicMapSearch), from the map's decade layout.
+void fill_search(DynamicMap& map, bool is_signed) {
+  DynamicMapSearch& s = map.search;
+  s.slope.fill(0.0f);
+  s.offset.fill(0.5f);  // outside the decades p = 0.5: never near a whole number
+  s.code.fill(0);
+  // boundary[k]: the threshold where state k + 1 begins (positive side), the one below magnitude code base.
+  std::array<float, kSearchStates - 1> boundary{};
+  int base = 1;
+  for (int d = 0; d < 7; ++d) {
+    const int fractions = is_signed ? 1 << d : 1 << (d + 1);
+    const double first = (0.1 + 0.9 / (2.0 * fractions)) / kDecadeDivisor[d];
+    if (map.value[map.zero_code + base] != static_cast<float>(first))
+      throw std::logic_error("dynamic map: decade layout");
+    boundary[d] = map.threshold[map.zero_code + base - 1];
+    s.slope[d + 1] = static_cast<float>(fractions * kDecadeDivisor[d] / 0.9);
+    s.offset[d + 1] = static_cast<float>(-fractions / 9.0);
+    s.code[d + 1] = base | (fractions - 1) << 16;
+    base += fractions;
+  }
+  if (map.zero_code + base != 255) throw std::logic_error("dynamic map: decade layout");
+  boundary[7] = map.threshold[254];
+  s.code[8] = base;
+  for (int i = 0; i < 32; ++i) {
+    const float bottom = std::bit_cast<float>(static_cast<uint32_t>(kSearchFirstBinade + i) << 23);
+    const int state = static_cast<int>(
+        std::count_if(boundary.begin(), boundary.end(), [&](float b) { return b <= bottom; }));
+    int32_t inside = 1 << 24;
+    for (float b : boundary) {
+      if (b > bottom && b < 2 * bottom && i < 31) {
+        if (inside != 1 << 24) throw std::logic_error("dynamic map: two state boundaries in a binade");
+        inside = static_cast<int32_t>(std::bit_cast<uint32_t>(b) & 0x7fffffu);
+        // An approximate quotient this close to a binade's edge could be in the wrong binade.
+        if (inside <= 2 * kSearchUlps || inside >= (1 << 23) - 2 * kSearchUlps)
+          throw std::logic_error("dynamic map: state boundary at a binade's edge");
+      }
+    }
+    s.binade[i] = state << 25 | inside;
+  }
+  for (int c = 0; c < 256; ++c) {
+    const uint32_t bits = std::bit_cast<uint32_t>(map.value[c]);
+    s.value_low[c] = static_cast<uint16_t>(bits & 0xffffu);
+    s.value_high[c] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
 DynamicMap build_map(bool is_signed) {
   std::vector<double> values = {0.0, 1.0};
   for (int i = 0; i < 7; ++i) {
@@ -75,6 +121,7 @@ DynamicMap build_map(bool is_signed) {
   map.zero_code =
       static_cast<uint8_t>(std::find(map.value.begin(), map.value.end(), 0.0f) - map.value.begin());
   fill_buckets(map);
+  fill_search(map, is_signed);
   return map;
 }
 

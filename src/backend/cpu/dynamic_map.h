@@ -31,6 +31,33 @@ constexpr int kBucketMantissaBits = 7;
 constexpr uint32_t kFirstBucketKey = (127 - 25) << kBucketMantissaBits;  // 2^-25: fp32 bits >> 16
 constexpr int kBucketsPerSign = (25 << kBucketMantissaBits) + 1;         // up to 1.0's bucket
 
+// The vector quantizer of block_codec.h (AVX-512) computes a code instead of looking it up: a magnitude u in
+// [0, 1] is in one of 9 states (0: below the first threshold, so code of 0; 1..7: decade 0..6; 8: at or above
+// the last threshold, so 1.0), found from u's binade (each holds at most one state boundary, a threshold of
+// the map), and inside decade d the position p = u * slope + offset = (u * 10^(6-d) - 0.1) * F_d / 0.9
+// counts the equal steps of [0.1, 1] below u: the in-decade thresholds are the midpoints at the whole p.
+// The quantizer flags an element whose p is within kSearchPositionMargin of a whole number, or whose u is
+// within kSearchUlps of a state boundary, and codes those the exact way (nearest_code), so the tables need
+// not reproduce the map's rounding, only come within those margins of it (block_codec.h says how this was
+// checked).
+constexpr int kSearchFirstBinade = 96;  // fp32 exponent field of binade 0: 2^-31, below every threshold
+constexpr int kSearchStates = 9;
+constexpr int kSearchUlps = 4;  // how far apart an approximate quotient and the exact one may be
+constexpr float kSearchPositionMargin = 0x1p-11f;
+struct DynamicMapSearch {
+  // Per binade 2^(i - 31) (i = 0..31; smaller magnitudes fall in 0, larger in 31): the state at its bottom
+  // << 25 | the mantissa bits of the boundary inside it, or 1 << 24 when it holds none.
+  alignas(64) std::array<int32_t, 32> binade;
+  // Per state (16 entries, 9 used): p's slope and offset (0 and 0.5 outside the decades), and the
+  // magnitude code of the state's first value | (its number of values - 1) << 16. A magnitude code is the
+  // value's rank among the map's values >= 0: code - zero_code on the positive side.
+  alignas(64) std::array<float, 16> slope, offset;
+  alignas(64) std::array<int32_t, 16> code;
+  // The values' fp32 bits in halves, value[c] = high[c] << 16 | low[c], for the vector dequantizer's
+  // 16-bit table lookups.
+  alignas(64) std::array<uint16_t, 256> value_low, value_high;
+};
+
 struct DynamicMap {
   std::array<float, 256> value;  // ascending: code c means value[c]
   // threshold[k] is the smallest fp32 above the exact midpoint of value[k] and value[k+1]: x >= threshold[k]
@@ -41,6 +68,7 @@ struct DynamicMap {
   // x passes the bucket's threshold when its low 16 bits (mirrored when negative) are >= reach; 0x10000 for
   // a bucket without one.
   std::array<int32_t, 2 * kBucketsPerSign> bucket;
+  DynamicMapSearch search;
 };
 
 const DynamicMap& signed_dynamic_map();
