@@ -104,11 +104,7 @@ class CpuBackend final : public Backend {
   void lora_backward(const Op& op, const OpRun& r);
 };
 
-// A quantized frozen weight (--base-quant) is read a dequantized tile at a time; the tiles are fp32 or bf16
-// (the flags refuse --base-quant with fp16).
-template <typename T>
-constexpr bool kQuantizedProducts = !std::is_same_v<T, f16>;
-
+// A quantized frozen weight (--base-quant) is read a dequantized tile at a time, in the run's dtype.
 std::vector<kernels::QuantizedWeight> quantized_weight(const Allocation& m, int param) {
   return m.table()[param].quantized->views(m.data(param));
 }
@@ -124,12 +120,10 @@ void CpuBackend<T, G>::linear(const Op& op, const OpRun& r) {
     kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
                             weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0,
                             optional<float>(m, a.matmul_scratch), s.layout);
-  } else if constexpr (kQuantizedProducts<T>) {
+  } else {
     kernels::quantized_linear_forward(
         m.as<T>(a.out), m.as<T>(a.inp), quantized_weight(m, a.weight), weights<T>(m, op, a.bias), s.M, s.in,
         s.out, a.residual >= 0, m.as<T>(a.dequant_tile), optional<float>(m, a.matmul_scratch), s.layout);
-  } else {
-    throw std::logic_error(op.name + ": a quantized weight's products run in fp32 or bf16");
   }
 }
 
@@ -142,14 +136,11 @@ void CpuBackend<T, G>::linear_backward(const Op& op, const OpRun& r) {
     kernels::linear_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
                              m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
                              a.accumulate, optional<float>(m, a.matmul_scratch), s.layout);
-  } else if constexpr (kQuantizedProducts<T>) {
+  } else if (a.dinp >= 0) {
     // A frozen weight has no gradient; its bias, frozen too, has none either.
-    if (a.dinp >= 0)
-      kernels::quantized_linear_backward_input(
-          m.as<T>(a.dinp), m.as<T>(a.dout), quantized_weight(m, a.weight), s.M, s.in, s.out, a.accumulate,
-          m.as<T>(a.dequant_tile), optional<float>(m, a.matmul_scratch), s.layout);
-  } else {
-    throw std::logic_error(op.name + ": a quantized weight's products run in fp32 or bf16");
+    kernels::quantized_linear_backward_input(m.as<T>(a.dinp), m.as<T>(a.dout), quantized_weight(m, a.weight),
+                                             s.M, s.in, s.out, a.accumulate, m.as<T>(a.dequant_tile),
+                                             optional<float>(m, a.matmul_scratch), s.layout);
   }
 }
 

@@ -227,9 +227,7 @@ SearchResult search_configs(const SearchRequest& request) {
   if (request.ranks > 1) stages = {0, 1, 2, 3};
   std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
   if (!base.offload_path.empty()) offloads.push_back(OffloadOptimizer::nvme);
-  for (const PrecisionConfig& precision : precision_choices()) {
-    // A quantized base's products run in fp32 or bf16 (train refuses it with fp16).
-    if (base.base_quant.enabled() && precision.precision == Precision::fp16) continue;
+  for (const PrecisionConfig& precision : precision_choices())
     for (int stage : stages)
       for (OffloadOptimizer offload : offloads) {
         TrainConfig config = base;
@@ -242,7 +240,6 @@ SearchResult search_configs(const SearchRequest& request) {
           if (!group.search(config, spec.n_layer)) break;
         }
       }
-  }
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });

@@ -72,8 +72,6 @@ void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::les
                " stores LoRA's frozen base: it needs --lora-rank R");
   if (given.contains("--no-double-quant") && !c.base_quant.enabled())
     fail_usage("--no-double-quant needs --base-quant nf4 or int8");
-  if (c.base_quant.enabled() && c.precision.precision == Precision::fp16)
-    fail_usage("--base-quant with --fp16: the quantized products run in fp32 or bf16; use --bf16");
   if (!c.lora.enabled()) return;
   check_flag_bounds(c, {"--lora-rank", "--lora-alpha", "--lora-dropout"});
   if (c.lora.dropout == 1) fail_usage("--lora-dropout must be in [0, 1)");  // the bound's high end is closed

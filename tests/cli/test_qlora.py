@@ -2,7 +2,7 @@
 in nf4 or int8 trains exactly as the same run over the dense weights those codes stand for. The reference
 quantizes and dequantizes the base with tests/quant's numpy definition (blocks of 64 of each Hugging Face tensor
 in its stored order, double quantization in blocks of 256) and trains the ordinary LoRA run from that file: the
-per-step losses and gradient norms must be equal bit for bit, in fp32 and in bf16, on GPT-2 (fused Conv1D
+per-step losses and gradient norms must be equal bit for bit, in fp32, bf16 and fp16, on GPT-2 (fused Conv1D
 c_attn) and LLaMA (q, k, v and gate, up fused into one product, each quantized on its own). Also: the frozen
 bytes are the quantized layout's, measured == planned, resume is bitwise, and the flags' misuse is a usage error.
 
@@ -67,7 +67,6 @@ class QloraFlags(CliTestCase):
         self.assert_train_fails(2, "--base-quant", "--lora-rank", base_quant="nf4")
         self.assert_train_fails(2, "--base-quant", "nf4 or int8", base_quant="nf3", lora_rank=4)
         self.assert_train_fails(2, "--no-double-quant", "--base-quant", no_double_quant=True, lora_rank=4)
-        self.assert_train_fails(2, "--base-quant", "--fp16", base_quant="nf4", lora_rank=4, fp16=True)
 
 
 class QloraRun(CliTestCase):
@@ -79,7 +78,7 @@ class QloraRun(CliTestCase):
             for label, (fmt, double) in FORMATS.items():
                 dense = self.tmp / f"{model}-{fmt}-{double}.safetensors"
                 quantized = dequantized_base(base, dense, fmt, double, nf4)
-                for precision in ({}, {"bf16": True}):
+                for precision in ({}, {"bf16": True}, {"fp16": True}):
                     with self.subTest(model=model, format=label, precision=precision):
                         self.check_same_run(model, base, dense, quantized, fmt, double, precision)
 

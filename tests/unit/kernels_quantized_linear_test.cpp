@@ -106,6 +106,7 @@ TEST(KernelQuantizedLinear, TilesGiveTheWholeWeightsProducts) {
         const int64_t rows = layout == WeightLayout::out_in ? kOut : kIn;
         expect_products_match<float>(format, double_quant, layout, rows);
         expect_products_match<bf16>(format, double_quant, layout, rows);
+        expect_products_match<f16>(format, double_quant, layout, rows);
       }
 }
 

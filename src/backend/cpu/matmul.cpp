@@ -361,6 +361,10 @@ template void quantized_linear_forward<bf16>(bf16*, const bf16*, QuantizedMatrix
                                              int64_t, int64_t, bool, bf16*, float*, WeightLayout);
 template void quantized_linear_backward_input<float>(float*, const float*, QuantizedMatrix, int64_t, int64_t,
                                                      int64_t, bool, float*, float*, WeightLayout);
+template void quantized_linear_forward<f16>(f16*, const f16*, QuantizedMatrix, const f16*, int64_t, int64_t,
+                                            int64_t, bool, f16*, float*, WeightLayout);
+template void quantized_linear_backward_input<f16>(f16*, const f16*, QuantizedMatrix, int64_t, int64_t,
+                                                   int64_t, bool, f16*, float*, WeightLayout);
 template void quantized_linear_backward_input<bf16>(bf16*, const bf16*, QuantizedMatrix, int64_t, int64_t,
                                                     int64_t, bool, bf16*, float*, WeightLayout);
 template void linear_backward<float, float>(float*, float*, float*, const float*, const float*, const float*,
@@ -381,7 +385,7 @@ bool enroll_type() {
   return enroll<&kernels::gemm<T, T>>(gemm) && enroll<&kernels::linear_forward<T>>(linear_forward) &&
          enroll<&kernels::linear_backward<T, float>>(linear_backward);
 }
-// Quantized frozen weights come in the types bf16 runs and fp32 runs compute in.
+// Quantized frozen weights come in every type a run computes in.
 template <typename T>
 bool enroll_quantized() {
   return enroll<&kernels::quantized_linear_forward<T>>(quantized_linear_forward) &&
@@ -390,7 +394,7 @@ bool enroll_quantized() {
 const bool enrolled = enroll_type<float>() && enroll_type<bf16>() && enroll_type<f16>() &&
                       enroll<&kernels::gemm<bf16, float>>(gemm) && enroll<&kernels::gemm<f16, float>>(gemm) &&
                       enroll<&kernels::linear_backward<bf16, bf16>>(linear_backward) &&
-                      enroll_quantized<float>() && enroll_quantized<bf16>();
+                      enroll_quantized<float>() && enroll_quantized<bf16>() && enroll_quantized<f16>();
 }  // namespace
 }  // namespace MT_ISA
 

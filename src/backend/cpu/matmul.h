@@ -53,10 +53,11 @@ void linear_backward(T* dinp, G* dweight, G* dbias, const T* dout, const T* inp,
                      int64_t n_in, int64_t n_out, bool accumulate_dinp, float* scratch,
                      WeightLayout layout = WeightLayout::in_out);
 
-// The same products with a quantized frozen weight (weight_quant.h; T float or bf16; its parts stacked by
-// stored rows): the weight is dequantized kQuantizedTileColumns output (input) columns at a time into `tile`,
-// of quantized_tile_elems(n_in, n_out) elements, each tile's product written straight into its columns, so
-// the whole matrix never exists in T and each column's sum is one product, as with the whole weight.
+// The same products with a quantized frozen weight (weight_quant.h; T float, bf16 or f16; its parts stacked
+// by stored rows): the weight is dequantized kQuantizedTileColumns output (input) columns at a time into
+// `tile`, of quantized_tile_elems(n_in, n_out) elements, each tile's product written straight into its
+// columns, so the whole matrix never exists in T and each column's sum is one product, as with the whole
+// weight.
 constexpr int64_t kQuantizedTileColumns = 128;
 constexpr int64_t quantized_tile_elems(int64_t n_in, int64_t n_out) {
   return kQuantizedTileColumns * (n_in > n_out ? n_in : n_out);

@@ -135,6 +135,7 @@ void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T
 }
 template void dequantize_weight<float>(const QuantizedWeight&, int64_t, int64_t, float*);
 template void dequantize_weight<bf16>(const QuantizedWeight&, int64_t, int64_t, bf16*);
+template void dequantize_weight<f16>(const QuantizedWeight&, int64_t, int64_t, f16*);
 template <typename T>
 void dequantize_weight_tile(const QuantizedWeight& q, int64_t row_length, int64_t row0, int64_t rows,
                             int64_t col0, int64_t cols, T* out) {
@@ -144,6 +145,8 @@ template void dequantize_weight_tile<float>(const QuantizedWeight&, int64_t, int
                                             int64_t, float*);
 template void dequantize_weight_tile<bf16>(const QuantizedWeight&, int64_t, int64_t, int64_t, int64_t,
                                            int64_t, bf16*);
+template void dequantize_weight_tile<f16>(const QuantizedWeight&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                          f16*);
 
 template <typename T>
 void dequantize_matrix_tile(QuantizedMatrix parts, int64_t row_length, int64_t row0, int64_t rows,
@@ -161,6 +164,7 @@ template void dequantize_matrix_tile<float>(QuantizedMatrix, int64_t, int64_t, i
                                             float*);
 template void dequantize_matrix_tile<bf16>(QuantizedMatrix, int64_t, int64_t, int64_t, int64_t, int64_t,
                                            bf16*);
+template void dequantize_matrix_tile<f16>(QuantizedMatrix, int64_t, int64_t, int64_t, int64_t, int64_t, f16*);
 
 QuantizedWeight quantized_weight_at(WeightFormat format, int64_t n, bool double_quant, void* bytes) {
   const int64_t blocks = ceil_div(n, kWeightBlock);
@@ -181,7 +185,9 @@ const bool enrolled = enroll<&kernels::quantize_weight>(quantize_weight) &&
                       enroll<&kernels::dequantize_weight<float>>(dequantize_weight) &&
                       enroll<&kernels::dequantize_weight<bf16>>(dequantize_weight) &&
                       enroll<&kernels::dequantize_weight_tile<float>>(dequantize_weight_tile) &&
-                      enroll<&kernels::dequantize_weight_tile<bf16>>(dequantize_weight_tile);
+                      enroll<&kernels::dequantize_weight_tile<bf16>>(dequantize_weight_tile) &&
+                      enroll<&kernels::dequantize_weight<f16>>(dequantize_weight) &&
+                      enroll<&kernels::dequantize_weight_tile<f16>>(dequantize_weight_tile);
 }  // namespace
 }  // namespace MT_ISA
 

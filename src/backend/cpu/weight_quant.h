@@ -85,8 +85,8 @@ QuantizedWeight quantized_weight_at(WeightFormat format, int64_t n, bool double_
 
 // x[0, n) into q (q.n == n; its buffers sized as above).
 void quantize_weight(const float* x, const QuantizedWeight& q);
-// Elements [first, first + count) of q into out[0, count), rounded to nearest even for bf16. Any range:
-// a product dequantizes the rows of its tile.
+// Elements [first, first + count) of q into out[0, count), rounded to nearest even for bf16 and f16. Any
+// range: a product dequantizes the rows of its tile.
 template <typename T>
 void dequantize_weight(const QuantizedWeight& q, int64_t first, int64_t count, T* out);
 // The tile of rows [row0, row0 + rows) and columns [col0, col0 + cols) of q seen as a row-major matrix with
