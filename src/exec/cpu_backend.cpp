@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
-#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/activation.h"
