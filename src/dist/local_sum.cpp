@@ -34,19 +34,22 @@ void sum_parts(std::span<const void* const> parts, T* out, int64_t count) {
 }  // namespace
 
 void check_sum_dtype(DType dtype, const char* operation) {
-  if (dtype != DType::f32 && dtype != DType::bf16) {
+  if (dtype != DType::f32 && dtype != DType::bf16 && dtype != DType::f16) {
     throw std::invalid_argument(std::string(operation) + ": cannot sum dtype " +
-                                std::string(dtype_name(dtype)) + " (f32 or bf16)");
+                                std::string(dtype_name(dtype)) + " (f32, bf16 or f16)");
   }
 }
 
 void sum_in_rank_order(std::span<const void* const> parts, void* out, int64_t count, DType dtype) {
   check_sum_dtype(dtype, "sum_in_rank_order");
   if (parts.empty()) throw std::invalid_argument("sum_in_rank_order: no parts");
-  if (dtype == DType::f32) {
-    sum_parts(parts, static_cast<float*>(out), count);
-  } else {
-    sum_parts(parts, static_cast<bf16*>(out), count);
+  switch (dtype) {
+    case DType::f32:
+      return sum_parts(parts, static_cast<float*>(out), count);
+    case DType::bf16:
+      return sum_parts(parts, static_cast<bf16*>(out), count);
+    default:  // f16, as checked
+      return sum_parts(parts, static_cast<f16*>(out), count);
   }
 }
 

@@ -101,7 +101,7 @@ TEST(DistSingle, RejectsBadArguments) {
   const auto comm = make_communicator(DistBackend::single);
   int32_t i = 0;
   EXPECT_THROW(comm->all_reduce_sum(&i, 1, DType::i32), std::invalid_argument);
-  EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::f16), std::invalid_argument);
+  EXPECT_THROW(comm->reduce_scatter_sum(&i, &i, 1, DType::u16), std::invalid_argument);
   EXPECT_THROW(comm->all_gather(&i, &i, -1, DType::i32), std::invalid_argument);
   EXPECT_THROW(comm->broadcast(&i, 1, DType::i32, 1), std::invalid_argument);
   float x = 0;
@@ -143,6 +143,24 @@ TEST(DistLocalSum, AddsInRankOrderAndRoundsBf16Once) {
   const void* halves[] = {one.data(), tiny.data(), tiny.data(), tiny.data()};
   sum_in_rank_order(halves, &sum, 1, DType::bf16);
   EXPECT_EQ(to_f32(sum), 1.0f + 0x1p-7f);
+}
+
+TEST(DistLocalSum, RoundsF16OnceToNearestEven) {
+  // f16 keeps 10 mantissa bits: adding 2^-12 to 1 three times stays 1 when rounded after every addition, and
+  // the fp32 sum 1 + 3 * 2^-12 rounds once to 1 + 2^-10.
+  const f16 one = round_to<f16>(1.0f), quarter = round_to<f16>(0x1p-12f);
+  f16 sum{};
+  const void* quarters[] = {&one, &quarter, &quarter, &quarter};
+  sum_in_rank_order(quarters, &sum, 1, DType::f16);
+  EXPECT_EQ(to_f32(sum), 1.0f + 0x1p-10f);
+  // Halfway cases go to the even neighbour: 1 + 2^-11 to 1, 1 + 3 * 2^-11 to 1 + 2^-9.
+  const f16 half = round_to<f16>(0x1p-11f), odd = round_to<f16>(1.0f + 0x1p-10f);
+  const void* to_even_below[] = {&one, &half};
+  sum_in_rank_order(to_even_below, &sum, 1, DType::f16);
+  EXPECT_EQ(to_f32(sum), 1.0f);
+  const void* to_even_above[] = {&odd, &half};
+  sum_in_rank_order(to_even_above, &sum, 1, DType::f16);
+  EXPECT_EQ(to_f32(sum), 1.0f + 0x1p-9f);
 }
 
 TEST(DistLocalSum, ResultIsIndependentOfThreadsAndMayOverwriteAPart) {
