@@ -4,37 +4,41 @@
 // inner communicator, bit for bit.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <exception>
 #include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "dist/communicator.h"
 
 namespace mt {
 
+// The root AsyncCommunicator owns the worker thread and its queue; the groups split from it (split) share
+// them, so that every MPI call of every group runs on that one thread in submission order, as MPI's
+// MPI_THREAD_SERIALIZED level asks. The root must outlive its groups.
 class AsyncCommunicator final : public Communicator {
  public:
   using Work = std::function<void(Communicator& inner)>;
-  using Ticket = int64_t;  // submissions are numbered 1, 2, ...; 0 stands for none
+  using Ticket = int64_t;  // submissions to the shared queue are numbered 1, 2, ...; 0 stands for none
 
+  // The root, with a worker of its own.
   explicit AsyncCommunicator(std::unique_ptr<Communicator> inner);
-  // Waits for the queued work, stops the worker, then destroys the inner communicator on this thread.
+  // Waits for the queued work (of every facade on the queue); the root then stops the worker. The inner
+  // communicator is destroyed on this thread, while the worker idles.
   ~AsyncCommunicator() override;
 
-  // Queues work for the worker and returns at once. The buffers it uses must stay untouched until waited for.
+  // Queues work(this facade's inner communicator) and returns at once. The buffers it uses must stay
+  // untouched until waited for.
   Ticket start(Work work);
-  // Blocks until the work of `ticket` and everything before it is done, and rethrows the first failure of
-  // that work not yet rethrown (an MPI error when a rank died, a bad argument).
+  // Blocks until the work of `ticket` and everything queued before it, by any facade, is done, and
+  // rethrows the first failure of that work not yet rethrown (an MPI error when a rank died, a bad
+  // argument), whichever facade queued it.
   void wait(Ticket ticket);
   void wait_all();
-  // Seconds the worker spent in collectives since the last call.
+  // Seconds the shared worker spent in work since the last call on any facade: a group's is not its own.
   double take_busy_seconds();
+
+  // Collective, run on the worker: the group of Communicator::split, as a facade on this one's queue.
+  std::unique_ptr<AsyncCommunicator> split(int color, int key);
 
   // The Communicator calls each start one collective and wait for it.
   int rank() const override { return inner_->rank(); }
@@ -48,19 +52,19 @@ class AsyncCommunicator final : public Communicator {
   void broadcast(void* data, int64_t count, DType dtype, int root) override;
   void barrier() override;
 
+ protected:
+  std::unique_ptr<Communicator> split_into_group(int color, int key) override { return split(color, key); }
+
  private:
-  void run_worker();
+  class Worker;  // the thread, its queue, the tickets and the failures not yet rethrown
+
+  // A group: a facade on `worker`.
+  AsyncCommunicator(std::unique_ptr<Communicator> inner, Worker& worker);
   void call(Work work) { wait(start(std::move(work))); }
 
   std::unique_ptr<Communicator> inner_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Work> queue_;
-  Ticket submitted_ = 0, done_ = 0;
-  double busy_seconds_ = 0;
-  std::map<Ticket, std::exception_ptr> failures_;  // not yet rethrown
-  bool stopping_ = false;
-  std::thread worker_;
+  std::unique_ptr<Worker> own_worker_;  // the root's; null in a group
+  Worker& worker_;                      // *own_worker_, or the root's
 };
 
 }  // namespace mt

@@ -55,6 +55,11 @@ class SingleCommunicator final : public Communicator {
   void barrier() override {}
   int64_t buffer_bytes() const override { return 0; }
 
+ protected:
+  std::unique_ptr<Communicator> split_into_group(int, int) override {
+    return std::make_unique<SingleCommunicator>();
+  }
+
  private:
   static void copy(const void* from, void* to, int64_t count, DType dtype) {
     if (from != to && count > 0) std::memmove(to, from, static_cast<std::size_t>(count) * dtype_size(dtype));
@@ -71,6 +76,11 @@ int launched_ranks() {
 }
 
 }  // namespace
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key) {
+  if (color < 0) throw std::invalid_argument("split: negative color " + std::to_string(color));
+  return split_into_group(color, key);
+}
 
 int64_t mpi_buffer_bytes(int world) {
   return (world - 1) * kMpiRoundBytes;

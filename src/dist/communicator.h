@@ -1,4 +1,5 @@
-// Collectives between data-parallel ranks: a single-process implementation, and MPI when built with it.
+// Collectives between ranks, over the world or groups split from it: a single-process implementation, and MPI
+// when built with it.
 #pragma once
 
 #include <cstdint>
@@ -10,13 +11,14 @@
 
 namespace mt {
 
-// Collectives over the data-parallel ranks. Sums are deterministic: every rank obtains the same bits, and the
-// same inputs give the same bits on every run, whatever the MPI library's algorithm choice.
+// Collectives over a group of ranks: the world, or a tensor-, data- or pipeline-parallel group split from it.
+// Sums are deterministic: every rank obtains the same bits, and the same inputs give the same bits on every
+// run, whatever the MPI library's algorithm choice.
 //
-// Every sum adds the ranks' contributions in rank order 0, 1, ..., size()-1 in fp32, left to right; bf16 is
-// upcast and rounded to nearest even once at the end. Counts are elements; a negative count, a sum over
-// another dtype, or a root outside [0, size()) throws std::invalid_argument. Every rank must make the same
-// calls with the same counts, dtypes and roots, from one thread.
+// Every sum adds the ranks' contributions in rank order 0, 1, ..., size()-1 in fp32, left to right; bf16 and
+// f16 are upcast and rounded to nearest even once at the end. Counts are elements; a negative count, a sum
+// over another dtype, or a root outside [0, size()) throws std::invalid_argument. Every rank must make the
+// same calls with the same counts, dtypes and roots, from one thread.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -40,6 +42,18 @@ class Communicator {
   // Bytes of internal buffers this communicator holds (0 if none), for the memory plan's comm category. Fixed
   // from construction on: no call grows it.
   virtual int64_t buffer_bytes() const = 0;
+
+  // Collective: the ranks that pass the same color (>= 0, else std::invalid_argument) form a new
+  // communicator, ranked by key, then by rank() here (as MPI_Comm_split), with the guarantees above and
+  // buffers of its own. It may be split again. Every rank gets the communicator of its own color.
+  //
+  // Not virtual itself, so that AsyncCommunicator::split can return its own type; the implementations
+  // override split_into_group.
+  std::unique_ptr<Communicator> split(int color, int key);
+
+ protected:
+  // split() once the color is checked.
+  virtual std::unique_ptr<Communicator> split_into_group(int color, int key) = 0;
 };
 
 // One round of a collective moves at most this many bytes between two ranks. A sum holds one round from every
@@ -63,10 +77,11 @@ DistBackend parse_dist_backend(const std::string& name);
 // without MPI, or for "auto" under a multi-rank launch without MPI (the ranks would otherwise train
 // independently, unaware of each other).
 //
-// The MPI communicator initialises MPI in its constructor and finalises it in its destructor, so a process
-// makes at most one. A destructor that runs while an exception unwinds skips MPI_Finalize (which waits for
-// every rank): the process then exits without finalising, and mpirun ends the whole job instead of leaving
-// the other ranks blocked in a collective.
+// The MPI communicator initialises MPI when made and finalises it in its destructor, so a process makes at
+// most one; the groups split from it free their MPI_Comm instead. A destructor that runs while an exception
+// unwinds skips MPI_Finalize (which waits for every rank) and MPI_Comm_free (collective): the process then
+// exits without finalising, and mpirun ends the whole job instead of leaving the other ranks blocked in a
+// collective.
 std::unique_ptr<Communicator> make_communicator(DistBackend backend);
 
 }  // namespace mt

@@ -52,33 +52,47 @@ struct Piece {
   int64_t bytes;
 };
 
+// MPI is initialised once per process, by the world's communicator (make_mpi_communicator).
+void initialise_mpi() {
+  int initialized = 0, finalized = 0;
+  check(MPI_Initialized(&initialized), "MPI_Initialized");
+  check(MPI_Finalized(&finalized), "MPI_Finalized");
+  if (initialized || finalized)
+    throw std::runtime_error("MPI was initialised before: one MPI communicator per process");
+  // One thread at a time talks to MPI: the caller, or the worker of an AsyncCommunicator around this one
+  // (never both at once); OpenMP threads inside kernels never do.
+  int provided = 0;
+  check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+  if (provided < MPI_THREAD_SERIALIZED)
+    throw std::runtime_error("this MPI library cannot serve collectives from a worker thread");
+}
+
+// What a communicator releases when destroyed: the world's finalises MPI, a group's frees its MPI_Comm.
+enum class Releases { mpi, comm };
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator() {
-    int initialized = 0, finalized = 0;
-    check(MPI_Initialized(&initialized), "MPI_Initialized");
-    check(MPI_Finalized(&finalized), "MPI_Finalized");
-    if (initialized || finalized)
-      throw std::runtime_error("MPI was initialised before: one MPI communicator per process");
-    // One thread at a time talks to MPI: the caller, or the worker of an AsyncCommunicator around this one
-    // (never both at once); OpenMP threads inside kernels never do.
-    int provided = 0;
-    check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
-    if (provided < MPI_THREAD_SERIALIZED)
-      throw std::runtime_error("this MPI library cannot serve collectives from a worker thread");
+  MpiCommunicator(MPI_Comm comm, Releases releases) : comm_(comm), releases_(releases) {
     // Errors come back as codes, which become exceptions, instead of aborting inside MPI.
-    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
-    check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
-    check(MPI_Comm_size(MPI_COMM_WORLD, &size_), "MPI_Comm_size");
+    check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     buffer_.resize(static_cast<std::size_t>(mpi_buffer_bytes(size_)));
     requests_.resize(static_cast<std::size_t>(2 * (size_ - 1)));
     parts_.resize(static_cast<std::size_t>(size_));
   }
 
   ~MpiCommunicator() override {
-    // MPI_Finalize waits for every rank. A failing rank skips it and exits unfinalised, which makes mpirun
-    // end the job; finalising would leave the other ranks blocked in their next collective.
-    if (std::uncaught_exceptions() == 0) MPI_Finalize();
+    // MPI_Finalize waits for every rank, and MPI_Comm_free is collective. A failing rank skips both and exits
+    // unfinalised, which makes mpirun end the job; either call could leave it, or the other ranks, blocked.
+    if (std::uncaught_exceptions() > 0) return;
+    if (releases_ == Releases::mpi) {
+      MPI_Finalize();
+      return;
+    }
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
   }
 
   int rank() const override { return rank_; }
@@ -171,7 +185,14 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void barrier() override { check(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
+  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+ protected:
+  std::unique_ptr<Communicator> split_into_group(int color, int key) override {
+    MPI_Comm group = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &group), "MPI_Comm_split");
+    return std::make_unique<MpiCommunicator>(group, Releases::comm);
+  }
 
  private:
   // Where peer p's contribution to this rank's chunk lands during a sum.
@@ -186,12 +207,10 @@ class MpiCommunicator final : public Communicator {
   // Nonblocking send or receive of one message to or from a peer, as request r (then r + 1); wait_all
   // completes them.
   void post_send(const std::byte* data, int64_t bytes, int peer, std::size_t& r) {
-    check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, &requests_[r++]),
-          "MPI_Isend");
+    check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &requests_[r++]), "MPI_Isend");
   }
   void post_recv(std::byte* data, int64_t bytes, int peer, std::size_t& r) {
-    check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, MPI_COMM_WORLD, &requests_[r++]),
-          "MPI_Irecv");
+    check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &requests_[r++]), "MPI_Irecv");
   }
 
   // The root of a reduce: every peer's next `bytes` into its slot.
@@ -238,6 +257,8 @@ class MpiCommunicator final : public Communicator {
     sum_in_rank_order(parts_, out, n, dtype);
   }
 
+  MPI_Comm comm_;
+  Releases releases_;
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::byte> buffer_;
@@ -248,7 +269,8 @@ class MpiCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator() {
-  return std::make_unique<MpiCommunicator>();
+  initialise_mpi();
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, Releases::mpi);
 }
 
 }  // namespace mt

@@ -1,7 +1,8 @@
 """A rank that dies or fails while the others wait in a collective must end the whole mpirun job, non-zero and
 well within a minute, instead of leaving the others blocked forever.
 
-usage: test_rank_failure.py MODE MPIRUN-COMMAND...   (the command runs dist_mpi_test --fail MODE)
+usage: test_rank_failure.py MODE MPIRUN-COMMAND...
+  (the command runs dist_mpi_test --fail MODE or --fail-in-group MODE)
 """
 import os
 import signal

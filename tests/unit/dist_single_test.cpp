@@ -1,11 +1,13 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/error.h"
@@ -106,6 +108,20 @@ TEST(DistSingle, RejectsBadArguments) {
   EXPECT_THROW(comm->broadcast(&i, 1, DType::i32, 1), std::invalid_argument);
   float x = 0;
   EXPECT_THROW(comm->reduce_sum(&x, &x, 1, DType::f32, 1), std::invalid_argument);
+  EXPECT_THROW(comm->split(-1, 0), std::invalid_argument);
+}
+
+TEST(DistSingle, SplitGivesOneRankAgain) {
+  const auto comm = make_communicator(DistBackend::single);
+  const auto group = comm->split(3, -7);
+  EXPECT_EQ(group->backend(), "single");
+  EXPECT_EQ(group->rank(), 0);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(group->buffer_bytes(), 0);
+  std::vector<uint16_t> h = {round_to<f16>(0.1f).bits, round_to<f16>(-3.0f).bits};
+  const std::vector<uint16_t> before = h;
+  group->split(0, 0)->all_reduce_sum(h.data(), 2, DType::f16);
+  EXPECT_EQ(h, before);
 }
 
 TEST(DistSingle, UnknownBackendIsAUsageError) {
@@ -205,6 +221,49 @@ TEST(DistAsync, RunsInOrderAndRethrowsEachFailureOnce) {
   EXPECT_THROW(comm.broadcast(f.data(), 2, DType::f32, 1), std::invalid_argument);
   EXPECT_GE(comm.take_busy_seconds(), 0.0);
   EXPECT_EQ(comm.size(), 1);
+}
+
+// A group queues on its root's worker: one thread, one numbering of tickets, failures rethrown by whichever
+// facade waits, busy time shared; each facade's work gets its own inner communicator.
+TEST(DistAsync, GroupsShareTheRootsWorker) {
+  AsyncCommunicator world(make_communicator(DistBackend::single));
+  const auto group = world.split(1, 0);
+  const auto subgroup = group->split(0, 5);
+  EXPECT_EQ(group->size(), 1);
+  EXPECT_EQ(subgroup->rank(), 0);
+  EXPECT_EQ(group->buffer_bytes(), 0);
+  std::vector<std::thread::id> threads;
+  std::vector<const Communicator*> inners;
+  auto record = [&](Communicator& c) {
+    threads.push_back(std::this_thread::get_id());
+    inners.push_back(&c);
+  };
+  const auto first = world.start(record);
+  EXPECT_EQ(group->start(record), first + 1);
+  EXPECT_EQ(subgroup->start(record), first + 2);
+  EXPECT_EQ(world.start(record), first + 3);
+  const auto failing = group->start([](Communicator& c) {
+    float x = 0;
+    c.broadcast(&x, 1, DType::f32, 1);  // no rank 1
+  });
+  EXPECT_THROW(world.wait(failing), std::invalid_argument);
+  EXPECT_NO_THROW(subgroup->wait_all());
+  ASSERT_EQ(threads.size(), 4u);
+  for (const std::thread::id id : threads) EXPECT_EQ(id, threads[0]);
+  EXPECT_NE(threads[0], std::this_thread::get_id());
+  EXPECT_EQ(inners[0], inners[3]);
+  EXPECT_NE(inners[0], inners[1]);
+  EXPECT_NE(inners[1], inners[2]);
+
+  world.take_busy_seconds();
+  group->start([](Communicator&) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); });
+  group->wait_all();
+  EXPECT_GE(world.take_busy_seconds(), 0.015);
+  EXPECT_EQ(group->take_busy_seconds(), 0.0);
+
+  EXPECT_THROW(world.split(-1, 0), std::invalid_argument);
+  Communicator& base = world;  // Communicator::split gives the same kind of group
+  EXPECT_NE(dynamic_cast<AsyncCommunicator*>(base.split(0, 0).get()), nullptr);
 }
 
 }  // namespace
