@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "dist/communicator.h"
 #include "memory/allocation.h"
 #include "model/graph.h"
 #include "model/spec.h"
@@ -24,6 +25,10 @@ struct OpRun {
   bool training;      // backward ops and the loss's gradients run only then
   float grad_scale;   // the factor parameter gradients are accumulated with (Executor::train_step)
   uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
+  // Tensor parallel: the ranks that share each op (ops::AllReduce, the split vocabulary's softmax); null
+  // with one.
+  Communicator* tensor_group = nullptr;
+  int tp() const { return tensor_group ? tensor_group->size() : 1; }
 };
 
 // The targets the loss op counts: those its loss mask marks, or all of them without one.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -32,8 +33,14 @@ LinearShape linear_shape(const TensorTable& table, int inp, int weight, bool wei
           weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
 }
 
-kernels::QkvLayout qkv_layout(const ModelSpec& spec) {
-  return {spec.n_embd, spec.n_head, spec.n_kv_head};
+// This rank's heads: 1/tp of them under tensor parallelism.
+kernels::QkvLayout qkv_layout(const ModelSpec& spec, int tp) {
+  return {spec.n_embd / tp, spec.n_head / tp, spec.n_kv_head / tp};
+}
+
+// The rows of the vocabulary an embedding or head weight holds (all of them without tensor parallelism).
+kernels::VocabRows vocab_rows(const TensorTable& table, int weight, int64_t vocab_begin) {
+  return {vocab_begin, table[weight].shape[0]};
 }
 
 // One case per kind: its operands, its shape from the table, its kernel.
@@ -167,6 +174,7 @@ void CpuBackend<T, G>::lora_backward(const Op& op, const OpRun& r) {
 template <typename T, typename G>
 void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
   const ops::LmHeadLoss& head = op.as<ops::LmHeadLoss>();
+  if (r.tensor_group) throw std::logic_error("cpu backend: whole logits of a split vocabulary");
   const int64_t N = r.graph.table[head.targets].numel(), C = r.spec.n_embd, Vp = r.spec.padded_vocab_size;
   kernels::gemm(false, true, N, Vp, C, r.memory.as<T>(head.inp), C, weights<T>(r.memory, op, head.weight), C,
                 0.0f, out, Vp, optional<float>(r.memory, head.matmul_scratch));
@@ -179,11 +187,24 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const TensorTable& table = r.graph.table;
   const Allocation& m = r.memory;
   const ModelSpec& spec = r.spec;
-  const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = spec.padded_vocab_size;
+  // Under tensor parallelism the weight holds this rank's rows of the vocabulary, of which V are real.
+  const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = table[a.weight].shape[0];
+  const int64_t V = std::clamp<int64_t>(spec.vocab_size - a.vocab_begin, 0, Vp);
   const int64_t rows = table[a.logits].numel() / Vp;
   const int64_t counted = counted_targets(a, table, m);
   const uint8_t* loss_mask = a.loss_mask >= 0 ? m.u8(a.loss_mask) : nullptr;
   float* losses = m.f32(a.losses);
+  std::optional<kernels::VocabSplit> split;
+  if (a.row_stats >= 0) {
+    Communicator& group = *r.tensor_group;
+    split = kernels::VocabSplit{.begin = a.vocab_begin,
+                                .ranks = group.size(),
+                                .rank = group.rank(),
+                                .stats = m.f32(a.row_stats),
+                                .gather = [&group](float* stats, int64_t floats) {
+                                  group.all_gather(stats + group.rank() * floats, stats, floats, DType::f32);
+                                }};
+  }
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
     kernels::lm_head_loss_chunk<T, G>({
@@ -199,9 +220,10 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .matmul_scratch = optional<float>(m, a.matmul_scratch),
         .rows = n,
         .C = C,
-        .V = spec.vocab_size,
+        .V = V,
         .Vp = Vp,
         .grad_scale = r.grad_scale / static_cast<float>(std::max<int64_t>(counted, 1)),
+        .split = split ? &*split : nullptr,
     });
   }
   double loss_sum = 0;
@@ -220,7 +242,7 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const TensorDesc& tokens = table[a.tokens];
       kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), positions(m, a.positions),
                                  weights<T>(m, op, a.wte), weights<T>(m, op, a.wpe), tokens.shape[0],
-                                 tokens.shape[1], spec.n_embd);
+                                 tokens.shape[1], spec.n_embd, vocab_rows(table, a.wte, a.vocab_begin));
       return 0;
     }
     case OpKind::layernorm: {
@@ -244,15 +266,15 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const auto& a = op.as<ops::Rope>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::rope_forward(m.as<T>(a.qkv), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
-                            qkv_layout(spec), spec.rope_theta);
+                            qkv_layout(spec, r.tp()), spec.rope_theta);
       return 0;
     }
     case OpKind::attention: {
       const auto& a = op.as<ops::Attention>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), positions(m, a.positions),
-                                 qkv.shape[0], qkv.shape[1], spec.n_embd, spec.n_head, spec.n_kv_head,
-                                 m.f32(a.scratch));
+                                 qkv.shape[0], qkv.shape[1], spec.n_embd / r.tp(), spec.n_head / r.tp(),
+                                 spec.n_kv_head / r.tp(), m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu: {
@@ -301,7 +323,7 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const auto& a = op.as<ops::RopeBackward>();
       const TensorDesc& dqkv = table[a.dqkv];
       kernels::rope_backward(m.as<T>(a.dqkv), positions(m, a.positions), dqkv.shape[0], dqkv.shape[1],
-                             qkv_layout(spec), spec.rope_theta);
+                             qkv_layout(spec, r.tp()), spec.rope_theta);
       return 0;
     }
     case OpKind::attention_backward: {
@@ -309,7 +331,8 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
                                   m.f32(a.lse), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
-                                  spec.n_embd, spec.n_head, spec.n_kv_head, m.f32(a.scratch));
+                                  spec.n_embd / r.tp(), spec.n_head / r.tp(), spec.n_kv_head / r.tp(),
+                                  m.f32(a.scratch));
       return 0;
     }
     case OpKind::gelu_backward: {
@@ -327,9 +350,17 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::embedding_backward: {
       const auto& a = op.as<ops::EmbeddingBackward>();
       const TensorDesc& tokens = table[a.tokens];
-      kernels::embedding_backward(grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout),
-                                  m.i32(a.tokens), positions(m, a.positions), tokens.shape[0],
-                                  tokens.shape[1], spec.n_embd);
+      kernels::embedding_backward(
+          grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout), m.i32(a.tokens),
+          positions(m, a.positions), tokens.shape[0], tokens.shape[1], spec.n_embd,
+          a.wte >= 0 ? vocab_rows(table, a.wte, a.vocab_begin) : kernels::VocabRows{});
+      return 0;
+    }
+    case OpKind::all_reduce: {
+      const auto& a = op.as<ops::AllReduce>();
+      if (!r.tensor_group)
+        throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
+      r.tensor_group->all_reduce_sum(m.data(a.data), table[a.data].numel(), table[a.data].dtype);
       return 0;
     }
   }

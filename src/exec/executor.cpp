@@ -28,7 +28,8 @@ double Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
     if (hooks_) hooks_->before(i, training);
-    loss_sum += backend_->run(graph_.ops[i], {spec_, graph_, memory_, training, grad_scale, draw});
+    loss_sum +=
+        backend_->run(graph_.ops[i], {spec_, graph_, memory_, training, grad_scale, draw, tensor_group_});
     if (observer_) observer_(i);
     if (hooks_) hooks_->after(i, training);
     memory_.end_op(i);
@@ -59,7 +60,7 @@ void Executor::forward_logits(float* out) {
   const Op& head = graph_.ops[graph_.loss_op];
   memory_.begin_op(graph_.loss_op);  // binds the head's input (and ZeRO-3 weights) as the loss op would
   if (hooks_) hooks_->before(graph_.loss_op, /*training=*/false);
-  backend_->logits(head, {spec_, graph_, memory_, /*training=*/false, 0.0f}, out);
+  backend_->logits(head, {spec_, graph_, memory_, /*training=*/false, 0.0f, 0, tensor_group_}, out);
   if (hooks_) hooks_->end_pass();
   memory_.reset_arenas();
 }

@@ -45,6 +45,8 @@ class Executor {
   void set_op_observer(std::function<void(int op)> observer) { observer_ = std::move(observer); }
   // Null: no hooks. The hooks must outlive the executor's runs.
   void set_op_hooks(OpHooks* hooks) { hooks_ = hooks; }
+  // Tensor parallel: the group the graph's ops are split over (StepConfig::tp); it must outlive the runs.
+  void set_tensor_group(Communicator* group) { tensor_group_ = group; }
 
  private:
   // Runs ops [0, end) with their tensors bound and released; returns the sum of per-position losses.
@@ -57,6 +59,7 @@ class Executor {
   std::unique_ptr<Backend> backend_;
   std::function<void(int op)> observer_;
   OpHooks* hooks_ = nullptr;
+  Communicator* tensor_group_ = nullptr;
 };
 
 }  // namespace mt

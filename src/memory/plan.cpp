@@ -71,8 +71,8 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
   } else {
     plan.shard_elems = plan.shard_end = n;
   }
-  if (sharding.world > 1)
-    plan.bytes[Category::comm] = checked_add(plan.bytes[Category::comm], sharding.comm_internal_bytes);
+  // The communicators' own buffers (none on one rank), of the data-parallel group and of any other.
+  plan.bytes[Category::comm] = checked_add(plan.bytes[Category::comm], sharding.comm_internal_bytes);
   const int64_t master_size = policy.master_weights ? 4 : 0;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(policy.moments));
   // Held in memory: the whole shard, or the offload's chunk slots with the shard in the file. A chunk is

@@ -39,7 +39,7 @@ struct Sharding {
   int rank = 0;
   int stage = 0;
   int64_t bucket_elems = 0;         // elements per collective call
-  int64_t comm_internal_bytes = 0;  // what the communicator itself holds for those calls
+  int64_t comm_internal_bytes = 0;  // what the communicators themselves hold: the world's and its groups'
 
   bool shards_optimizer() const { return stage >= 1 && world > 1; }
   bool shards_grads() const { return stage >= 2 && world > 1; }

@@ -29,6 +29,25 @@ size_t QuantizedStorage::part_starting_at(int64_t first) const {
   throw std::logic_error("no quantized part starts at element " + std::to_string(first));
 }
 
+int64_t TensorShard::whole_numel() const {
+  int64_t n = 1;
+  for (int64_t d : whole) n = checked_mul(n, d);
+  return n;
+}
+
+int64_t TensorShard::whole_index(int64_t local) const {
+  int64_t inner = 1, local_dim = 0;
+  for (size_t d = static_cast<size_t>(dim) + 1; d < whole.size(); ++d) inner *= whole[d];
+  for (const auto& range : ranges) local_dim += range.second;
+  const int64_t outer = local / (local_dim * inner), rest = local % (local_dim * inner);
+  int64_t j = rest / inner;
+  for (const auto& [start, length] : ranges) {
+    if (j < length) return (outer * whole[static_cast<size_t>(dim)] + start + j) * inner + rest % inner;
+    j -= length;
+  }
+  throw std::logic_error("tensor shard: element " + std::to_string(local) + " outside the part");
+}
+
 int64_t TensorDesc::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n = checked_mul(n, d);

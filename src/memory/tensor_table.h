@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/weight_quant.h"
@@ -29,6 +30,19 @@ struct QuantizedStorage {
   size_t part_starting_at(int64_t first) const;
 };
 
+// A tensor-parallel rank's part of a parameter (Megatron's layout): along dimension `dim` of the whole
+// tensor's shape `whole`, the index ranges (start, length) in `ranges`, one after the other. A fused
+// projection's part is several ranges (LLaMA's q, k and v heads of this rank; gate and up).
+struct TensorShard {
+  std::vector<int64_t> whole;
+  int dim = 0;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+
+  int64_t whole_numel() const;
+  // The index in the whole tensor (row-major) of the part's element `local`.
+  int64_t whole_index(int64_t local) const;
+};
+
 struct TensorDesc {
   std::string name;
   std::vector<int64_t> shape;
@@ -42,7 +56,11 @@ struct TensorDesc {
   // Parameters: the block (an embedding, a layer, a final norm) whose weights ZeRO-3 gathers together and
   // whose gradients ZeRO-2 reduces together; a model's blocks are consecutive in the table. -1 otherwise.
   int block = -1;
+  // Tensor parallel: the part of the whole parameter this rank holds; none for a replicated one.
+  std::optional<TensorShard> shard = std::nullopt;
 
+  // The whole parameter's elements: numel() unless the tensor is a shard.
+  int64_t whole_numel() const { return shard ? shard->whole_numel() : numel(); }
   // Both throw SizeOverflow (core/int_math.h) rather than wrap; bytes are the quantized storage's, if any.
   int64_t numel() const;
   int64_t bytes() const;

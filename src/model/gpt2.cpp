@@ -33,7 +33,8 @@ InitRule gpt2_init_rule(const ModelSpec& spec, const TensorDesc& t) {
   const float stddev =
       t.name.ends_with("c_proj.weight") ? 0.02f / std::sqrt(2.0f * static_cast<float>(spec.n_layer)) : 0.02f;
   // Only real vocabulary rows are drawn; padding rows stay zero and never change.
-  return {.stddev = stddev, .drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : t.numel()};
+  return {.stddev = stddev,
+          .drawn = t.name == "wte.weight" ? spec.vocab_size * spec.n_embd : t.whole_numel()};
 }
 
 void init_gpt2_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {

@@ -35,6 +35,7 @@ enum class OpKind {
   zero,
   lora,
   lora_backward,
+  all_reduce,
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
@@ -46,9 +47,12 @@ namespace ops {
 // position it reads, its rotary angle, and how far back it attends (its record only). -1: the index in the
 // row.
 
+// Tensor parallel: wte holds the vocabulary rows from vocab_begin; other tokens' rows are zero, and the
+// tensor-parallel ranks' outputs are summed after the op.
 struct Embedding {  // out = wte[tokens] (+ wpe[positions])
   static constexpr OpKind kind = OpKind::embedding;
   int out = -1, wte = -1, wpe = -1, tokens = -1, positions = -1;
+  int64_t vocab_begin = 0;
   auto ids() { return std::tie(out, wte, wpe, tokens, positions); }
 };
 
@@ -100,12 +104,17 @@ struct Swiglu {  // out = silu(gate) * up
 // Per-position losses of inp @ weight^T against targets, a chunk of logits at a time; training also takes
 // dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
 // (u8, 1: counted) the loss is the mean over the counted targets only, and the others get no gradient.
+// Tensor parallel: weight holds the vocabulary rows from vocab_begin, and each chunk's softmax combines the
+// ranks' row statistics (row_stats [tp, 3, rows]: max, sum of exponentials, target logit); dinp is this
+// rank's part of the input's gradient, summed after the op.
 struct LmHeadLoss {
   static constexpr OpKind kind = OpKind::lm_head_loss;
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
-      targets = -1, loss_mask = -1;
+      targets = -1, loss_mask = -1, row_stats = -1;
+  int64_t vocab_begin = 0;
   auto ids() {
-    return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask);
+    return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask,
+                    row_stats);
   }
 };
 
@@ -154,9 +163,10 @@ struct SwigluBackward {  // dgate_up  <-  dout, gate_up
   auto ids() { return std::tie(gate_up, dgate_up, dout); }
 };
 
-struct EmbeddingBackward {  // grads of wte (and wpe)  <-  dout
+struct EmbeddingBackward {  // grads of wte (its rows from vocab_begin) and wpe  <-  dout
   static constexpr OpKind kind = OpKind::embedding_backward;
   int wte = -1, wpe = -1, dout = -1, tokens = -1, positions = -1;
+  int64_t vocab_begin = 0;
   auto ids() { return std::tie(wte, wpe, dout, tokens, positions); }
 };
 
@@ -198,13 +208,21 @@ struct LoraBackward {
   auto ids() { return std::tie(inp, a, b, hidden, dinp, dout, grad_hidden, matmul_scratch, dropped); }
 };
 
+// Tensor parallel: data = the sum of every tensor-parallel rank's data, in place (Megatron's all-reduce after
+// a row-parallel product's forward and a column-parallel product's backward).
+struct AllReduce {
+  static constexpr OpKind kind = OpKind::all_reduce;
+  int data = -1;
+  auto ids() { return std::tie(data); }
+};
+
 }  // namespace ops
 
-using OpArgs =
-    std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope, ops::Attention,
-                 ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
-                 ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
-                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward>;
+using OpArgs = std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope,
+                            ops::Attention, ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward,
+                            ops::RmsNormBackward, ops::LinearBackward, ops::RopeBackward,
+                            ops::AttentionBackward, ops::GeluBackward, ops::SwigluBackward,
+                            ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward, ops::AllReduce>;
 
 namespace detail {
 template <size_t... I>

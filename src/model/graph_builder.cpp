@@ -33,6 +33,31 @@ int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
   return id;
 }
 
+int GraphBuilder::param(const std::string& name, TensorShard shard) {
+  std::vector<int64_t> shape = shard.whole;
+  shape[static_cast<size_t>(shard.dim)] = 0;
+  for (const auto& range : shard.ranges) shape[static_cast<size_t>(shard.dim)] += range.second;
+  const int id = param(name, std::move(shape));
+  if (step_.tp > 1) m_.graph.table[id].shard = std::move(shard);
+  return id;
+}
+
+TensorShard GraphBuilder::shard(std::vector<int64_t> whole, int dim,
+                                const std::vector<int64_t>& parts) const {
+  TensorShard s{.whole = std::move(whole), .dim = dim, .ranges = {}};
+  int64_t start = 0;
+  for (int64_t part : parts) {
+    const int64_t width = part / step_.tp;
+    s.ranges.emplace_back(start + step_.tp_rank * width, width);
+    start += part;
+  }
+  return s;
+}
+
+void GraphBuilder::all_reduce(const std::string& name, int data) {
+  if (step_.tp > 1) op(name + ".all_reduce", ops::AllReduce{.data = data});
+}
+
 LoraAdapter GraphBuilder::lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column) {
   const int64_t r = step_.lora.rank;
   LoraAdapter adapter{.column = column};
@@ -218,15 +243,16 @@ void GraphBuilder::activation_backward(Activation kind, const std::string& name,
     op(name, ops::SwigluBackward{.gate_up = inp, .dgate_up = dinp, .dout = dout});
 }
 
-int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp) {
+int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64_t vocab_begin) {
   const int64_t B = step_.batch, T = step_.seq_len;
   const int dinp = act(m_.graph.table[inp].name + ".grad", C);
-  const int64_t chunk = std::min(B * T, kLogitsChunkRows) * Vp;
+  const int64_t rows = std::min(B * T, kLogitsChunkRows), chunk = rows * Vp;
   const int losses = scratch("lm_head.losses", B * T);
   const int logits = scratch("lm_head.logits", chunk);
   const int logits_grad = step_.dtype == DType::f32
                               ? -1
                               : tensor("lm_head.logits.grad", {chunk}, Category::workspace, step_.dtype);
+  const int row_stats = step_.tp > 1 ? scratch("lm_head.row_stats", step_.tp * 3 * rows) : -1;
   m_.graph.loss_op = static_cast<int>(m_.graph.ops.size());
   op("lm_head", ops::LmHeadLoss{.inp = inp,
                                 .weight = weight,
@@ -236,7 +262,9 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp) {
                                 .logits_grad = logits_grad,
                                 .matmul_scratch = mm_,
                                 .targets = m_.targets,
-                                .loss_mask = m_.loss_mask});
+                                .loss_mask = m_.loss_mask,
+                                .row_stats = row_stats,
+                                .vocab_begin = vocab_begin});
   return dinp;
 }
 

@@ -30,6 +30,8 @@ struct StepConfig {
   uint64_t seed = 0;                // the run's: LoRA dropout's masks
   bool loss_mask = false;  // the data has loss masks (data/shard.h): the loss counts the targets they mark
   bool packed = false;     // the data packs several records a sequence: batch.positions keeps them apart
+  int tp = 1;              // tensor-parallel ranks (Megatron's layout): each holds 1/tp of the split tensors
+  int tp_rank = 0;         // this rank's place among them
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -80,6 +82,13 @@ class GraphBuilder {
   void begin_block() { ++block_; }
   // Also listed in model.params. Under LoRA a base parameter is frozen unless --lora-train-modules names it.
   int param(const std::string& name, std::vector<int64_t> shape);
+  // A parameter this tensor-parallel rank holds part of: its shape is the shard's (TensorDesc::shard).
+  int param(const std::string& name, TensorShard shard);
+  // This rank's shard of a tensor of shape `whole` split along `dim`, each of `parts` (consecutive widths
+  // along dim, summing to whole[dim]: a fused projection's modules) split evenly over the tp ranks.
+  TensorShard shard(std::vector<int64_t> whole, int dim, const std::vector<int64_t>& parts) const;
+  // Tensor parallel: sums `data` over the ranks in place (no op with one rank).
+  void all_reduce(const std::string& name, int data);
   // module's LoRA factors a [r, in] and b [width, r], trainable, on the module's columns from `column`.
   LoraAdapter lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column);
   int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype);
@@ -109,10 +118,11 @@ class GraphBuilder {
   int activation(Activation kind, const std::string& name, const std::string& suffix, int inp, int64_t width);
   // GELU's backward runs in place (dinp == dout).
   void activation_backward(Activation kind, const std::string& name, int inp, int dinp, int dout);
-  // The fused LM head + loss over inp [B,T,C] with weight [Vp,C]; returns the gradient tensor of inp. Its
+  // The fused LM head + loss over inp [B,T,C] with weight [Vp,C] (tensor parallel: this rank's rows of the
+  // vocabulary from vocab_begin); returns the gradient tensor of inp. Its
   // logits exist one chunk of rows at a time and the loss's gradient is taken inside the same op, so the step
   // never holds [B*T, Vp] logits. In 16-bit runs the loss gradient is rounded into its own chunk buffer.
-  int lm_head_loss(int inp, int weight, int64_t C, int64_t Vp);
+  int lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64_t vocab_begin);
   // Sets the lifetimes: the graph is complete.
   void finish();
 

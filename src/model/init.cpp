@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 #include "core/rng.h"
@@ -15,8 +16,10 @@ namespace {
 class InitialValues {
  public:
   InitialValues(const TensorDesc& t, const InitRule& rule, uint64_t seed)
-      : seed_(seed), stream_(hash_name(t.name)), rule_(rule) {}
-  float operator()(int64_t i) const {
+      : seed_(seed), stream_(hash_name(t.name)), rule_(rule), shard_(t.shard) {}
+  // A tensor-parallel shard draws its elements of the whole tensor, as one process would.
+  float operator()(int64_t local) const {
+    const int64_t i = shard_ ? shard_->whole_index(local) : local;
     if (rule_.uniform_bound > 0.0f)
       return rule_.uniform_bound * static_cast<float>(2.0 * random_uniform(seed_, stream_, i) - 1.0);
     if (rule_.stddev == 0.0f) return rule_.constant;
@@ -26,6 +29,7 @@ class InitialValues {
  private:
   uint64_t seed_, stream_;
   InitRule rule_;
+  std::optional<TensorShard> shard_;
 };
 
 // dst[i] = value(first + i) as T, for i in [0, n).

@@ -38,7 +38,7 @@ InitRule llama_init_rule(const ModelSpec& spec, const TensorDesc& t) {
   if (t.name.ends_with("norm.weight")) return {.constant = 1.0f};
   // Only real vocabulary rows are drawn; padding rows stay zero and never change.
   const bool vocab = t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight";
-  return {.stddev = 0.02f, .drawn = vocab ? spec.vocab_size * spec.n_embd : t.numel()};
+  return {.stddev = 0.02f, .drawn = vocab ? spec.vocab_size * spec.n_embd : t.whole_numel()};
 }
 
 void init_llama_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {

@@ -48,10 +48,19 @@ class TransformerBlocks {
   void layer_backward(int64_t l, int dres, bool selective);
   std::string prefix(int64_t l) const { return family_.layer_prefix + std::to_string(l) + "."; }
   int64_t up_width() const;
+  // Tensor parallel: the parameters of a column-parallel product (its output columns split, each of
+  // `parts`) and of a row-parallel one (its input rows split; its bias replicated).
+  LinearParams column_parallel(const std::string& module, int64_t in, const std::vector<int64_t>& parts,
+                               bool bias);
+  LinearParams row_parallel(const std::string& module, int64_t in, int64_t out, bool bias);
+  // A row-parallel product's forward: the ranks' partial products are summed after it, so only the first
+  // rank adds the bias and the residual.
+  LinearParams forward_only_once(const LinearParams& p) const;
 
   GraphBuilder& b_;
   BlockFamily family_;
   int64_t C_, NH_;
+  int64_t tp_;  // tensor-parallel ranks: the split widths below are 1/tp_ of the whole
   int64_t attn_scratch_;
   std::vector<LayerParams> params_;
   std::vector<LayerActs> acts_;
@@ -63,10 +72,36 @@ TransformerBlocks::TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, Blo
       family_(std::move(family)),
       C_(spec.n_embd),
       NH_(spec.n_head),
+      tp_(b.step().tp),
       attn_scratch_(kernels::attention_scratch_floats(b.step().seq_len, spec.head_dim(), b.step().threads,
                                                       b.step().dtype)) {
   for (int64_t l = 0; l < spec.n_layer; ++l) params_.push_back(add_layer_params(l));
   acts_.resize(params_.size());
+}
+
+LinearParams TransformerBlocks::column_parallel(const std::string& module, int64_t in,
+                                                const std::vector<int64_t>& parts, bool bias) {
+  int64_t out = 0;
+  for (int64_t part : parts) out += part;
+  const bool out_in = family_.weight_out_in;
+  const int weight =
+      b_.param(module + ".weight",
+               b_.shard(out_in ? std::vector{out, in} : std::vector{in, out}, out_in ? 0 : 1, parts));
+  return {.weight = weight, .bias = bias ? b_.param(module + ".bias", b_.shard({out}, 0, parts)) : -1};
+}
+
+LinearParams TransformerBlocks::row_parallel(const std::string& module, int64_t in, int64_t out, bool bias) {
+  const bool out_in = family_.weight_out_in;
+  const int weight =
+      b_.param(module + ".weight",
+               b_.shard(out_in ? std::vector{out, in} : std::vector{in, out}, out_in ? 1 : 0, {in}));
+  return {.weight = weight, .bias = bias ? b_.param(module + ".bias", {out}) : -1};
+}
+
+LinearParams TransformerBlocks::forward_only_once(const LinearParams& p) const {
+  LinearParams once = p;
+  if (b_.step().tp_rank != 0) once.bias = -1;
+  return once;
 }
 
 LayerParams TransformerBlocks::add_layer_params(int64_t l) {
@@ -77,19 +112,17 @@ LayerParams TransformerBlocks::add_layer_params(int64_t l) {
     const int weight = b_.param(h + module + ".weight", {C_});
     return NormParams{.weight = weight, .bias = layernorm ? b_.param(h + module + ".bias", {C_}) : -1};
   };
-  const auto linear = [&](const std::string& module, int64_t in, int64_t out, bool bias) {
-    const int weight =
-        b_.param(h + module + ".weight", f.weight_out_in ? std::vector{out, in} : std::vector{in, out});
-    return LinearParams{.weight = weight, .bias = bias ? b_.param(h + module + ".bias", {out}) : -1};
-  };
+  const int64_t kv = (f.qkv_width - C_) / 2, I = f.mlp_width;
+  const std::vector<int64_t> up_parts =
+      f.activation == Activation::swiglu ? std::vector{I, I} : std::vector{I};
   b_.begin_block();
   LayerParams p;
   p.norm1 = norm(f.norm1);
-  p.qkv = linear(f.qkv_proj, C_, f.qkv_width, f.biases || f.qkv_bias);
-  p.out = linear(f.out_proj, C_, C_, f.biases);
+  p.qkv = column_parallel(h + f.qkv_proj, C_, {C_, kv, kv}, f.biases || f.qkv_bias);
+  p.out = row_parallel(h + f.out_proj, C_, C_, f.biases);
   p.norm2 = norm(f.norm2);
-  p.up = linear(f.up_proj, C_, up_width(), f.biases);
-  p.down = linear(f.down_proj, f.mlp_width, C_, f.biases);
+  p.up = column_parallel(h + f.up_proj, C_, up_parts, f.biases);
+  p.down = row_parallel(h + f.down_proj, I, C_, f.biases);
   // Adapters after the layer's base parameters: the same block, so ZeRO exchanges them with the layer.
   p.qkv.adapters = add_adapters(h, f.qkv_proj, f.qkv_modules, C_, f.qkv_width);
   p.out.adapters = add_adapters(h, f.out_proj, {}, C_, C_);
@@ -156,23 +189,29 @@ int TransformerBlocks::layer_forward(int64_t l, int inp, const std::string& suff
   const LayerParams& p = params_[l];
   const std::string h = prefix(l), attn = h + f.attention;
   const int64_t B = b_.step().batch, T = b_.step().seq_len;
+  // Under tensor parallelism only the first rank adds a row-parallel product's residual.
+  const bool first_rank = b_.step().tp_rank == 0;
   LayerActs& a = acts_[l];
   a.inp = inp;
-  a.qkv = b_.act(attn + ".qkv" + suffix, f.qkv_width);
-  a.atty = b_.act(attn + ".out" + suffix, C_);
-  a.lse = b_.stat(attn + ".lse" + suffix, {B, NH_, T});
+  a.qkv = b_.act(attn + ".qkv" + suffix, f.qkv_width / tp_);
+  a.atty = b_.act(attn + ".out" + suffix, C_ / tp_);
+  a.lse = b_.stat(attn + ".lse" + suffix, {B, NH_ / tp_, T});
   a.res2 = b_.act(attn + ".residual" + suffix, C_);
-  a.up = b_.act(h + f.up_out + suffix, up_width());
+  a.up = b_.act(h + f.up_out + suffix, up_width() / tp_);
   a.out = b_.act(h + "out" + suffix, C_);
   a.norm1 = b_.norm(f.norm, h + f.norm1, suffix, a.inp, p.norm1, C_);
   a.qkv_lora = b_.linear(h + f.qkv_proj, suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
   if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv, .positions = b_.model().positions});
   b_.attention(attn, suffix, a.qkv, a.atty, a.lse, attn_scratch_);
-  a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, a.res2, a.inp, p.out, f.weight_out_in);
+  a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, a.res2, first_rank ? a.inp : -1,
+                         forward_only_once(p.out), f.weight_out_in);
+  b_.all_reduce(h + f.out_proj + suffix, a.res2);
   a.norm2 = b_.norm(f.norm, h + f.norm2, suffix, a.res2, p.norm2, C_);
   a.up_lora = b_.linear(h + f.up_proj, suffix, a.norm2.out, a.up, -1, p.up, f.weight_out_in);
-  a.act = b_.activation(f.activation, h + f.activation_name, suffix, a.up, f.mlp_width);
-  a.down_lora = b_.linear(h + f.down_proj, suffix, a.act, a.out, a.res2, p.down, f.weight_out_in);
+  a.act = b_.activation(f.activation, h + f.activation_name, suffix, a.up, f.mlp_width / tp_);
+  a.down_lora = b_.linear(h + f.down_proj, suffix, a.act, a.out, first_rank ? a.res2 : -1,
+                          forward_only_once(p.down), f.weight_out_in);
+  b_.all_reduce(h + f.down_proj + suffix, a.out);
   return a.out;
 }
 
@@ -184,17 +223,18 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   const std::string activation = h + f.activation_name;
   // GELU's backward runs in place on the gradient of its input; SwiGLU's has one of each width.
   const bool in_place = f.activation == Activation::gelu;
-  const int dact = b_.act(in_place ? h + f.up_out + ".grad" : activation + ".out.grad", f.mlp_width);
-  const int dup = in_place ? dact : b_.act(h + f.up_out + ".grad", up_width());
+  const int dact = b_.act(in_place ? h + f.up_out + ".grad" : activation + ".out.grad", f.mlp_width / tp_);
+  const int dup = in_place ? dact : b_.act(h + f.up_out + ".grad", up_width() / tp_);
   const int dnorm2 = b_.act(h + f.norm2 + ".out.grad", C_);
-  const int datty = b_.act(attn + ".out.grad", C_);
-  const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width);
+  const int datty = b_.act(attn + ".out.grad", C_ / tp_);
+  const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width / tp_);
   const int dnorm1 = b_.act(h + f.norm1 + ".out.grad", C_);
   if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width);
   b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, a.down_lora, dact, dres, f.weight_out_in);
   b_.activation_backward(f.activation, activation + ".backward", a.up, dup, dact);
   if (selective) a.norm2 = b_.norm(f.norm, h + f.norm2, re, a.res2, p.norm2, C_);
   b_.linear_backward(h + f.up_proj + ".backward", a.norm2.out, p.up, a.up_lora, dnorm2, dup, f.weight_out_in);
+  b_.all_reduce(h + f.up_proj + ".backward", dnorm2);
   b_.norm_backward(f.norm, h + f.norm2 + ".backward", a.res2, p.norm2, a.norm2, dres, dnorm2);
   b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, a.out_lora, datty, dres, f.weight_out_in);
   b_.attention_backward(attn + ".backward", a.qkv, a.atty, a.lse, dqkv, datty, attn_scratch_);
@@ -203,29 +243,40 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   if (selective) a.norm1 = b_.norm(f.norm, h + f.norm1, re, a.inp, p.norm1, C_);
   b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, a.qkv_lora, dnorm1, dqkv,
                      f.weight_out_in);
+  b_.all_reduce(h + f.qkv_proj + ".backward", dnorm1);
   b_.norm_backward(f.norm, h + f.norm1 + ".backward", a.inp, p.norm1, a.norm1, dres, dnorm1);
 }
 
 // The step around the layers. One residual-stream gradient accumulates through every layer, in place.
 void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family) {
   const int64_t C = spec.n_embd, Vp = spec.padded_vocab_size;
+  // Tensor parallel: the embedding and head hold this rank's rows of the vocabulary.
+  const int64_t vocab_begin = b.step().tp_rank * (Vp / b.step().tp);
   const NormKind norm = family.block.norm;
-  const int wte = b.param(family.embedding, {Vp, C});
+  const int wte = b.param(family.embedding, b.shard({Vp, C}, 0, {Vp}));
   const int wpe = family.positions.empty() ? -1 : b.param(family.positions, {spec.n_positions, C});
   TransformerBlocks blocks(b, spec, family.block);
   b.begin_block();  // the final norm and an untied head: one block, as their ops run back to back
   const std::string& fn = family.final_norm;
   NormParams final_norm{.weight = b.param(fn + ".weight", {C})};
   if (norm == NormKind::layernorm) final_norm.bias = b.param(fn + ".bias", {C});
-  const int head = spec.tied_head || family.head.empty() ? wte : b.param(family.head, {Vp, C});
+  const int head =
+      spec.tied_head || family.head.empty() ? wte : b.param(family.head, b.shard({Vp, C}, 0, {Vp}));
 
   const int tokens = b.model().tokens, positions = b.model().positions;
   const int embedded = b.act(family.embed_out, C);
-  b.op("embed",
-       ops::Embedding{.out = embedded, .wte = wte, .wpe = wpe, .tokens = tokens, .positions = positions});
+  // The ranks' embeddings are summed: only the first adds the positions'.
+  b.op("embed", ops::Embedding{.out = embedded,
+                               .wte = wte,
+                               .wpe = b.step().tp_rank == 0 ? wpe : -1,
+                               .tokens = tokens,
+                               .positions = positions,
+                               .vocab_begin = vocab_begin});
+  b.all_reduce("embed", embedded);
   const int residual = blocks.forward(embedded);
   const NormActs normed = b.norm(norm, fn, "", residual, final_norm, C);
-  const int dnormed = b.lm_head_loss(normed.out, head, C, Vp);
+  const int dnormed = b.lm_head_loss(normed.out, head, C, b.model().graph.table[head].shape[0], vocab_begin);
+  b.all_reduce("lm_head.backward", dnormed);
 
   const int dres = b.act("residual.grad", C);
   b.op("residual.grad.zero", ops::Zero{.out = dres});
@@ -240,7 +291,8 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
                                                   .wpe = trained(wpe),
                                                   .dout = dres,
                                                   .tokens = tokens,
-                                                  .positions = positions});
+                                                  .positions = positions,
+                                                  .vocab_begin = vocab_begin});
   std::vector<std::string> param_names;
   for (int id : b.model().params) param_names.push_back(b.model().graph.table[id].name);
   check_lora_names(b.step().lora, blocks.linear_modules(), param_names);

@@ -10,16 +10,37 @@
 
 namespace mt {
 
+namespace {
+
+double sum_of_squares(const Allocation& memory, int64_t begin, int64_t end) {
+  return memory.plan().policy.grads == DType::bf16
+             ? kernels::sum_of_squares(memory.grads_from<bf16>(begin), end - begin)
+             : kernels::sum_of_squares(memory.grads_from<float>(begin), end - begin);
+}
+
+}  // namespace
+
+// Fixed-order reductions over this rank's gradient range: the same norm for any thread count. One over the
+// contiguous range, or one per tensor where some are left out (ParamGroup::in_norm).
+double AdamW::local_sum_of_squares(const Allocation& memory) const {
+  const Plan& plan = memory.plan();
+  if (std::all_of(params_.begin(), params_.end(), [](const ParamGroup& p) { return p.in_norm; }))
+    return sum_of_squares(memory, plan.shard_begin, plan.shard_end);
+  double sum = 0;
+  for (const ParamGroup& p : params_) {
+    const int64_t offset = memory.param_offset(p.id);
+    const int64_t first = std::max(offset, plan.shard_begin),
+                  last = std::min(offset + memory.table()[p.id].numel(), plan.shard_end);
+    if (p.in_norm && first < last) sum += sum_of_squares(memory, first, last);
+  }
+  return sum;
+}
+
 OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, float lr, float loss_scale,
                                 const GlobalSum& global_sum) {
   const Plan& plan = memory.plan();
   const ModelStatePolicy& policy = plan.policy;
-  // One fixed-order reduction over this rank's contiguous gradient range: the same norm for any thread count.
-  const int64_t begin = plan.shard_begin, n = plan.shard_end - plan.shard_begin;
-  const double local_sq = policy.grads == DType::bf16
-                              ? kernels::sum_of_squares(memory.grads_from<bf16>(begin), n)
-                              : kernels::sum_of_squares(memory.grads_from<float>(begin), n);
-  const double norm = std::sqrt(global_sum(local_sq)) / loss_scale;
+  const double norm = std::sqrt(global_sum(local_sum_of_squares(memory))) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
   float multiplier = 1.0f / loss_scale;
   if (config_.clip_grad > 0) {

@@ -24,8 +24,9 @@ struct AdamWConfig {
 };
 
 struct ParamGroup {
-  int id;      // parameter tensor
-  bool decay;  // gets weight decay
+  int id;               // parameter tensor
+  bool decay;           // gets weight decay
+  bool in_norm = true;  // counts in this rank's part of the gradient norm (a replicated copy counts once)
 };
 
 struct OptimizerStepResult {
@@ -64,6 +65,9 @@ class AdamW {
 
   AdamWConfig config_;
   std::vector<ParamGroup> params_;
+  // The sum of squares of this rank's gradients that count in the norm.
+  double local_sum_of_squares(const Allocation& memory) const;
+
   int64_t updates_ = 0;  // Adam's t: skipped steps do not count
 };
 

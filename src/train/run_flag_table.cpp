@@ -294,6 +294,14 @@ const RunFlag kRunFlags[] = {
      .help = "auto (MPI under mpirun), single or mpi",
      .field = &config_field<&C::dist_backend>,
      .show_default = true},
+    {.names = "--tensor-model-parallel-size",
+     .help =
+         "tensor-parallel ranks: each holds 1/N of every layer's products, heads and vocabulary (Megatron's "
+         "layout; the world is N x data-parallel ranks)",
+     .field = &config_field<&C::tensor_parallel>,
+     .show_default = true,
+     .memory = true,
+     .bound = {.low = 1, .text = "must be at least 1"}},
     {.names = "--zero-stage",
      .help =
          "ZeRO stage: 0 replicated, 1 shards master weights and moments, 2 also gradients, 3 also weights",

@@ -48,7 +48,10 @@ struct TrainConfig {
   float static_loss_scale = 0;   // --loss-scale N: a fixed scale instead of the dynamic one
   // Data parallelism: ranks from the launcher (mpirun), ZeRO sharding of the model states.
   DistBackend dist_backend = DistBackend::automatic;
-  int zero_stage = 0;          // 0-3
+  int zero_stage = 0;  // 0-3
+  // Tensor parallelism (Megatron's layout): ranks that split each layer's products, the vocabulary and the
+  // attention heads; the world is tensor_parallel x data-parallel ranks, tensor-parallel ranks adjacent.
+  int tensor_parallel = 1;
   double bucket_size_mb = 25;  // gradient and weight exchanges in chunks of this many MiB
   bool overlap_comm = true;    // exchanges run alongside the kernels; off: each one is waited for at once
   OffloadOptimizer offload_optimizer = OffloadOptimizer::none;

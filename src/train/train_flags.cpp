@@ -38,7 +38,40 @@ void check_parallel_flags(const TrainConfig& c) {
   check_flag_bounds(c, {"--offload-chunk-mb"});
 }
 
+int data_parallel_size(const TrainConfig& c, int world) {
+  check_flag_bounds(c, {"--tensor-model-parallel-size"});
+  if (world % c.tensor_parallel != 0)
+    fail_usage("--tensor-model-parallel-size " + std::to_string(c.tensor_parallel) +
+               " does not divide the world of " + std::to_string(world) + " ranks");
+  return world / c.tensor_parallel;
+}
+
+// What tensor parallelism splits must divide evenly; the features it does not run yet are refused.
+void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
+  const int64_t tp = c.tensor_parallel;
+  if (tp == 1) return;
+  const std::string flag = "--tensor-model-parallel-size " + std::to_string(tp);
+  for (const auto& [count, what] :
+       {std::pair{spec.n_head, "attention heads"}, std::pair{spec.n_kv_head, "key/value heads"},
+        std::pair{spec.intermediate_size, "MLP width"},
+        std::pair{spec.padded_vocab_size, "padded vocabulary"}})
+    if (count % tp != 0)
+      fail_usage(
+          flag + " must divide the model's " + std::to_string(count) + " " + what +
+          (std::string_view(what) == "padded vocabulary" ? " (see --make-vocab-size-divisible-by)" : ""));
+  const auto refuse = [&](bool given, const std::string& other) {
+    if (given) fail_usage(flag + " with " + other + ": not run under tensor parallelism yet");
+  };
+  refuse(c.lora.enabled(), "--lora-rank");
+  refuse(!c.save.empty() || !c.load.empty() || c.resume != ResumeMode::off || c.verify_resume > 0,
+         "checkpoints (--save, --load, --resume, --verify-resume)");
+  refuse(!c.save_weights.empty(), "--save-weights");
+  refuse(!c.init_from.empty(), "--init-from");
+  refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer");
+}
+
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
+  check_tensor_parallel_flags(c, spec);
   check_flag_bounds(c, {"--train-iters", "--micro-batch-size"});
   check_precision(c.precision);
   if (c.static_loss_scale != 0 && c.precision.precision != Precision::fp16)

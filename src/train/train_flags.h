@@ -15,6 +15,10 @@ namespace mt {
 // Micro-batches per optimizer step, from --global-batch-size or --grad-accum-steps (they must agree).
 int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel);
 
+// The data-parallel ranks of a world of `world` ranks under --tensor-model-parallel-size (a usage error if
+// it does not divide the world).
+int data_parallel_size(const TrainConfig& c, int world);
+
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c);
 

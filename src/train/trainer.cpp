@@ -37,7 +37,9 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       comm_(comm),
       world_(comm.size()),
       rank_(comm.rank()),
-      run_(lay_out_run(cfg, world_, rank_, omp_get_max_threads(), comm.buffer_bytes())),
+      groups_(cfg, comm),
+      run_(lay_out_run(cfg, place_.dp, place_.dp_rank, omp_get_max_threads(), groups_.buffer_bytes(),
+                       kernels::cpu_isa(), place_.tp_rank)),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0),
@@ -114,15 +116,18 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
 
   std::vector<ParamGroup> groups;
+  // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first.
   for (int id : model_.params)
-    if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
+    if (table[id].category == Category::params)
+      groups.push_back({id, weight_decays(table[id]), table[id].shard || place_.tp_rank == 0});
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
-  sync_ = std::make_unique<ZeroSync>(comm_, memory, zero_schedule_, cfg.overlap_comm);
-  if (world_ > 1) exec_->set_op_hooks(sync_.get());
+  sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
+  if (place_.dp > 1) exec_->set_op_hooks(sync_.get());
+  exec_->set_tensor_group(groups_.tensor());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                       precision_name(cfg.precision.precision),
                .loss_op = model_.graph.loss_op,
@@ -142,10 +147,10 @@ StepOutcome Trainer::step(int64_t step) {
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
   StepOutcome out;
   for (int64_t micro = 0; micro < accum_; ++micro) {
-    // Ranks take turns through one sample order: rank r reads every world-th batch, so the samples of a
-    // step do not depend on how many ranks share them.
-    for (int r = 0; r < world_; ++r) {
-      if (r == rank_)
+    // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the
+    // samples of a step do not depend on how many ranks share them; tensor-parallel ranks read the same.
+    for (int r = 0; r < place_.dp; ++r) {
+      if (r == place_.dp_rank)
         train_loader_->next_batch(memory.i32(model_.tokens), memory.i32(model_.targets), loss_mask(),
                                   positions());
       else
@@ -158,20 +163,22 @@ StepOutcome Trainer::step(int64_t step) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
     sync_->set_final_micro_batch(micro == accum_ - 1);
-    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + micro) * world_ + rank_);  // global order
-    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * world_), draw).loss;
+    const int dp = place_.dp;
+    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + micro) * dp + place_.dp_rank);  // global
+    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * dp), draw).loss;
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
     }
   }
   sync_->reduce_gradients();
-  out.loss = (world_ > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * world_);
+  out.loss = (place_.dp > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * place_.dp);
   out.lr = schedule_.at(step);
-  out.update = plan_.sharding.shards_optimizer()
-                   ? optimizer_->step(model_.graph.table, memory, out.lr, loss_scale,
-                                      [&](double local) { return sync_->sum(local); })
-                   : optimizer_->step(model_.graph.table, memory, out.lr, loss_scale);
+  // The norm over every shard: the data-parallel ranks' ranges under ZeRO, the tensor-parallel ranks' parts.
+  out.update = optimizer_->step(model_.graph.table, memory, out.lr, loss_scale, [&](double local) {
+    const double sum = plan_.sharding.shards_optimizer() ? sync_->sum(local) : local;
+    return groups_.tensor() ? sum_over_ranks(*groups_.tensor(), sum) : sum;
+  });
   if (!out.update.skipped) sync_->gather_weights();
   if (out.update.skipped && !scaler_)
     fail_data("training diverged: the gradient norm is " + std::to_string(out.update.grad_norm) +
@@ -182,7 +189,7 @@ StepOutcome Trainer::step(int64_t step) {
   out.comm_exposed_ms = sync_->take_exposed_seconds() * 1000.0;
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
-      static_cast<double>(accum_ * world_ * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
+      static_cast<double>(accum_ * place_.dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
   return out;
 }
 
@@ -243,7 +250,7 @@ void Trainer::finish() {
     save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
                       cfg_.init_from.empty() ? spec_.name : cfg_.init_from);
   CategoryBytes measured = memory_->measured();
-  measured[Category::comm] += comm_.buffer_bytes();  // the communicator's own receive buffer
+  measured[Category::comm] += groups_.buffer_bytes();  // the communicators' own receive buffers
   const MemoryReport report{plan_.bytes,
                             measured,
                             memory_->activations().high_water(),

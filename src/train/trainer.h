@@ -20,6 +20,7 @@
 #include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
+#include "train/parallel_groups.h"
 #include "train/run_layout.h"
 #include "train/train_config.h"
 #include "train/zero_sync.h"
@@ -102,6 +103,8 @@ class Trainer {
   const TrainConfig& cfg_;
   AsyncCommunicator& comm_;
   const int world_, rank_;
+  ParallelGroups groups_;  // the tensor- and data-parallel groups of comm_
+  const ParallelRank& place_ = groups_.place();
   RunLayout run_;  // the table and plan the allocation below refers to: never moved after construction
   const ModelSpec& spec_ = run_.spec;
   const int64_t& seq_len_ = run_.seq_len;

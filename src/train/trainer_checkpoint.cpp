@@ -156,7 +156,7 @@ int64_t Trainer::checkpoint_bytes() const {
 }
 
 bool Trainer::any_rank(bool local) {
-  return world_ > 1 ? sync_->sum(local ? 1.0 : 0.0) > 0 : local;
+  return world_ > 1 ? sum_over_ranks(comm_, local ? 1.0 : 0.0) > 0 : local;
 }
 
 }  // namespace mt

@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "train/parallel_groups.h"
+
 namespace mt {
 
 namespace {
@@ -194,11 +196,7 @@ void ZeroSync::reduce_gradients() {
 
 double ZeroSync::sum(double local) {
   const ScopeTimer timer(exposed_seconds_);
-  std::vector<double> all(plan().sharding.world);
-  comm_.all_gather(&local, all.data(), 1, DType::f64);
-  double total = 0;
-  for (double x : all) total += x;
-  return total;
+  return sum_over_ranks(comm_, local);
 }
 
 // Every rank's shard, broadcast from its owner in place, in chunks of the bucket.

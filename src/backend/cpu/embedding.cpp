@@ -45,16 +45,23 @@ int64_t position(const int32_t* positions, int64_t bt, int64_t T_len) {
 
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe,
-                       int64_t B, int64_t T_len, int64_t C) {
+                       int64_t B, int64_t T_len, int64_t C, VocabRows vocab) {
 #pragma omp parallel for
   for (int64_t bt = 0; bt < B * T_len; ++bt) {
-    const T* tok = wte + static_cast<int64_t>(tokens[bt]) * C;
     T* y = out + bt * C;
-    if (!wpe) {
+    const T* pos = wpe ? wpe + position(positions, bt, T_len) * C : nullptr;
+    if (!vocab.holds(tokens[bt])) {
+      if (pos)
+        std::copy_n(pos, C, y);
+      else
+        std::fill_n(y, C, T{});
+      continue;
+    }
+    const T* tok = wte + (tokens[bt] - vocab.begin) * C;
+    if (!pos) {
       std::copy_n(tok, C, y);
       continue;
     }
-    const T* pos = wpe + position(positions, bt, T_len) * C;
 #pragma omp simd
     for (int64_t j = 0; j < C; ++j) y[j] = narrow<T>(widen(tok[j]) + widen(pos[j]));
   }
@@ -62,15 +69,15 @@ void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, 
 
 template <typename T, typename G>
 void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, const int32_t* positions,
-                        int64_t B, int64_t T_len, int64_t C) {
+                        int64_t B, int64_t T_len, int64_t C, VocabRows vocab) {
   const int64_t BT = B * T_len;
   if constexpr (std::is_same_v<G, float>) {
     // fp32 gradients accumulate in place: each task owns a block of columns and walks all tokens.
     parallel_over_column_blocks(C, [&](int64_t j0, int64_t j1) {
       for (int64_t bt = 0; bt < BT; ++bt) {
         const T* dy = dout + bt * C;
-        if (dwte) {
-          float* tok = dwte + static_cast<int64_t>(tokens[bt]) * C;
+        if (dwte && vocab.holds(tokens[bt])) {
+          float* tok = dwte + (tokens[bt] - vocab.begin) * C;
 #pragma omp simd
           for (int64_t j = j0; j < j1; ++j) tok[j] += widen(dy[j]);
         }
@@ -93,8 +100,8 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
 #pragma omp parallel for schedule(dynamic, 16)
     for (int64_t bt = 0; bt < (dwte ? BT : 0); ++bt) {
       const int32_t token = tokens[bt];
-      if (std::find(tokens, tokens + bt, token) != tokens + bt) continue;
-      add_rows(dwte + static_cast<int64_t>(token) * C, dout, C, bt, BT, 1,
+      if (!vocab.holds(token) || std::find(tokens, tokens + bt, token) != tokens + bt) continue;
+      add_rows(dwte + (token - vocab.begin) * C, dout, C, bt, BT, 1,
                [&](int64_t other) { return tokens[other] == token; });
     }
   }
@@ -105,29 +112,29 @@ void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, 
 #ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
 template <typename T>
 void embedding_forward(T* out, const int32_t* tokens, const int32_t* positions, const T* wte, const T* wpe,
-                       int64_t B, int64_t T_len, int64_t C) {
-  dispatch<&embedding_forward<T>>(out, tokens, positions, wte, wpe, B, T_len, C);
+                       int64_t B, int64_t T_len, int64_t C, VocabRows vocab) {
+  dispatch<&embedding_forward<T>>(out, tokens, positions, wte, wpe, B, T_len, C, vocab);
 }
 template <typename T, typename G>
 void embedding_backward(G* dwte, G* dwpe, const T* dout, const int32_t* tokens, const int32_t* positions,
-                        int64_t B, int64_t T_len, int64_t C) {
-  dispatch<&embedding_backward<T, G>>(dwte, dwpe, dout, tokens, positions, B, T_len, C);
+                        int64_t B, int64_t T_len, int64_t C, VocabRows vocab) {
+  dispatch<&embedding_backward<T, G>>(dwte, dwpe, dout, tokens, positions, B, T_len, C, vocab);
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const int32_t*, const float*, const float*,
-                                       int64_t, int64_t, int64_t);
+                                       int64_t, int64_t, int64_t, VocabRows);
 template void embedding_forward<bf16>(bf16*, const int32_t*, const int32_t*, const bf16*, const bf16*,
-                                      int64_t, int64_t, int64_t);
+                                      int64_t, int64_t, int64_t, VocabRows);
 template void embedding_forward<f16>(f16*, const int32_t*, const int32_t*, const f16*, const f16*, int64_t,
-                                     int64_t, int64_t);
+                                     int64_t, int64_t, VocabRows);
 template void embedding_backward<float, float>(float*, float*, const float*, const int32_t*, const int32_t*,
-                                               int64_t, int64_t, int64_t);
+                                               int64_t, int64_t, int64_t, VocabRows);
 template void embedding_backward<bf16, float>(float*, float*, const bf16*, const int32_t*, const int32_t*,
-                                              int64_t, int64_t, int64_t);
+                                              int64_t, int64_t, int64_t, VocabRows);
 template void embedding_backward<bf16, bf16>(bf16*, bf16*, const bf16*, const int32_t*, const int32_t*,
-                                             int64_t, int64_t, int64_t);
+                                             int64_t, int64_t, int64_t, VocabRows);
 template void embedding_backward<f16, float>(float*, float*, const f16*, const int32_t*, const int32_t*,
-                                             int64_t, int64_t, int64_t);
+                                             int64_t, int64_t, int64_t, VocabRows);
 #endif
 
 namespace MT_ISA {

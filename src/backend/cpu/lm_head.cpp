@@ -16,8 +16,12 @@ template <typename T, typename G>
 void lm_head_loss_chunk(const LmHeadChunk<T, G>& c) {
   const bool training = c.dx != nullptr;
   gemm(false, true, c.rows, c.Vp, c.C, c.x, c.C, c.wte, c.C, 0.0f, c.logits, c.Vp, c.matmul_scratch);
-  softmax_cross_entropy(c.logits, c.losses, c.targets, c.loss_mask, c.rows, c.V, c.Vp, training,
-                        c.grad_scale);
+  if (c.split)
+    softmax_cross_entropy_split(c.logits, c.losses, c.targets, c.loss_mask, c.rows, c.V, c.Vp, training,
+                                c.grad_scale, *c.split);
+  else
+    softmax_cross_entropy(c.logits, c.losses, c.targets, c.loss_mask, c.rows, c.V, c.Vp, training,
+                          c.grad_scale);
   if (!training) return;
   const T* dlogits;
   if constexpr (std::is_same_v<T, float>) {

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "backend/cpu/cross_entropy.h"
+
 namespace mt::kernels {
 
 // T: activations and weights; G: the weight gradient's dtype.
@@ -22,6 +24,9 @@ struct LmHeadChunk {
   float* matmul_scratch;   // gemm_scratch_floats(T, isa, threads) floats, or null when that is 0
   int64_t rows, C, V, Vp;  // V real vocabulary columns of the Vp padded ones
   float grad_scale;        // the gradient of each row's loss is grad_scale * (softmax - onehot)
+  // Tensor parallel: wte holds this rank's rows of a split vocabulary (V, Vp: this rank's columns); null
+  // for a whole one. dx is then this rank's part of the input's gradient.
+  const VocabSplit* split = nullptr;
 };
 
 template <typename T, typename G>
