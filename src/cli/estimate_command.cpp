@@ -32,7 +32,12 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
   }
   // Only --verify-resume's check reads the step count; the memory of a step does not depend on it.
   if (config.train_iters == 0) config.train_iters = 1;
-  const Estimate e = estimate_run(config, f.dp, {.tp = f.tp, .pp = f.pp}, device, resolve_cpu_isa(f.cpu_isa));
+  // --tp is --tensor-model-parallel-size by its short name; given both, they must agree.
+  if (f.tp != 1 && config.tensor_parallel != 1 && f.tp != config.tensor_parallel)
+    fail_usage("--tp " + std::to_string(f.tp) + " disagrees with --tensor-model-parallel-size " +
+               std::to_string(config.tensor_parallel));
+  const int tp = f.tp != 1 ? f.tp : config.tensor_parallel;
+  const Estimate e = estimate_run(config, f.dp, {.tp = tp, .pp = f.pp}, device, resolve_cpu_isa(f.cpu_isa));
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -70,9 +75,10 @@ void add_estimate_command(CLI::App& app) {
   std::shared_ptr<RunFlags> flags = add_run_flags(*cmd);
   auto f = std::make_shared<EstimateFlags>();
   cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes)")->capture_default_str();
-  cmd->add_option("--tp", f->tp, "tensor-parallel ranks (modelled: Megatron-LM's layout, not run)")
+  cmd->add_option("--tp", f->tp,
+                  "tensor-parallel ranks, as train's --tensor-model-parallel-size (with --pp: modelled)")
       ->capture_default_str();
-  cmd->add_option("--pp", f->pp, "pipeline stages, 1F1B (modelled: Megatron-LM's layout, not run)")
+  cmd->add_option("--pp", f->pp, "pipeline stages, 1F1B (modelled: Megatron-LM's layout, not run yet)")
       ->capture_default_str();
   cmd->add_option(
       "--device-memory", f->device_memory,

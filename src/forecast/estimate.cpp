@@ -1,5 +1,7 @@
 #include "forecast/estimate.h"
 
+#include "train/parallel_groups.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -33,7 +35,10 @@ std::string describe_run(const Estimate& e) {
       << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
   if (e.modelled())
     out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
-        << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run it";
+        << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run pipelines";
+  else if (e.mp.tp > 1)
+    out << "\ntensor parallel " << e.mp.tp << " x data parallel " << e.dp
+        << ": each rank's own plan, as `train --tensor-model-parallel-size " << e.mp.tp << "` runs it";
   return out.str();
 }
 
@@ -156,7 +161,11 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
   e.config = config;
   e.dp = dp;
   e.mp = mp;
-  e.threads = rank_threads(config, dp);
+  // Tensor parallelism runs, each rank with its own exact plan; with pipeline stages both are modelled.
+  const int tp = e.modelled() ? 1 : mp.tp;
+  TrainConfig rank_config = config;
+  rank_config.tensor_parallel = tp;
+  e.threads = rank_threads(config, dp * tp);
   e.isa = isa;
   e.device_memory = device_memory;
   auto add_rank = [&](int rank, int stage, const Graph& graph, const Plan& plan) {
@@ -173,8 +182,11 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
                        .peak = peak_op(graph, plan)});
     return &e.ranks.back();
   };
-  for (int rank = 0; rank < dp; ++rank) {
-    const RunLayout run = lay_out_run(config, dp, rank, e.threads, mpi_buffer_bytes(dp), isa);
+  for (int world_rank = 0; world_rank < dp * tp; ++world_rank) {
+    const ParallelRank place = parallel_rank(rank_config, dp * tp, world_rank);
+    const RunLayout run = lay_out_run(rank_config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place),
+                                      isa, place.tp_rank);
+    const int rank = world_rank;
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;

@@ -55,21 +55,21 @@ struct Estimate {
   int64_t seq_len = 0;
   int64_t accum = 1;  // micro-batches per optimizer step and rank
   int dp = 1;
-  ModelParallel mp;                                // tp, pp > 1: modelled, not run by the engine
+  ModelParallel mp;  // tp: run by the engine, each rank's plan; pp > 1: both modelled, not run
   int threads = 1;                                 // OpenMP threads per rank, which size the kernels' scratch
   kernels::CpuIsa isa = kernels::CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
   std::optional<int64_t> device_memory;
 
-  bool modelled() const { return mp.tp > 1 || mp.pp > 1; }
+  bool modelled() const { return mp.pp > 1; }
   const RankEstimate& largest() const;  // the rank holding the most
 };
 
-// The plan of every data-parallel rank of `dp` (an MPI run when dp > 1), as `memtrain train` would make it
-// with the same configuration; with tensor or pipeline parallelism, every stage of one tensor-parallel rank
-// of each, modelled (forecast/model_parallel.h), with the kernels at ISA level `isa`. Reads no data, writes
-// no file.
+// The plan of every rank of `dp` data-parallel x mp.tp tensor-parallel ranks (world rank dp_rank x tp +
+// tp_rank, an MPI run when more than one), as `memtrain train` would make it with the same configuration;
+// with pipeline parallelism, every stage of one tensor-parallel rank of each data-parallel rank, modelled
+// (forecast/model_parallel.h). Kernels at ISA level `isa`. Reads no data, writes no file.
 Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
                       std::optional<int64_t> device_memory, kernels::CpuIsa isa);
 

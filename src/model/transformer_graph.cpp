@@ -229,7 +229,7 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   const int datty = b_.act(attn + ".out.grad", C_ / tp_);
   const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width / tp_);
   const int dnorm1 = b_.act(h + f.norm1 + ".out.grad", C_);
-  if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width);
+  if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width / tp_);
   b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, a.down_lora, dact, dres, f.weight_out_in);
   b_.activation_backward(f.activation, activation + ".backward", a.up, dup, dact);
   if (selective) a.norm2 = b_.norm(f.norm, h + f.norm2, re, a.res2, p.norm2, C_);

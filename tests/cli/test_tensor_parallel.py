@@ -1,0 +1,102 @@
+"""Tensor parallelism through the command line, under mpirun: T = 2 ranks (and T = 2 x D = 2 on 4) follow one
+process with the same global batch, step for step (loss, gradient norm, validation loss), for GPT-2 and LLaMA
+with grouped-query attention, in fp32 within 1e-5 and bf16/fp16 within the precision tests' tolerance; ZeRO
+over the data-parallel groups and recompute under tensor parallelism; two runs of one layout are bitwise
+equal; every rank's memory.rank{r}.json has measured == planned == `memtrain estimate --tp 2 --dp D`; layouts
+that do not divide are usage errors naming the flag.
+
+Runs the binary memtrain_cli.py names.
+"""
+import json
+import unittest
+
+from memtrain_cli import CliTestCase, memtrain, read_memory, read_metrics, run_flags
+
+STEPS = 6
+COMPARED = ("loss", "grad_norm", "val_loss")
+
+
+class TensorParallel(CliTestCase):
+    def run_layout(self, name, tp, dp, *flags, model="gpt2-tiny"):
+        """Trains on tp x dp processes (one when both are 1) into self.tmp / name; returns that folder."""
+        out = self.tmp / name
+        layout = ["--tensor-model-parallel-size", tp] if tp > 1 else []
+        self.train(*layout, *flags, out=out, ranks=tp * dp, expect=0, model=model, global_batch_size=4,
+                   micro_batch_size=2, train_iters=STEPS, no_shuffle=True, eval_interval=3, eval_iters=2)
+        return out
+
+    def records(self, out):
+        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
+
+    def assert_follows(self, out, reference, tolerance):
+        got, want = self.records(out), self.records(reference)
+        self.assertEqual(len(got), STEPS)
+        self.assertEqual([sorted(r) for r in got], [sorted(r) for r in want])
+        for step, (a, b) in enumerate(zip(got, want), 1):
+            for key in b:
+                self.assertAlmostEqual(a[key], b[key], delta=tolerance * abs(b[key]),
+                                       msg=f"step {step} {key}: {a[key]} against one process's {b[key]}")
+
+    def test_fp32_layouts_follow_one_process(self):
+        for model in ("gpt2-tiny", "llama-tiny"):
+            single = self.run_layout(f"{model}-single", 1, 1, model=model)
+            for tp, dp in ((2, 1), (2, 2)):
+                with self.subTest(model=model, tp=tp, dp=dp):
+                    out = self.run_layout(f"{model}-tp{tp}-dp{dp}", tp, dp, model=model)
+                    self.assert_follows(out, single, 1e-5)
+
+    def test_zero_and_recompute_under_tensor_parallelism(self):
+        single = self.run_layout("single", 1, 1)
+        for name, dp, flags in (("zero1", 2, ["--zero-stage", "1"]), ("zero2", 2, ["--zero-stage", "2"]),
+                                ("zero3", 2, ["--zero-stage", "3"]),
+                                ("full", 1, ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                                             "--recompute-num-layers", "1"]),
+                                ("selective", 1, ["--recompute-granularity", "selective"])):
+            with self.subTest(name=name):
+                self.assert_follows(self.run_layout(name, 2, dp, *flags), single, 1e-5)
+
+    def test_16_bit_precisions_follow_one_process(self):
+        for precision in ("--bf16", "--fp16"):
+            for model in ("gpt2-tiny", "llama-tiny"):
+                with self.subTest(precision=precision, model=model):
+                    single = self.run_layout(f"{model}{precision}-single", 1, 1, precision, model=model)
+                    out = self.run_layout(f"{model}{precision}-tp2", 2, 1, precision, model=model)
+                    self.assert_follows(out, single, 1e-2)
+
+    def test_two_runs_are_bitwise_equal(self):
+        first = self.run_layout("first", 2, 1, "--bf16", model="llama-tiny")
+        second = self.run_layout("second", 2, 1, "--bf16", model="llama-tiny")
+        self.assertEqual(self.records(first), self.records(second))
+
+    def test_every_rank_measured_equals_planned_equals_estimate(self):
+        for model, dp, flags in (("gpt2-tiny", 2, ["--zero-stage", "1"]), ("llama-tiny", 1, ["--bf16"])):
+            with self.subTest(model=model, dp=dp):
+                out = self.run_layout(f"{model}-estimated", 2, dp, *flags, model=model)
+                estimate = memtrain("estimate", "--tp", "2", "--dp", str(dp), "--json",
+                                    *run_flags(*flags, model=model, global_batch_size=4, micro_batch_size=2,
+                                               train_iters=STEPS, eval_interval=3, eval_iters=2))
+                self.assertEqual(estimate.returncode, 0, estimate.stderr)
+                ranks = json.loads(estimate.stdout)["ranks"]
+                self.assertEqual([r["rank"] for r in ranks], list(range(2 * dp)))
+                for r in ranks:
+                    memory = read_memory(out, r["rank"])
+                    self.assertEqual(memory["measured"], memory["planned"])
+                    self.assertEqual(r["bytes"], memory["planned"], f"rank {r['rank']}")
+                # Each rank holds half of the split parameters: fewer than one process's.
+                single = memtrain("estimate", "--json", *run_flags(*flags, model=model, micro_batch_size=2))
+                whole = json.loads(single.stdout)["ranks"][0]["num_params"]
+                self.assertLess(ranks[0]["num_params"], whole * 0.75)
+
+    def test_layouts_that_do_not_divide_are_usage_errors(self):
+        # 3 ranks are not a multiple of 2; llama-tiny's 2 key/value heads do not split 4 ways.
+        result = self.train("--tensor-model-parallel-size", "2", out=self.tmp / "three", ranks=3)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("--tensor-model-parallel-size 2 does not divide the world of 3 ranks", result.stderr)
+        result = memtrain("estimate", "--tp", "4", *run_flags(model="llama-tiny"))
+        self.assert_error(result, 2, "--tensor-model-parallel-size 4", "key/value heads")
+        result = memtrain("estimate", "--tp", "2", *run_flags("--lora-rank", "4"))
+        self.assert_error(result, 2, "--tensor-model-parallel-size 2", "--lora-rank")
+
+
+if __name__ == "__main__":
+    unittest.main()
