@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "model/spec.h"
+#include "train/parallel_groups.h"
 #include "train/run_flag_table.h"
 #include "train/train_flags.h"
 
@@ -204,13 +205,35 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
                                    kernels::CpuIsa isa) {
-  const RunLayout run =
-      lay_out_run(config, ranks, 0, rank_threads(config, ranks), mpi_buffer_bytes(ranks), isa);
+  const ParallelRank place = parallel_rank(config, ranks, 0);
+  const RunLayout run = lay_out_run(config, place.dp, 0, rank_threads(config, ranks),
+                                    parallel_buffer_bytes(place), isa, place.tp_rank);
   ConfigCandidate c{
       .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
-  c.cost = predict_step_cost(run, config, ranks, profile);
+  c.cost = predict_step_cost(run, config, place.dp, profile);
   return c;
 }
+
+namespace {
+
+// The tensor-parallel sizes the trainer runs for this request: divisors of the ranks that split the model
+// evenly, unless the configuration has a feature tensor parallelism does not run (not a candidate then).
+std::vector<int> tensor_parallel_choices(const TrainConfig& base, const ModelSpec& spec, int ranks) {
+  std::vector<int> sizes;
+  for (int tp = 1; tp <= ranks; ++tp) {
+    if (ranks % tp != 0) continue;
+    TrainConfig config = base;
+    config.tensor_parallel = tp;
+    try {
+      check_tensor_parallel_flags(config, spec);
+      sizes.push_back(tp);
+    } catch (const Error&) {
+    }
+  }
+  return sizes;
+}
+
+}  // namespace
 
 SearchResult search_configs(const SearchRequest& request) {
   const TrainConfig& base = request.base;
@@ -219,27 +242,32 @@ SearchResult search_configs(const SearchRequest& request) {
   if (base.global_batch <= 0 || base.global_batch % request.ranks != 0)
     fail_usage("--global-batch-size must be a positive multiple of --ranks");
   const ModelSpec spec = resolve_model(base.model, base.pad_vocab_multiple);
-  const int64_t per_rank = base.global_batch / request.ranks;
 
   SearchResult result;
   GroupSearch group(request, result);
-  std::vector<int> stages = {0};
-  if (request.ranks > 1) stages = {0, 1, 2, 3};
-  std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
-  if (!base.offload_path.empty()) offloads.push_back(OffloadOptimizer::nvme);
-  for (const PrecisionConfig& precision : precision_choices())
-    for (int stage : stages)
-      for (OffloadOptimizer offload : offloads) {
-        TrainConfig config = base;
-        config.precision = precision;
-        config.zero_stage = stage;
-        config.offload_optimizer = offload;
-        for (int64_t micro = 1; micro <= per_rank; ++micro) {
-          if (per_rank % micro != 0) continue;
-          config.micro_batch = micro;
-          if (!group.search(config, spec.n_layer)) break;
+  for (int tp : tensor_parallel_choices(base, spec, request.ranks)) {
+    // The global batch is split over the data-parallel ranks; tensor-parallel ranks share each sample.
+    const int dp = request.ranks / tp;
+    const int64_t per_rank = base.global_batch / dp;
+    std::vector<int> stages = {0};
+    if (dp > 1) stages = {0, 1, 2, 3};
+    std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
+    if (!base.offload_path.empty() && tp == 1) offloads.push_back(OffloadOptimizer::nvme);  // not under TP
+    for (const PrecisionConfig& precision : precision_choices())
+      for (int stage : stages)
+        for (OffloadOptimizer offload : offloads) {
+          TrainConfig config = base;
+          config.tensor_parallel = tp;
+          config.precision = precision;
+          config.zero_stage = stage;
+          config.offload_optimizer = offload;
+          for (int64_t micro = 1; micro <= per_rank; ++micro) {
+            if (per_rank % micro != 0) continue;
+            config.micro_batch = micro;
+            if (!group.search(config, spec.n_layer)) break;
+          }
         }
-      }
+  }
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
@@ -254,6 +282,7 @@ std::string describe_config(const TrainConfig& c) {
   if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
+  if (c.tensor_parallel > 1) s += ", tensor parallel " + std::to_string(c.tensor_parallel);
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
   s += ", micro-batch " + std::to_string(c.micro_batch);
   if (c.offload_optimizer != OffloadOptimizer::none)
@@ -276,10 +305,11 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   s += command_line_args(c, {"--seq-length"});
   with_value({"--micro-batch-size", "--global-batch-size"});
   // What the search chose, then what the request fixed.
-  s += command_line_args(c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
-                             "--zero-stage", "--recompute-granularity", "--offload-optimizer",
-                             "--eval-interval", "--threads", "--lora-rank", "--lora-alpha", "--lora-dropout",
-                             "--lora-target", "--lora-train-modules", "--base-quant", "--no-double-quant"});
+  s += command_line_args(
+      c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
+          "--tensor-model-parallel-size", "--zero-stage", "--recompute-granularity", "--offload-optimizer",
+          "--eval-interval", "--threads", "--lora-rank", "--lora-alpha", "--lora-dropout", "--lora-target",
+          "--lora-train-modules", "--base-quant", "--no-double-quant"});
   return s;
 }
 

@@ -1,4 +1,5 @@
-// `memtrain plan`: the search over the ways to run one model on `ranks` data-parallel ranks in
+// `memtrain plan`: the search over the ways to run one model on `ranks` ranks (data parallel, and the
+// tensor-parallel sizes that divide them) in
 // `device_memory` bytes per rank: precision, O2 flags and 8-bit moments, ZeRO stage, recompute, micro-batch
 // (the global batch fixed, accumulation making up the rest) and optimizer offload. Every candidate's memory
 // is lay_out_run's, exactly the trainer's; what does not fit is dropped and the rest ranked by the cost

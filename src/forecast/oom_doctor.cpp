@@ -87,7 +87,8 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
                                       const std::function<bool(const TrainConfig&)>& fits) {
   std::vector<Change> changes;
   add_precision_changes(c.precision, changes);
-  for (int stage = c.zero_stage + 1; world > 1 && stage <= 3; ++stage)
+  const int dp = world / c.tensor_parallel;
+  for (int stage = c.zero_stage + 1; dp > 1 && stage <= 3; ++stage)
     changes.push_back(
         flag_change("use", {"--zero-stage"}, [stage](TrainConfig& t) { t.zero_stage = stage; }));
   if (c.recompute.granularity == RecomputeGranularity::none)
@@ -99,7 +100,7 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
   }));
   // A smaller micro-batch with the same sequences per step: more accumulation, said the way the run said it.
   const int64_t per_rank =
-      c.global_batch > 0 ? c.global_batch / world : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
+      c.global_batch > 0 ? c.global_batch / dp : c.micro_batch * std::max<int64_t>(c.grad_accum_steps, 1);
   const std::string_view batch_flag = c.global_batch > 0 ? "--global-batch-size" : "--grad-accum-steps";
   for (int64_t micro = c.micro_batch / 2; micro >= 1; micro /= 2) {
     if (per_rank % micro != 0) continue;
@@ -109,6 +110,11 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
       return "use " + flag_with_value(t, "--micro-batch-size") + " " + flag_with_value(t, batch_flag);
     });
   }
+  // More tensor-parallel ranks of the same world: each holds less of every layer.
+  for (int tp = c.tensor_parallel + 1; tp <= world; ++tp)
+    if (world % tp == 0)
+      changes.push_back(flag_change("use", {"--tensor-model-parallel-size"},
+                                    [tp](TrainConfig& t) { t.tensor_parallel = tp; }));
   if (c.offload_optimizer != OffloadOptimizer::nvme) {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
     changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {
@@ -195,7 +201,9 @@ void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, in
                 100.0 * static_cast<double>(plan.bytes[c]) / static_cast<double>(total));
   std::printf("  %-18s %14lld  %11s\n", "total", static_cast<long long>(total), human_bytes(total).c_str());
   const std::vector<FitChange> changes = changes_that_fit(config, world, limit);
-  const double refused_s = predict_step_cost(rank0_plan, config, world, doctor_profile(config, world)).step_s;
+  const double refused_s =
+      predict_step_cost(rank0_plan, config, world / config.tensor_parallel, doctor_profile(config, world))
+          .step_s;
   std::ostringstream advice;
   for (size_t i = 0; i < changes.size() && i < 3; ++i)
     advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes)

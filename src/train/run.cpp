@@ -114,7 +114,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
     // The data-parallel ranks' plans; tensor-parallel ranks hold equal shares of the model.
     const ParallelRank place = parallel_rank(cfg, comm.size(), 0);
     check_fit(lay_out_run(cfg, place.dp, 0, omp_get_max_threads(), parallel_buffer_bytes(place)), cfg,
-              place.dp);
+              comm.size());
   }
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm);

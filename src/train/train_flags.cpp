@@ -46,7 +46,6 @@ int data_parallel_size(const TrainConfig& c, int world) {
   return world / c.tensor_parallel;
 }
 
-// What tensor parallelism splits must divide evenly; the features it does not run yet are refused.
 void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
   const int64_t tp = c.tensor_parallel;
   if (tp == 1) return;

@@ -19,6 +19,10 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel);
 // it does not divide the world).
 int data_parallel_size(const TrainConfig& c, int world);
 
+// What --tensor-model-parallel-size splits must divide evenly (heads, key/value heads, MLP width, padded
+// vocabulary), and the features not run under it: usage errors naming the flags.
+void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec);
+
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c);
 

@@ -8,6 +8,7 @@ that do not divide are usage errors naming the flag.
 Runs the binary memtrain_cli.py names.
 """
 import json
+import re
 import unittest
 
 from memtrain_cli import CliTestCase, memtrain, read_memory, read_metrics, run_flags
@@ -86,6 +87,20 @@ class TensorParallel(CliTestCase):
                 single = memtrain("estimate", "--json", *run_flags(*flags, model=model, micro_batch_size=2))
                 whole = json.loads(single.stdout)["ranks"][0]["num_params"]
                 self.assertLess(ranks[0]["num_params"], whole * 0.75)
+
+    def test_plan_searches_tensor_parallel_sizes_with_their_exact_plans(self):
+        result = memtrain("plan", "--model", "llama-tiny", "--ranks", "2", "--device-memory", "1GiB",
+                          "--global-batch-size", "4", "--seq-length", "32", "--threads", "1", "--top", "1000")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        candidates = [c for c in result.stdout.split("\n#")[1:] if "tensor parallel 2" in c.splitlines()[0]]
+        self.assertTrue(candidates, result.stdout[-2000:])
+        for candidate in candidates[:3]:
+            planned = int(re.search(r"= (\d+) B", candidate).group(1))
+            command = re.search(r"mpirun -np 2 memtrain train (.*)", candidate).group(1).split()
+            self.assertIn("--tensor-model-parallel-size", command)
+            estimate = memtrain("estimate", "--json", *command)
+            self.assertEqual(estimate.returncode, 0, estimate.stderr)
+            self.assertEqual(json.loads(estimate.stdout)["ranks"][0]["total_bytes"], planned)
 
     def test_layouts_that_do_not_divide_are_usage_errors(self):
         # 3 ranks are not a multiple of 2; llama-tiny's 2 key/value heads do not split 4 ways.
