@@ -90,6 +90,12 @@ kernels::LoraShape lora_shape(const TensorTable& table, int inp, int out, int a,
           .scale = scale};
 }
 
+// The group a tensor-parallel op's collective runs over.
+Communicator& tensor_group(const Op& op, const OpRun& r) {
+  if (!r.tensor_group) throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
+  return *r.tensor_group;
+}
+
 // Dropout runs in training only.
 kernels::DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
   return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
@@ -121,7 +127,11 @@ void CpuBackend<T, G>::linear(const Op& op, const OpRun& r) {
   const Allocation& m = r.memory;
   const TensorTable& table = r.graph.table;
   const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
-  if (a.residual >= 0) std::memcpy(m.data(a.out), m.data(a.residual), table[a.out].bytes());
+  if (a.residual >= 0) {
+    const TensorDesc& residual = table[a.residual];
+    if (residual.numel() < table[a.out].numel()) std::memset(m.data(a.out), 0, table[a.out].bytes());
+    std::memcpy(m.as<T>(a.out) + a.residual_row * s.out, m.data(a.residual), residual.bytes());
+  }
   if (a.dequant_tile < 0) {
     kernels::linear_forward(m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
                             weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0,
@@ -358,9 +368,18 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     }
     case OpKind::all_reduce: {
       const auto& a = op.as<ops::AllReduce>();
-      if (!r.tensor_group)
-        throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
-      r.tensor_group->all_reduce_sum(m.data(a.data), table[a.data].numel(), table[a.data].dtype);
+      tensor_group(op, r).all_reduce_sum(m.data(a.data), table[a.data].numel(), table[a.data].dtype);
+      return 0;
+    }
+    case OpKind::all_gather: {
+      const auto& a = op.as<ops::AllGather>();
+      tensor_group(op, r).all_gather(m.data(a.inp), m.data(a.out), table[a.inp].numel(), table[a.inp].dtype);
+      return 0;
+    }
+    case OpKind::reduce_scatter: {
+      const auto& a = op.as<ops::ReduceScatter>();
+      tensor_group(op, r).reduce_scatter_sum(m.data(a.inp), m.data(a.out), table[a.out].numel(),
+                                             table[a.out].dtype);
       return 0;
     }
   }

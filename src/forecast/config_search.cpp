@@ -225,7 +225,7 @@ std::vector<int> tensor_parallel_choices(const TrainConfig& base, const ModelSpe
     TrainConfig config = base;
     config.tensor_parallel = tp;
     try {
-      check_tensor_parallel_flags(config, spec);
+      check_tensor_parallel_flags(config, spec, base.seq_len != 0 ? base.seq_len : spec.n_positions);
       sizes.push_back(tp);
     } catch (const Error&) {
     }
@@ -245,29 +245,31 @@ SearchResult search_configs(const SearchRequest& request) {
 
   SearchResult result;
   GroupSearch group(request, result);
-  for (int tp : tensor_parallel_choices(base, spec, request.ranks)) {
-    // The global batch is split over the data-parallel ranks; tensor-parallel ranks share each sample.
-    const int dp = request.ranks / tp;
-    const int64_t per_rank = base.global_batch / dp;
-    std::vector<int> stages = {0};
-    if (dp > 1) stages = {0, 1, 2, 3};
-    std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
-    if (!base.offload_path.empty() && tp == 1) offloads.push_back(OffloadOptimizer::nvme);  // not under TP
-    for (const PrecisionConfig& precision : precision_choices())
-      for (int stage : stages)
-        for (OffloadOptimizer offload : offloads) {
-          TrainConfig config = base;
-          config.tensor_parallel = tp;
-          config.precision = precision;
-          config.zero_stage = stage;
-          config.offload_optimizer = offload;
-          for (int64_t micro = 1; micro <= per_rank; ++micro) {
-            if (per_rank % micro != 0) continue;
-            config.micro_batch = micro;
-            if (!group.search(config, spec.n_layer)) break;
+  for (int tp : tensor_parallel_choices(base, spec, request.ranks))
+    for (bool sequence_parallel : tp > 1 ? std::vector{false, true} : std::vector{false}) {
+      // The global batch is split over the data-parallel ranks; tensor-parallel ranks share each sample.
+      const int dp = request.ranks / tp;
+      const int64_t per_rank = base.global_batch / dp;
+      std::vector<int> stages = {0};
+      if (dp > 1) stages = {0, 1, 2, 3};
+      std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
+      if (!base.offload_path.empty() && tp == 1) offloads.push_back(OffloadOptimizer::nvme);  // not under TP
+      for (const PrecisionConfig& precision : precision_choices())
+        for (int stage : stages)
+          for (OffloadOptimizer offload : offloads) {
+            TrainConfig config = base;
+            config.tensor_parallel = tp;
+            config.sequence_parallel = sequence_parallel;
+            config.precision = precision;
+            config.zero_stage = stage;
+            config.offload_optimizer = offload;
+            for (int64_t micro = 1; micro <= per_rank; ++micro) {
+              if (per_rank % micro != 0) continue;
+              config.micro_batch = micro;
+              if (!group.search(config, spec.n_layer)) break;
+            }
           }
-        }
-  }
+    }
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
@@ -282,7 +284,9 @@ std::string describe_config(const TrainConfig& c) {
   if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
-  if (c.tensor_parallel > 1) s += ", tensor parallel " + std::to_string(c.tensor_parallel);
+  if (c.tensor_parallel > 1)
+    s +=
+        ", tensor parallel " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " + sequence" : "");
   s += ", ZeRO " + std::to_string(c.zero_stage) + ", recompute " + recompute_name(c.recompute);
   s += ", micro-batch " + std::to_string(c.micro_batch);
   if (c.offload_optimizer != OffloadOptimizer::none)
@@ -307,9 +311,9 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   // What the search chose, then what the request fixed.
   s += command_line_args(
       c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
-          "--tensor-model-parallel-size", "--zero-stage", "--recompute-granularity", "--offload-optimizer",
-          "--eval-interval", "--threads", "--lora-rank", "--lora-alpha", "--lora-dropout", "--lora-target",
-          "--lora-train-modules", "--base-quant", "--no-double-quant"});
+          "--tensor-model-parallel-size", "--sequence-parallel", "--zero-stage", "--recompute-granularity",
+          "--offload-optimizer", "--eval-interval", "--threads", "--lora-rank", "--lora-alpha",
+          "--lora-dropout", "--lora-target", "--lora-train-modules", "--base-quant", "--no-double-quant"});
   return s;
 }
 

@@ -1,7 +1,5 @@
 #include "forecast/estimate.h"
 
-#include "train/parallel_groups.h"
-
 #include <algorithm>
 #include <cstdio>
 #include <sstream>
@@ -10,6 +8,7 @@
 #include "core/int_math.h"
 #include "dist/communicator.h"
 #include "memory/report.h"
+#include "train/parallel_groups.h"
 #include "train/run_layout.h"
 #include "train/train_flags.h"
 
@@ -37,8 +36,9 @@ std::string describe_run(const Estimate& e) {
     out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
         << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run pipelines";
   else if (e.mp.tp > 1)
-    out << "\ntensor parallel " << e.mp.tp << " x data parallel " << e.dp
-        << ": each rank's own plan, as `train --tensor-model-parallel-size " << e.mp.tp << "` runs it";
+    out << "\ntensor parallel " << e.mp.tp << (c.sequence_parallel ? " with sequence parallel" : "")
+        << " x data parallel " << e.dp << ": each rank's own plan, as `train --tensor-model-parallel-size "
+        << e.mp.tp << "` runs it";
   return out.str();
 }
 
@@ -289,6 +289,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"dp", e.dp},
               {"tp", e.mp.tp},
               {"pp", e.mp.pp},
+              {"sequence_parallel", e.config.sequence_parallel},
               {"modelled", e.modelled()},
               {"micro_batch_size", e.config.micro_batch},
               {"seq_length", e.seq_len},

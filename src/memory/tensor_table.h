@@ -58,6 +58,8 @@ struct TensorDesc {
   int block = -1;
   // Tensor parallel: the part of the whole parameter this rank holds; none for a replicated one.
   std::optional<TensorShard> shard = std::nullopt;
+  // Sequence parallel: each tensor-parallel rank's gradient covers its own tokens; the step sums them.
+  bool grad_summed_over_tp = false;
 
   // The whole parameter's elements: numel() unless the tensor is a shard.
   int64_t whole_numel() const { return shard ? shard->whole_numel() : numel(); }

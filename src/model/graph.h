@@ -36,6 +36,8 @@ enum class OpKind {
   lora,
   lora_backward,
   all_reduce,
+  all_gather,
+  reduce_scatter,
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
@@ -68,12 +70,15 @@ struct RmsNorm {  // out, rstd  <-  inp, weight
   auto ids() { return std::tie(inp, out, weight, rstd); }
 };
 
+// Sequence parallel: a residual with fewer rows than out goes into out's rows from residual_row, the rest
+// start at zero (this rank's token shard of a product the ranks then reduce-scatter).
 struct Linear {  // out = inp @ weight + bias (+ residual, copied into out first)
   static constexpr OpKind kind = OpKind::linear;
   int inp = -1, out = -1, residual = -1, weight = -1, bias = -1;
   int matmul_scratch = -1;     // conversion tiles, when the compute dtype needs them
   int dequant_tile = -1;       // a quantized frozen weight's columns, dequantized a tile at a time
   bool weight_out_in = false;  // weight stored [out, in] (torch.nn.Linear) rather than [in, out]
+  int64_t residual_row = 0;
   auto ids() { return std::tie(inp, out, residual, weight, bias, matmul_scratch, dequant_tile); }
 };
 
@@ -216,13 +221,30 @@ struct AllReduce {
   auto ids() { return std::tie(data); }
 };
 
+// Sequence parallel: out [B*T, C] = the tensor-parallel ranks' token shards inp [B*T/tp, C] in rank order
+// (before a column-parallel product, and the residual gradient before a row-parallel one's backward).
+struct AllGather {
+  static constexpr OpKind kind = OpKind::all_gather;
+  int inp = -1, out = -1;
+  auto ids() { return std::tie(inp, out); }
+};
+
+// Sequence parallel: out [B*T/tp, C] = this rank's token shard of the sum over the ranks of inp [B*T, C]
+// (after a row-parallel product, and a column-parallel one's input gradient).
+struct ReduceScatter {
+  static constexpr OpKind kind = OpKind::reduce_scatter;
+  int inp = -1, out = -1;
+  auto ids() { return std::tie(inp, out); }
+};
+
 }  // namespace ops
 
-using OpArgs = std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope,
-                            ops::Attention, ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward,
-                            ops::RmsNormBackward, ops::LinearBackward, ops::RopeBackward,
-                            ops::AttentionBackward, ops::GeluBackward, ops::SwigluBackward,
-                            ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward, ops::AllReduce>;
+using OpArgs =
+    std::variant<ops::Embedding, ops::LayerNorm, ops::RmsNorm, ops::Linear, ops::Rope, ops::Attention,
+                 ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
+                 ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
+                 ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward,
+                 ops::AllReduce, ops::AllGather, ops::ReduceScatter>;
 
 namespace detail {
 template <size_t... I>

@@ -58,6 +58,29 @@ void GraphBuilder::all_reduce(const std::string& name, int data) {
   if (step_.tp > 1) op(name + ".all_reduce", ops::AllReduce{.data = data});
 }
 
+int GraphBuilder::residual_act(const std::string& name, int64_t width) {
+  if (!sequence_parallel()) return act(name, width);
+  return act(name, {step_.batch * step_.seq_len / step_.tp, width});
+}
+
+int GraphBuilder::gathered(const std::string& name, int shard) {
+  if (!sequence_parallel()) return shard;
+  const int whole = act(name, m_.graph.table[shard].shape.back());
+  op(name + ".all_gather", ops::AllGather{.inp = shard, .out = whole});
+  return whole;
+}
+
+int GraphBuilder::partial_sum(const std::string& name, int out) {
+  return sequence_parallel() ? act(name, m_.graph.table[out].shape.back()) : out;
+}
+
+void GraphBuilder::sum_partials(const std::string& name, int partial, int out) {
+  if (sequence_parallel())
+    op(name + ".reduce_scatter", ops::ReduceScatter{.inp = partial, .out = out});
+  else
+    all_reduce(name, out);
+}
+
 LoraAdapter GraphBuilder::lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column) {
   const int64_t r = step_.lora.rank;
   LoraAdapter adapter{.column = column};
@@ -115,6 +138,11 @@ void GraphBuilder::op(std::string name, OpArgs args) {
 
 LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix, int inp, int out,
                               int residual, const LinearParams& p, bool out_in) {
+  // A residual shard (sequence parallel) goes into this rank's rows of the whole partial sum.
+  const TensorTable& table = m_.graph.table;
+  const int64_t residual_row = residual >= 0 && table[residual].numel() < table[out].numel()
+                                   ? step_.tp_rank * (table[residual].numel() / table[out].shape.back())
+                                   : 0;
   op(name + suffix, ops::Linear{.inp = inp,
                                 .out = out,
                                 .residual = residual,
@@ -122,7 +150,8 @@ LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix
                                 .bias = p.bias,
                                 .matmul_scratch = mm_,
                                 .dequant_tile = dequant_tile(name + suffix, p.weight),
-                                .weight_out_in = out_in});
+                                .weight_out_in = out_in,
+                                .residual_row = residual_row});
   LoraActs hidden;
   for (const LoraAdapter& adapter : p.adapters) {
     const std::string module = adapter_module(adapter);
@@ -175,9 +204,11 @@ void GraphBuilder::linear_backward(const std::string& name, int inp, const Linea
 
 NormActs GraphBuilder::norm(NormKind kind, const std::string& name, const std::string& suffix, int inp,
                             NormParams p, int64_t width) {
-  const std::vector<int64_t> rows = {step_.batch, step_.seq_len};
+  // Under sequence parallelism the norms see this rank's tokens only.
+  const std::vector<int64_t> rows = sequence_parallel() ? std::vector{step_.batch * step_.seq_len / step_.tp}
+                                                        : std::vector{step_.batch, step_.seq_len};
   NormActs a;
-  a.out = act(name + ".out" + suffix, width);
+  a.out = residual_act(name + ".out" + suffix, width);
   if (kind == NormKind::layernorm) {
     a.mean = stat(name + ".mean" + suffix, rows);
     a.rstd = stat(name + ".rstd" + suffix, rows);
@@ -193,6 +224,10 @@ NormActs GraphBuilder::norm(NormKind kind, const std::string& name, const std::s
 
 void GraphBuilder::norm_backward(NormKind kind, const std::string& name, int inp, NormParams p,
                                  const NormActs& acts, int dinp, int dout) {
+  // Each rank's norm sees its own tokens: the step sums the norm's gradients over the ranks.
+  if (sequence_parallel())
+    for (int param : {p.weight, p.bias})
+      if (param >= 0) m_.graph.table[param].grad_summed_over_tp = true;
   if (kind == NormKind::layernorm)
     op(name, ops::LayerNormBackward{.inp = inp,
                                     .weight = p.weight,

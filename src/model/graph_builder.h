@@ -32,6 +32,8 @@ struct StepConfig {
   bool packed = false;     // the data packs several records a sequence: batch.positions keeps them apart
   int tp = 1;              // tensor-parallel ranks (Megatron's layout): each holds 1/tp of the split tensors
   int tp_rank = 0;         // this rank's place among them
+  // Sequence parallel (tp > 1): the norms and the residual stream hold this rank's B*T/tp tokens.
+  bool sequence_parallel = false;
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
@@ -89,6 +91,18 @@ class GraphBuilder {
   TensorShard shard(std::vector<int64_t> whole, int dim, const std::vector<int64_t>& parts) const;
   // Tensor parallel: sums `data` over the ranks in place (no op with one rank).
   void all_reduce(const std::string& name, int data);
+  bool sequence_parallel() const { return step_.sequence_parallel && step_.tp > 1; }
+  // The residual stream's tensors: this rank's token shard [B*T/tp, width] under sequence parallelism.
+  int residual_act(const std::string& name, int64_t width);
+  // The input of a column-parallel product from the residual stream's `shard`: under sequence parallelism a
+  // new [B, T, width] tensor `name` gathered from every rank's shard, else the shard itself.
+  int gathered(const std::string& name, int shard);
+  // Where a row-parallel product (or a column-parallel one's input gradient) writes this rank's partial
+  // sum: a new whole [B, T, width] tensor `name` under sequence parallelism, else `out` itself.
+  int partial_sum(const std::string& name, int out);
+  // The tensor-parallel ranks' partial sums `partial` into `out`: reduce-scattered into this rank's token
+  // shard under sequence parallelism, else all-reduced in place (partial == out).
+  void sum_partials(const std::string& name, int partial, int out);
   // module's LoRA factors a [r, in] and b [width, r], trainable, on the module's columns from `column`.
   LoraAdapter lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column);
   int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype);

@@ -189,29 +189,34 @@ int TransformerBlocks::layer_forward(int64_t l, int inp, const std::string& suff
   const LayerParams& p = params_[l];
   const std::string h = prefix(l), attn = h + f.attention;
   const int64_t B = b_.step().batch, T = b_.step().seq_len;
-  // Under tensor parallelism only the first rank adds a row-parallel product's residual.
-  const bool first_rank = b_.step().tp_rank == 0;
+  // The ranks' row-parallel partial products are summed: only the first rank adds the residual, or under
+  // sequence parallelism each rank its own tokens' (GraphBuilder::linear).
+  const bool adds_residual = b_.step().tp_rank == 0 || b_.sequence_parallel();
   LayerActs& a = acts_[l];
   a.inp = inp;
   a.qkv = b_.act(attn + ".qkv" + suffix, f.qkv_width / tp_);
   a.atty = b_.act(attn + ".out" + suffix, C_ / tp_);
   a.lse = b_.stat(attn + ".lse" + suffix, {B, NH_ / tp_, T});
-  a.res2 = b_.act(attn + ".residual" + suffix, C_);
+  a.res2 = b_.residual_act(attn + ".residual" + suffix, C_);
   a.up = b_.act(h + f.up_out + suffix, up_width() / tp_);
-  a.out = b_.act(h + "out" + suffix, C_);
+  a.out = b_.residual_act(h + "out" + suffix, C_);
   a.norm1 = b_.norm(f.norm, h + f.norm1, suffix, a.inp, p.norm1, C_);
-  a.qkv_lora = b_.linear(h + f.qkv_proj, suffix, a.norm1.out, a.qkv, -1, p.qkv, f.weight_out_in);
+  const int x1 = b_.gathered(h + f.norm1 + ".out.gathered" + suffix, a.norm1.out);
+  a.qkv_lora = b_.linear(h + f.qkv_proj, suffix, x1, a.qkv, -1, p.qkv, f.weight_out_in);
   if (f.rope) b_.op(attn + ".rope" + suffix, ops::Rope{.qkv = a.qkv, .positions = b_.model().positions});
   b_.attention(attn, suffix, a.qkv, a.atty, a.lse, attn_scratch_);
-  a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, a.res2, first_rank ? a.inp : -1,
+  const int attn_sum = b_.partial_sum(attn + ".partial" + suffix, a.res2);
+  a.out_lora = b_.linear(h + f.out_proj, suffix, a.atty, attn_sum, adds_residual ? a.inp : -1,
                          forward_only_once(p.out), f.weight_out_in);
-  b_.all_reduce(h + f.out_proj + suffix, a.res2);
+  b_.sum_partials(h + f.out_proj + suffix, attn_sum, a.res2);
   a.norm2 = b_.norm(f.norm, h + f.norm2, suffix, a.res2, p.norm2, C_);
-  a.up_lora = b_.linear(h + f.up_proj, suffix, a.norm2.out, a.up, -1, p.up, f.weight_out_in);
+  const int x2 = b_.gathered(h + f.norm2 + ".out.gathered" + suffix, a.norm2.out);
+  a.up_lora = b_.linear(h + f.up_proj, suffix, x2, a.up, -1, p.up, f.weight_out_in);
   a.act = b_.activation(f.activation, h + f.activation_name, suffix, a.up, f.mlp_width / tp_);
-  a.down_lora = b_.linear(h + f.down_proj, suffix, a.act, a.out, first_rank ? a.res2 : -1,
+  const int mlp_sum = b_.partial_sum(h + "mlp.partial" + suffix, a.out);
+  a.down_lora = b_.linear(h + f.down_proj, suffix, a.act, mlp_sum, adds_residual ? a.res2 : -1,
                           forward_only_once(p.down), f.weight_out_in);
-  b_.all_reduce(h + f.down_proj + suffix, a.out);
+  b_.sum_partials(h + f.down_proj + suffix, mlp_sum, a.out);
   return a.out;
 }
 
@@ -225,25 +230,32 @@ void TransformerBlocks::layer_backward(int64_t l, int dres, bool selective) {
   const bool in_place = f.activation == Activation::gelu;
   const int dact = b_.act(in_place ? h + f.up_out + ".grad" : activation + ".out.grad", f.mlp_width / tp_);
   const int dup = in_place ? dact : b_.act(h + f.up_out + ".grad", up_width() / tp_);
-  const int dnorm2 = b_.act(h + f.norm2 + ".out.grad", C_);
+  const int dnorm2 = b_.residual_act(h + f.norm2 + ".out.grad", C_);
   const int datty = b_.act(attn + ".out.grad", C_ / tp_);
   const int dqkv = b_.act(attn + ".qkv.grad", f.qkv_width / tp_);
-  const int dnorm1 = b_.act(h + f.norm1 + ".out.grad", C_);
+  const int dnorm1 = b_.residual_act(h + f.norm1 + ".out.grad", C_);
+  // Sequence parallel: the row-parallel products' backward reads every token's gradient, the column-parallel
+  // ones' their gathered inputs again (not kept from the forward), and their input gradients are partial.
+  const int dnorm2_sum = b_.partial_sum(h + f.norm2 + ".out.grad.partial", dnorm2);
+  const int dnorm1_sum = b_.partial_sum(h + f.norm1 + ".out.grad.partial", dnorm1);
   if (selective) a.act = b_.activation(f.activation, activation, re, a.up, f.mlp_width / tp_);
-  b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, a.down_lora, dact, dres, f.weight_out_in);
+  const int dout = b_.gathered(h + "out.grad.gathered", dres);
+  b_.linear_backward(h + f.down_proj + ".backward", a.act, p.down, a.down_lora, dact, dout, f.weight_out_in);
   b_.activation_backward(f.activation, activation + ".backward", a.up, dup, dact);
   if (selective) a.norm2 = b_.norm(f.norm, h + f.norm2, re, a.res2, p.norm2, C_);
-  b_.linear_backward(h + f.up_proj + ".backward", a.norm2.out, p.up, a.up_lora, dnorm2, dup, f.weight_out_in);
-  b_.all_reduce(h + f.up_proj + ".backward", dnorm2);
+  const int x2 = b_.gathered(h + f.norm2 + ".out.regathered", a.norm2.out);
+  b_.linear_backward(h + f.up_proj + ".backward", x2, p.up, a.up_lora, dnorm2_sum, dup, f.weight_out_in);
+  b_.sum_partials(h + f.up_proj + ".backward", dnorm2_sum, dnorm2);
   b_.norm_backward(f.norm, h + f.norm2 + ".backward", a.res2, p.norm2, a.norm2, dres, dnorm2);
-  b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, a.out_lora, datty, dres, f.weight_out_in);
+  const int dres2 = b_.gathered(attn + ".residual.grad.gathered", dres);
+  b_.linear_backward(h + f.out_proj + ".backward", a.atty, p.out, a.out_lora, datty, dres2, f.weight_out_in);
   b_.attention_backward(attn + ".backward", a.qkv, a.atty, a.lse, dqkv, datty, attn_scratch_);
   if (f.rope)
     b_.op(attn + ".rope.backward", ops::RopeBackward{.dqkv = dqkv, .positions = b_.model().positions});
   if (selective) a.norm1 = b_.norm(f.norm, h + f.norm1, re, a.inp, p.norm1, C_);
-  b_.linear_backward(h + f.qkv_proj + ".backward", a.norm1.out, p.qkv, a.qkv_lora, dnorm1, dqkv,
-                     f.weight_out_in);
-  b_.all_reduce(h + f.qkv_proj + ".backward", dnorm1);
+  const int x1 = b_.gathered(h + f.norm1 + ".out.regathered", a.norm1.out);
+  b_.linear_backward(h + f.qkv_proj + ".backward", x1, p.qkv, a.qkv_lora, dnorm1_sum, dqkv, f.weight_out_in);
+  b_.sum_partials(h + f.qkv_proj + ".backward", dnorm1_sum, dnorm1);
   b_.norm_backward(f.norm, h + f.norm1 + ".backward", a.inp, p.norm1, a.norm1, dres, dnorm1);
 }
 
@@ -264,21 +276,24 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
       spec.tied_head || family.head.empty() ? wte : b.param(family.head, b.shard({Vp, C}, 0, {Vp}));
 
   const int tokens = b.model().tokens, positions = b.model().positions;
-  const int embedded = b.act(family.embed_out, C);
+  const int embedded = b.residual_act(family.embed_out, C);
+  const int embed_sum = b.partial_sum(family.embed_out + ".partial", embedded);
   // The ranks' embeddings are summed: only the first adds the positions'.
-  b.op("embed", ops::Embedding{.out = embedded,
+  b.op("embed", ops::Embedding{.out = embed_sum,
                                .wte = wte,
                                .wpe = b.step().tp_rank == 0 ? wpe : -1,
                                .tokens = tokens,
                                .positions = positions,
                                .vocab_begin = vocab_begin});
-  b.all_reduce("embed", embedded);
+  b.sum_partials("embed", embed_sum, embedded);
   const int residual = blocks.forward(embedded);
   const NormActs normed = b.norm(norm, fn, "", residual, final_norm, C);
-  const int dnormed = b.lm_head_loss(normed.out, head, C, b.model().graph.table[head].shape[0], vocab_begin);
-  b.all_reduce("lm_head.backward", dnormed);
+  const int head_in = b.gathered(fn + ".out.gathered", normed.out);
+  const int dhead_in = b.lm_head_loss(head_in, head, C, b.model().graph.table[head].shape[0], vocab_begin);
+  const int dnormed = b.sequence_parallel() ? b.residual_act(fn + ".out.grad", C) : dhead_in;
+  b.sum_partials("lm_head.backward", dhead_in, dnormed);
 
-  const int dres = b.act("residual.grad", C);
+  const int dres = b.residual_act("residual.grad", C);
   b.op("residual.grad.zero", ops::Zero{.out = dres});
   b.norm_backward(norm, fn + ".backward", residual, final_norm, normed, dres, dnormed);
   blocks.backward(dres);
@@ -289,7 +304,7 @@ void emit_step(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& family
   if (trained(wte) >= 0 || trained(wpe) >= 0)
     b.op("embed.backward", ops::EmbeddingBackward{.wte = trained(wte),
                                                   .wpe = trained(wpe),
-                                                  .dout = dres,
+                                                  .dout = b.gathered("residual.grad.gathered", dres),
                                                   .tokens = tokens,
                                                   .positions = positions,
                                                   .vocab_begin = vocab_begin});

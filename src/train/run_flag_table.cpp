@@ -302,6 +302,12 @@ const RunFlag kRunFlags[] = {
      .show_default = true,
      .memory = true,
      .bound = {.low = 1, .text = "must be at least 1"}},
+    {.names = "--sequence-parallel",
+     .help = "with --tensor-model-parallel-size: split the norms and the residual stream by tokens too, with "
+             "all-gathers and reduce-scatters instead of all-reduces",
+     .field = &config_field<&C::sequence_parallel>,
+     .kind = K::switch_on,
+     .memory = true},
     {.names = "--zero-stage",
      .help =
          "ZeRO stage: 0 replicated, 1 shards master weights and moments, 2 also gradients, 3 also weights",

@@ -54,7 +54,8 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .loss_mask = cfg.loss_mask,
                                            .packed = cfg.packed,
                                            .tp = cfg.tensor_parallel,
-                                           .tp_rank = tp_rank});
+                                           .tp_rank = tp_rank,
+                                           .sequence_parallel = cfg.sequence_parallel});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   run.val_data = {B, T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};

@@ -52,8 +52,9 @@ struct TrainConfig {
   // Tensor parallelism (Megatron's layout): ranks that split each layer's products, the vocabulary and the
   // attention heads; the world is tensor_parallel x data-parallel ranks, tensor-parallel ranks adjacent.
   int tensor_parallel = 1;
-  double bucket_size_mb = 25;  // gradient and weight exchanges in chunks of this many MiB
-  bool overlap_comm = true;    // exchanges run alongside the kernels; off: each one is waited for at once
+  bool sequence_parallel = false;  // the norms and the residual stream split by tokens over those ranks
+  double bucket_size_mb = 25;      // gradient and weight exchanges in chunks of this many MiB
+  bool overlap_comm = true;        // exchanges run alongside the kernels; off: each one is waited for at once
   OffloadOptimizer offload_optimizer = OffloadOptimizer::none;
   std::string offload_path;     // nvme: directory for this run's optimizer-state files
   double offload_chunk_mb = 4;  // nvme: chunk of fp32 elements streamed per I/O, in MiB

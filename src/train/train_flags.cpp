@@ -46,9 +46,15 @@ int data_parallel_size(const TrainConfig& c, int world) {
   return world / c.tensor_parallel;
 }
 
-void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
+void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   const int64_t tp = c.tensor_parallel;
+  if (c.sequence_parallel && tp == 1)
+    fail_usage("--sequence-parallel needs --tensor-model-parallel-size N > 1");
   if (tp == 1) return;
+  if (c.sequence_parallel && c.micro_batch * seq_len % tp != 0)
+    fail_usage("--sequence-parallel: --tensor-model-parallel-size " + std::to_string(tp) +
+               " must divide the micro-batch's " + std::to_string(c.micro_batch * seq_len) +
+               " tokens (--micro-batch-size x --seq-length)");
   const std::string flag = "--tensor-model-parallel-size " + std::to_string(tp);
   for (const auto& [count, what] :
        {std::pair{spec.n_head, "attention heads"}, std::pair{spec.n_kv_head, "key/value heads"},
@@ -70,7 +76,7 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
-  check_tensor_parallel_flags(c, spec);
+  check_tensor_parallel_flags(c, spec, seq_len);
   check_flag_bounds(c, {"--train-iters", "--micro-batch-size"});
   check_precision(c.precision);
   if (c.static_loss_scale != 0 && c.precision.precision != Precision::fp16)

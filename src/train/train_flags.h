@@ -21,7 +21,7 @@ int data_parallel_size(const TrainConfig& c, int world);
 
 // What --tensor-model-parallel-size splits must divide evenly (heads, key/value heads, MLP width, padded
 // vocabulary), and the features not run under it: usage errors naming the flags.
-void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec);
+void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c);

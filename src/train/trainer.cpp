@@ -172,6 +172,7 @@ StepOutcome Trainer::step(int64_t step) {
     }
   }
   sync_->reduce_gradients();
+  sum_sequence_parallel_grads();
   out.loss = (place_.dp > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * place_.dp);
   out.lr = schedule_.at(step);
   // The norm over every shard: the data-parallel ranks' ranges under ZeRO, the tensor-parallel ranks' parts.
@@ -267,6 +268,25 @@ void Trainer::finish() {
   write_file_atomically(memory_json, json.dump(2) + "\n");
   if (report.planned.bytes != report.measured.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
+}
+
+void Trainer::sum_sequence_parallel_grads() {
+  Communicator* group = groups_.tensor();
+  if (!group || !cfg_.sequence_parallel) return;
+  const Allocation& memory = *memory_;
+  const DType dtype = plan_.policy.grads;
+  const int64_t held_begin = plan_.grads_begin(), held_end = plan_.grads_end();
+  for (int id : model_.params) {
+    const TensorDesc& t = model_.graph.table[id];
+    if (!t.grad_summed_over_tp) continue;
+    // The part of the gradient this rank holds (its ZeRO-2/3 shard); the tensor group's ranks hold the same.
+    const int64_t offset = memory.param_offset(id);
+    const int64_t first = std::max(offset, held_begin), last = std::min(offset + t.numel(), held_end);
+    if (first >= last) continue;
+    void* grad = dtype == DType::bf16 ? static_cast<void*>(memory.grads_from<bf16>(first))
+                                      : static_cast<void*>(memory.grads_from<float>(first));
+    group->all_reduce_sum(grad, last - first, dtype);
+  }
 }
 
 uint8_t* Trainer::loss_mask() const {

@@ -84,6 +84,8 @@ class Trainer {
   // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
   void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
+  // Sequence parallel: sums the norms' gradients, each rank's over its own tokens, over the tensor group.
+  void sum_sequence_parallel_grads();
   // The batch's loss mask and tokens' positions in their records, for the loaders to fill; null when the data
   // has no mask, or does not pack records.
   uint8_t* loss_mask() const;

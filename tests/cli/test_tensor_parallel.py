@@ -1,9 +1,9 @@
-"""Tensor parallelism through the command line, under mpirun: T = 2 ranks (and T = 2 x D = 2 on 4) follow one
-process with the same global batch, step for step (loss, gradient norm, validation loss), for GPT-2 and LLaMA
+"""Tensor parallelism through the command line, under mpirun: T = 2 ranks (and T = 2 x D = 2 on 4), with and
+without sequence parallelism, follow one process with the same global batch, step for step (loss, gradient norm, validation loss), for GPT-2 and LLaMA
 with grouped-query attention, in fp32 within 1e-5 and bf16/fp16 within the precision tests' tolerance; ZeRO
 over the data-parallel groups and recompute under tensor parallelism; two runs of one layout are bitwise
 equal; every rank's memory.rank{r}.json has measured == planned == `memtrain estimate --tp 2 --dp D`; layouts
-that do not divide are usage errors naming the flag.
+that do not divide are usage errors naming the flag; sequence parallelism holds fewer activation bytes.
 
 Runs the binary memtrain_cli.py names.
 """
@@ -41,9 +41,10 @@ class TensorParallel(CliTestCase):
     def test_fp32_layouts_follow_one_process(self):
         for model in ("gpt2-tiny", "llama-tiny"):
             single = self.run_layout(f"{model}-single", 1, 1, model=model)
-            for tp, dp in ((2, 1), (2, 2)):
-                with self.subTest(model=model, tp=tp, dp=dp):
-                    out = self.run_layout(f"{model}-tp{tp}-dp{dp}", tp, dp, model=model)
+            for tp, dp, flags in ((2, 1, []), (2, 2, []), (2, 1, ["--sequence-parallel"]),
+                                  (2, 2, ["--sequence-parallel"])):
+                with self.subTest(model=model, tp=tp, dp=dp, flags=flags):
+                    out = self.run_layout(f"{model}-tp{tp}-dp{dp}{''.join(flags)}", tp, dp, *flags, model=model)
                     self.assert_follows(out, single, 1e-5)
 
     def test_zero_and_recompute_under_tensor_parallelism(self):
@@ -52,7 +53,12 @@ class TensorParallel(CliTestCase):
                                 ("zero3", 2, ["--zero-stage", "3"]),
                                 ("full", 1, ["--recompute-granularity", "full", "--recompute-method", "uniform",
                                              "--recompute-num-layers", "1"]),
-                                ("selective", 1, ["--recompute-granularity", "selective"])):
+                                ("selective", 1, ["--recompute-granularity", "selective"]),
+                                ("sp-zero3", 2, ["--sequence-parallel", "--zero-stage", "3"]),
+                                ("sp-full", 1, ["--sequence-parallel", "--recompute-granularity", "full",
+                                                "--recompute-method", "uniform", "--recompute-num-layers", "1"]),
+                                ("sp-selective", 1, ["--sequence-parallel", "--recompute-granularity",
+                                                     "selective"])):
             with self.subTest(name=name):
                 self.assert_follows(self.run_layout(name, 2, dp, *flags), single, 1e-5)
 
@@ -61,8 +67,10 @@ class TensorParallel(CliTestCase):
             for model in ("gpt2-tiny", "llama-tiny"):
                 with self.subTest(precision=precision, model=model):
                     single = self.run_layout(f"{model}{precision}-single", 1, 1, precision, model=model)
-                    out = self.run_layout(f"{model}{precision}-tp2", 2, 1, precision, model=model)
-                    self.assert_follows(out, single, 1e-2)
+                    for flags in ([], ["--sequence-parallel"]):
+                        out = self.run_layout(f"{model}{precision}-tp2{''.join(flags)}", 2, 1, precision, *flags,
+                                              model=model)
+                        self.assert_follows(out, single, 1e-2)
 
     def test_two_runs_are_bitwise_equal(self):
         first = self.run_layout("first", 2, 1, "--bf16", model="llama-tiny")
@@ -70,7 +78,8 @@ class TensorParallel(CliTestCase):
         self.assertEqual(self.records(first), self.records(second))
 
     def test_every_rank_measured_equals_planned_equals_estimate(self):
-        for model, dp, flags in (("gpt2-tiny", 2, ["--zero-stage", "1"]), ("llama-tiny", 1, ["--bf16"])):
+        for model, dp, flags in (("gpt2-tiny", 2, ["--zero-stage", "1"]), ("llama-tiny", 1, ["--bf16"]),
+                                 ("gpt2-tiny", 1, ["--sequence-parallel"])):
             with self.subTest(model=model, dp=dp):
                 out = self.run_layout(f"{model}-estimated", 2, dp, *flags, model=model)
                 estimate = memtrain("estimate", "--tp", "2", "--dp", str(dp), "--json",
@@ -84,9 +93,21 @@ class TensorParallel(CliTestCase):
                     self.assertEqual(memory["measured"], memory["planned"])
                     self.assertEqual(r["bytes"], memory["planned"], f"rank {r['rank']}")
                 # Each rank holds half of the split parameters: fewer than one process's.
-                single = memtrain("estimate", "--json", *run_flags(*flags, model=model, micro_batch_size=2))
+                whole_flags = [f for f in flags if f != "--sequence-parallel"]
+                single = memtrain("estimate", "--json", *run_flags(*whole_flags, model=model, micro_batch_size=2))
                 whole = json.loads(single.stdout)["ranks"][0]["num_params"]
                 self.assertLess(ranks[0]["num_params"], whole * 0.75)
+
+    def test_sequence_parallel_splits_the_residual_streams_activations(self):
+        def activations(*flags):
+            result = memtrain("estimate", "--tp", "2", "--json",
+                              *run_flags(*flags, model="gpt2", seq_length=256, micro_batch_size=2))
+            self.assertEqual(result.returncode, 0, result.stderr)
+            return json.loads(result.stdout)["ranks"][0]["bytes"]["activations"]
+        # GPT-2's 12 layers keep their inputs, norms' outputs and statistics for B*T/2 tokens each; the
+        # gathered whole inputs of the products live only around them.
+        tp, sp = activations(), activations("--sequence-parallel")
+        self.assertLess(sp, 0.85 * tp)
 
     def test_plan_searches_tensor_parallel_sizes_with_their_exact_plans(self):
         result = memtrain("plan", "--model", "llama-tiny", "--ranks", "2", "--device-memory", "1GiB",
@@ -111,6 +132,8 @@ class TensorParallel(CliTestCase):
         self.assert_error(result, 2, "--tensor-model-parallel-size 4", "key/value heads")
         result = memtrain("estimate", "--tp", "2", *run_flags("--lora-rank", "4"))
         self.assert_error(result, 2, "--tensor-model-parallel-size 2", "--lora-rank")
+        self.assert_error(memtrain("estimate", *run_flags("--sequence-parallel")), 2, "--sequence-parallel",
+                          "--tensor-model-parallel-size")
 
 
 if __name__ == "__main__":
