@@ -51,9 +51,11 @@ class PlanTest(CliTestCase):
         self.assertLessEqual(sum(memory["planned"].values()), limit)
 
     def estimated_total(self, command):
-        """Rank 0's total from `memtrain estimate` with a printed command line's flags (mpirun -np N: --dp N)."""
+        """Rank 0's total from `memtrain estimate` with a printed command line's flags (mpirun -np N: --dp N / T
+        for --tensor-model-parallel-size T)."""
         words = shlex.split(command)
-        ranks = ["--dp", words[2]] if words[0] == "mpirun" else []
+        tp = int(words[words.index("--tensor-model-parallel-size") + 1]) if "--tensor-model-parallel-size" in words else 1
+        ranks = ["--dp", str(int(words[2]) // tp)] if words[0] == "mpirun" else []
         args = words[words.index("train") + 1 :]
         result = memtrain("estimate", *args, *ranks, "--json")
         self.assertEqual(result.returncode, 0, result.stderr)

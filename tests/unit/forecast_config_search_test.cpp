@@ -9,6 +9,7 @@
 #include "dist/communicator.h"
 #include "forecast/config_search.h"
 #include "plan_test_util.h"
+#include "train/parallel_groups.h"
 
 namespace mt {
 namespace {
@@ -24,8 +25,12 @@ TrainConfig tiny_base(const std::string& model, int64_t global_batch) {
   return c;
 }
 
+// World rank `rank`'s plan, tensor-parallel candidates included.
 int64_t rank_total(const TrainConfig& c, int world, int rank) {
-  return lay_out_run(c, world, rank, c.threads, mpi_buffer_bytes(world)).plan.bytes.total();
+  const ParallelRank place = parallel_rank(c, world, rank);
+  return lay_out_run(c, place.dp, place.dp_rank, c.threads, parallel_buffer_bytes(place), kernels::cpu_isa(),
+                     place.tp_rank)
+      .plan.bytes.total();
 }
 
 TrainConfig with_precision(TrainConfig c, PrecisionConfig p) {
@@ -73,8 +78,8 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
         // Every rank of the run fits, not only rank 0, and the listed bytes are lay_out_run's.
         EXPECT_EQ(c.rank_bytes, rank_total(c.config, world, 0));
         for (int r = 0; r < world; ++r) EXPECT_LE(rank_total(c.config, world, r), request.device_memory);
-        EXPECT_EQ(c.config.micro_batch * world * lay_out_run(c.config, world, 0, 1, 0).accum,
-                  base.global_batch);
+        const int dp = world / c.config.tensor_parallel;
+        EXPECT_EQ(c.config.micro_batch * dp * lay_out_run(c.config, dp, 0, 1, 0).accum, base.global_batch);
       }
     }
 }
