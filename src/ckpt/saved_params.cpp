@@ -8,6 +8,17 @@
 
 namespace mt::ckpt {
 
+std::vector<int64_t> whole_offsets(const TensorTable& table) {
+  std::vector<int64_t> offsets(static_cast<size_t>(table.size()), -1);
+  int64_t flat = 0;
+  for (int id = 0; id < table.size(); ++id)
+    if (table[id].category == Category::params) {
+      offsets[static_cast<size_t>(id)] = flat;
+      flat += table[id].whole_numel();
+    }
+  return offsets;
+}
+
 SavedParams::SavedParams(const ModelSpec& spec, int tp, int64_t num_params, const std::string& where)
     : where_(where) {
   for (int s = 0; s < tp; ++s) {
@@ -15,20 +26,20 @@ SavedParams::SavedParams(const ModelSpec& spec, int tp, int64_t num_params, cons
     const ModelGraph model =
         build_model_graph(spec, {.batch = 1, .seq_len = 1, .threads = 1, .tp = tp, .tp_rank = s});
     const TensorTable& table = model.graph.table;
-    int64_t flat = 0, whole = 0;
+    const std::vector<int64_t> whole = whole_offsets(table);
+    int64_t flat = 0;
     size_t index = 0;
     for (int id = 0; id < table.size(); ++id) {
       const TensorDesc& t = table[id];
       if (t.category != Category::params) continue;
       if (s == 0) {
         by_name_[t.name] = params_.size();
-        params_.push_back({t.name, whole, t.whole_numel(), {}, {}});
+        params_.push_back({t.name, whole[static_cast<size_t>(id)], t.whole_numel(), {}, {}});
       }
       Param& p = params_.at(index++);
       p.offsets.push_back(flat);
       p.shards.push_back(t.shard);
       flat += t.numel();
-      whole += t.whole_numel();
     }
     if (flat != num_params)
       fail_usage(where + "each of its " + std::to_string(tp) + " tensor-parallel ranks holds " +

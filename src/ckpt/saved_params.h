@@ -20,6 +20,10 @@ struct SavedRun {
   int64_t flat = 0, count = 0;
 };
 
+// Each parameter's first element in one process's flat numbering, where every parameter is whole, in the
+// table's order (CheckpointTensor::offset); -1 for the other tensors.
+std::vector<int64_t> whole_offsets(const TensorTable& table);
+
 class SavedParams {
  public:
   // The parameters of `spec` split over `tp` ranks. The checkpoint's `num_params` (of each rank) must be

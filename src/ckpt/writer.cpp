@@ -1,12 +1,5 @@
 #include "ckpt/writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <stdexcept>

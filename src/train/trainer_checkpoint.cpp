@@ -4,6 +4,7 @@
 #include "ckpt/base_weights.h"
 #include "ckpt/flat_states.h"
 #include "ckpt/reader.h"
+#include "ckpt/saved_params.h"
 #include "ckpt/writer.h"
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -60,18 +61,12 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
               .moments = plan_.policy.moments,
               .moment_block = plan_.policy.moment_block,
               .tensors = {}};
-  // The Hugging Face tensors, each a contiguous range of one process's flat parameters (whose numbering has
-  // every parameter whole, in this rank's order); under LoRA the trained ones and the adapters (the frozen
-  // base comes back from --init-from or the seed, which the settings record).
-  const TensorTable& table = model_.graph.table;
-  std::vector<int64_t> whole_offset(static_cast<size_t>(table.size()), -1);
-  for (int64_t id = 0, flat = 0; id < table.size(); ++id)
-    if (plan_.param_offset[id] >= 0) {
-      whole_offset[id] = flat;
-      flat += table[static_cast<int>(id)].whole_numel();
-    }
+  // The Hugging Face tensors, each a contiguous range of one process's flat parameters; under LoRA the
+  // trained ones and the adapters (the frozen base comes back from --init-from or the seed, which the
+  // settings record).
+  const std::vector<int64_t> whole_offset = ckpt::whole_offsets(model_.graph.table);
   for (const FileTensor& f : trainable_tensors(spec_, model_))
-    s.layout.tensors.push_back({f.name, f.shape, whole_offset[f.param] + f.offset});
+    s.layout.tensors.push_back({f.name, f.shape, whole_offset[static_cast<size_t>(f.param)] + f.offset});
   if (cfg_.lora.enabled() && !cfg_.init_from.empty()) s.base_files = base_files();
   return s;
 }
@@ -163,7 +158,7 @@ int64_t Trainer::checkpoint_bytes() const {
       2 * static_cast<int64_t>(dtype_size(plan_.policy.weights));  // rank files and model file
   int64_t bytes = 0;
   for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) bytes += t.bytes(0, plan_.num_params);
-  // Each tensor-parallel rank's files hold its own parameters (at most the whole model file's, for each).
+  // Each tensor-parallel rank's rank files hold its own part, the model file the whole: at most tp parts.
   return (plan_.num_params * per_param + bytes) * place_.tp;
 }
 
