@@ -88,25 +88,30 @@ class TensorParallelCheckpoint(ResumeTestCase):
         self.assert_bitwise("tp2", [*tp(2), *BATCH], ranks=2)
 
     def test_resume_across_layouts(self):
-        reference = self.tmp / "reference"
-        self.run_layout(reference, 1, 1)
-        expected = self.losses(reference)
-        # (name, saved T, D, flags; resumed T, D, flags)
-        cases = (("tp2-to-1", 2, 1, [], 1, 1, []),
-                 ("tp2dp2-to-dp2", 2, 2, ["--zero-stage", "1"], 1, 2, []),
-                 ("tp2dp2-to-tp2", 2, 2, [], 2, 1, []),
-                 ("1-to-tp2", 1, 1, [], 2, 1, []),
-                 ("dp2-to-tp2dp2", 1, 2, [], 2, 2, ["--zero-stage", "1"]))
-        for name, saved_tp, saved_dp, saved_flags, tp_size, dp, flags in cases:
+        references = {}
+        for model in ("gpt2-tiny", "llama-tiny"):
+            references[model] = self.tmp / f"{model}-reference"
+            self.run_layout(references[model], 1, 1, model=model)
+        # (name, model, saved T, D, flags; resumed T, D, flags)
+        zero1, zero3 = ["--zero-stage", "1"], ["--zero-stage", "3"]
+        cases = (("tp2-to-1", "gpt2-tiny", 2, 1, [], 1, 1, []),
+                 ("llama-tp2-to-1", "llama-tiny", 2, 1, [], 1, 1, []),
+                 ("llama-1-to-tp2", "llama-tiny", 1, 1, [], 2, 1, []),
+                 ("tp2dp2-to-dp2", "gpt2-tiny", 2, 2, zero1, 1, 2, []),
+                 ("tp2dp2-zero3-to-1", "gpt2-tiny", 2, 2, zero3, 1, 1, []),
+                 ("tp2dp2-to-tp2", "gpt2-tiny", 2, 2, [], 2, 1, []),
+                 ("1-to-tp2", "gpt2-tiny", 1, 1, [], 2, 1, []),
+                 ("dp2-to-tp2dp2", "gpt2-tiny", 1, 2, [], 2, 2, zero1))
+        for name, model, saved_tp, saved_dp, saved_flags, tp_size, dp, flags in cases:
             with self.subTest(case=name):
                 straight, split = self.uninterrupted_and_resumed(
-                    name, [*tp(saved_tp), *BATCH, *saved_flags], saved_tp * saved_dp, tp_size * dp,
-                    [*tp(tp_size), *BATCH, *flags])
+                    name, [*tp(saved_tp), *BATCH, "--model", model, *saved_flags], saved_tp * saved_dp,
+                    tp_size * dp, [*tp(tp_size), *BATCH, "--model", model, *flags])
                 losses = self.losses(split)
                 self.assertEqual(len(losses), STEPS)
                 self.assertEqual(losses[:N], self.losses(straight)[:N])
                 self.assert_close(losses[N:], self.losses(straight)[N:])
-                self.assert_close(losses[N:], expected[N:])
+                self.assert_close(losses[N:], self.losses(references[model])[N:])
 
     def test_bf16_master_weights_resume_across_layouts(self):
         # The fp32 master copy and the moments map as the weights do.
