@@ -1,9 +1,9 @@
 """Weights and checkpoints under tensor parallelism, through the command line under mpirun: --save-weights at
-T = 2 (and T = 2 x D = 2) writes one process's Hugging Face file after the same training; --init-from at T = 2
-follows one process from the same file; checkpoints resume across layouts (T = 2 -> T = 2 bitwise, T = 2 -> one
+T = 2 (and T = 2 x D = 2) writes one process's Hugging Face file (bit for bit from the same weights, within
+Adam's rounding after the same training); --init-from at T = 2 follows one process from the same file; checkpoints resume across layouts (T = 2 -> T = 2 bitwise, T = 2 -> one
 process, T = 2 x D = 2 -> D = 2, one process -> T = 2, within 1e-5 of the uninterrupted run), `memtrain export`
-of a T = 2 checkpoint equals the run's --save-weights file, --verify-resume passes at T = 2, and 8-bit moments'
-block scales are refused across a change of T by name.
+of a T = 2 checkpoint equals the run's --save-weights file (and `inspect` reads it), --verify-resume passes at
+T = 2, and 8-bit moments' block scales are refused across a change of T by name.
 
 Runs the binary memtrain_cli.py names.
 """
@@ -124,6 +124,10 @@ class TensorParallelCheckpoint(ResumeTestCase):
         out = self.tmp / "export"
         self.train(out, *tp(2), *BATCH, "--bf16", "--save", str(out / "ckpt"), "--save-weights",
                    str(out / "w.safetensors"), ranks=2)
+        inspected = memtrain("inspect", str(out / "ckpt"))
+        self.assertEqual(inspected.returncode, 0, inspected.stderr)
+        self.assertIn("checksums verified", inspected.stdout)
+        self.assertIn("rank1.safetensors: flat parameters [0, ", inspected.stdout)  # its own numbering
         exported = self.tmp / "exported"
         result = memtrain("export", str(out / "ckpt"), "--out", str(exported))
         self.assertEqual(result.returncode, 0, result.stderr)
