@@ -1,18 +1,39 @@
 #include "ckpt/export.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
 #include "ckpt/merged_export.h"
+#include "ckpt/saved_params.h"
 #include "ckpt/state.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/hf_config.h"
 #include "model/lora.h"
 
 namespace mt::ckpt {
+
+namespace {
+
+// A checkpoint saved under tensor parallelism: where its ranks held each element. Its model is state.json's,
+// with the vocabulary padding the layout records.
+std::optional<SavedParams> saved_params(const std::string& checkpoint_dir, const CheckpointState& state) {
+  const CheckpointLayout& layout = state.layout;
+  if (layout.tp == 1) return std::nullopt;
+  const std::string path = checkpoint_dir + "/" + kStateFile;
+  ModelSpec spec = model_config(state.model, path);
+  if (layout.padded_vocab < spec.vocab_size)
+    fail_data(path + ": layout.padded_vocab " + std::to_string(layout.padded_vocab) +
+              " is below the vocabulary of " + std::to_string(spec.vocab_size));
+  spec.padded_vocab_size = layout.padded_vocab;
+  return SavedParams(spec, layout.tp, layout.num_params, "export " + checkpoint_dir + ": ");
+}
+
+}  // namespace
 
 void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir, bool merge_adapter) {
   const CheckpointState state = read_state(checkpoint_dir);
@@ -42,13 +63,24 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
     items.push_back({t.name, dtype, t.shape});
     largest = std::max(largest, t.numel());
   }
-  const RankFiles files(checkpoint_dir, layout);
+  const std::optional<SavedParams> saved = saved_params(checkpoint_dir, state);
+  std::vector<RankFiles> files;
+  for (int s = 0; s < layout.tp; ++s) files.emplace_back(checkpoint_dir, layout, s);
+  const StateTensor values{source, dtype, nullptr};
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
   // One tensor at a time through one tensor-sized buffer.
-  std::vector<char> tensor(static_cast<size_t>(largest) * dtype_size(dtype));
+  std::vector<char> tensor(static_cast<size_t>(largest * size));
   SafetensorsWriter writer(out_dir + "/" + kModelFile, items, {{"format", "pt"}});
   for (const CheckpointTensor& t : layout.tensors) {
-    files.read({source, dtype, nullptr}, {t.offset, t.offset + t.numel()}, tensor.data());
-    writer.write_next(tensor.data(), static_cast<uint64_t>(t.numel()) * dtype_size(dtype));
+    const int64_t end = t.offset + t.numel();
+    // Without tensor parallelism a tensor's elements are one range of the one flat numbering.
+    for (int64_t g = t.offset; g < end;) {
+      const SavedRun from = saved ? saved->locate_flat(g, end - g) : SavedRun{0, g, end - g};
+      files[static_cast<size_t>(from.tp_rank)].read(values, {from.flat, from.flat + from.count},
+                                                    tensor.data() + (g - t.offset) * size);
+      g += from.count;
+    }
+    writer.write_next(tensor.data(), static_cast<uint64_t>(t.numel() * size));
   }
   writer.finish();
   write_synced(out_dir, "config.json", state.model.dump(2) + "\n");

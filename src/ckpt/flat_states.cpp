@@ -31,10 +31,10 @@ std::vector<StateTensor> state_tensors(const Plan& plan) {
   return tensors;
 }
 
-RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout) {
-  for (int r = 0; r < layout.world; ++r) {
+RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int tp_rank) {
+  for (int r = tp_rank; r < layout.world; r += layout.tp) {
     files_.push_back(std::make_unique<SafetensorsReader>(checkpoint_dir + "/" + rank_file_name(r)));
-    ranges_.push_back(save_range(layout.num_params, layout.world, r, layout.moment_block));
+    ranges_.push_back(layout.file_range(r));
   }
 }
 

@@ -1,9 +1,10 @@
 // Where a checkpoint's pieces live. A save directory holds one directory per checkpoint, step_00000012,
 // written first as .step_00000012.tmp and renamed when complete. Inside:
-//   rank{r}.safetensors  rank r's range of the flat parameters: weights, fp32 master, Adam m and v, each in
-//                        its own dtype (1-D tensors "weights", "master", "adam_m", "adam_v"), and 8-bit
-//                        moments' fp32 scales, one per block begun ("adam_m_scales", "adam_v_scales")
-//   model.safetensors    the weights with Hugging Face names (each rank writes its range into place)
+//   rank{r}.safetensors  rank r's range of its flat parameters (under tensor parallelism each tensor-parallel
+//                        rank numbers its own part: CheckpointLayout): weights, fp32 master, Adam m and v,
+//                        each in its own dtype (1-D tensors "weights", "master", "adam_m", "adam_v"), and
+//                        8-bit moments' fp32 scales, one per block begun ("adam_m_scales", "adam_v_scales")
+//   model.safetensors    the whole weights with Hugging Face names (each rank writes its range into place)
 //   state.json           step, optimizer, loss scaler, data cursor, random streams, config, run, metrics
 //   manifest.json        every file above with its size and CRC-32C; written last
 #pragma once

@@ -2,11 +2,14 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
+#include "ckpt/saved_params.h"
 #include "core/error.h"
+#include "model/weights.h"
 
 namespace mt::ckpt {
 
@@ -45,13 +48,53 @@ std::string select_checkpoint(const std::string& dir, const std::string& flag, b
   return "";
 }
 
-void load_model_states(const std::string& checkpoint_dir, const CheckpointState& state, Allocation& memory) {
+namespace {
+
+using ReadEntries = std::function<void(const StateTensor& t, FlatRange range, char* dst)>;
+
+// Every model-state buffer of this rank, each range filled by `read`.
+void read_model_states(Allocation& memory, const ReadEntries& read) {
+  const HeldWeights weights = held_weights(memory);
+  read({kWeightsTensor, weights.dtype, nullptr}, weights.range, weights.data);
+  const std::vector<StateTensor> states = state_tensors(memory.plan());
+  memory.optimizer_state().visit(memory.plan().shard_begin, memory.plan().shard_end, StateAccess::write_all,
+                                 [&](const StateWindow& w) {
+                                   for (const StateTensor& t : states)
+                                     read(t, {w.begin, w.end}, t.in_window(w));
+                                 });
+}
+
+// Fills flat range `range` of this rank's parameters (all unblocked entries) from the saved ranks that held
+// each element.
+void read_mapped(const SavedParams& saved, const std::vector<RankFiles>& files, const Allocation& memory,
+                 const StateTensor& t, FlatRange range, char* dst) {
+  const TensorTable& table = memory.table();
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int id = 0; id < table.size(); ++id) {
+    const int64_t base = memory.plan().param_offset[id];
+    if (base < 0) continue;
+    const TensorDesc& param = table[id];
+    const int64_t first = std::max(range.begin, base), last = std::min(range.end, base + param.numel());
+    for (int64_t local = first - base; local < last - base;) {
+      const ElementRun run = run_at(param, local, last - base - local);
+      for (int64_t done = 0; done < run.count;) {
+        const SavedRun from = saved.locate(param.name, run.whole + done, run.count - done);
+        files[static_cast<size_t>(from.tp_rank)].read(t, {from.flat, from.flat + from.count},
+                                                      dst + (base + local + done - range.begin) * size);
+        done += from.count;
+      }
+      local += run.count;
+    }
+  }
+}
+
+}  // namespace
+
+void load_model_states(const std::string& checkpoint_dir, const CheckpointState& state, Allocation& memory,
+                       const ModelSpec& spec, int tp, int tp_rank) {
   const CheckpointLayout& layout = state.layout;
   const Plan& plan = memory.plan();
   const std::string where = "resume from " + checkpoint_dir + ": ";
-  if (layout.num_params != plan.num_params)
-    fail_usage(where + "it holds " + std::to_string(layout.num_params) + " parameters, this model " +
-               std::to_string(plan.num_params) + " (--model differs)");
   if (layout.weights != plan.policy.weights || layout.moments != plan.policy.moments ||
       layout.moment_block != plan.policy.moment_block || layout.master != plan.policy.master_weights)
     fail_usage(where + "it stores weights " + std::string(dtype_name(layout.weights)) +
@@ -61,15 +104,27 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
                (plan.policy.master_weights ? " + F32 master" : "") + ", moments " +
                std::string(dtype_name(plan.policy.moments)) +
                " (--precision, --exp-avg-dtype or --main-params-dtype differ)");
-  const RankFiles files(checkpoint_dir, layout);
-  const HeldWeights weights = held_weights(memory);
-  files.read({kWeightsTensor, weights.dtype, nullptr}, weights.range, weights.data);
-  const std::vector<StateTensor> states = state_tensors(plan);
-  memory.optimizer_state().visit(plan.shard_begin, plan.shard_end, StateAccess::write_all,
-                                 [&](const StateWindow& w) {
-                                   for (const StateTensor& t : states)
-                                     files.read(t, {w.begin, w.end}, t.in_window(w));
-                                 });
+  if (layout.tp == tp) {  // the same flat numbering: ranges of this rank's own files
+    if (layout.num_params != plan.num_params)
+      fail_usage(where + "it holds " + std::to_string(layout.num_params) + " parameters, this model " +
+                 std::to_string(plan.num_params) + " (--model differs)");
+    const RankFiles files(checkpoint_dir, layout, tp_rank);
+    read_model_states(memory,
+                      [&](const StateTensor& t, FlatRange range, char* dst) { files.read(t, range, dst); });
+    return;
+  }
+  // A scale stands for a block of one rank's flat numbering, which another split cuts elsewhere.
+  if (layout.moment_block > 0)
+    fail_usage(where + "its 8-bit moments were saved under --tensor-model-parallel-size " +
+               std::to_string(layout.tp) + ": their block scales do not carry over exactly to " +
+               std::to_string(tp) + "; resume with --tensor-model-parallel-size " +
+               std::to_string(layout.tp));
+  const SavedParams saved(spec, layout.tp, layout.num_params, where);
+  std::vector<RankFiles> files;
+  for (int s = 0; s < layout.tp; ++s) files.emplace_back(checkpoint_dir, layout, s);
+  read_model_states(memory, [&](const StateTensor& t, FlatRange range, char* dst) {
+    read_mapped(saved, files, memory, t, range, dst);
+  });
 }
 
 }  // namespace mt::ckpt

@@ -53,6 +53,8 @@ nlohmann::json to_json(const CheckpointState& s) {
                       {"layout",
                        {{"num_params", s.layout.num_params},
                         {"world", s.layout.world},
+                        {"tp", s.layout.tp},
+                        {"padded_vocab", s.layout.padded_vocab},
                         {"weights", dtype_name(s.layout.weights)},
                         {"master", s.layout.master},
                         {"moments", dtype_name(s.layout.moments)},
@@ -91,6 +93,8 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     const nlohmann::json& l = j.at("layout");
     s.layout.num_params = l.at("num_params").get<int64_t>();
     s.layout.world = l.at("world").get<int>();
+    s.layout.tp = l.value("tp", 1);
+    s.layout.padded_vocab = l.value("padded_vocab", int64_t{0});
     s.layout.weights = dtype_named(l.at("weights").get<std::string>(), path);
     s.layout.master = l.at("master").get<bool>();
     s.layout.moments = dtype_named(l.at("moments").get<std::string>(), path);
@@ -111,11 +115,17 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     fail_data(path + ": malformed base checksum: " + e.what());
   }
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||
-      s.layout.num_params < 0 || s.layout.moment_block < 0)
-    fail_data(path + ": step, optimizer updates, world, parameter count or moment block out of range");
+      s.layout.tp < 1 || s.layout.world % s.layout.tp != 0 || s.layout.num_params < 0 ||
+      s.layout.moment_block < 0)
+    fail_data(
+        path +
+        ": step, optimizer updates, world, tensor-parallel ranks, parameter count or moment block out of "
+        "range");
+  // Tensor-parallel ranks hold at least 1/tp of the whole parameters each.
+  const int64_t whole_bound = s.layout.num_params * s.layout.tp;
   for (const CheckpointTensor& t : s.layout.tensors)
-    if (t.offset < 0 || t.numel() < 0 || t.offset + t.numel() > s.layout.num_params)
-      fail_data(path + ": tensor " + t.name + " lies outside the " + std::to_string(s.layout.num_params) +
+    if (t.offset < 0 || t.numel() < 0 || t.offset + t.numel() > whole_bound)
+      fail_data(path + ": tensor " + t.name + " lies outside the " + std::to_string(whole_bound) +
                 " flat parameters");
   return s;
 }

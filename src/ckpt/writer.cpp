@@ -1,12 +1,5 @@
 #include "ckpt/writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <stdexcept>
@@ -16,6 +9,7 @@
 #include "ckpt/manifest.h"
 #include "core/error.h"
 #include "io/safetensors.h"
+#include "model/weights.h"
 
 namespace mt::ckpt {
 
@@ -25,8 +19,9 @@ namespace fs = std::filesystem;
 
 // This rank's save range of the weights and the optimizer state, streamed from memory (or from the offload
 // file, through its chunk slots): no copy.
-ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, int world, int rank) {
-  const FlatRange range = save_range(memory.num_params(), world, rank, memory.plan().policy.moment_block);
+ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, const CheckpointLayout& layout,
+                             int rank) {
+  const FlatRange range = layout.file_range(rank);
   const HeldWeights weights = held_weights(memory);
   if (range.begin < weights.range.begin || range.end > weights.range.end)
     throw std::logic_error("checkpoint: rank " + std::to_string(rank) +
@@ -54,51 +49,12 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, i
 
 // model.safetensors is written by every rank together: rank 0 lays the file out (header, full size), then
 // each rank writes the weights of its save range into their places, straight from its weight buffer (so
-// under ZeRO-3, where a rank holds only its shard of the weights, nothing changes).
+// under ZeRO-3, where a rank holds only its shard of the weights, nothing changes; under tensor parallelism
+// each rank's part of a split tensor goes to its whole indices).
 SafetensorsLayout model_file_layout(const std::string& path, const CheckpointLayout& layout) {
   std::vector<SafetensorsWriter::Item> items;
   for (const CheckpointTensor& t : layout.tensors) items.push_back({t.name, layout.weights, t.shape});
   return safetensors_layout(path, items, {{"format", "pt"}});
-}
-
-void create_model_file(const std::string& path, const SafetensorsLayout& file) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail_data(path + ": cannot create: " + std::strerror(errno));
-  const bool ok =
-      pwrite(fd, file.header.data(), file.header.size(), 0) == static_cast<ssize_t>(file.header.size()) &&
-      ftruncate(fd, static_cast<off_t>(file.file_size)) == 0;
-  const int err = errno;
-  close(fd);
-  if (!ok) fail_data(path + ": cannot write its header: " + std::strerror(err));
-}
-
-void write_model_part(const std::string& path, const SafetensorsLayout& file, const CheckpointLayout& layout,
-                      const Allocation& memory, FlatRange range) {
-  const HeldWeights weights = held_weights(memory);
-  if (range.begin < weights.range.begin || range.end > weights.range.end)
-    throw std::logic_error("checkpoint: this rank does not hold the weights of its save range");
-  const int64_t size = static_cast<int64_t>(dtype_size(layout.weights));
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  if (fd < 0) fail_data(path + ": cannot open: " + std::strerror(errno));
-  bool ok = true;
-  for (size_t i = 0; i < layout.tensors.size() && ok; ++i) {
-    const CheckpointTensor& t = layout.tensors[i];
-    const int64_t first = std::max(t.offset, range.begin), last = std::min(t.offset + t.numel(), range.end);
-    if (first >= last) continue;
-    const char* src = weights.data + (first - weights.range.begin) * size;
-    uint64_t left = static_cast<uint64_t>((last - first) * size);
-    off_t at = static_cast<off_t>(file.tensor_offset[i] + static_cast<uint64_t>((first - t.offset) * size));
-    while (left > 0 && ok) {
-      const ssize_t n = pwrite(fd, src, left, at);
-      if (n < 0 && errno == EINTR) continue;
-      ok = n > 0;
-      if (ok) src += n, left -= static_cast<uint64_t>(n), at += n;
-    }
-  }
-  ok = ok && fsync(fd) == 0;
-  const int err = errno;
-  close(fd);
-  if (!ok) fail_data(path + ": cannot write weights: " + std::strerror(err));
 }
 
 void remove_all_or_fail(const fs::path& path) {
@@ -159,7 +115,8 @@ size_t remove_checkpoints(const std::string& save_dir) {
 }
 
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream) {
+                            const Allocation& memory, const std::vector<FileTensor>& tensors,
+                            Communicator& comm, int keep, std::span<char> stream) {
   const int world = comm.size(), rank = comm.rank();
   const fs::path final_dir = fs::path(save_dir) / checkpoint_name(state.step);
   const fs::path tmp_dir = fs::path(save_dir) / hidden_name(state.step, "tmp");
@@ -173,11 +130,15 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   }
   const std::string model_path = (tmp_dir / kModelFile).string();
   const SafetensorsLayout model_file = model_file_layout(model_path, state.layout);
-  if (rank == 0) create_model_file(model_path, model_file);
+  if (tensors.size() != state.layout.tensors.size())
+    throw std::logic_error("checkpoint: the model file's tensors differ from the state's");
+  if (rank == 0) create_laid_out_file(model_path, model_file);
   comm.barrier();
-  const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, world, rank);
-  write_model_part(model_path, model_file, state.layout, memory,
-                   save_range(memory.num_params(), world, rank, memory.plan().policy.moment_block));
+  const CheckpointLayout& layout = state.layout;
+  const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, layout, rank);
+  const FlatRange range = layout.file_range(rank);
+  write_tensor_parts(model_path, model_file, tensors, memory, layout.file_tp_rank(rank) == 0, range.begin,
+                     range.end, dtype_size(layout.weights), weight_values(memory));
   // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53). Every rank has written all
   // its parts once this returns.
   const double sent[2] = {static_cast<double>(mine.bytes), static_cast<double>(mine.crc32c)};

@@ -5,20 +5,24 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ckpt/state.h"
 #include "dist/communicator.h"
 #include "memory/allocation.h"
+#include "model/checkpoint_layout.h"
 
 namespace mt::ckpt {
 
 // Collective: every rank calls it with the same state. Each rank streams its save range of the model states
-// from `memory` (no copy) into its rank file and its part of model.safetensors; rank 0 checksums
+// from `memory` (no copy) into its rank file (the world rank's, state.layout.file_range) and its part of
+// model.safetensors, whose tensors `tensors` are (in the order of state.layout.tensors); rank 0 checksums
 // model.safetensors through `stream` (the plan's checkpoint buffer), adds state.json and the manifest,
 // renames, then keeps the newest `keep` checkpoints of the state's lineage (its run_id; 0: all), never
 // touching another run's. Returns the checkpoint's directory.
 std::string save_checkpoint(const std::string& save_dir, const CheckpointState& state,
-                            const Allocation& memory, Communicator& comm, int keep, std::span<char> stream);
+                            const Allocation& memory, const std::vector<FileTensor>& tensors,
+                            Communicator& comm, int keep, std::span<char> stream);
 
 // Removes every checkpoint of save_dir (--overwrite-checkpoints); returns how many there were.
 size_t remove_checkpoints(const std::string& save_dir);

@@ -50,7 +50,7 @@ void inspect(const std::string& dir) {
       layout.master ? " + F32 master" : "", std::string(dtype_name(layout.moments)).c_str(),
       static_cast<long long>(state.optimizer_updates));
   for (int r = 0; r < layout.world; ++r) {
-    const ckpt::FlatRange range = ckpt::save_range(layout.num_params, layout.world, r, layout.moment_block);
+    const ckpt::FlatRange range = layout.file_range(r);
     std::printf("  %s: flat parameters [%lld, %lld)\n", ckpt::rank_file_name(r).c_str(),
                 static_cast<long long>(range.begin), static_cast<long long>(range.end));
   }

@@ -14,12 +14,14 @@ int64_t FileTensor::numel() const {
 
 namespace {
 
-// The vocabulary matrices without their padding rows; everything else as the table has it.
+// The whole tensor (of which a tensor-parallel rank holds a part), the vocabulary matrices without their
+// padding rows.
 std::vector<int64_t> unpadded_shape(const ModelSpec& spec, const TensorDesc& t) {
-  if (t.shape.size() == 2 && t.shape[0] == spec.padded_vocab_size && t.shape[1] == spec.n_embd &&
+  const std::vector<int64_t>& shape = t.shard ? t.shard->whole : t.shape;
+  if (shape.size() == 2 && shape[0] == spec.padded_vocab_size && shape[1] == spec.n_embd &&
       (t.name == "wte.weight" || t.name == "model.embed_tokens.weight" || t.name == "lm_head.weight"))
     return {spec.vocab_size, spec.n_embd};
-  return t.shape;
+  return shape;
 }
 
 // q, k, v (or gate, up) stacked by rows in one parameter: the file tensors of each part.

@@ -16,8 +16,8 @@ namespace mt {
 struct FileTensor {
   std::string name;
   int param = -1;      // the parameter's table id
-  int64_t offset = 0;  // its first element within the parameter
-  std::vector<int64_t> shape;
+  int64_t offset = 0;  // its first element within the whole parameter (a tensor-parallel rank holds a part)
+  std::vector<int64_t> shape;  // the whole file tensor's
   int64_t numel() const;
 };
 

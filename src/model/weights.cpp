@@ -1,8 +1,13 @@
 #include "model/weights.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -31,6 +36,22 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // ZeRO-sharded master is spread over the ranks).
 bool saves_master(const Plan& plan) {
   return plan.policy.master_weights && !plan.sharding.shards_optimizer();
+}
+
+// Calls fn(first, last, element) for each run of file tensor f's elements that this rank holds: flat
+// parameters [first, last) are f's elements from `element` on.
+template <class Fn>
+void for_each_held_run(const Allocation& memory, const FileTensor& f, Fn fn) {
+  const TensorDesc& t = memory.table()[f.param];
+  const int64_t base = memory.param_offset(f.param), numel = t.numel();
+  for (int64_t local = 0; local < numel;) {
+    const ElementRun run = run_at(t, local, numel - local);
+    local += run.count;
+    const int64_t begin = std::max(run.whole, f.offset),
+                  end = std::min(run.whole + run.count, f.offset + f.numel());
+    const int64_t flat = base + run.local - run.whole;  // plus a whole index: its flat index
+    if (begin < end) fn(flat + begin, flat + end, begin - f.offset);
+  }
 }
 
 float file_value(const char* bytes, DType dtype, int64_t i) {
@@ -72,15 +93,15 @@ void store_frozen(const char* bytes, DType file_dtype, const Allocation& memory,
 }
 
 // Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
-// only this rank's shard) and of this rank's fp32 master copy. The file's bytes pass through one
-// tensor-sized buffer, at load time only.
+// only this rank's shard; under tensor parallelism this rank's part) and of this rank's fp32 master copy. The
+// file's bytes pass through one tensor-sized buffer, at load time only.
 void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocation& memory,
                   const FileTensor& f) {
   const Plan& plan = memory.plan();
   const DType weights = plan.policy.weights;
   const bool frozen = memory.table()[f.param].category == Category::frozen;
   const bool quantized = memory.table()[f.param].quantized.has_value();
-  if (e.dtype == weights && !quantized &&
+  if (e.dtype == weights && !quantized && !memory.table()[f.param].shard &&
       (frozen || (!plan.policy.master_weights && !plan.sharding.shards_weights()))) {
     char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
     reader.read(e, into);
@@ -94,20 +115,18 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
     store_frozen(bytes.data(), e.dtype, memory, f);
     return;
   }
-  const int64_t n = e.numel(), offset = memory.param_offset(f.param) + f.offset;
-  const int64_t first = std::max(offset, plan.weights_begin()),
-                last = std::min(offset + n, plan.weights_end());
-  for (int64_t g = first; g < last; ++g) {
-    const float v = file_value(bytes.data(), e.dtype, g - offset);
-    if (weights == DType::f32) *memory.weights_from<float>(g) = v;
-    if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(v);
-    if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(v);
-  }
-  if (!plan.policy.master_weights) return;
-  const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
-  memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
-    for (int64_t g = w.begin; g < w.end; ++g)
-      w.master[g - w.begin] = file_value(bytes.data(), e.dtype, g - offset);
+  for_each_held_run(memory, f, [&](int64_t first, int64_t last, int64_t element) {
+    const auto value = [&](int64_t g) { return file_value(bytes.data(), e.dtype, element + g - first); };
+    for (int64_t g = std::max(first, plan.weights_begin()); g < std::min(last, plan.weights_end()); ++g) {
+      if (weights == DType::f32) *memory.weights_from<float>(g) = value(g);
+      if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(value(g));
+      if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(value(g));
+    }
+    const int64_t begin = std::max(first, plan.shard_begin), end = std::min(last, plan.shard_end);
+    if (!plan.policy.master_weights || begin >= end) return;
+    memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
+      for (int64_t g = w.begin; g < w.end; ++g) w.master[g - w.begin] = value(g);
+    });
   });
 }
 
@@ -189,27 +208,114 @@ void write_weight_index(const std::string& path, const std::vector<WeightShard>&
   write_file_atomically(path, index.dump(2) + "\n");
 }
 
+ElementRun run_at(const TensorDesc& t, int64_t local, int64_t limit) {
+  if (!t.shard) return {local, local, limit};
+  const TensorShard& s = *t.shard;
+  int64_t inner = 1, part_width = 0;
+  for (size_t d = static_cast<size_t>(s.dim) + 1; d < s.whole.size(); ++d) inner *= s.whole[d];
+  for (const auto& range : s.ranges) part_width += range.second;
+  const int64_t rest = local % (part_width * inner);
+  int64_t j = rest / inner;  // along the split dimension, within the part
+  for (const auto& range : s.ranges) {
+    if (j < range.second)
+      return {local, s.whole_index(local), std::min(limit, (range.second - j) * inner - rest % inner)};
+    j -= range.second;
+  }
+  throw std::logic_error("tensor shard: element " + std::to_string(local) + " outside the part");
+}
+
+void create_laid_out_file(const std::string& path, const SafetensorsLayout& file) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail_data(path + ": cannot create: " + std::strerror(errno));
+  const bool ok =
+      pwrite(fd, file.header.data(), file.header.size(), 0) == static_cast<ssize_t>(file.header.size()) &&
+      ftruncate(fd, static_cast<off_t>(file.file_size)) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write its header: " + std::strerror(err));
+}
+
+void write_tensor_parts(const std::string& path, const SafetensorsLayout& file,
+                        const std::vector<FileTensor>& tensors, const Allocation& memory, bool writes_whole,
+                        int64_t first, int64_t last, uint64_t element_bytes, const FlatSource& source) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail_data(path + ": cannot open: " + std::strerror(errno));
+  bool ok = true;
+  off_t at = 0;
+  const auto sink = [&](const char* bytes, uint64_t left) {
+    while (left > 0 && ok) {
+      const ssize_t n = pwrite(fd, bytes, left, at);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) bytes += n, left -= static_cast<uint64_t>(n), at += n;
+    }
+  };
+  for (size_t i = 0; i < tensors.size() && ok; ++i) {
+    if (!memory.table()[tensors[i].param].shard && !writes_whole) continue;
+    for_each_held_run(memory, tensors[i], [&](int64_t begin, int64_t end, int64_t element) {
+      const int64_t from = std::max(begin, first), to = std::min(end, last);
+      if (from >= to || !ok) return;
+      at = static_cast<off_t>(file.tensor_offset[i] +
+                              static_cast<uint64_t>(element + from - begin) * element_bytes);
+      source(from, to, sink);
+    });
+  }
+  ok = ok && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) fail_data(path + ": cannot write weights: " + std::strerror(err));
+}
+
+FlatSource weight_values(const Allocation& memory) {
+  return [&memory](int64_t first, int64_t last, const std::function<void(const char*, uint64_t)>& sink) {
+    const Plan& plan = memory.plan();
+    const uint64_t size = dtype_size(plan.policy.weights);
+    if (first < plan.weights_begin() || last > plan.weights_end())
+      throw std::logic_error("weights: this rank does not hold flat parameters " + std::to_string(first) +
+                             "-" + std::to_string(last));
+    sink(static_cast<const char*>(memory.params()) +
+             static_cast<uint64_t>(first - plan.weights_begin()) * size,
+         static_cast<uint64_t>(last - first) * size);
+  };
+}
+
+FlatSource master_values(const Allocation& memory) {
+  return [&memory](int64_t first, int64_t last, const std::function<void(const char*, uint64_t)>& sink) {
+    memory.optimizer_state().visit(first, last, StateAccess::read_master, [&](const StateWindow& w) {
+      sink(reinterpret_cast<const char*>(w.master), static_cast<uint64_t>(w.end - w.begin) * 4);
+    });
+  };
+}
+
 // From the master copy (streamed in the optimizer state's windows, which may be offloaded) or from the
 // weights.
-void write_weight_file(const std::string& path, const std::vector<FileTensor>& from,
-                       const Allocation& memory) {
+void write_weight_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory,
+                       Communicator* tensor_group) {
   const bool master = saves_master(memory.plan());
-  const DType weights = memory.plan().policy.weights;
+  const DType dtype = master ? DType::f32 : memory.plan().policy.weights;
   std::vector<SafetensorsWriter::Item> items;
-  for (const FileTensor& f : from) items.push_back({f.name, master ? DType::f32 : weights, f.shape});
+  for (const FileTensor& f : from) items.push_back({f.name, dtype, f.shape});
+  const FlatSource source = master ? master_values(memory) : weight_values(memory);
+  if (tensor_group && tensor_group->size() > 1) {
+    // Every rank writes its parts into a temporary file that its group's rank 0 lays out and renames.
+    const SafetensorsLayout file = safetensors_layout(path, items, {{"format", "pt"}});
+    const std::string parts = path + ".parts.tmp";
+    const bool first = tensor_group->rank() == 0;
+    if (first) create_laid_out_file(parts, file);
+    tensor_group->barrier();
+    write_tensor_parts(parts, file, from, memory, first, 0, memory.num_params(), dtype_size(dtype), source);
+    tensor_group->barrier();
+    std::error_code ec;
+    if (first) fs::rename(parts, path, ec);
+    if (ec) fail_data(path + ": cannot rename from " + parts + ": " + ec.message());
+    return;
+  }
   SafetensorsWriter writer(path, items, {{"format", "pt"}});
+  // A file tensor is a contiguous range of its parameter (padding rows, when any, come after it).
   for (const FileTensor& f : from) {
-    // A file tensor is a contiguous range of its parameter (padding rows, when any, come after it).
-    if (master) {
-      const int64_t offset = memory.param_offset(f.param) + f.offset;
-      memory.optimizer_state().visit(
-          offset, offset + f.numel(), StateAccess::read_master, [&](const StateWindow& w) {
-            writer.write_part(w.master, static_cast<uint64_t>(w.end - w.begin) * 4);
-          });
-    } else {
-      writer.write_next(static_cast<const char*>(memory.data(f.param)) + f.offset * dtype_size(weights),
-                        static_cast<uint64_t>(f.numel()) * dtype_size(weights));
-    }
+    const int64_t offset = memory.param_offset(f.param) + f.offset;
+    source(offset, offset + f.numel(),
+           [&](const char* bytes, uint64_t size) { writer.write_part(bytes, size); });
   }
   writer.finish();
 }
@@ -242,10 +348,10 @@ void load_weights(const std::string& path, const ModelSpec& spec, const ModelGra
 }
 
 void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
-                  const Allocation& memory, uint64_t max_shard_bytes) {
+                  const Allocation& memory, uint64_t max_shard_bytes, Communicator* tensor_group) {
   const std::vector<FileTensor> tensors = checkpoint_tensors(spec, model);
   if (!path.ends_with(".index.json")) {
-    write_weight_file(path, tensors, memory);
+    write_weight_file(path, tensors, memory, tensor_group);
     return;
   }
   // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
@@ -267,9 +373,9 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
     shards[s].file = name;
-    write_weight_file((folder / name).string(), shards[s].tensors, memory);
+    write_weight_file((folder / name).string(), shards[s].tensors, memory, tensor_group);
   }
-  write_weight_index(path, shards, total);
+  if (!tensor_group || tensor_group->rank() == 0) write_weight_index(path, shards, total);
 }
 
 }  // namespace mt

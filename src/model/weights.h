@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "memory/allocation.h"
 #include "model/checkpoint_layout.h"
@@ -54,11 +56,41 @@ struct WeightShard {
 void write_weight_index(const std::string& path, const std::vector<WeightShard>& shards,
                         uint64_t total_bytes);
 
+// Elements of a parameter that follow each other both in this rank's part and in the whole tensor: part
+// elements [local, local + count) are the whole tensor's [whole, whole + count).
+struct ElementRun {
+  int64_t local = 0, whole = 0, count = 0;
+};
+// The run that starts at element `local` of t's part, at most `limit` long. A tensor without a shard is its
+// own whole: one run.
+ElementRun run_at(const TensorDesc& t, int64_t local, int64_t limit);
+
+// Creates the file at path with `file`'s header, sized for all its data (the other bytes zero), for several
+// writers to fill in place; a data error naming it otherwise.
+void create_laid_out_file(const std::string& path, const SafetensorsLayout& file);
+
+// Hands the bytes of flat parameter elements [first, last) to `sink`, in order, in pieces.
+using FlatSource =
+    std::function<void(int64_t first, int64_t last, const std::function<void(const char*, uint64_t)>& sink)>;
+
+// The values of the weights this rank holds, in their dtype, and of its fp32 master copy (through the
+// optimizer state's windows).
+FlatSource weight_values(const Allocation& memory);
+FlatSource master_values(const Allocation& memory);
+
+// Writes this rank's elements of each file tensor of `tensors` (those of flat index in [first, last))
+// into their places in the file at path, laid out as `file` (tensor i at file.tensor_offset[i]), then
+// fsyncs it: a split parameter's part at its whole indices; a whole parameter only when `writes_whole` (on
+// one tensor-parallel rank: every one holds it). Values come from `source`, `element_bytes` each.
+void write_tensor_parts(const std::string& path, const SafetensorsLayout& file,
+                        const std::vector<FileTensor>& tensors, const Allocation& memory, bool writes_whole,
+                        int64_t first, int64_t last, uint64_t element_bytes, const FlatSource& source);
+
 // Reads every parameter from `path`: a .safetensors file, a model.safetensors.index.json (its shards are
 // read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are accepted.
 // F32, BF16 and F16 tensors are converted to the run's storage (the fp32 master copy, or the weights without
-// one). A missing tensor, a wrong shape or dtype, or an unknown tensor is a data error naming the file and
-// the tensor.
+// one); under tensor parallelism each rank stores its own part of every split parameter. A missing tensor,
+// a wrong shape or dtype, or an unknown tensor is a data error naming the file and the tensor.
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory);
 
@@ -69,15 +101,18 @@ void load_weight_file(const std::string& path, const std::vector<FileTensor>& in
 
 // Writes the file tensors `from` (ranges of parameters the optimizer trains, each under its file name) into
 // one safetensors file, atomically: the fp32 master copy when this rank holds it whole, else the weights in
-// their own dtype.
-void write_weight_file(const std::string& path, const std::vector<FileTensor>& from,
-                       const Allocation& memory);
+// their own dtype. With a tensor-parallel group of several ranks, collective over it: its rank 0 lays the
+// file out and every rank writes its part into place (write_tensor_parts) before the rename.
+void write_weight_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory,
+                       Communicator* tensor_group = nullptr);
 
 // Writes every parameter (vocabulary padding removed), each file atomically: the fp32 master copy when there
 // is one, else the weights in their own dtype (also under ZeRO, where the master copy is sharded). A path
 // ending in .index.json gets shards model-0000i-of-0000n.safetensors beside it of at most max_shard_bytes
 // each (a larger tensor gets a shard of its own), written before the index; any other path one file.
+// Collective over `tensor_group` when it is given (write_weight_file).
 void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
-                  const Allocation& memory, uint64_t max_shard_bytes = kDefaultShardBytes);
+                  const Allocation& memory, uint64_t max_shard_bytes = kDefaultShardBytes,
+                  Communicator* tensor_group = nullptr);
 
 }  // namespace mt

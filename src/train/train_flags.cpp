@@ -68,10 +68,6 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
     if (given) fail_usage(flag + " with " + other + ": not run under tensor parallelism yet");
   };
   refuse(c.lora.enabled(), "--lora-rank");
-  refuse(!c.save.empty() || !c.load.empty() || c.resume != ResumeMode::off || c.verify_resume > 0,
-         "checkpoints (--save, --load, --resume, --verify-resume)");
-  refuse(!c.save_weights.empty(), "--save-weights");
-  refuse(!c.init_from.empty(), "--init-from");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer");
 }
 

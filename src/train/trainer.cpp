@@ -237,7 +237,8 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
 
 void Trainer::finish_already_complete(int64_t step) {
   const bool write_weights = !cfg_.save_weights.empty() && !std::filesystem::exists(cfg_.save_weights);
-  if (write_weights && rank_ == 0) save_weights(cfg_.save_weights, spec_, model_, *memory_);
+  if (write_weights && place_.dp_rank == 0)
+    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, groups_.tensor());
   std::printf(
       "the run is complete: its checkpoint is at step %lld of --train-iters %lld; nothing to train%s\n",
       static_cast<long long>(step), static_cast<long long>(cfg_.train_iters),
@@ -245,8 +246,10 @@ void Trainer::finish_already_complete(int64_t step) {
 }
 
 void Trainer::finish() {
-  // After the last gather every rank holds the same weights: one file is enough.
-  if (!cfg_.save_weights.empty() && rank_ == 0) save_weights(cfg_.save_weights, spec_, model_, *memory_);
+  // After the last gather every data-parallel rank holds the same weights: the tensor-parallel ranks of the
+  // first write the file together.
+  if (!cfg_.save_weights.empty() && place_.dp_rank == 0)
+    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, groups_.tensor());
   if (!cfg_.save_adapter.empty() && rank_ == 0)
     save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
                       cfg_.init_from.empty() ? spec_.name : cfg_.init_from);

@@ -4,6 +4,7 @@
 #include "ckpt/base_weights.h"
 #include "ckpt/flat_states.h"
 #include "ckpt/reader.h"
+#include "ckpt/saved_params.h"
 #include "ckpt/writer.h"
 #include "core/crc32c.h"
 #include "core/error.h"
@@ -48,20 +49,24 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   s.data_cursor = train_loader_->cursor();
   s.seed = cfg_.seed;
   s.run_id = run_id_;
-  s.run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
+  s.run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
   s.model = hf_config_json(spec_);
   s.metrics = std::move(metrics);
   s.layout = {.num_params = plan_.num_params,
               .world = world_,
+              .tp = place_.tp,
+              .padded_vocab = spec_.padded_vocab_size,
               .weights = plan_.policy.weights,
               .master = plan_.policy.master_weights,
               .moments = plan_.policy.moments,
               .moment_block = plan_.policy.moment_block,
               .tensors = {}};
-  // The Hugging Face tensors, each a contiguous range of the flat parameters; under LoRA the trained ones and
-  // the adapters (the frozen base comes back from --init-from or the seed, which the settings record).
+  // The Hugging Face tensors, each a contiguous range of one process's flat parameters; under LoRA the
+  // trained ones and the adapters (the frozen base comes back from --init-from or the seed, which the
+  // settings record).
+  const std::vector<int64_t> whole_offset = ckpt::whole_offsets(model_.graph.table);
   for (const FileTensor& f : trainable_tensors(spec_, model_))
-    s.layout.tensors.push_back({f.name, f.shape, plan_.param_offset[f.param] + f.offset});
+    s.layout.tensors.push_back({f.name, f.shape, whole_offset[static_cast<size_t>(f.param)] + f.offset});
   if (cfg_.lora.enabled() && !cfg_.init_from.empty()) s.base_files = base_files();
   return s;
 }
@@ -75,8 +80,8 @@ std::string Trainer::save_loaded(const std::string& save_dir, int64_t step) {
 }
 
 std::string Trainer::save_state(const std::string& save_dir, const ckpt::CheckpointState& state) {
-  const std::string dir =
-      ckpt::save_checkpoint(save_dir, state, *memory_, comm_, cfg_.keep_checkpoints, checkpoint_stream());
+  const std::string dir = ckpt::save_checkpoint(save_dir, state, *memory_, trainable_tensors(spec_, model_),
+                                                comm_, cfg_.keep_checkpoints, checkpoint_stream());
   std::printf("saved checkpoint %s\n", dir.c_str());
   std::fflush(stdout);
   return dir;
@@ -89,7 +94,8 @@ int64_t Trainer::resume() {
                                                      automatic, checkpoint_stream());
   // Every rank must continue from the same checkpoint (they verified it on their own).
   const ckpt::CheckpointState state = chosen.empty() ? ckpt::CheckpointState{} : ckpt::read_state(chosen);
-  if (world_ > 1 && sync_->sum(static_cast<double>(state.step)) != static_cast<double>(state.step) * world_)
+  if (world_ > 1 &&
+      sum_over_ranks(comm_, static_cast<double>(state.step)) != static_cast<double>(state.step) * world_)
     fail_data("resume: the ranks found different checkpoints in " + dir);
   if (chosen.empty()) {
     std::printf("no checkpoint in %s: starting fresh\n", dir.c_str());
@@ -103,14 +109,14 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   const std::string where = "resume from " + checkpoint_dir + ": ";
   if (const std::string d = model_differences(state.model, hf_config_json(spec_)); !d.empty())
     fail_usage(where + "its model differs from --model " + cfg_.model + ": " + d);
-  const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * world_ * cfg_.micro_batch);
+  const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
   if (const std::string d = setting_differences(state.run, run); !d.empty())
     fail_usage(where + d + "; a resume repeats the run's settings");
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
   check_resumed_base(state, where);
-  ckpt::load_model_states(checkpoint_dir, state, *memory_);
+  ckpt::load_model_states(checkpoint_dir, state, *memory_, spec_, place_.tp, place_.tp_rank);
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);
   if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
@@ -152,7 +158,8 @@ int64_t Trainer::checkpoint_bytes() const {
       2 * static_cast<int64_t>(dtype_size(plan_.policy.weights));  // rank files and model file
   int64_t bytes = 0;
   for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) bytes += t.bytes(0, plan_.num_params);
-  return plan_.num_params * per_param + bytes;
+  // Each tensor-parallel rank's rank files hold its own part, the model file the whole: at most tp parts.
+  return (plan_.num_params * per_param + bytes) * place_.tp;
 }
 
 bool Trainer::any_rank(bool local) {
