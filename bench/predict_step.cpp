@@ -6,18 +6,20 @@
 // rank 0. Prints one JSON object. With --measure-ops N (one data-parallel rank) it also allocates the run's
 // plan, runs N training micro-batches on random tokens and adds "ops": per op name (layers folded into
 // "h.*"), the predicted and the fastest measured milliseconds summed over the layers, and the optimizer's
-// part of the step, to show what the model gets wrong. Its tensor-parallel graph runs in this one process, in
-// a group of one rank: rank 0's kernels without the exchanges, which then measure nothing.
+// part of the step, to show what the model gets wrong. A tensor-parallel graph runs in this one process as
+// rank 0 among peers that exchange nothing (TimedAlone): its kernels, the exchanges left out.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,39 @@
 #include "train/parallel_groups.h"
 
 namespace {
+
+// Rank 0 of `ranks` whose peers add nothing: the sums are this rank's data, a gather gives every peer's slot
+// a copy of this rank's part. The kernels see the group's size (the heads and vocabulary rows they split)
+// and run as under mpirun, without waiting for anyone.
+class TimedAlone final : public mt::Communicator {
+ public:
+  explicit TimedAlone(int ranks) : ranks_(ranks) {}
+  int rank() const override { return 0; }
+  int size() const override { return ranks_; }
+  std::string backend() const override { return "timed-alone"; }
+  void all_reduce_sum(void*, int64_t, mt::DType) override {}
+  void all_gather(const void* send, void* recv, int64_t count, mt::DType dtype) override {
+    const size_t bytes = static_cast<size_t>(count) * mt::dtype_size(dtype);
+    for (int r = 0; r < ranks_; ++r)
+      if (static_cast<std::byte*>(recv) + r * bytes != send)
+        std::memcpy(static_cast<std::byte*>(recv) + r * bytes, send, bytes);
+  }
+  // The ops exchange only by the two above.
+  void reduce_scatter_sum(const void*, void*, int64_t, mt::DType) override { unused("reduce_scatter_sum"); }
+  void reduce_sum(const void*, void*, int64_t, mt::DType, int) override { unused("reduce_sum"); }
+  void broadcast(void*, int64_t, mt::DType, int) override { unused("broadcast"); }
+  void barrier() override { unused("barrier"); }
+  int64_t buffer_bytes() const override { return 0; }
+
+ protected:
+  std::unique_ptr<mt::Communicator> split_into_group(int, int) override { unused("split"); }
+
+ private:
+  [[noreturn]] static void unused(const std::string& what) {
+    throw std::logic_error("predict_step: the ops called " + what);
+  }
+  int ranks_;
+};
 
 mt::TrainConfig config_from_args(char** args) {
   mt::TrainConfig c;
@@ -70,8 +105,8 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
     targets[i] = random_token(1, i);
   }
   mt::Executor exec(run.spec, graph, memory);
-  const std::unique_ptr<mt::Communicator> alone = mt::make_communicator(mt::DistBackend::single);
-  if (tp > 1) exec.set_tensor_group(alone.get());
+  TimedAlone peers(tp);
+  if (tp > 1) exec.set_tensor_group(&peers);
   using Clock = std::chrono::steady_clock;
   std::vector<double> best(graph.ops.size(), 1e30);
   Clock::time_point last;
