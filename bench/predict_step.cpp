@@ -1,19 +1,25 @@
-// The cost model's prediction for one training configuration, for bench_plan.sh to compare with measured
-// steps: predict_step [--ranks N --zero-stage S] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where
-// PRECISION is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none, selective, uniform-N or block-N, B
-// is per rank, and N ranks run data-parallel under mpirun (default 1). Prints one JSON object. With
-// --measure-ops N it also allocates the run's plan, runs N training micro-batches on random tokens and adds
-// "ops": per op name (layers folded into "h.*"), the predicted and the fastest measured milliseconds summed
-// over the layers, and the optimizer's part of the step, to show what the model gets wrong.
+// The cost model's prediction for one training configuration, for bench_plan.sh and bench_parallel.sh to
+// compare with measured steps: predict_step [--ranks N --zero-stage S --tp T] PROFILE MODEL B T THREADS ACCUM
+// PRECISION RECOMPUTE, where PRECISION is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none,
+// selective, uniform-N or block-N, B is per data-parallel rank, and N ranks run data-parallel (default 1),
+// each split over T tensor-parallel ranks (default 1; mpirun -np N*T): the prediction is for tensor-parallel
+// rank 0. Prints one JSON object. With --measure-ops N (one data-parallel rank) it also allocates the run's
+// plan, runs N training micro-batches on random tokens and adds "ops": per op name (layers folded into
+// "h.*"), the predicted and the fastest measured milliseconds summed over the layers, and the optimizer's
+// part of the step, to show what the model gets wrong. A tensor-parallel graph runs in this one process as
+// rank 0 among peers that exchange nothing (TimedAlone): its kernels, the exchanges left out.
 #include <omp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,8 +28,42 @@
 #include "exec/executor.h"
 #include "forecast/cost_model.h"
 #include "optim/adamw.h"
+#include "train/parallel_groups.h"
 
 namespace {
+
+// Rank 0 of `ranks` whose peers add nothing: the sums are this rank's data, a gather gives every peer's slot
+// a copy of this rank's part. The kernels see the group's size (the heads and vocabulary rows they split)
+// and run as under mpirun, without waiting for anyone.
+class TimedAlone final : public mt::Communicator {
+ public:
+  explicit TimedAlone(int ranks) : ranks_(ranks) {}
+  int rank() const override { return 0; }
+  int size() const override { return ranks_; }
+  std::string backend() const override { return "timed-alone"; }
+  void all_reduce_sum(void*, int64_t, mt::DType) override {}
+  void all_gather(const void* send, void* recv, int64_t count, mt::DType dtype) override {
+    const size_t bytes = static_cast<size_t>(count) * mt::dtype_size(dtype);
+    for (int r = 0; r < ranks_; ++r)
+      if (static_cast<std::byte*>(recv) + r * bytes != send)
+        std::memcpy(static_cast<std::byte*>(recv) + r * bytes, send, bytes);
+  }
+  // The ops exchange only by the two above.
+  void reduce_scatter_sum(const void*, void*, int64_t, mt::DType) override { unused("reduce_scatter_sum"); }
+  void reduce_sum(const void*, void*, int64_t, mt::DType, int) override { unused("reduce_sum"); }
+  void broadcast(void*, int64_t, mt::DType, int) override { unused("broadcast"); }
+  void barrier() override { unused("barrier"); }
+  int64_t buffer_bytes() const override { return 0; }
+
+ protected:
+  std::unique_ptr<mt::Communicator> split_into_group(int, int) override { unused("split"); }
+
+ private:
+  [[noreturn]] static void unused(const std::string& what) {
+    throw std::logic_error("predict_step: the ops called " + what);
+  }
+  int ranks_;
+};
 
 mt::TrainConfig config_from_args(char** args) {
   mt::TrainConfig c;
@@ -48,7 +88,7 @@ mt::TrainConfig config_from_args(char** args) {
 
 // Per op name with the layer index folded ("h.3.mlp.c_fc" -> "h.*.mlp.c_fc"): predicted and fastest measured
 // seconds, each summed over the ops of that name in one micro-batch.
-nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile,
+nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile, int tp,
                            double predicted_optimizer_s, int repeats) {
   const mt::Graph& graph = run.model.graph;
   mt::Allocation memory(graph.table, run.plan);
@@ -65,6 +105,8 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
     targets[i] = random_token(1, i);
   }
   mt::Executor exec(run.spec, graph, memory);
+  TimedAlone peers(tp);
+  if (tp > 1) exec.set_tensor_group(&peers);
   using Clock = std::chrono::steady_clock;
   std::vector<double> best(graph.ops.size(), 1e30);
   Clock::time_point last;
@@ -81,7 +123,7 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
   std::map<std::string, std::pair<double, double>> by_name;  // predicted, measured
   for (size_t i = 0; i < graph.ops.size(); ++i) {
     auto& [predicted, measured] = by_name[std::regex_replace(graph.ops[i].name, layer, ".*.")];
-    predicted += mt::predict_op_cost(graph.table, graph.ops[i], run.spec, profile).seconds;
+    predicted += mt::predict_op_cost(graph.table, graph.ops[i], run.spec, profile, tp).seconds;
     measured += best[i];
   }
   nlohmann::json out = nlohmann::json::array();
@@ -106,7 +148,8 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, int> options = {{"--measure-ops", 0}, {"--ranks", 1}, {"--zero-stage", 0}};
+  std::map<std::string, int> options = {
+      {"--measure-ops", 0}, {"--ranks", 1}, {"--zero-stage", 0}, {"--tp", 1}};
   bool known = true;
   for (; argc > 2 && std::string(argv[1]).starts_with("--"); argc -= 2, argv += 2) {
     const auto option = options.find(argv[1]);
@@ -114,19 +157,21 @@ int main(int argc, char** argv) {
     if (known) option->second = std::stoi(argv[2]);
   }
   const int repeats = options["--measure-ops"], ranks = options["--ranks"],
-            zero_stage = options["--zero-stage"];
+            zero_stage = options["--zero-stage"], tp = options["--tp"];
   if (!known || argc != 9 || (repeats > 0 && ranks > 1)) {
-    std::fprintf(stderr,
-                 "usage: predict_step [--measure-ops N | --ranks N --zero-stage S] PROFILE MODEL B T THREADS "
-                 "ACCUM PRECISION RECOMPUTE\n");
+    std::fprintf(
+        stderr,
+        "usage: predict_step [--measure-ops N | --ranks N --zero-stage S] [--tp T] PROFILE MODEL B T "
+        "THREADS ACCUM PRECISION RECOMPUTE\n");
     return 2;
   }
   try {
     mt::TrainConfig c = config_from_args(argv + 1);
     c.zero_stage = zero_stage;
+    c.tensor_parallel = tp;
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const mt::RunLayout run =
-        mt::lay_out_run(c, ranks, 0, c.threads, ranks > 1 ? mt::mpi_buffer_bytes(ranks) : 0);
+    const int64_t comm_buffers = ranks * tp > 1 ? mt::parallel_buffer_bytes({.tp = tp, .dp = ranks}) : 0;
+    const mt::RunLayout run = mt::lay_out_run(c, ranks, 0, c.threads, comm_buffers);
     const mt::StepCost cost = mt::predict_step_cost(run, c, ranks, profile);
     nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
                           {"tokens_per_sec", cost.tokens_per_sec},
@@ -136,10 +181,11 @@ int main(int argc, char** argv) {
                           {"elementwise_ms", cost.elementwise_s * 1e3},
                           {"optimizer_ms", cost.optimizer_s * 1e3},
                           {"comm_ms", cost.comm_s * 1e3},
-                          {"comm_exposed_ms", cost.comm_exposed_s * 1e3}};
+                          {"comm_exposed_ms", cost.comm_exposed_s * 1e3},
+                          {"tp_comm_ms", cost.tp_comm_s * 1e3}};
     if (repeats > 0) {
       omp_set_num_threads(c.threads);
-      out["ops"] = measure_ops(run, profile, cost.optimizer_s, repeats);
+      out["ops"] = measure_ops(run, profile, tp, cost.optimizer_s, repeats);
     }
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {

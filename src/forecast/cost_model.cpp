@@ -66,11 +66,26 @@ int elementwise_extent(const Op& op) {
   }
 }
 
-// Bytes one rank sends and receives per step for the ZeRO stage's exchanges (ring algorithms: an all-reduce
-// moves 2 (N-1)/N of the buffer, a reduce-scatter or all-gather (N-1)/N).
+// The share of an exchanged buffer one rank sends and receives among `ranks` in a reduce-scatter or an
+// all-gather; an all-reduce moves twice that, as the MPI communicator's does (each rank sums its chunk from
+// every peer, then gathers the others' sums), and as calibrate's bus bandwidth counts.
+double ring_share(int ranks) {
+  return static_cast<double>(ranks - 1) / ranks;
+}
+
+// A profile calibrated outside mpirun has no MPI rates: the shipped ones of its level and threads stand in.
+const HardwareProfile& mpi_rates(const HardwareProfile& profile) {
+  return profile.mpi_gbps ? profile : shipped_hardware_profile(profile.cpu_isa, profile.threads);
+}
+
+double mpi_seconds(const HardwareProfile& profile, double bytes) {
+  return bytes / (*mpi_rates(profile).mpi_gbps * 1e9);
+}
+
+// Bytes one rank sends and receives per step for the ZeRO stage's exchanges.
 double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
   if (world < 2) return 0;
-  const double ring = static_cast<double>(world - 1) / world;
+  const double ring = ring_share(world);
   const double n = static_cast<double>(plan.num_params);
   const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
   const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
@@ -87,16 +102,52 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
 }
 
 // AdamW's calibrated rate for this run's moments; a profile calibrated before the 8-bit kernels existed has
-// none for them, and the shipped profile of its level and threads stands in (as for MPI below).
+// none for them, and the shipped profile of its level and threads stands in (as for MPI above).
 double adamw_mparams(const HardwareProfile& profile, DType moments) {
   const std::optional<double> rate = profile.adamw_mparams.of(moments);
   return rate ? *rate : *shipped_hardware_profile(profile.cpu_isa, profile.threads).adamw_mparams.of(moments);
 }
 
+// The fused LM head and loss: logits, then in training the input's and the weight's gradient, at the head's
+// calibrated rate. Under tensor parallelism the weight is this rank's rows of the vocabulary, and every chunk
+// of rows all-gathers the ranks' row statistics, 3 floats a row from each (no latency in the profile: priced
+// by bytes at the MPI bandwidth).
+OpCost lm_head_cost(const TensorTable& table, const ops::LmHeadLoss& a, const HardwareProfile& profile,
+                    int tp) {
+  OpCost c;
+  c.kind = OpCostKind::matmul;
+  const TensorDesc& weight = table[a.weight];  // [Vp / tp, C]
+  const int64_t M = table[a.inp].numel() / weight.shape[1];
+  const double products = a.dinp >= 0 ? 3 : 1;
+  c.flops = products * 2.0 * static_cast<double>(M) * static_cast<double>(weight.shape[0]) *
+            static_cast<double>(weight.shape[1]);
+  if (a.row_stats >= 0) {
+    const double gathered = static_cast<double>(tp) * 3 * static_cast<double>(M) * sizeof(float);
+    c.tp_comm_s = mpi_seconds(profile, ring_share(tp) * gathered);
+  }
+  c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9) + c.tp_comm_s;
+  return c;
+}
+
+// Causal attention over `products` T x T products per head (forward: Q K^T and P V; backward: the scores
+// again, then dP, dV, dQ and dK), half of each, at the attention kernels' calibrated rate. The heads are this
+// rank's: the log-sum-exp's [B, heads, T].
+OpCost attention_cost(const TensorTable& table, int qkv, int lse, double products,
+                      const HardwareProfile& profile, const ModelSpec& spec) {
+  OpCost c;
+  c.kind = OpCostKind::attention;
+  const TensorDesc& q = table[qkv];
+  const int64_t B = q.shape[0], T = q.shape[1], heads = table[lse].shape[1];
+  c.flops = products * 2.0 * static_cast<double>(B * heads) * static_cast<double>(T) *
+            static_cast<double>(T) * static_cast<double>(spec.head_dim()) / 2;
+  c.seconds = c.flops / (profile.attention(q.dtype != DType::f32) * 1e9);
+  return c;
+}
+
 }  // namespace
 
 OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
-                       const HardwareProfile& profile) {
+                       const HardwareProfile& profile, int tp) {
   OpCost c;
   switch (op.kind()) {
     case OpKind::linear:
@@ -117,32 +168,24 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
           c.flops / ((forward ? rates.forward : rates.backward).at(weight_class(n_in, n_out), M) * 1e9);
       break;
     }
-    case OpKind::lm_head_loss: {
-      // Logits, then in training the input's and the weight's gradient, at the head's calibrated rate.
-      c.kind = OpCostKind::matmul;
-      const auto& a = op.as<ops::LmHeadLoss>();
-      const TensorDesc& weight = table[a.weight];  // [Vp, C]
-      const int64_t M = table[a.inp].numel() / weight.shape[1];
-      const double products = a.dinp >= 0 ? 3 : 1;
-      c.flops = products * 2.0 * static_cast<double>(M) * static_cast<double>(weight.shape[0]) *
-                static_cast<double>(weight.shape[1]);
-      c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9);
+    case OpKind::lm_head_loss:
+      c = lm_head_cost(table, op.as<ops::LmHeadLoss>(), profile, tp);
+      break;
+    case OpKind::attention: {
+      const auto& a = op.as<ops::Attention>();
+      c = attention_cost(table, a.qkv, a.lse, 2, profile, spec);
       break;
     }
-    case OpKind::attention:
     case OpKind::attention_backward: {
-      // Causal: half of the T x T scores. Forward: Q K^T and P V; backward: the scores again, then dP, dV,
-      // dQ and dK; at the attention kernels' calibrated rate.
-      c.kind = OpCostKind::attention;
-      const TensorDesc& qkv = table[op.kind() == OpKind::attention ? op.as<ops::Attention>().qkv
-                                                                   : op.as<ops::AttentionBackward>().qkv];
-      const int64_t B = qkv.shape[0], T = qkv.shape[1], hd = spec.n_embd / spec.n_head;
-      const double products = op.kind() == OpKind::attention ? 2 : 5;
-      c.flops = products * 2.0 * static_cast<double>(B * spec.n_head) * static_cast<double>(T) *
-                static_cast<double>(T) * static_cast<double>(hd) / 2;
-      c.seconds = c.flops / (profile.attention(qkv.dtype != DType::f32) * 1e9);
+      const auto& a = op.as<ops::AttentionBackward>();
+      c = attention_cost(table, a.qkv, a.lse, 5, profile, spec);
       break;
     }
+    case OpKind::all_reduce:
+      // Tensor parallel: the whole op is the exchange.
+      c.tp_comm_s = c.seconds = mpi_seconds(
+          profile, 2 * ring_share(tp) * static_cast<double>(table[op.as<ops::AllReduce>().data].bytes()));
+      break;
     case OpKind::embedding:
     case OpKind::embedding_backward: {
       // Only the batch's rows of the table are touched: as many as the activation's.
@@ -175,18 +218,20 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
   return c;
 }
 
-StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int world,
+StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
                            const HardwareProfile& profile) {
   const Plan& plan = run.plan;
   const double accum = static_cast<double>(run.accum);
   StepCost c;
   for (const Op& op : run.model.graph.ops) {
-    const OpCost op_cost = predict_op_cost(run.model.graph.table, op, run.spec, profile);
+    const OpCost op_cost =
+        predict_op_cost(run.model.graph.table, op, run.spec, profile, config.tensor_parallel);
     c.flops += op_cost.flops * accum;
     double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
                       : op_cost.kind == OpCostKind::attention ? c.attention_s
                                                               : c.elementwise_s;
-    seconds += op_cost.seconds * accum;
+    seconds += (op_cost.seconds - op_cost.tp_comm_s) * accum;
+    c.tp_comm_s += op_cost.tp_comm_s * accum;
   }
   // Per step besides the ops: the gradients zeroed, their norm summed for clipping, and AdamW over this
   // rank's shard at the calibrated rate of its moments' dtype.
@@ -196,17 +241,15 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
                   shard_params / (adamw_mparams(profile, plan.policy.moments) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  // A profile calibrated outside mpirun has no MPI rates: the shipped ones of its level and threads stand in.
-  const HardwareProfile& mpi =
-      profile.mpi_gbps ? profile : shipped_hardware_profile(profile.cpu_isa, profile.threads);
-  c.comm_s = comm_bytes(plan, plan.sharding.stage, world, run.accum) / (*mpi.mpi_gbps * 1e9);
+  c.comm_s = mpi_seconds(profile, comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
   // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
   // negative share (exchanges and kernels sharing the cores) costs more than waiting for them.
   const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
-  c.comm_exposed_s =
-      config.overlap_comm ? std::max(c.comm_s * (1 - *mpi.comm_overlap), c.comm_s - compute_s / 2) : c.comm_s;
-  c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.offload_s;
-  const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * world;
+  c.comm_exposed_s = config.overlap_comm ? std::max(c.comm_s * (1 - *mpi_rates(profile).comm_overlap),
+                                                    c.comm_s - compute_s / 2)
+                                         : c.comm_s;
+  c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.tp_comm_s + c.offload_s;
+  const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * data_parallel;
   c.tokens_per_sec = tokens / c.step_s;
   return c;
 }

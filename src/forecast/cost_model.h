@@ -3,7 +3,10 @@
 // that runs it: linear layers by their dtype, weight size and rows, the LM head, attention, norms and
 // activations per element, the rest by operand bytes at the memory bandwidth. Then the gradients zeroed,
 // AdamW over this rank's shard, the ZeRO stage's exchanges at the MPI bandwidth less the share that hides
-// behind the kernels, and the offload file's traffic at the disk's.
+// behind the kernels, and the offload file's traffic at the disk's. Under tensor parallelism the graph is one
+// rank's (its heads, its columns and rows of the split weights), and its exchanges inside the ops (the
+// all-reduce ops, the LM head's gather of row statistics) are priced at the same MPI bandwidth over the
+// tensor group, all exposed: the next kernel needs their result.
 #pragma once
 
 #include <cstdint>
@@ -17,25 +20,30 @@ struct StepCost {
   double flops = 0;  // per optimizer step on this rank: matrix products and attention, recompute included
   double matmul_s = 0, attention_s = 0, elementwise_s = 0;  // all micro-batches of the step
   double optimizer_s = 0;
-  double comm_s = 0;          // the exchanges' time at the MPI bandwidth
+  double comm_s = 0;          // the ZeRO stage's exchanges over the data-parallel group, at the MPI bandwidth
   double comm_exposed_s = 0;  // the part the step waits for (all of it without --overlap-comm)
+  double tp_comm_s = 0;       // the tensor-parallel exchanges inside the ops, all of it waited for
   double offload_s = 0;       // master weights and moments through the offload file
   double step_s = 0;          // the prediction
   double tokens_per_sec = 0;  // over all ranks
 };
 
 // One op's predicted time on one micro-batch: matrix products and attention by their FLOPs at the calibrated
-// rates, every other op by its operand bytes at the memory bandwidth.
+// rates, tensor-parallel exchanges by their bytes at the MPI bandwidth, every other op by its operand bytes
+// at the memory bandwidth. `tp`: the tensor-parallel ranks the graph was built for (StepConfig::tp).
 enum class OpCostKind { matmul, attention, elementwise };
 struct OpCost {
   OpCostKind kind = OpCostKind::elementwise;
   double flops = 0;
-  double seconds = 0;
+  double seconds = 0;    // the whole op's
+  double tp_comm_s = 0;  // the part of seconds spent exchanging with the tensor-parallel group
 };
 OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
-                       const HardwareProfile& profile);
+                       const HardwareProfile& profile, int tp);
 
-StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int world,
+// `data_parallel`: the ranks of the ZeRO group (the world over config.tensor_parallel), each training its own
+// micro-batches; config.tensor_parallel: the ranks sharing one micro-batch, whose graph `run` holds.
+StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
                            const HardwareProfile& profile);
 
 }  // namespace mt

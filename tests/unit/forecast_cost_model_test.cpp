@@ -1,11 +1,14 @@
 // The cost model's FLOPs against Megatron's count for GPT-2 (Narayanan et al. 2021, appendix): the matrix
 // products of one layer's forward are 24 B T C^2 (qkv 6, projection 2, MLP 16) and the LM head's 2 B T C V;
 // a backward takes twice its forward, and full recompute reruns each layer's forward once more. Each op's
-// time comes from the rate of its own kernel family, and the exchanges from the ZeRO stage's ring volumes.
+// time comes from the rate of its own kernel family, and the exchanges from the ZeRO stage's ring volumes
+// and, under tensor parallelism, from the bytes the ops exchange with the tensor group.
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -77,8 +80,8 @@ TEST(CostModel, EachOpAtItsKernelsRate) {
     HardwareProfile p = base;
     faster(p);
     for (const Op& op : run.model.graph.ops) {
-      const double before = predict_op_cost(run.model.graph.table, op, run.spec, base).seconds;
-      const double after = predict_op_cost(run.model.graph.table, op, run.spec, p).seconds;
+      const double before = predict_op_cost(run.model.graph.table, op, run.spec, base, 1).seconds;
+      const double after = predict_op_cost(run.model.graph.table, op, run.spec, p, 1).seconds;
       if (before == 0) continue;  // an op with no work (a zero-sized tensor)
       EXPECT_NEAR(before / after, kinds.count(op.kind()) ? 2.0 : 1.0, 1e-12) << op.name;
     }
@@ -156,6 +159,74 @@ TEST(CostModel, CommunicationPerZeroStage) {
   EXPECT_DOUBLE_EQ(seconds[1], 2 * bytes);
   EXPECT_DOUBLE_EQ(seconds[2], 2 * bytes);
   EXPECT_DOUBLE_EQ(seconds[3], 3 * bytes);
+}
+
+TrainConfig tensor_parallel(TrainConfig c, int tp) {
+  c.tensor_parallel = tp;
+  return c;
+}
+
+// Each tensor-parallel rank runs 1/tp of every product: column- and row-parallel linears, this rank's heads
+// of attention, its rows of the vocabulary in the LM head; nothing else has FLOPs.
+TEST(CostModel, TensorParallelRankRunsItsShareOfTheFlops) {
+  const TrainConfig one = gpt2_tiny(2, 64, {}), two = tensor_parallel(one, 2);
+  const RunLayout whole = lay_out_run(one, 1, 0, 1, 0), half = lay_out_run(two, 1, 0, 1, 0);
+  const HardwareProfile& profile = testing::tested_profile();
+  EXPECT_DOUBLE_EQ(cost_of(two).flops, cost_of(one).flops / 2);
+  std::map<std::string, double> whole_attention;
+  for (const Op& op : whole.model.graph.ops)
+    if (op.kind() == OpKind::attention || op.kind() == OpKind::attention_backward)
+      whole_attention[op.name] = predict_op_cost(whole.model.graph.table, op, whole.spec, profile, 1).flops;
+  int attention_ops = 0;
+  for (const Op& op : half.model.graph.ops) {
+    if (op.kind() != OpKind::attention && op.kind() != OpKind::attention_backward) continue;
+    ++attention_ops;
+    const double flops = predict_op_cost(half.model.graph.table, op, half.spec, profile, 2).flops;
+    EXPECT_GT(flops, 0) << op.name;
+    EXPECT_DOUBLE_EQ(flops, whole_attention.at(op.name) / 2) << op.name;
+  }
+  EXPECT_EQ(attention_ops, static_cast<int>(whole_attention.size()));
+}
+
+// The tensor group's exchanges at the MPI bus bandwidth, as the MPI communicator moves them among tp ranks:
+// an all-reduce 2 (tp-1)/tp of its tensor, the LM head's gather (tp-1)/tp of every rank's 3 floats a row;
+// all of it exposed, beside the ZeRO exchanges of the data-parallel group, in the step's time.
+TEST(CostModel, TensorParallelExchangesAtTheMpiBandwidth) {
+  TrainConfig c = tensor_parallel(gpt2_tiny(2, 64, {}), 4);
+  c.precision.precision = Precision::bf16;
+  c.overlap_comm = false;
+  HardwareProfile profile = testing::tested_profile();
+  profile.mpi_gbps = 2;
+  const double tp = 4, rows = 2 * 64, bytes_per_second = 2e9;
+  const RunLayout run = lay_out_run(c, 2, 0, 1, mpi_buffer_bytes(2));
+  const TensorTable& table = run.model.graph.table;
+  double exchanges_s = 0;
+  int all_reduces = 0;
+  for (const Op& op : run.model.graph.ops) {
+    const OpCost cost = predict_op_cost(table, op, run.spec, profile, 4);
+    exchanges_s += cost.tp_comm_s;
+    if (op.kind() == OpKind::lm_head_loss) {
+      EXPECT_DOUBLE_EQ(cost.tp_comm_s, (tp - 1) / tp * (tp * 3 * rows * 4) / bytes_per_second);
+      EXPECT_GT(cost.seconds, cost.tp_comm_s);
+    } else if (op.kind() == OpKind::all_reduce) {
+      ++all_reduces;
+      const double bytes = static_cast<double>(table[op.as<ops::AllReduce>().data].bytes());
+      EXPECT_DOUBLE_EQ(cost.seconds, 2 * (tp - 1) / tp * bytes / bytes_per_second) << op.name;
+      EXPECT_DOUBLE_EQ(cost.tp_comm_s, cost.seconds) << op.name;
+    } else {
+      EXPECT_EQ(cost.tp_comm_s, 0) << op.name;
+    }
+  }
+  EXPECT_GT(all_reduces, 0);
+  const StepCost step = predict_step_cost(run, c, 2, profile);
+  EXPECT_DOUBLE_EQ(step.tp_comm_s, exchanges_s);
+  // Stage 0 over the 2 data-parallel ranks: the gradients of this tensor rank's parameters all-reduced.
+  const double grads =
+      static_cast<double>(run.plan.num_params) * static_cast<double>(dtype_size(run.plan.policy.grads));
+  EXPECT_DOUBLE_EQ(step.comm_s, 2 * grads / 2 / bytes_per_second);
+  EXPECT_DOUBLE_EQ(step.step_s, step.matmul_s + step.attention_s + step.elementwise_s + step.optimizer_s +
+                                    step.comm_exposed_s + step.tp_comm_s);
+  EXPECT_EQ(cost_of(gpt2_tiny(2, 64, {})).tp_comm_s, 0);
 }
 
 }  // namespace
