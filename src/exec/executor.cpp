@@ -24,6 +24,10 @@ double Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw
   if (omp_get_max_threads() > graph_.threads)
     throw std::logic_error("executor: the plan sized kernel scratch for " + std::to_string(graph_.threads) +
                            " threads, but OpenMP runs " + std::to_string(omp_get_max_threads()));
+  // The backend reads this rank's heads off the group's size: another size would misread the split tensors.
+  if (const int group = tensor_group_ ? tensor_group_->size() : 1; group != graph_.tp)
+    throw std::logic_error("executor: the graph is split over " + std::to_string(graph_.tp) +
+                           " tensor-parallel ranks, but runs in a group of " + std::to_string(group));
   double loss_sum = 0;
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);

@@ -301,6 +301,7 @@ struct Graph {
   // ops[loss_op] computes the loss; evaluation runs ops [0, loss_op] without gradients, training runs all.
   int loss_op = 0;
   int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
+  int tp = 1;       // tensor-parallel ranks its split tensors were sized for
 };
 
 // The block (TensorDesc::block) of the parameters the op reads, or -1 when it reads none; a logic error when

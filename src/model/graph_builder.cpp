@@ -13,6 +13,7 @@ namespace mt {
 GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model), step_(step) {
   if (step_.threads <= 0) step_.threads = omp_get_max_threads();
   m_.graph.threads = step_.threads;
+  m_.graph.tp = step_.tp;
   // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs,
   // bf16 without AVX512-BF16).
   const int64_t matmul_floats = kernels::gemm_scratch_floats(step_.dtype, step_.isa, step_.threads);
