@@ -33,8 +33,9 @@ std::string describe_run(const Estimate& e) {
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
       << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
   if (e.modelled())
-    out << "\ntensor parallel " << e.mp.tp << ", pipeline parallel " << e.mp.pp
-        << " (1F1B): MODELLED, Megatron-LM's layout of this table; the engine does not run pipelines";
+    out << "\npipeline parallel " << e.mp.pp << " (1F1B) over tensor parallel " << e.mp.tp
+        << (c.sequence_parallel ? " with sequence parallel" : "")
+        << ": MODELLED, Megatron-LM's stages of this rank's table; the engine does not run pipelines";
   else if (e.mp.tp > 1)
     out << "\ntensor parallel " << e.mp.tp << (c.sequence_parallel ? " with sequence parallel" : "")
         << " x data parallel " << e.dp << ": each rank's own plan, as `train --tensor-model-parallel-size "
@@ -108,11 +109,10 @@ std::string phase_of(const Graph& graph, int op) {
   return op <= graph.loss_op ? "forward" : "backward";
 }
 
-// The stages of tensor and pipeline parallelism, whose in-flight micro-batches add to the plan's bytes.
-std::vector<StageLayout> modelled_stages(const TrainConfig& config, const RunLayout& run,
-                                         const ModelParallel& mp) {
+// The pipeline stages, whose in-flight micro-batches add to the plan's bytes.
+std::vector<StageLayout> modelled_stages(const TrainConfig& config, const RunLayout& run, int pp) {
   try {
-    return plan_model_parallel(run, mp);
+    return plan_pipeline_stages(run, pp);
   } catch (const SizeOverflow&) {
     fail_plan_overflow(config, run.spec);
   }
@@ -161,8 +161,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
   e.config = config;
   e.dp = dp;
   e.mp = mp;
-  // Tensor parallelism runs, each rank with its own exact plan; with pipeline stages both are modelled.
-  const int tp = e.modelled() ? 1 : mp.tp;
+  // Tensor parallelism runs, each rank with its own exact plan; pipeline stages are modelled on it.
+  const int tp = mp.tp;
   TrainConfig rank_config = config;
   rank_config.tensor_parallel = tp;
   e.threads = rank_threads(config, dp * tp);
@@ -184,6 +184,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
   };
   for (int world_rank = 0; world_rank < dp * tp; ++world_rank) {
     const ParallelRank place = parallel_rank(rank_config, dp * tp, world_rank);
+    // Modelled stages: of one tensor-parallel rank of each data-parallel rank (they all hold the same).
+    if (e.modelled() && place.tp_rank > 0) continue;
     const RunLayout run = lay_out_run(rank_config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place),
                                       isa, place.tp_rank);
     const int rank = world_rank;
@@ -199,7 +201,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
       add_rank(rank, 0, run.model.graph, run.plan);
       continue;
     }
-    for (const StageLayout& stage : modelled_stages(config, run, mp)) {
+    for (const StageLayout& stage : modelled_stages(config, run, mp.pp)) {
       RankEstimate* r = add_rank(rank, stage.stage, stage.graph, stage.plan);
       r->in_flight = stage.in_flight;
       r->saved_per_micro_batch = stage.saved_per_micro_batch;

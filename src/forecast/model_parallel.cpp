@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_set>
 
 #include "core/error.h"
 #include "core/int_math.h"
@@ -11,34 +10,6 @@
 namespace mt {
 
 namespace {
-
-// A tensor's name without its layer prefix ("h.3.", "model.layers.3.") and its recompute suffix.
-std::string role(const std::string& name) {
-  std::string r = name;
-  for (const std::string prefix : {"h.", "model.layers."})
-    if (r.starts_with(prefix)) {
-      const size_t dot = r.find('.', prefix.size());
-      if (dot != std::string::npos) r = r.substr(dot + 1);
-    }
-  const size_t recomputed = r.find(".recomputed");
-  if (recomputed != std::string::npos) r.erase(recomputed, std::string(".recomputed").size());
-  if (r.ends_with(".grad")) r.erase(r.size() - 5);
-  return r;
-}
-
-const std::unordered_set<std::string>& split_roles() {
-  static const std::unordered_set<std::string> roles = {
-      // column-parallel weights and biases, row-parallel weights (their biases are replicated)
-      "attn.c_attn.weight", "attn.c_attn.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "attn.c_proj.weight",
-      "mlp.c_proj.weight", "self_attn.qkv_proj.weight", "self_attn.qkv_proj.bias", "mlp.gate_up_proj.weight",
-      "self_attn.o_proj.weight", "mlp.down_proj.weight",
-      // vocabulary-parallel embedding, head and logits
-      "wte.weight", "model.embed_tokens.weight", "lm_head.weight", "lm_head.logits",
-      // activations between a column- and a row-parallel product
-      "attn.qkv", "attn.out", "attn.lse", "mlp.fc", "mlp.gelu.out", "self_attn.qkv", "self_attn.out",
-      "self_attn.lse", "mlp.gate_up", "mlp.swiglu.out"};
-  return roles;
-}
 
 // The stage of each op: the embedding's ops on the first stage, a layer's on its stage, the final norm,
 // head and loss on the last; ops without weights go with the op before them.
@@ -63,9 +34,9 @@ std::vector<int> op_stages(const Graph& graph, int64_t n_layer, int pp) {
   return stage;
 }
 
-// The ops of one stage over copies of the tensors they use (split ones at 1/tp), plus the fixed buffers no
-// op names (the loaders' windows, the checkpoint buffer), with lifetimes read off the stage's own ops.
-Graph stage_graph(const Graph& full, const std::vector<int>& stage_of_op, int stage, int tp) {
+// The ops of one stage over copies of the tensors they use, plus the fixed buffers no op names (the loaders'
+// windows, the checkpoint buffer), with lifetimes read off the stage's own ops.
+Graph stage_graph(const Graph& full, const std::vector<int>& stage_of_op, int stage) {
   Graph g;
   g.threads = full.threads;
   std::vector<int> id_map(full.table.size(), -1);
@@ -74,7 +45,6 @@ Graph stage_graph(const Graph& full, const std::vector<int>& stage_of_op, int st
     if (id_map[id] < 0) {
       TensorDesc t = full.table[id];
       t.first_op = t.last_op = -1;
-      if (tp > 1 && split_by_tensor_parallel(t)) t.shape = {(t.numel() + tp - 1) / tp};
       id_map[id] = g.table.add(t);
     }
     return id_map[id];
@@ -107,32 +77,25 @@ int64_t saved_across_backward(const Graph& g) {
 
 }  // namespace
 
-bool split_by_tensor_parallel(const TensorDesc& tensor) {
-  return split_roles().contains(role(tensor.name));
-}
-
-std::vector<StageLayout> plan_model_parallel(const RunLayout& run, const ModelParallel& mp) {
+std::vector<StageLayout> plan_pipeline_stages(const RunLayout& run, int pp) {
   const ModelSpec& spec = run.spec;
-  if (spec.n_head % mp.tp != 0 || spec.n_kv_head % mp.tp != 0)
-    fail_usage("--tp " + std::to_string(mp.tp) + " must divide the model's " + std::to_string(spec.n_head) +
-               " attention heads and " + std::to_string(spec.n_kv_head) + " key/value heads");
-  if (mp.pp > spec.n_layer)
-    fail_usage("--pp " + std::to_string(mp.pp) + " exceeds the model's " + std::to_string(spec.n_layer) +
+  if (pp > spec.n_layer)
+    fail_usage("--pp " + std::to_string(pp) + " exceeds the model's " + std::to_string(spec.n_layer) +
                " layers");
-  // The split roles above know no adapters, and the stages no frozen weights.
+  // The stages hold no frozen weights.
   if (run.model.graph.table.numel(Category::frozen) > 0)
-    fail_usage("--tp and --pp with --lora-rank: the model-parallel model does not split LoRA adapters yet");
+    fail_usage("--pp with --lora-rank: the modelled pipeline stages do not hold LoRA's frozen base yet");
   const Graph& full = run.model.graph;
-  const std::vector<int> stage_of_op = op_stages(full, spec.n_layer, mp.pp);
+  const std::vector<int> stage_of_op = op_stages(full, spec.n_layer, pp);
   std::vector<StageLayout> stages;
-  for (int s = 0; s < mp.pp; ++s) {
+  for (int s = 0; s < pp; ++s) {
     StageLayout sp;
     sp.stage = s;
-    sp.graph = stage_graph(full, stage_of_op, s, mp.tp);
+    sp.graph = stage_graph(full, stage_of_op, s);
     const Sharding& sharding = run.plan.sharding;
     add_zero_schedule(sp.graph, sharding.world > 1 ? sharding.stage : 0, run.plan.policy.grads);
     sp.plan = make_plan(sp.graph.table, run.plan.policy, sharding, run.plan.offload);
-    sp.in_flight = std::min<int64_t>(mp.pp - s, run.accum);
+    sp.in_flight = std::min<int64_t>(pp - s, run.accum);
     sp.saved_per_micro_batch = saved_across_backward(sp.graph);
     int64_t& activations = sp.plan.bytes[Category::activations];
     activations = checked_add(activations, checked_mul(sp.in_flight - 1, sp.saved_per_micro_batch));

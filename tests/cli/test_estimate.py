@@ -303,13 +303,19 @@ class ModelParallelModelled(unittest.TestCase):
         # activations and flash attention (no 5as/h score term), 2sbh of which are dropout masks. Without dropout
         # our layer keeps sbh(8 + 24/t), plus what that count leaves out: LayerNorm statistics (mean and rstd
         # of both norms, fp32: 16sb) and attention's log-sum-exp per head and row (fp32, split: 4asb/t).
+        # With sequence parallelism (sbh(10/t + 24/t)) the layer's input, its norms' outputs and statistics and
+        # the attention's residual are kept for s/t tokens too. The stages are those of the rank's own graph,
+        # as tensor and sequence parallelism run.
         s, b, h, a, L = 1024, 1, 768, 12, 12
         for t in (1, 2, 4):
-            est = estimate("--model", "gpt2", "--bf16", "--pp", str(L), "--tp", str(t), "--seq-length", str(s),
-                           "--micro-batch-size", str(b), "--global-batch-size", str(L), "--threads", "1")
-            middle = est["ranks"][L // 2]  # one layer per stage
-            self.assertEqual(middle["saved_activation_bytes_per_micro_batch"],
-                             s * b * h * (8 + 24 // t) + 16 * s * b + 4 * a * s * b // t)
+            for sequence_parallel in ([], ["--sequence-parallel"]) if t > 1 else ([],):
+                est = estimate("--model", "gpt2", "--bf16", "--pp", str(L), "--tp", str(t), *sequence_parallel,
+                               "--seq-length", str(s), "--micro-batch-size", str(b), "--global-batch-size", str(L),
+                               "--threads", "1")
+                middle = est["ranks"][L // 2]  # one layer per stage
+                split = t if sequence_parallel else 1
+                self.assertEqual(middle["saved_activation_bytes_per_micro_batch"],
+                                 s * b * h * (8 // split + 24 // t) + 16 * s * b // split + 4 * a * s * b // t)
 
     def test_with_zero_and_a_bad_layout(self):
         est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",

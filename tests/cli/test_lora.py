@@ -35,7 +35,7 @@ class LoraFlags(CliTestCase):
 
     def test_weight_files_and_modelled_model_parallelism_are_refused(self):
         self.assert_train_fails(2, "--save-weights", save_weights=self.tmp / "w.safetensors", **LORA)
-        for flag, mention in (("--tp", "--tensor-model-parallel-size 2"), ("--pp", "--tp and --pp")):
+        for flag, mention in (("--tp", "--tensor-model-parallel-size 2"), ("--pp", "--pp with --lora-rank")):
             with self.subTest(flag=flag):
                 self.assert_error(memtrain("estimate", "--model", "llama-tiny", "--lora-rank", "4", flag, "2"), 2,
                                   mention, "--lora-rank")
