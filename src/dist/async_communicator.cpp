@@ -139,6 +139,18 @@ std::unique_ptr<AsyncCommunicator> AsyncCommunicator::split(int color, int key) 
   return std::unique_ptr<AsyncCommunicator>(new AsyncCommunicator(std::move(group), worker_));
 }
 
+void AsyncCommunicator::call(Work work) {
+  const auto begin = std::chrono::steady_clock::now();
+  wait(start(std::move(work)));
+  blocked_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+double AsyncCommunicator::take_blocked_seconds() {
+  const double seconds = blocked_seconds_;
+  blocked_seconds_ = 0;
+  return seconds;
+}
+
 void AsyncCommunicator::all_reduce_sum(void* data, int64_t count, DType dtype) {
   call([=](Communicator& c) { c.all_reduce_sum(data, count, dtype); });
 }

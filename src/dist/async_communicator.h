@@ -36,6 +36,9 @@ class AsyncCommunicator final : public Communicator {
   void wait_all();
   // Seconds the shared worker spent in work since the last call on any facade: a group's is not its own.
   double take_busy_seconds();
+  // Seconds this facade's caller spent blocked in its Communicator calls (below) since the last call: the
+  // exchanges nothing overlapped. One caller thread only.
+  double take_blocked_seconds();
 
   // Collective, run on the worker: the group of Communicator::split, as a facade on this one's queue.
   std::unique_ptr<AsyncCommunicator> split(int color, int key);
@@ -60,11 +63,12 @@ class AsyncCommunicator final : public Communicator {
 
   // A group: a facade on `worker`.
   AsyncCommunicator(std::unique_ptr<Communicator> inner, Worker& worker);
-  void call(Work work) { wait(start(std::move(work))); }
+  void call(Work work);
 
   std::unique_ptr<Communicator> inner_;
   std::unique_ptr<Worker> own_worker_;  // the root's; null in a group
   Worker& worker_;                      // *own_worker_, or the root's
+  double blocked_seconds_ = 0;          // in call(), since take_blocked_seconds
 };
 
 }  // namespace mt

@@ -187,7 +187,9 @@ StepOutcome Trainer::step(int64_t step) {
               precision_name(cfg_.precision.precision) + "; try a lower --lr)");
   if (scaler_) scaler_->update(out.update.skipped);
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  out.comm_exposed_ms = sync_->take_exposed_seconds() * 1000.0;
+  // The tensor group's exchanges sit between kernels that wait for them: all exposed.
+  const double tensor_group_s = groups_.tensor() ? groups_.tensor()->take_blocked_seconds() : 0.0;
+  out.comm_exposed_ms = (sync_->take_exposed_seconds() + tensor_group_s) * 1000.0;
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
       static_cast<double>(accum_ * place_.dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
@@ -226,6 +228,7 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
   if (eval_now) {
     const double val_loss = evaluate();
     sync_->take_exposed_seconds();  // evaluation's gathers are not the next step's
+    if (groups_.tensor()) groups_.tensor()->take_blocked_seconds();
     comm_.take_busy_seconds();
     record["val_loss"] = val_loss;
     std::printf(" | val loss %.4f", val_loss);

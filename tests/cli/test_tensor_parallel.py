@@ -51,6 +51,8 @@ class TensorParallel(CliTestCase):
                 with self.subTest(model=model, tp=tp, dp=dp, flags=flags):
                     out = self.run_layout(f"{model}-tp{tp}-dp{dp}{''.join(flags)}", tp, dp, *flags, model=model)
                     self.assert_follows(out, single, 1e-5)
+                    # The tensor group's exchanges are waited for between kernels: exposed, every step.
+                    self.assertTrue(all(r["comm_exposed_ms"] > 0 for r in read_metrics(out)))
 
     def test_zero_and_recompute_under_tensor_parallelism(self):
         single = self.run_layout("single", 1, 1)
