@@ -182,13 +182,12 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
                        .peak = peak_op(graph, plan)});
     return &e.ranks.back();
   };
-  for (int world_rank = 0; world_rank < dp * tp; ++world_rank) {
-    const ParallelRank place = parallel_rank(rank_config, dp * tp, world_rank);
+  for (int rank = 0; rank < dp * tp; ++rank) {  // world ranks
+    const ParallelRank place = parallel_rank(rank_config, dp * tp, rank);
     // Modelled stages: of one tensor-parallel rank of each data-parallel rank (they all hold the same).
     if (e.modelled() && place.tp_rank > 0) continue;
     const RunLayout run = lay_out_run(rank_config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place),
                                       isa, place.tp_rank);
-    const int rank = world_rank;
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;

@@ -56,7 +56,7 @@ struct Estimate {
   int64_t accum = 1;  // micro-batches per optimizer step and rank
   int dp = 1;
   ModelParallel mp;  // tp: run by the engine, each rank's plan; pp > 1: both modelled, not run
-  int threads = 1;                                 // OpenMP threads per rank, which size the kernels' scratch
+  int threads = 1;   // OpenMP threads per rank, which size the kernels' scratch
   kernels::CpuIsa isa = kernels::CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
