@@ -52,6 +52,7 @@ class TimedAlone final : public mt::Communicator {
   void reduce_scatter_sum(const void*, void*, int64_t, mt::DType) override { unused("reduce_scatter_sum"); }
   void reduce_sum(const void*, void*, int64_t, mt::DType, int) override { unused("reduce_sum"); }
   void broadcast(void*, int64_t, mt::DType, int) override { unused("broadcast"); }
+  void send_recv(const void*, int64_t, void*, int64_t, mt::DType, int) override { unused("send_recv"); }
   void barrier() override { unused("barrier"); }
   int64_t buffer_bytes() const override { return 0; }
 
@@ -93,9 +94,9 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
   const mt::Graph& graph = run.model.graph;
   mt::Allocation memory(graph.table, run.plan);
   mt::init_model_params(run.spec, run.model, memory, 1);
-  int32_t* tokens = memory.i32(run.model.tokens);
-  int32_t* targets = memory.i32(run.model.targets);
-  const int64_t n = graph.table[run.model.tokens].numel();
+  int32_t* tokens = memory.i32(run.model.batch().tokens);
+  int32_t* targets = memory.i32(run.model.batch().targets);
+  const int64_t n = graph.table[run.model.batch().tokens].numel();
   const auto random_token = [&](uint64_t stream, int64_t i) {
     return static_cast<int32_t>(mt::random_bits(1, stream, static_cast<uint64_t>(i)) %
                                 static_cast<uint64_t>(run.spec.vocab_size));

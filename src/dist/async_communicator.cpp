@@ -171,6 +171,11 @@ void AsyncCommunicator::broadcast(void* data, int64_t count, DType dtype, int ro
   call([=](Communicator& c) { c.broadcast(data, count, dtype, root); });
 }
 
+void AsyncCommunicator::send_recv(const void* send, int64_t send_count, void* recv, int64_t recv_count,
+                                  DType dtype, int peer) {
+  call([=](Communicator& c) { c.send_recv(send, send_count, recv, recv_count, dtype, peer); });
+}
+
 void AsyncCommunicator::barrier() {
   call([](Communicator& c) { c.barrier(); });
 }

@@ -53,6 +53,8 @@ class AsyncCommunicator final : public Communicator {
   void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) override;
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override;
   void broadcast(void* data, int64_t count, DType dtype, int root) override;
+  void send_recv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                 int peer) override;
   void barrier() override;
 
  protected:

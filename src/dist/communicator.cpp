@@ -52,6 +52,9 @@ class SingleCommunicator final : public Communicator {
     check_count(count, "broadcast");
     check_root(root, "broadcast");
   }
+  void send_recv(const void*, int64_t, void*, int64_t, DType, int peer) override {
+    throw std::invalid_argument("send_recv: peer " + std::to_string(peer) + " of 1 rank");
+  }
   void barrier() override {}
   int64_t buffer_bytes() const override { return 0; }
 

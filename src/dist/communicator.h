@@ -38,6 +38,11 @@ class Communicator {
   // rank()*count; otherwise the two must not overlap.
   virtual void all_gather(const void* send, void* recv, int64_t count, DType dtype) = 0;
   virtual void broadcast(void* data, int64_t count, DType dtype, int root) = 0;
+  // Point to point with rank `peer` (not this rank): sends send[send_count] to it and receives
+  // recv[recv_count] from it, both at once, so that two ranks exchanging never wait for each other. Either
+  // side may be left out (null with count 0); the peer must make the matching call.
+  virtual void send_recv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                         int peer) = 0;
   virtual void barrier() = 0;
   // Bytes of internal buffers this communicator holds (0 if none), for the memory plan's comm category. Fixed
   // from construction on: no call grows it.

@@ -23,7 +23,8 @@ namespace {
 // Waiting for messages: this many polls back to back, then a pause between polls (see wait_all).
 constexpr int kBusyPolls = 64;
 constexpr std::chrono::microseconds kPollPause{20};
-// A broadcast goes in messages of at most this many bytes, as MPI counts are ints.
+// A broadcast or a point-to-point exchange goes in messages of at most this many bytes, as MPI counts are
+// ints.
 constexpr int64_t kBroadcastBytes = int64_t{1} << 30;
 
 void check(int rc, const char* call) {
@@ -181,6 +182,26 @@ class MpiCommunicator final : public Communicator {
       } else {
         post_recv(bytes + o, n, root, r);
       }
+      wait_all(static_cast<int>(r));
+    }
+  }
+
+  void send_recv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
+                 int peer) override {
+    check_count(send_count, "send_recv");
+    check_count(recv_count, "send_recv");
+    if (peer < 0 || peer >= size_ || peer == rank_)
+      throw std::invalid_argument("send_recv: peer " + std::to_string(peer) + " of rank " +
+                                  std::to_string(rank_) + " among " + std::to_string(size_));
+    const int64_t es = static_cast<int64_t>(dtype_size(dtype));
+    const auto* out = static_cast<const std::byte*>(send);
+    auto* in = static_cast<std::byte*>(recv);
+    const int64_t send_bytes = send_count * es, recv_bytes = recv_count * es;
+    // Messages of at most kBroadcastBytes, as MPI counts are ints; both directions in flight together.
+    for (int64_t o = 0; o < std::max(send_bytes, recv_bytes); o += kBroadcastBytes) {
+      std::size_t r = 0;
+      if (o < recv_bytes) post_recv(in + o, std::min(kBroadcastBytes, recv_bytes - o), peer, r);
+      if (o < send_bytes) post_send(out + o, std::min(kBroadcastBytes, send_bytes - o), peer, r);
       wait_all(static_cast<int>(r));
     }
   }

@@ -28,6 +28,8 @@ struct OpRun {
   // Tensor parallel: the ranks that share each op (ops::AllReduce, the split vocabulary's softmax); null
   // with one.
   Communicator* tensor_group = nullptr;
+  // Pipeline parallel: the stages, ranked by stage (ops::PipeExchange); null with one.
+  Communicator* pipeline = nullptr;
   int tp() const { return tensor_group ? tensor_group->size() : 1; }
 };
 

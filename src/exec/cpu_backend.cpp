@@ -382,6 +382,15 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
                                              table[a.out].dtype);
       return 0;
     }
+    case OpKind::pipe_exchange: {
+      const auto& a = op.as<ops::PipeExchange>();
+      if (!r.pipeline) throw std::logic_error("cpu backend: " + op.name + " without a pipeline group");
+      const int id = a.send >= 0 ? a.send : a.recv;
+      r.pipeline->send_recv(a.send >= 0 ? m.data(a.send) : nullptr, a.send >= 0 ? table[a.send].numel() : 0,
+                            a.recv >= 0 ? m.data(a.recv) : nullptr, a.recv >= 0 ? table[a.recv].numel() : 0,
+                            table[id].dtype, r.pipeline->rank() + (a.next ? 1 : -1));
+      return 0;
+    }
   }
   throw std::logic_error("cpu backend: op " + op.name + " of no known kind");
 }

@@ -25,7 +25,9 @@ class OpHooks {
 };
 
 struct StepResult {
-  double loss = 0;  // mean cross-entropy over the batch's counted targets (all, without a loss mask)
+  // Mean cross-entropy over the batch's counted targets (all, without a loss mask); a pipeline stage's graph
+  // holds the step's micro-batches: the sum of their means on the last stage, 0 on the others.
+  double loss = 0;
 };
 
 class Executor {
@@ -47,11 +49,16 @@ class Executor {
   void set_op_hooks(OpHooks* hooks) { hooks_ = hooks; }
   // Tensor parallel: the group the graph's ops are split over (StepConfig::tp); it must outlive the runs.
   void set_tensor_group(Communicator* group) { tensor_group_ = group; }
+  // Pipeline parallel: the stages the graph's exchanges go to (StepConfig::pp); it must outlive the runs.
+  void set_pipeline(Communicator* pipeline) { pipeline_ = pipeline; }
 
  private:
-  // Runs ops [0, end) with their tensors bound and released; returns the sum of per-position losses.
+  // Runs ops [0, end) with their tensors bound and released; returns the sum over its loss ops of each one's
+  // mean loss.
   double run_ops(int end, bool training, float grad_scale, uint64_t draw = 0);
-  double mean_loss(double loss_sum) const;
+  // The checks that the graph was made for this process: its threads, its groups' sizes.
+  void check_groups() const;
+  OpRun op_run(bool training, float grad_scale, uint64_t draw) const;
 
   const ModelSpec& spec_;
   const Graph& graph_;
@@ -60,6 +67,7 @@ class Executor {
   std::function<void(int op)> observer_;
   OpHooks* hooks_ = nullptr;
   Communicator* tensor_group_ = nullptr;
+  Communicator* pipeline_ = nullptr;
 };
 
 }  // namespace mt

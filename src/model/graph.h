@@ -38,6 +38,7 @@ enum class OpKind {
   all_reduce,
   all_gather,
   reduce_scatter,
+  pipe_exchange,
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
@@ -237,6 +238,17 @@ struct ReduceScatter {
   auto ids() { return std::tie(inp, out); }
 };
 
+// Pipeline parallel: sends `send` to, and receives `recv` from, the neighbouring stage (the next one, or the
+// previous one), both at once when both are given: 1F1B's send-forward-receive-backward after a forward in
+// the steady state, and send-backward-receive-forward after a backward, which two stages run against each
+// other without either waiting for the other.
+struct PipeExchange {
+  static constexpr OpKind kind = OpKind::pipe_exchange;
+  int send = -1, recv = -1;
+  bool next = true;  // the peer: the next stage, else the previous one
+  auto ids() { return std::tie(send, recv); }
+};
+
 }  // namespace ops
 
 using OpArgs =
@@ -244,7 +256,7 @@ using OpArgs =
                  ops::Gelu, ops::Swiglu, ops::LmHeadLoss, ops::LayerNormBackward, ops::RmsNormBackward,
                  ops::LinearBackward, ops::RopeBackward, ops::AttentionBackward, ops::GeluBackward,
                  ops::SwigluBackward, ops::EmbeddingBackward, ops::Zero, ops::Lora, ops::LoraBackward,
-                 ops::AllReduce, ops::AllGather, ops::ReduceScatter>;
+                 ops::AllReduce, ops::AllGather, ops::ReduceScatter, ops::PipeExchange>;
 
 namespace detail {
 template <size_t... I>
@@ -298,10 +310,14 @@ struct Op {
 struct Graph {
   TensorTable table;
   std::vector<Op> ops;
-  // ops[loss_op] computes the loss; evaluation runs ops [0, loss_op] without gradients, training runs all.
+  // ops[loss_op] computes the (first micro-batch's) loss; -1 on a pipeline stage before the last.
   int loss_op = 0;
+  // Ops [0, forward_end) are the first micro-batch's forward up to its loss (or its send to the next stage):
+  // what evaluation runs, without gradients. Training runs all.
+  int forward_end = 1;
   int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
   int tp = 1;       // tensor-parallel ranks its split tensors were sized for
+  int pp = 1;       // pipeline stages: the graph is one stage's, all the step's micro-batches under 1F1B
 };
 
 // The block (TensorDesc::block) of the parameters the op reads, or -1 when it reads none; a logic error when

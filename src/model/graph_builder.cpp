@@ -14,16 +14,53 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   if (step_.threads <= 0) step_.threads = omp_get_max_threads();
   m_.graph.threads = step_.threads;
   m_.graph.tp = step_.tp;
+  m_.graph.pp = step_.pp;
+  m_.graph.loss_op = -1;  // until the head's op, on the last stage
   // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs,
   // bf16 without AVX512-BF16).
   const int64_t matmul_floats = kernels::gemm_scratch_floats(step_.dtype, step_.isa, step_.threads);
   if (matmul_floats > 0) mm_ = scratch("matmul.scratch", matmul_floats);
-  m_.tokens = tensor("batch.tokens", {step_.batch, step_.seq_len}, Category::other, DType::i32);
-  m_.targets = tensor("batch.targets", {step_.batch, step_.seq_len}, Category::other, DType::i32);
-  if (step_.loss_mask)
-    m_.loss_mask = tensor("batch.loss_mask", {step_.batch, step_.seq_len}, Category::other, DType::u8);
-  if (step_.packed)
-    m_.positions = tensor("batch.positions", {step_.batch, step_.seq_len}, Category::other, DType::i32);
+  const int64_t micro_batches = step_.pp > 1 ? step_.micro_batches : 1;
+  const std::vector<int64_t> shape{step_.batch, step_.seq_len};
+  for (int64_t i = 0; i < micro_batches; ++i) {
+    const std::string name = micro_batches > 1 ? "batch" + std::to_string(i) : "batch";
+    BatchTensors batch;
+    batch.tokens = tensor(name + ".tokens", shape, Category::other, DType::i32);
+    batch.targets = tensor(name + ".targets", shape, Category::other, DType::i32);
+    if (step_.loss_mask) batch.loss_mask = tensor(name + ".loss_mask", shape, Category::other, DType::u8);
+    if (step_.packed) batch.positions = tensor(name + ".positions", shape, Category::other, DType::i32);
+    m_.batches.push_back(batch);
+  }
+}
+
+void GraphBuilder::set_micro_batch(int64_t i) {
+  micro_batch_ = i;
+  name_suffix_ = step_.pp > 1 ? "@mb" + std::to_string(i) : "";
+}
+
+void GraphBuilder::send(const std::string& name, int data, bool next) {
+  op(name + ".send", ops::PipeExchange{.send = data, .next = next});
+}
+
+int GraphBuilder::receive(const std::string& name, int64_t width, bool next) {
+  const int out = residual_act(name, width);
+  std::vector<Op>& ops = m_.graph.ops;
+  if (!ops.empty() && ops.back().kind() == OpKind::pipe_exchange) {
+    auto& exchange = std::get<ops::PipeExchange>(ops.back().args);
+    if (exchange.next == next && exchange.recv < 0) {
+      exchange.recv = out;
+      ops.back().name += "_recv";
+      return out;
+    }
+  }
+  op(name + ".recv", ops::PipeExchange{.recv = out, .next = next});
+  return out;
+}
+
+void GraphBuilder::end_first_forward() {
+  if (first_forward_ended_) return;
+  first_forward_ended_ = true;
+  m_.graph.forward_end = static_cast<int>(m_.graph.ops.size());
 }
 
 int GraphBuilder::param(const std::string& name, std::vector<int64_t> shape) {
@@ -111,7 +148,8 @@ std::string GraphBuilder::adapter_module(const LoraAdapter& adapter) const {
 }
 
 int GraphBuilder::tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype) {
-  return m_.graph.table.add({name, std::move(shape), dtype, c});
+  const bool per_micro_batch = c == Category::activations || c == Category::workspace;
+  return m_.graph.table.add({per_micro_batch ? name + name_suffix_ : name, std::move(shape), dtype, c});
 }
 
 int GraphBuilder::act(const std::string& name, std::vector<int64_t> shape) {
@@ -134,7 +172,7 @@ int GraphBuilder::dequant_tile(const std::string& name, int weight) {
 }
 
 void GraphBuilder::op(std::string name, OpArgs args) {
-  m_.graph.ops.push_back({.name = std::move(name), .args = std::move(args)});
+  m_.graph.ops.push_back({.name = std::move(name) + name_suffix_, .args = std::move(args)});
 }
 
 LoraActs GraphBuilder::linear(const std::string& name, const std::string& suffix, int inp, int out,
@@ -246,7 +284,7 @@ void GraphBuilder::attention(const std::string& name, const std::string& suffix,
                              int64_t scratch_floats) {
   const int s = scratch(name + ".scratch" + suffix, scratch_floats);
   op(name + suffix,
-     ops::Attention{.qkv = qkv, .out = out, .lse = lse, .scratch = s, .positions = m_.positions});
+     ops::Attention{.qkv = qkv, .out = out, .lse = lse, .scratch = s, .positions = batch().positions});
 }
 
 void GraphBuilder::attention_backward(const std::string& name, int qkv, int out, int lse, int dqkv, int dout,
@@ -258,7 +296,7 @@ void GraphBuilder::attention_backward(const std::string& name, int qkv, int out,
                                   .dqkv = dqkv,
                                   .dout = dout,
                                   .scratch = s,
-                                  .positions = m_.positions});
+                                  .positions = batch().positions});
 }
 
 int GraphBuilder::activation(Activation kind, const std::string& name, const std::string& suffix, int inp,
@@ -289,7 +327,7 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64
                               ? -1
                               : tensor("lm_head.logits.grad", {chunk}, Category::workspace, step_.dtype);
   const int row_stats = step_.tp > 1 ? scratch("lm_head.row_stats", step_.tp * 3 * rows) : -1;
-  m_.graph.loss_op = static_cast<int>(m_.graph.ops.size());
+  if (micro_batch_ == 0) m_.graph.loss_op = static_cast<int>(m_.graph.ops.size());
   op("lm_head", ops::LmHeadLoss{.inp = inp,
                                 .weight = weight,
                                 .losses = losses,
@@ -297,8 +335,8 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64
                                 .logits = logits,
                                 .logits_grad = logits_grad,
                                 .matmul_scratch = mm_,
-                                .targets = m_.targets,
-                                .loss_mask = m_.loss_mask,
+                                .targets = batch().targets,
+                                .loss_mask = batch().loss_mask,
                                 .row_stats = row_stats,
                                 .vocab_begin = vocab_begin});
   return dinp;

@@ -34,18 +34,32 @@ struct StepConfig {
   int tp_rank = 0;         // this rank's place among them
   // Sequence parallel (tp > 1): the norms and the residual stream hold this rank's B*T/tp tokens.
   bool sequence_parallel = false;
+  int pp = 1;       // pipeline stages (Megatron's layout): each holds n_layer/pp consecutive layers
+  int pp_rank = 0;  // this rank's stage
+  // Pipeline parallel: the micro-batches of one step, all in the stage's graph under the 1F1B schedule.
+  int64_t micro_batches = 1;
 };
 
 // Rows of logits computed at once by the LM head: the [rows, Vp] logits buffer is workspace, never [B*T, Vp].
 constexpr int64_t kLogitsChunkRows = 256;
 
-// A model's step: the graph, the batch's token ids, targets' loss mask and tokens' positions in their records
-// (category other; the mask -1 without StepConfig::loss_mask, the positions without StepConfig::packed) and
+// A micro-batch's token ids, targets' loss mask and tokens' positions in their records (category other; the
+// mask -1 without StepConfig::loss_mask, the positions without StepConfig::packed).
+struct BatchTensors {
+  int tokens = -1, targets = -1, loss_mask = -1, positions = -1;
+};
+
+// A model's step: the graph, its batches (one, or a pipeline stage's micro-batches of the step in order) and
 // the parameters in creation order.
 struct ModelGraph {
   Graph graph;
-  int tokens = -1, targets = -1, loss_mask = -1, positions = -1;
+  std::vector<BatchTensors> batches;
   std::vector<int> params;
+  // Pipeline parallel with a tied head: the embedding the first stage holds, or the last stage's copy of it;
+  // the two stages keep them equal by summing their gradients. -1 elsewhere.
+  int tied_embedding = -1;
+
+  const BatchTensors& batch() const { return batches.front(); }  // the first, which evaluation reads
 };
 
 enum class NormKind { layernorm, rmsnorm };
@@ -92,6 +106,17 @@ class GraphBuilder {
   // Tensor parallel: sums `data` over the ranks in place (no op with one rank).
   void all_reduce(const std::string& name, int data);
   bool sequence_parallel() const { return step_.sequence_parallel && step_.tp > 1; }
+  // Pipeline parallel: the tensors and ops from here on are micro-batch i's (their names say so).
+  void set_micro_batch(int64_t i);
+  const BatchTensors& batch() const { return m_.batches[static_cast<size_t>(micro_batch_)]; }
+  // Pipeline parallel: `data` to the next stage (or the previous one); a send to a stage right before a
+  // receive from it is one exchange.
+  void send(const std::string& name, int data, bool next);
+  // A new residual-stream tensor `name` [.., width], received from the next stage (or the previous one).
+  int receive(const std::string& name, int64_t width, bool next);
+  // Marks the end of the first micro-batch's forward (Graph::forward_end); later calls do nothing.
+  void end_first_forward();
+  void mark_tied_embedding(int param) { m_.tied_embedding = param; }
   // The residual stream's tensors: this rank's token shard [B*T/tp, width] under sequence parallelism.
   int residual_act(const std::string& name, int64_t width);
   // The input of a column-parallel product from the residual stream's `shard`: under sequence parallelism a
@@ -152,6 +177,9 @@ class GraphBuilder {
   StepConfig step_;
   int mm_ = -1;  // matrix products' conversion tiles, when the compute dtype needs them
   int block_ = 0;
+  int64_t micro_batch_ = 0;
+  std::string name_suffix_;  // of the micro-batch's activations and workspace: "" or "@mb3"
+  bool first_forward_ended_ = false;
 };
 
 }  // namespace mt

@@ -297,8 +297,15 @@ const RunFlag kRunFlags[] = {
     {.names = "--tensor-model-parallel-size",
      .help =
          "tensor-parallel ranks: each holds 1/N of every layer's products, heads and vocabulary (Megatron's "
-         "layout; the world is N x data-parallel ranks)",
+         "layout; the world is N x data-parallel ranks x pipeline stages)",
      .field = &config_field<&C::tensor_parallel>,
+     .show_default = true,
+     .memory = true,
+     .bound = {.low = 1, .text = "must be at least 1"}},
+    {.names = "--pipeline-model-parallel-size",
+     .help = "pipeline stages: each holds an equal run of the layers (the embedding on the first, the final "
+             "norm, head and loss on the last) and runs the step's micro-batches under the 1F1B schedule",
+     .field = &config_field<&C::pipeline_parallel>,
      .show_default = true,
      .memory = true,
      .bound = {.low = 1, .text = "must be at least 1"}},

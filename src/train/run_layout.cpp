@@ -33,7 +33,7 @@ void check_scalar_sizes(const TrainConfig& cfg, const ModelSpec& spec, int64_t T
 }
 
 RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int rank, int threads,
-                  int64_t comm_buffer_bytes, kernels::CpuIsa isa, int tp_rank) {
+                  int64_t comm_buffer_bytes, kernels::CpuIsa isa, int tp_rank, int pp_rank) {
   RunLayout run;
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
@@ -55,7 +55,10 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .packed = cfg.packed,
                                            .tp = cfg.tensor_parallel,
                                            .tp_rank = tp_rank,
-                                           .sequence_parallel = cfg.sequence_parallel});
+                                           .sequence_parallel = cfg.sequence_parallel,
+                                           .pp = cfg.pipeline_parallel,
+                                           .pp_rank = pp_rank,
+                                           .micro_batches = run.accum});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   run.val_data = {B, T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
@@ -97,12 +100,12 @@ void fail_plan_overflow(const TrainConfig& cfg, const ModelSpec& spec) {
 }
 
 RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
-                      kernels::CpuIsa isa, int tp_rank) {
+                      kernels::CpuIsa isa, int tp_rank, int pp_rank) {
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   check_flags(cfg, spec, run_seq_len(cfg, spec));
   if (spec.n_layer > kMaxPlannedLayers) fail_too_deep(cfg, spec);
   try {
-    return lay_out(cfg, spec, world, rank, threads, comm_buffer_bytes, isa, tp_rank);
+    return lay_out(cfg, spec, world, rank, threads, comm_buffer_bytes, isa, tp_rank, pp_rank);
   } catch (const SizeOverflow&) {
     fail_plan_overflow(cfg, spec);
   }

@@ -27,13 +27,14 @@ struct RunLayout {
   Plan plan;
 };
 
-// The plan of rank `rank` of `world` data-parallel ranks, and tensor-parallel rank `tp_rank` of
-// --tensor-model-parallel-size, its kernels sized for `threads` OpenMP threads at ISA level `isa` (this
+// The plan of rank `rank` of `world` data-parallel ranks, tensor-parallel rank `tp_rank` of
+// --tensor-model-parallel-size and pipeline stage `pp_rank` of --pipeline-model-parallel-size, its kernels
+// sized for `threads` OpenMP threads at ISA level `isa` (this
 // process's by default), with communicators holding `comm_buffer_bytes` of their own.
 // Checks the flags first (mt::Error on bad input: a model deeper than planning takes, or byte counts beyond
 // 64 bits, are usage errors too); reads no data.
 RunLayout lay_out_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes,
-                      kernels::CpuIsa isa = kernels::cpu_isa(), int tp_rank = 0);
+                      kernels::CpuIsa isa = kernels::cpu_isa(), int tp_rank = 0, int pp_rank = 0);
 
 // The usage error for a plan of `config` whose byte counts overflow (SizeOverflow), naming the flags and the
 // model's sizes behind them; for what is derived from a RunLayout, such as the modelled parallel stages.

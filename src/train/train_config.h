@@ -50,9 +50,11 @@ struct TrainConfig {
   DistBackend dist_backend = DistBackend::automatic;
   int zero_stage = 0;  // 0-3
   // Tensor parallelism (Megatron's layout): ranks that split each layer's products, the vocabulary and the
-  // attention heads; the world is tensor_parallel x data-parallel ranks, tensor-parallel ranks adjacent.
+  // attention heads; the world is tensor_parallel x data-parallel x pipeline_parallel ranks, tensor-parallel
+  // ranks adjacent, then data-parallel ones.
   int tensor_parallel = 1;
   bool sequence_parallel = false;  // the norms and the residual stream split by tokens over those ranks
+  int pipeline_parallel = 1;       // stages, each an equal run of layers, under the 1F1B schedule
   double bucket_size_mb = 25;      // gradient and weight exchanges in chunks of this many MiB
   bool overlap_comm = true;        // exchanges run alongside the kernels; off: each one is waited for at once
   OffloadOptimizer offload_optimizer = OffloadOptimizer::none;

@@ -39,11 +39,32 @@ void check_parallel_flags(const TrainConfig& c) {
 }
 
 int data_parallel_size(const TrainConfig& c, int world) {
-  check_flag_bounds(c, {"--tensor-model-parallel-size"});
-  if (world % c.tensor_parallel != 0)
+  check_flag_bounds(c, {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"});
+  const int model_parallel = c.tensor_parallel * c.pipeline_parallel;
+  if (world % model_parallel != 0)
     fail_usage("--tensor-model-parallel-size " + std::to_string(c.tensor_parallel) +
+               " x --pipeline-model-parallel-size " + std::to_string(c.pipeline_parallel) +
                " does not divide the world of " + std::to_string(world) + " ranks");
-  return world / c.tensor_parallel;
+  return world / model_parallel;
+}
+
+void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
+  const int64_t pp = c.pipeline_parallel;
+  if (pp == 1) return;
+  const std::string flag = "--pipeline-model-parallel-size " + std::to_string(pp);
+  if (spec.n_layer % pp != 0)
+    fail_usage(flag + " must divide the model's " + std::to_string(spec.n_layer) +
+               " layers (the stages hold equal runs of them)");
+  // As DeepSpeed: gradients and weights partitioned over the data-parallel ranks would be exchanged once per
+  // micro-batch of every stage, which the pipeline's schedule does not leave room for.
+  if (c.zero_stage >= 2)
+    fail_usage(flag + " with --zero-stage " + std::to_string(c.zero_stage) +
+               ": pipeline parallelism works with ZeRO stages 0 and 1 only");
+  const auto refuse = [&](bool given, const std::string& other) {
+    if (given) fail_usage(flag + " with " + other + ": not run under pipeline parallelism yet");
+  };
+  refuse(c.lora.enabled(), "--lora-rank");
+  refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer");
 }
 
 void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
@@ -69,10 +90,14 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
   };
   refuse(c.lora.enabled(), "--lora-rank");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer");
+  refuse(!c.save.empty() || !c.load.empty() || c.resume != ResumeMode::off || c.verify_resume > 0,
+         "checkpoints");
+  refuse(!c.init_from.empty() || !c.save_weights.empty(), "--init-from or --save-weights");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   check_tensor_parallel_flags(c, spec, seq_len);
+  check_pipeline_parallel_flags(c, spec);
   check_flag_bounds(c, {"--train-iters", "--micro-batch-size"});
   check_precision(c.precision);
   if (c.static_loss_scale != 0 && c.precision.precision != Precision::fp16)

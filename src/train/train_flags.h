@@ -15,13 +15,17 @@ namespace mt {
 // Micro-batches per optimizer step, from --global-batch-size or --grad-accum-steps (they must agree).
 int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel);
 
-// The data-parallel ranks of a world of `world` ranks under --tensor-model-parallel-size (a usage error if
-// it does not divide the world).
+// The data-parallel ranks of a world of `world` ranks under --tensor-model-parallel-size and
+// --pipeline-model-parallel-size (a usage error if their product does not divide the world).
 int data_parallel_size(const TrainConfig& c, int world);
 
 // What --tensor-model-parallel-size splits must divide evenly (heads, key/value heads, MLP width, padded
 // vocabulary), and the features not run under it: usage errors naming the flags.
 void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
+
+// What --pipeline-model-parallel-size must divide (the layers), and what it does not run with (ZeRO-2/3, as
+// DeepSpeed; LoRA, optimizer offload): usage errors naming the flags.
+void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec);
 
 // The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
 void check_parallel_flags(const TrainConfig& c);

@@ -39,7 +39,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       rank_(comm.rank()),
       groups_(cfg, comm),
       run_(lay_out_run(cfg, place_.dp, place_.dp_rank, omp_get_max_threads(), groups_.buffer_bytes(),
-                       kernels::cpu_isa(), place_.tp_rank)),
+                       kernels::cpu_isa(), place_.tp_rank, place_.pp_rank)),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0),
@@ -116,18 +116,23 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
 
   std::vector<ParamGroup> groups;
-  // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first.
+  // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first; a
+  // tied embedding the first and last stage both hold, on the first.
   for (int id : model_.params)
     if (table[id].category == Category::params)
-      groups.push_back({id, weight_decays(table[id]), table[id].shard || place_.tp_rank == 0});
+      groups.push_back({id, weight_decays(table[id]),
+                        (table[id].shard || place_.tp_rank == 0) &&
+                            (id != model_.tied_embedding || place_.first_stage())});
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
   sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
-  if (place_.dp > 1) exec_->set_op_hooks(sync_.get());
+  // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
+  if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
   exec_->set_tensor_group(groups_.tensor());
+  exec_->set_pipeline(groups_.pipeline());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
                       precision_name(cfg.precision.precision),
                .loss_op = model_.graph.loss_op,
@@ -143,42 +148,44 @@ StepOutcome Trainer::step(int64_t step) {
   Allocation& memory = *memory_;
   const auto start = std::chrono::steady_clock::now();
   std::memset(memory.grads(), 0, plan_.bytes[Category::grads]);
-  // k micro-batches, each loss scaled by 1/k: the gradients sum to those of one batch of k*B.
+  // k micro-batches, each loss scaled by 1/k: the gradients sum to those of one batch of k*B. A pass of the
+  // graph runs one of them, or a pipeline stage's all of them.
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
+  const int64_t per_pass = static_cast<int64_t>(model_.batches.size()), passes = accum_ / per_pass;
+  const int dp = place_.dp;
   StepOutcome out;
-  for (int64_t micro = 0; micro < accum_; ++micro) {
-    // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the
-    // samples of a step do not depend on how many ranks share them; tensor-parallel ranks read the same.
-    for (int r = 0; r < place_.dp; ++r) {
-      if (r == place_.dp_rank)
-        train_loader_->next_batch(memory.i32(model_.tokens), memory.i32(model_.targets), loss_mask(),
-                                  positions());
-      else
-        train_loader_->skip_batch();
-    }
-    // Every micro-batch runs the same ops on the same plan: the first one of step 1 stands for all.
-    const bool record = !cfg_.memory_timeline.empty() && step == 1 && micro == 0 && rank_ == 0;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    for (const BatchTensors& batch : model_.batches) load_batch(*train_loader_, batch);
+    // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
+    const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
     if (record)
       exec_->set_op_observer([&](int op) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
-    sync_->set_final_micro_batch(micro == accum_ - 1);
-    const int dp = place_.dp;
-    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + micro) * dp + place_.dp_rank);  // global
+    sync_->set_final_micro_batch(pass == passes - 1);
+    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + pass) * dp + place_.dp_rank);  // global
     out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * dp), draw).loss;
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
     }
   }
+  if (place_.pp > 1) {
+    sum_tied_embedding_grads();
+    if (dp > 1) sync_->start_block_reductions();
+  }
   sync_->reduce_gradients();
   sum_sequence_parallel_grads();
-  out.loss = (place_.dp > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * place_.dp);
+  out.loss = (dp > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * dp);
+  if (groups_.pipeline()) out.loss = sum_over_ranks(*groups_.pipeline(), out.loss);  // the last stage's
   out.lr = schedule_.at(step);
-  // The norm over every shard: the data-parallel ranks' ranges under ZeRO, the tensor-parallel ranks' parts.
+  // The norm over every shard: the data-parallel ranks' ranges under ZeRO, the tensor-parallel ranks' parts,
+  // the pipeline's stages.
   out.update = optimizer_->step(model_.graph.table, memory, out.lr, loss_scale, [&](double local) {
-    const double sum = plan_.sharding.shards_optimizer() ? sync_->sum(local) : local;
-    return groups_.tensor() ? sum_over_ranks(*groups_.tensor(), sum) : sum;
+    double sum = plan_.sharding.shards_optimizer() ? sync_->sum(local) : local;
+    for (AsyncCommunicator* group : {groups_.tensor(), groups_.pipeline()})
+      if (group) sum = sum_over_ranks(*group, sum);
+    return sum;
   });
   if (!out.update.skipped) sync_->gather_weights();
   if (out.update.skipped && !scaler_)
@@ -187,13 +194,44 @@ StepOutcome Trainer::step(int64_t step) {
               precision_name(cfg_.precision.precision) + "; try a lower --lr)");
   if (scaler_) scaler_->update(out.update.skipped);
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  // The tensor group's exchanges sit between kernels that wait for them: all exposed.
-  const double tensor_group_s = groups_.tensor() ? groups_.tensor()->take_blocked_seconds() : 0.0;
-  out.comm_exposed_ms = (sync_->take_exposed_seconds() + tensor_group_s) * 1000.0;
+  // The tensor group's and the pipeline's exchanges sit between kernels that wait for them: all exposed.
+  out.comm_exposed_ms = (sync_->take_exposed_seconds() + take_model_parallel_blocked_seconds()) * 1000.0;
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
-      static_cast<double>(accum_ * place_.dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
+      static_cast<double>(accum_ * dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
   return out;
+}
+
+void Trainer::load_batch(Loader& loader, const BatchTensors& batch) {
+  Allocation& memory = *memory_;
+  uint8_t* mask = batch.loss_mask >= 0 ? memory.u8(batch.loss_mask) : nullptr;
+  int32_t* positions = batch.positions >= 0 ? memory.i32(batch.positions) : nullptr;
+  // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the samples
+  // of a step do not depend on how many ranks share them; tensor-parallel ranks and stages read the same.
+  for (int r = 0; r < place_.dp; ++r) {
+    if (r == place_.dp_rank)
+      loader.next_batch(memory.i32(batch.tokens), memory.i32(batch.targets), mask, positions);
+    else
+      loader.skip_batch();
+  }
+}
+
+double Trainer::take_model_parallel_blocked_seconds() {
+  double seconds = 0;
+  for (AsyncCommunicator* group : {groups_.tensor(), groups_.pipeline(), groups_.embedding()})
+    if (group) seconds += group->take_blocked_seconds();
+  return seconds;
+}
+
+void Trainer::sum_tied_embedding_grads() {
+  Communicator* group = groups_.embedding();
+  if (!group) return;
+  const int id = model_.tied_embedding;
+  const int64_t offset = memory_->param_offset(id);
+  const DType dtype = plan_.policy.grads;
+  void* grad = dtype == DType::bf16 ? static_cast<void*>(memory_->grads_from<bf16>(offset))
+                                    : static_cast<void*>(memory_->grads_from<float>(offset));
+  group->all_reduce_sum(grad, model_.graph.table[id].numel(), dtype);
 }
 
 void Trainer::log(int64_t step, const StepOutcome& outcome) {
@@ -228,7 +266,7 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
   if (eval_now) {
     const double val_loss = evaluate();
     sync_->take_exposed_seconds();  // evaluation's gathers are not the next step's
-    if (groups_.tensor()) groups_.tensor()->take_blocked_seconds();
+    take_model_parallel_blocked_seconds();
     comm_.take_busy_seconds();
     record["val_loss"] = val_loss;
     std::printf(" | val loss %.4f", val_loss);
@@ -295,22 +333,18 @@ void Trainer::sum_sequence_parallel_grads() {
   }
 }
 
-uint8_t* Trainer::loss_mask() const {
-  return model_.loss_mask >= 0 ? memory_->u8(model_.loss_mask) : nullptr;
-}
-
-int32_t* Trainer::positions() const {
-  return model_.positions >= 0 ? memory_->i32(model_.positions) : nullptr;
-}
-
 double Trainer::evaluate() {
   val_loader_->reset();  // the same validation windows every time, so evaluations compare
+  const Allocation& memory = *memory_;
+  const BatchTensors& batch = model_.batch();
   double sum = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    val_loader_->next_batch(memory_->i32(model_.tokens), memory_->i32(model_.targets), loss_mask(),
-                            positions());
+    val_loader_->next_batch(memory.i32(batch.tokens), memory.i32(batch.targets),
+                            batch.loss_mask >= 0 ? memory.u8(batch.loss_mask) : nullptr,
+                            batch.positions >= 0 ? memory.i32(batch.positions) : nullptr);
     sum += exec_->eval_step().loss;
   }
+  if (groups_.pipeline()) sum = sum_over_ranks(*groups_.pipeline(), sum);  // the last stage's
   return sum / static_cast<double>(cfg_.eval_iters);
 }
 

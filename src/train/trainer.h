@@ -86,10 +86,12 @@ class Trainer {
   double evaluate();
   // Sequence parallel: sums the norms' gradients, each rank's over its own tokens, over the tensor group.
   void sum_sequence_parallel_grads();
-  // The batch's loss mask and tokens' positions in their records, for the loaders to fill; null when the data
-  // has no mask, or does not pack records.
-  uint8_t* loss_mask() const;
-  int32_t* positions() const;
+  // Pipeline parallel with a tied head: sums the embedding's gradient over the first and last stage.
+  void sum_tied_embedding_grads();
+  // This rank's batch of one micro-batch from `loader` into `batch`'s tensors.
+  void load_batch(Loader& loader, const BatchTensors& batch);
+  // The seconds blocked in the tensor group's, the pipeline's and the tied embedding's exchanges.
+  double take_model_parallel_blocked_seconds();
   void save_memory_timeline();
   // What a checkpoint records of the step it was taken after.
   nlohmann::json step_metrics(const StepOutcome& outcome) const;

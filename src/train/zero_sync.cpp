@@ -189,6 +189,12 @@ AsyncCommunicator::Ticket ZeroSync::start_whole_block_reduce(int w) {
   }));
 }
 
+void ZeroSync::start_block_reductions() {
+  if (schedule_.stage >= 2) throw std::logic_error("zero sync: stage 2 and 3 reduce in their windows");
+  for (int w = 0; w < static_cast<int>(schedule_.windows.size()); ++w)
+    if (schedule_.windows[w].last_grads_of_block) start_whole_block_reduce(w);
+}
+
 void ZeroSync::reduce_gradients() {
   const ScopeTimer timer(exposed_seconds_);
   comm_.wait_all();

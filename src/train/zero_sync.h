@@ -26,6 +26,9 @@ class ZeroSync final : public OpHooks {
 
   // Whether the micro-batch about to run is the step's last: stages 0 and 1 exchange gradients only then.
   void set_final_micro_batch(bool final) { final_micro_batch_ = final; }
+  // Stages 0 and 1 run without the op hooks (pipeline parallel, whose tied embedding sums its gradient over
+  // the stages first): starts every block's gradient reduction at once, for reduce_gradients to wait for.
+  void start_block_reductions();
   // Waits until this rank's gradient range holds the sum over ranks: all of the buffer at stage 0, this
   // rank's shard from stage 1 on (the rest of the buffer is left as it was).
   void reduce_gradients();

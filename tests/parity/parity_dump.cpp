@@ -114,13 +114,14 @@ int run(int argc, char** argv) {
   if (policy.weights == DType::f32) add_adapters("init.", [&](int id) { return memory.f32(id); });
 
   auto load_batch = [&](int64_t s) {
-    std::memcpy(memory.i32(model.tokens), &batches[s * 2 * B * T], B * T * 4);
+    std::memcpy(memory.i32(model.batch().tokens), &batches[s * 2 * B * T], B * T * 4);
     const int32_t* targets = &batches[(s * 2 + 1) * B * T];
     for (int64_t i = 0; i < B * T; ++i) {
-      memory.i32(model.targets)[i] = targets[i] == kIgnored ? 0 : targets[i];
-      if (masked) memory.u8(model.loss_mask)[i] = targets[i] != kIgnored;
+      memory.i32(model.batch().targets)[i] = targets[i] == kIgnored ? 0 : targets[i];
+      if (masked) memory.u8(model.batch().loss_mask)[i] = targets[i] != kIgnored;
     }
-    if (!positions.empty()) std::memcpy(memory.i32(model.positions), &positions[s * B * T], B * T * 4);
+    if (!positions.empty())
+      std::memcpy(memory.i32(model.batch().positions), &positions[s * B * T], B * T * 4);
   };
 
   Executor exec(spec, model.graph, memory);

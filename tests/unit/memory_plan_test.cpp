@@ -147,8 +147,8 @@ TEST(MemoryAllocation, TrainingStepMeasuresExactlyThePlan) {
   Allocation memory(m.graph.table, plan);
   init_gpt2_params(spec, m, memory, 7);
   for (int i = 0; i < 32; ++i) {
-    memory.i32(m.tokens)[i] = (i * 37) % 256;
-    memory.i32(m.targets)[i] = (i * 11) % 256;
+    memory.i32(m.batch().tokens)[i] = (i * 37) % 256;
+    memory.i32(m.batch().targets)[i] = (i * 11) % 256;
   }
   Executor exec(spec, m.graph, memory);
   const double loss = exec.train_step(1.0f).loss;

@@ -50,11 +50,11 @@ struct TinyRun {
 
   // Batch rows [first, first + B) of a fixed token stream.
   void load_rows(int64_t first) {
-    const TensorDesc& t = model.graph.table[model.tokens];
+    const TensorDesc& t = model.graph.table[model.batch().tokens];
     const int64_t n = t.numel(), offset = first * t.shape[1];
     for (int64_t i = 0; i < n; ++i) {
-      memory.i32(model.tokens)[i] = static_cast<int32_t>(((offset + i) * 37 + 11) % 256);
-      memory.i32(model.targets)[i] = static_cast<int32_t>(((offset + i) * 53 + 5) % 256);
+      memory.i32(model.batch().tokens)[i] = static_cast<int32_t>(((offset + i) * 37 + 11) % 256);
+      memory.i32(model.batch().targets)[i] = static_cast<int32_t>(((offset + i) * 53 + 5) % 256);
     }
   }
 

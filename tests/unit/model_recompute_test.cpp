@@ -68,8 +68,8 @@ Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute,
   Executor exec(spec, m.graph, memory);
   for (int step = 0; step < 2; ++step) {
     for (int64_t i = 0; i < B * T; ++i) {
-      memory.i32(m.tokens)[i] = static_cast<int32_t>((i * 31 + step * 7) % 256);
-      memory.i32(m.targets)[i] = static_cast<int32_t>((i * 17 + step * 5 + 1) % 256);
+      memory.i32(m.batch().tokens)[i] = static_cast<int32_t>((i * 31 + step * 7) % 256);
+      memory.i32(m.batch().targets)[i] = static_cast<int32_t>((i * 17 + step * 5 + 1) % 256);
     }
     std::memset(memory.grads(), 0, out.plan.bytes[Category::grads]);
     (step == 0 ? out.first_loss : out.second_loss) = exec.train_step(1.0f).loss;
