@@ -45,7 +45,9 @@ void GraphBuilder::send(const std::string& name, int data, bool next) {
 int GraphBuilder::receive(const std::string& name, int64_t width, bool next) {
   const int out = residual_act(name, width);
   std::vector<Op>& ops = m_.graph.ops;
-  if (!ops.empty() && ops.back().kind() == OpKind::pipe_exchange) {
+  // Evaluation runs the first forward alone: its last send stays a send.
+  const bool after_first_forward = static_cast<int>(ops.size()) > m_.graph.forward_end;
+  if (first_forward_ended_ && after_first_forward && ops.back().kind() == OpKind::pipe_exchange) {
     auto& exchange = std::get<ops::PipeExchange>(ops.back().args);
     if (exchange.next == next && exchange.recv < 0) {
       exchange.recv = out;
