@@ -41,10 +41,12 @@ void check_parallel_flags(const TrainConfig& c) {
 int data_parallel_size(const TrainConfig& c, int world) {
   check_flag_bounds(c, {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"});
   const int model_parallel = c.tensor_parallel * c.pipeline_parallel;
-  if (world % model_parallel != 0)
-    fail_usage("--tensor-model-parallel-size " + std::to_string(c.tensor_parallel) +
-               " x --pipeline-model-parallel-size " + std::to_string(c.pipeline_parallel) +
-               " does not divide the world of " + std::to_string(world) + " ranks");
+  if (world % model_parallel != 0) {
+    const std::string tp = "--tensor-model-parallel-size " + std::to_string(c.tensor_parallel),
+                      pp = "--pipeline-model-parallel-size " + std::to_string(c.pipeline_parallel);
+    const std::string flags = c.pipeline_parallel == 1 ? tp : c.tensor_parallel == 1 ? pp : tp + " x " + pp;
+    fail_usage(flags + " does not divide the world of " + std::to_string(world) + " ranks");
+  }
   return world / model_parallel;
 }
 

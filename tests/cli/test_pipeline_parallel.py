@@ -1,0 +1,152 @@
+"""Pipeline parallelism through the command line, under mpirun: P = 2 stages, alone and with T = 2 tensor-parallel
+ranks (with and without sequence parallelism) or D = 2 data-parallel ranks (ZeRO 0 and 1), follow one process with
+the same global batch, step for step (loss, gradient norm, validation loss), for GPT-2 (tied head: the first and
+last stage sum the embedding's gradient) and LLaMA with grouped-query attention, in fp32 within 1e-5 and bf16/fp16
+within the precision tests' tolerance; recompute under pipeline parallelism; two runs of one layout are bitwise
+equal; every rank's memory.rank{r}.json has measured == planned; a stage's activations hold the micro-batches
+1F1B keeps in flight, however many the step has; a rank that dies ends the job; layouts that do not divide, and
+features not run under pipelines, are usage errors naming the flags.
+
+Runs the binary memtrain_cli.py names.
+"""
+import os
+import signal
+import subprocess
+import time
+import unittest
+from pathlib import Path
+
+from memtrain_cli import CliTestCase, command, read_memory, read_metrics, run_flags
+
+STEPS = 6
+COMPARED = ("loss", "grad_norm", "val_loss")
+PP = ["--pipeline-model-parallel-size", "2"]
+TP = ["--tensor-model-parallel-size", "2"]
+
+
+class PipelineParallel(CliTestCase):
+    def run_layout(self, name, ranks, *flags, model="gpt2-tiny", global_batch_size=4, **more):
+        """Trains on `ranks` processes into self.tmp / name; returns that folder."""
+        out = self.tmp / name
+        settings = dict(train_iters=STEPS, no_shuffle=True, eval_interval=3, eval_iters=2, threads=1)
+        settings.update(more)
+        self.train(*flags, out=out, ranks=ranks, expect=0, model=model, global_batch_size=global_batch_size,
+                   micro_batch_size=2, **settings)
+        return out
+
+    def records(self, out):
+        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
+
+    def assert_follows(self, out, reference, tolerance):
+        got, want = self.records(out), self.records(reference)
+        self.assertEqual(len(got), STEPS)
+        self.assertEqual([sorted(r) for r in got], [sorted(r) for r in want])
+        for step, (a, b) in enumerate(zip(got, want), 1):
+            for key in b:
+                self.assertAlmostEqual(a[key], b[key], delta=tolerance * abs(b[key]),
+                                       msg=f"step {step} {key}: {a[key]} against one process's {b[key]}")
+
+    def assert_measured_equals_planned(self, out, ranks):
+        for rank in range(ranks):
+            memory = read_memory(out, rank)
+            self.assertEqual(memory["measured"], memory["planned"], f"rank {rank}")
+
+    def test_fp32_layouts_follow_one_process(self):
+        for model in ("gpt2-tiny", "llama-tiny"):
+            single = self.run_layout(f"{model}-single", 1, model=model)
+            for name, ranks, flags in (("pp2", 2, PP), ("tp2-pp2", 4, TP + PP),
+                                       ("tp2-pp2-sp", 4, TP + PP + ["--sequence-parallel"]),
+                                       ("pp2-dp2", 4, PP), ("pp2-dp2-zero1", 4, PP + ["--zero-stage", "1"])):
+                with self.subTest(model=model, layout=name):
+                    out = self.run_layout(f"{model}-{name}", ranks, *flags, model=model)
+                    self.assert_follows(out, single, 1e-5)
+                    self.assert_measured_equals_planned(out, ranks)
+                    # The stages' exchanges are waited for between kernels: exposed, every step.
+                    self.assertTrue(all(r["comm_exposed_ms"] > 0 for r in read_metrics(out)))
+
+    def test_recompute_and_longer_pipelines_of_micro_batches(self):
+        # 8 micro-batches a step: the stages run 1F1B's warm-up, steady state and cool-down.
+        single = self.run_layout("single", 1, global_batch_size=16)
+        for name, flags in (("full", ["--recompute-granularity", "full", "--recompute-method", "uniform",
+                                      "--recompute-num-layers", "1"]),
+                            ("selective", ["--recompute-granularity", "selective"]), ("none", [])):
+            with self.subTest(recompute=name):
+                out = self.run_layout(name, 2, *PP, *flags, global_batch_size=16)
+                self.assert_follows(out, single, 1e-5)
+
+    def test_16_bit_precisions_follow_one_process(self):
+        for precision in ("--bf16", "--fp16"):
+            for model in ("gpt2-tiny", "llama-tiny"):
+                with self.subTest(precision=precision, model=model):
+                    single = self.run_layout(f"{model}{precision}-single", 1, precision, model=model)
+                    for name, ranks, flags in (("pp2", 2, PP), ("tp2-pp2", 4, TP + PP)):
+                        out = self.run_layout(f"{model}{precision}-{name}", ranks, precision, *flags, model=model)
+                        self.assert_follows(out, single, 1e-2)
+
+    def test_two_runs_are_bitwise_equal(self):
+        first = self.run_layout("first", 4, "--bf16", *TP, *PP, model="llama-tiny")
+        second = self.run_layout("second", 4, "--bf16", *TP, *PP, model="llama-tiny")
+        self.assertEqual(self.records(first), self.records(second))
+
+    def test_stages_hold_the_micro_batches_in_flight(self):
+        def activations(micro_batches):
+            out = self.run_layout(f"m{micro_batches}", 2, *PP, global_batch_size=2 * micro_batches,
+                                  train_iters=1, eval_interval=0)
+            self.assert_measured_equals_planned(out, 2)
+            return [read_memory(out, rank)["planned"]["activations"] for rank in range(2)]
+        one, two, eight = activations(1), activations(2), activations(8)
+        # Under 1F1B the first of 2 stages keeps 2 micro-batches' activations, the last one 1, however many the
+        # step has; one micro-batch leaves the first stage nothing to overlap.
+        self.assertEqual(two, eight)
+        self.assertEqual(one[1], two[1])
+        self.assertGreater(two[0], 1.5 * one[0])
+
+    def rank_processes(self, out):
+        """The pids of the memtrain ranks (not mpirun) whose command line names `out`."""
+        pids = []
+        for entry in Path("/proc").iterdir():
+            try:
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if entry.name.isdigit() and words[0].endswith(b"memtrain") and str(out).encode() in words:
+                pids.append(int(entry.name))
+        return pids
+
+    def test_a_rank_that_dies_ends_the_whole_job(self):
+        # 2 stages x 2 data-parallel ranks exchanging activations; the last rank is killed mid-run.
+        out = self.tmp / "killed"
+        args = command("train", *PP, *run_flags(data=self.data, out=out, train_iters=100000, micro_batch_size=2,
+                                                global_batch_size=8, threads=1), ranks=4)
+        job = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not (out / "metrics.jsonl").exists() or len(self.rank_processes(out)) < 4:
+                self.assertIsNone(job.poll(), "the job ended before it was killed")
+                self.assertLess(time.monotonic(), deadline, "the job did not start training")
+                time.sleep(0.2)
+            os.kill(max(self.rank_processes(out)), signal.SIGKILL)
+            self.assertNotEqual(job.wait(timeout=120), 0)
+        finally:
+            if job.poll() is None:
+                job.kill()
+                job.wait()
+            job.stderr.close()
+
+    def test_layouts_that_do_not_divide_are_usage_errors(self):
+        def refused(ranks, *flags, model="gpt2-tiny"):
+            result = self.train(*flags, out=self.tmp / "refused", ranks=ranks, model=model)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            return result.stderr
+        self.assertIn("--pipeline-model-parallel-size 2 does not divide the world of 3 ranks", refused(3, *PP))
+        self.assertIn("--tensor-model-parallel-size 2 x --pipeline-model-parallel-size 2 does not divide the "
+                      "world of 2 ranks", refused(2, *TP, *PP))
+        stderr = refused(4, "--pipeline-model-parallel-size", "4")
+        self.assertIn("--pipeline-model-parallel-size 4 must divide the model's 2 layers", stderr)
+        stderr = refused(2, *PP, "--zero-stage", "2")
+        self.assertIn("--pipeline-model-parallel-size 2 with --zero-stage 2", stderr)
+        self.assertIn("--pipeline-model-parallel-size 2 with --lora-rank", refused(2, *PP, "--lora-rank", "4"))
+
+
+if __name__ == "__main__":
+    unittest.main()
