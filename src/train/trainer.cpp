@@ -17,6 +17,7 @@
 #include "model/init.h"
 #include "model/model.h"
 #include "model/peft_adapter.h"
+#include "model/pipeline_schedule.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -73,6 +74,16 @@ void Trainer::print_banner(size_t train_shards) const {
               precision_name(cfg.precision.precision).c_str(), model_states_text(policy).c_str(),
               model_state_bytes_per_param(plan_.bytes, plan_.num_params), static_cast<long long>(accum_),
               accum_ == 1 ? "" : "es");
+  if (place_.pp > 1) {
+    const int64_t layers = spec_.n_layer / place_.pp, first = place_.pp_rank * layers;
+    std::printf(
+        "pipeline stage %d of %d: layers %lld-%lld | 1F1B over %lld micro-batches, at most %lld in "
+        "flight | bubble %.0f%% of the step\n",
+        place_.pp_rank, place_.pp, static_cast<long long>(first), static_cast<long long>(first + layers - 1),
+        static_cast<long long>(accum_),
+        static_cast<long long>(micro_batches_in_flight(place_.pp, place_.pp_rank, accum_)),
+        100.0 * pipeline_bubble_fraction(place_.pp, accum_));
+  }
   std::printf("activation recompute: %s | activation arena %s packed from %s of tensors\n",
               recompute_name(cfg.recompute).c_str(), human_bytes(plan_.activations.size).c_str(),
               human_bytes(plan_.activations.sum_of_tensors).c_str());
