@@ -166,7 +166,7 @@ StepOutcome Trainer::step(int64_t step) {
   const int dp = place_.dp;
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
-    for (const BatchTensors& batch : model_.batches) load_batch(*train_loader_, batch);
+    for (const BatchTensors& batch : model_.batches) load_batch(*train_loader_, batch, true);
     // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
     const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
     if (record)
@@ -213,14 +213,15 @@ StepOutcome Trainer::step(int64_t step) {
   return out;
 }
 
-void Trainer::load_batch(Loader& loader, const BatchTensors& batch) {
+void Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns) {
   Allocation& memory = *memory_;
   uint8_t* mask = batch.loss_mask >= 0 ? memory.u8(batch.loss_mask) : nullptr;
   int32_t* positions = batch.positions >= 0 ? memory.i32(batch.positions) : nullptr;
   // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the samples
   // of a step do not depend on how many ranks share them; tensor-parallel ranks and stages read the same.
-  for (int r = 0; r < place_.dp; ++r) {
-    if (r == place_.dp_rank)
+  const int turns = data_parallel_turns ? place_.dp : 1, turn = data_parallel_turns ? place_.dp_rank : 0;
+  for (int r = 0; r < turns; ++r) {
+    if (r == turn)
       loader.next_batch(memory.i32(batch.tokens), memory.i32(batch.targets), mask, positions);
     else
       loader.skip_batch();
@@ -346,13 +347,9 @@ void Trainer::sum_sequence_parallel_grads() {
 
 double Trainer::evaluate() {
   val_loader_->reset();  // the same validation windows every time, so evaluations compare
-  const Allocation& memory = *memory_;
-  const BatchTensors& batch = model_.batch();
   double sum = 0;
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    val_loader_->next_batch(memory.i32(batch.tokens), memory.i32(batch.targets),
-                            batch.loss_mask >= 0 ? memory.u8(batch.loss_mask) : nullptr,
-                            batch.positions >= 0 ? memory.i32(batch.positions) : nullptr);
+    load_batch(*val_loader_, model_.batch(), /*data_parallel_turns=*/false);  // every rank the same windows
     sum += exec_->eval_step().loss;
   }
   if (groups_.pipeline()) sum = sum_over_ranks(*groups_.pipeline(), sum);  // the last stage's

@@ -88,8 +88,9 @@ class Trainer {
   void sum_sequence_parallel_grads();
   // Pipeline parallel with a tied head: sums the embedding's gradient over the first and last stage.
   void sum_tied_embedding_grads();
-  // This rank's batch of one micro-batch from `loader` into `batch`'s tensors.
-  void load_batch(Loader& loader, const BatchTensors& batch);
+  // This rank's batch of one micro-batch from `loader` into `batch`'s tensors: its turn among the
+  // data-parallel ranks, or the loader's next one.
+  void load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns);
   // The seconds blocked in the tensor group's, the pipeline's and the tied embedding's exchanges.
   double take_model_parallel_blocked_seconds();
   void save_memory_timeline();
