@@ -8,9 +8,11 @@ The binary is MEMTRAIN_BIN (CTest sets it), else build/memtrain of this checkout
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -69,6 +71,36 @@ def run_flags(*words, **flags) -> list:
 def train(*words, ranks=1, launcher=None, env=None, timeout=300, **flags) -> subprocess.CompletedProcess:
     """`memtrain train` with run_flags(*words, **flags)."""
     return memtrain("train", *run_flags(*words, **flags), ranks=ranks, launcher=launcher, env=env, timeout=timeout)
+
+
+def kill_a_rank(test: unittest.TestCase, args: list, out: Path, ranks: int):
+    """Starts the mpirun job `args` of `ranks` memtrain ranks writing into `out`, SIGKILLs one rank once it is
+    training, and asserts that the whole job ends, non-zero, within two minutes."""
+    def rank_processes():
+        pids = []
+        for entry in Path("/proc").iterdir():
+            try:
+                words = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if entry.name.isdigit() and words[0].endswith(b"memtrain") and str(out).encode() in words:
+                pids.append(int(entry.name))
+        return pids
+
+    job = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (Path(out) / "metrics.jsonl").exists() or len(rank_processes()) < ranks:
+            test.assertIsNone(job.poll(), "the job ended before it was killed")
+            test.assertLess(time.monotonic(), deadline, "the job did not start training")
+            time.sleep(0.2)
+        os.kill(max(rank_processes()), signal.SIGKILL)
+        test.assertNotEqual(job.wait(timeout=120), 0)
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        job.stderr.close()
 
 
 def read_json(path: Path):

@@ -9,14 +9,9 @@ features not run under pipelines, are usage errors naming the flags.
 
 Runs the binary memtrain_cli.py names.
 """
-import os
-import signal
-import subprocess
-import time
 import unittest
-from pathlib import Path
 
-from memtrain_cli import CliTestCase, command, read_memory, read_metrics, run_flags
+from memtrain_cli import CliTestCase, command, kill_a_rank, read_memory, read_metrics, run_flags
 
 STEPS = 6
 COMPARED = ("loss", "grad_norm", "val_loss")
@@ -101,37 +96,12 @@ class PipelineParallel(CliTestCase):
         self.assertEqual(one[1], two[1])
         self.assertGreater(two[0], 1.5 * one[0])
 
-    def rank_processes(self, out):
-        """The pids of the memtrain ranks (not mpirun) whose command line names `out`."""
-        pids = []
-        for entry in Path("/proc").iterdir():
-            try:
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if entry.name.isdigit() and words[0].endswith(b"memtrain") and str(out).encode() in words:
-                pids.append(int(entry.name))
-        return pids
-
     def test_a_rank_that_dies_ends_the_whole_job(self):
         # 2 stages x 2 data-parallel ranks exchanging activations; the last rank is killed mid-run.
         out = self.tmp / "killed"
         args = command("train", *PP, *run_flags(data=self.data, out=out, train_iters=100000, micro_batch_size=2,
                                                 global_batch_size=8, threads=1), ranks=4)
-        job = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while not (out / "metrics.jsonl").exists() or len(self.rank_processes(out)) < 4:
-                self.assertIsNone(job.poll(), "the job ended before it was killed")
-                self.assertLess(time.monotonic(), deadline, "the job did not start training")
-                time.sleep(0.2)
-            os.kill(max(self.rank_processes(out)), signal.SIGKILL)
-            self.assertNotEqual(job.wait(timeout=120), 0)
-        finally:
-            if job.poll() is None:
-                job.kill()
-                job.wait()
-            job.stderr.close()
+        kill_a_rank(self, args, out, 4)
 
     def test_layouts_that_do_not_divide_are_usage_errors(self):
         def refused(ranks, *flags, model="gpt2-tiny"):

@@ -8,15 +8,10 @@ that do not divide are usage errors naming the flag; sequence parallelism holds 
 Runs the binary memtrain_cli.py names.
 """
 import json
-import os
 import re
-import signal
-import subprocess
-import time
 import unittest
-from pathlib import Path
 
-from memtrain_cli import CliTestCase, command, memtrain, read_memory, read_metrics, run_flags
+from memtrain_cli import CliTestCase, command, kill_a_rank, memtrain, read_memory, read_metrics, run_flags
 
 STEPS = 6
 COMPARED = ("loss", "grad_norm", "val_loss")
@@ -130,38 +125,13 @@ class TensorParallel(CliTestCase):
             self.assertEqual(estimate.returncode, 0, estimate.stderr)
             self.assertEqual(json.loads(estimate.stdout)["ranks"][0]["total_bytes"], planned)
 
-    def rank_processes(self, out):
-        """The pids of the memtrain ranks (not mpirun) whose command line names `out`."""
-        pids = []
-        for entry in Path("/proc").iterdir():
-            try:
-                words = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if entry.name.isdigit() and words[0].endswith(b"memtrain") and str(out).encode() in words:
-                pids.append(int(entry.name))
-        return pids
-
     def test_a_rank_that_dies_ends_the_whole_job(self):
         # 2 x 2 ranks in their tensor and data groups' collectives; the last one is killed mid-run.
         out = self.tmp / "killed"
         args = command("train", "--tensor-model-parallel-size", "2", "--sequence-parallel",
                        *run_flags(data=self.data, out=out, train_iters=100000, micro_batch_size=2,
                                   global_batch_size=4), ranks=4)
-        job = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            deadline = time.monotonic() + 120
-            while not (out / "metrics.jsonl").exists() or len(self.rank_processes(out)) < 4:
-                self.assertIsNone(job.poll(), "the job ended before it was killed")
-                self.assertLess(time.monotonic(), deadline, "the job did not start training")
-                time.sleep(0.2)
-            os.kill(max(self.rank_processes(out)), signal.SIGKILL)
-            self.assertNotEqual(job.wait(timeout=120), 0)
-        finally:
-            if job.poll() is None:
-                job.kill()
-                job.wait()
-            job.stderr.close()
+        kill_a_rank(self, args, out, 4)
 
     def test_layouts_that_do_not_divide_are_usage_errors(self):
         # 3 ranks are not a multiple of 2; llama-tiny's 2 key/value heads do not split 4 ways.
