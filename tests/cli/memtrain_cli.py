@@ -112,6 +112,27 @@ def read_metrics(out: Path) -> list:
     return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
+# What a parallel layout's run must match one process's run in, step for step.
+COMPARED = ("loss", "grad_norm", "val_loss")
+
+
+def compared_records(out: Path) -> list:
+    """Each logged step's COMPARED values of the run in `out`."""
+    return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
+
+
+def assert_follows(test: unittest.TestCase, out: Path, reference: Path, tolerance: float, steps: int):
+    """The run in `out` logged `steps` steps whose COMPARED values are the reference run's within `tolerance`
+    relative."""
+    got, want = compared_records(out), compared_records(reference)
+    test.assertEqual(len(got), steps)
+    test.assertEqual([sorted(r) for r in got], [sorted(r) for r in want])
+    for step, (a, b) in enumerate(zip(got, want), 1):
+        for key in b:
+            test.assertAlmostEqual(a[key], b[key], delta=tolerance * abs(b[key]),
+                                   msg=f"step {step} {key}: {a[key]} against one process's {b[key]}")
+
+
 def read_memory(out: Path, rank=None) -> dict:
     """memory.json of the run in `out`, or memory.rank{rank}.json of one rank of several."""
     return read_json(Path(out) / ("memory.json" if rank is None else f"memory.rank{rank}.json"))

@@ -11,10 +11,10 @@ Runs the binary memtrain_cli.py names.
 """
 import unittest
 
-from memtrain_cli import CliTestCase, command, kill_a_rank, read_memory, read_metrics, run_flags
+from memtrain_cli import (CliTestCase, assert_follows, command, compared_records, kill_a_rank, read_memory,
+                          read_metrics, run_flags)
 
 STEPS = 6
-COMPARED = ("loss", "grad_norm", "val_loss")
 PP = ["--pipeline-model-parallel-size", "2"]
 TP = ["--tensor-model-parallel-size", "2"]
 
@@ -29,17 +29,8 @@ class PipelineParallel(CliTestCase):
                    micro_batch_size=2, **settings)
         return out
 
-    def records(self, out):
-        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
-
     def assert_follows(self, out, reference, tolerance):
-        got, want = self.records(out), self.records(reference)
-        self.assertEqual(len(got), STEPS)
-        self.assertEqual([sorted(r) for r in got], [sorted(r) for r in want])
-        for step, (a, b) in enumerate(zip(got, want), 1):
-            for key in b:
-                self.assertAlmostEqual(a[key], b[key], delta=tolerance * abs(b[key]),
-                                       msg=f"step {step} {key}: {a[key]} against one process's {b[key]}")
+        assert_follows(self, out, reference, tolerance, STEPS)
 
     def assert_measured_equals_planned(self, out, ranks):
         for rank in range(ranks):
@@ -81,7 +72,7 @@ class PipelineParallel(CliTestCase):
     def test_two_runs_are_bitwise_equal(self):
         first = self.run_layout("first", 4, "--bf16", *TP, *PP, model="llama-tiny")
         second = self.run_layout("second", 4, "--bf16", *TP, *PP, model="llama-tiny")
-        self.assertEqual(self.records(first), self.records(second))
+        self.assertEqual(compared_records(first), compared_records(second))
 
     def test_stages_hold_the_micro_batches_in_flight(self):
         def activations(micro_batches):

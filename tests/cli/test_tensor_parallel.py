@@ -11,10 +11,10 @@ import json
 import re
 import unittest
 
-from memtrain_cli import CliTestCase, command, kill_a_rank, memtrain, read_memory, read_metrics, run_flags
+from memtrain_cli import (CliTestCase, assert_follows, command, compared_records, kill_a_rank, memtrain, read_memory,
+                          read_metrics, run_flags)
 
 STEPS = 6
-COMPARED = ("loss", "grad_norm", "val_loss")
 
 
 class TensorParallel(CliTestCase):
@@ -26,17 +26,8 @@ class TensorParallel(CliTestCase):
                    micro_batch_size=2, train_iters=STEPS, no_shuffle=True, eval_interval=3, eval_iters=2)
         return out
 
-    def records(self, out):
-        return [{k: r[k] for k in COMPARED if k in r} for r in read_metrics(out)]
-
     def assert_follows(self, out, reference, tolerance):
-        got, want = self.records(out), self.records(reference)
-        self.assertEqual(len(got), STEPS)
-        self.assertEqual([sorted(r) for r in got], [sorted(r) for r in want])
-        for step, (a, b) in enumerate(zip(got, want), 1):
-            for key in b:
-                self.assertAlmostEqual(a[key], b[key], delta=tolerance * abs(b[key]),
-                                       msg=f"step {step} {key}: {a[key]} against one process's {b[key]}")
+        assert_follows(self, out, reference, tolerance, STEPS)
 
     def test_fp32_layouts_follow_one_process(self):
         for model in ("gpt2-tiny", "llama-tiny"):
@@ -77,7 +68,7 @@ class TensorParallel(CliTestCase):
     def test_two_runs_are_bitwise_equal(self):
         first = self.run_layout("first", 2, 1, "--bf16", model="llama-tiny")
         second = self.run_layout("second", 2, 1, "--bf16", model="llama-tiny")
-        self.assertEqual(self.records(first), self.records(second))
+        self.assertEqual(compared_records(first), compared_records(second))
 
     def test_every_rank_measured_equals_planned_equals_estimate(self):
         for model, dp, flags in (("gpt2-tiny", 2, ["--zero-stage", "1"]), ("llama-tiny", 1, ["--bf16"]),
