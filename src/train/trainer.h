@@ -102,6 +102,10 @@ class Trainer {
   // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise.
   void check_resumed_base(const ckpt::CheckpointState& state, const std::string& where);
   std::string save_state(const std::string& save_dir, const ckpt::CheckpointState& state);
+  // This rank's model part (ckpt::ModelPart).
+  ckpt::ModelPart model_part() const;
+  // Collective over the pipeline: the flat parameters of a model part of each stage, by stage.
+  std::vector<int64_t> stage_param_counts();
   // The last stage's copy of a tied embedding, which the first stage's writes for both; -1 elsewhere.
   int tied_copy() const { return place_.first_stage() ? -1 : model_.tied_embedding; }
   // The ranks that write --save-weights together: one model copy's, one tensor-parallel rank of each stage
