@@ -19,18 +19,18 @@ namespace mt::ckpt {
 
 namespace {
 
-// A checkpoint saved under tensor parallelism: where its ranks held each element. Its model is state.json's,
+// A checkpoint saved under model parallelism: where its parts held each element. Its model is state.json's,
 // with the vocabulary padding the layout records.
 std::optional<SavedParams> saved_params(const std::string& checkpoint_dir, const CheckpointState& state) {
   const CheckpointLayout& layout = state.layout;
-  if (layout.tp == 1) return std::nullopt;
+  if (layout.parts() == 1) return std::nullopt;
   const std::string path = checkpoint_dir + "/" + kStateFile;
   ModelSpec spec = model_config(state.model, path);
   if (layout.padded_vocab < spec.vocab_size)
     fail_data(path + ": layout.padded_vocab " + std::to_string(layout.padded_vocab) +
               " is below the vocabulary of " + std::to_string(spec.vocab_size));
   spec.padded_vocab_size = layout.padded_vocab;
-  return SavedParams(spec, layout.tp, layout.num_params, "export " + checkpoint_dir + ": ");
+  return SavedParams(spec, layout, "export " + checkpoint_dir + ": ");
 }
 
 }  // namespace
@@ -65,7 +65,7 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   }
   const std::optional<SavedParams> saved = saved_params(checkpoint_dir, state);
   std::vector<RankFiles> files;
-  for (int s = 0; s < layout.tp; ++s) files.emplace_back(checkpoint_dir, layout, s);
+  for (int part = 0; part < layout.parts(); ++part) files.emplace_back(checkpoint_dir, layout, part);
   const StateTensor values{source, dtype, nullptr};
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
   // One tensor at a time through one tensor-sized buffer.
@@ -73,11 +73,11 @@ void export_checkpoint(const std::string& checkpoint_dir, const std::string& out
   SafetensorsWriter writer(out_dir + "/" + kModelFile, items, {{"format", "pt"}});
   for (const CheckpointTensor& t : layout.tensors) {
     const int64_t end = t.offset + t.numel();
-    // Without tensor parallelism a tensor's elements are one range of the one flat numbering.
+    // Without model parallelism a tensor's elements are one range of the one flat numbering.
     for (int64_t g = t.offset; g < end;) {
       const SavedRun from = saved ? saved->locate_flat(g, end - g) : SavedRun{0, g, end - g};
-      files[static_cast<size_t>(from.tp_rank)].read(values, {from.flat, from.flat + from.count},
-                                                    tensor.data() + (g - t.offset) * size);
+      files[static_cast<size_t>(from.part)].read(values, {from.flat, from.flat + from.count},
+                                                 tensor.data() + (g - t.offset) * size);
       g += from.count;
     }
     writer.write_next(tensor.data(), static_cast<uint64_t>(t.numel() * size));

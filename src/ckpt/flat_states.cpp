@@ -31,8 +31,9 @@ std::vector<StateTensor> state_tensors(const Plan& plan) {
   return tensors;
 }
 
-RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int tp_rank) {
-  for (int r = tp_rank; r < layout.world; r += layout.tp) {
+RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int part) {
+  for (int r = 0; r < layout.world; ++r) {
+    if (layout.file_part(r).index() != part) continue;
     files_.push_back(std::make_unique<SafetensorsReader>(checkpoint_dir + "/" + rank_file_name(r)));
     ranges_.push_back(layout.file_range(r));
   }

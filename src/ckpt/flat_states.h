@@ -47,13 +47,13 @@ struct StateTensor {
 // moments' scales when they are blocked (stored as they are: a resume never requantizes).
 std::vector<StateTensor> state_tensors(const Plan& plan);
 
-// The rank files of one tensor-parallel rank of a checkpoint (all of them without tensor parallelism), open
-// for reading.
+// The rank files of one model part of a checkpoint (ModelPart::index; all of them without model
+// parallelism), open for reading.
 class RankFiles {
  public:
-  RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int tp_rank = 0);
-  // Reads tensor t's entries of flat elements [range.begin, range.end) (of the tensor-parallel rank's
-  // numbering) into dst from every rank file that overlaps them.
+  RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int part = 0);
+  // Reads tensor t's entries of flat elements [range.begin, range.end) (of the part's numbering) into dst
+  // from every rank file that overlaps them.
   void read(const StateTensor& t, FlatRange range, char* dst) const;
 
  private:

@@ -79,8 +79,8 @@ void read_mapped(const SavedParams& saved, const std::vector<RankFiles>& files, 
       const ElementRun run = run_at(param, local, last - base - local);
       for (int64_t done = 0; done < run.count;) {
         const SavedRun from = saved.locate(param.name, run.whole + done, run.count - done);
-        files[static_cast<size_t>(from.tp_rank)].read(t, {from.flat, from.flat + from.count},
-                                                      dst + (base + local + done - range.begin) * size);
+        files[static_cast<size_t>(from.part)].read(t, {from.flat, from.flat + from.count},
+                                                   dst + (base + local + done - range.begin) * size);
         done += from.count;
       }
       local += run.count;
@@ -91,7 +91,7 @@ void read_mapped(const SavedParams& saved, const std::vector<RankFiles>& files, 
 }  // namespace
 
 void load_model_states(const std::string& checkpoint_dir, const CheckpointState& state, Allocation& memory,
-                       const ModelSpec& spec, int tp, int tp_rank) {
+                       const ModelSpec& spec, const ModelPart& part) {
   const CheckpointLayout& layout = state.layout;
   const Plan& plan = memory.plan();
   const std::string where = "resume from " + checkpoint_dir + ": ";
@@ -104,24 +104,25 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
                (plan.policy.master_weights ? " + F32 master" : "") + ", moments " +
                std::string(dtype_name(plan.policy.moments)) +
                " (--precision, --exp-avg-dtype or --main-params-dtype differ)");
-  if (layout.tp == tp) {  // the same flat numbering: ranges of this rank's own files
-    if (layout.num_params != plan.num_params)
-      fail_usage(where + "it holds " + std::to_string(layout.num_params) + " parameters, this model " +
+  if (layout.tp == part.tp && layout.pp() == part.pp) {  // the same flat numbering: this part's files
+    const int64_t saved = layout.num_params[static_cast<size_t>(part.pp_rank)];
+    if (saved != plan.num_params)
+      fail_usage(where + "it holds " + std::to_string(saved) + " parameters, this model " +
                  std::to_string(plan.num_params) + " (--model differs)");
-    const RankFiles files(checkpoint_dir, layout, tp_rank);
+    const RankFiles files(checkpoint_dir, layout, part.index());
     read_model_states(memory,
                       [&](const StateTensor& t, FlatRange range, char* dst) { files.read(t, range, dst); });
     return;
   }
-  // A scale stands for a block of one rank's flat numbering, which another split cuts elsewhere.
+  // A scale stands for a block of one part's flat numbering, which another split cuts elsewhere.
   if (layout.moment_block > 0)
     fail_usage(where + "its 8-bit moments were saved under --tensor-model-parallel-size " +
-               std::to_string(layout.tp) + ": their block scales do not carry over exactly to " +
-               std::to_string(tp) + "; resume with --tensor-model-parallel-size " +
-               std::to_string(layout.tp));
-  const SavedParams saved(spec, layout.tp, layout.num_params, where);
+               std::to_string(layout.tp) + " --pipeline-model-parallel-size " + std::to_string(layout.pp()) +
+               ": their block scales do not carry over exactly to " + std::to_string(part.tp) + " x " +
+               std::to_string(part.pp) + "; resume with the sizes they were saved under");
+  const SavedParams saved(spec, layout, where);
   std::vector<RankFiles> files;
-  for (int s = 0; s < layout.tp; ++s) files.emplace_back(checkpoint_dir, layout, s);
+  for (int p = 0; p < layout.parts(); ++p) files.emplace_back(checkpoint_dir, layout, p);
   read_model_states(memory, [&](const StateTensor& t, FlatRange range, char* dst) {
     read_mapped(saved, files, memory, t, range, dst);
   });

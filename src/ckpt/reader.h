@@ -19,12 +19,11 @@ std::string select_checkpoint(const std::string& dir, const std::string& flag, b
                               std::span<char> buffer);
 
 // Reads every model-state buffer of this rank (its ranges under its own Plan) from the checkpoint's rank
-// files. Saved under the same --tensor-model-parallel-size `tp`, they are ranges of this tensor-parallel
-// rank's
-// (`tp_rank`) files; under another, each element of `spec`'s whole parameters comes from the saved rank that
-// held it (except 8-bit moments' block scales: a usage error). The stored dtypes and parameter count must
-// match this run's: a usage error says which differs.
+// files. Saved under the same tensor- and pipeline-parallel sizes, they are ranges of this rank's model
+// part's files; under others, each element of `spec`'s whole parameters comes from a saved part that held it
+// (except 8-bit moments' block scales: a usage error). The stored dtypes and parameter count must match this
+// run's: a usage error says which differs.
 void load_model_states(const std::string& checkpoint_dir, const CheckpointState& state, Allocation& memory,
-                       const ModelSpec& spec, int tp, int tp_rank);
+                       const ModelSpec& spec, const ModelPart& part);
 
 }  // namespace mt::ckpt

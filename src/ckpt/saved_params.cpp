@@ -19,33 +19,48 @@ std::vector<int64_t> whole_offsets(const TensorTable& table) {
   return offsets;
 }
 
-SavedParams::SavedParams(const ModelSpec& spec, int tp, int64_t num_params, const std::string& where)
+SavedParams::SavedParams(const ModelSpec& spec, const CheckpointLayout& layout, const std::string& where)
     : where_(where) {
-  for (int s = 0; s < tp; ++s) {
-    // Only the parameters matter: the smallest step has them all.
-    const ModelGraph model =
-        build_model_graph(spec, {.batch = 1, .seq_len = 1, .threads = 1, .tp = tp, .tp_rank = s});
-    const TensorTable& table = model.graph.table;
-    const std::vector<int64_t> whole = whole_offsets(table);
-    int64_t flat = 0;
-    size_t index = 0;
-    for (int id = 0; id < table.size(); ++id) {
-      const TensorDesc& t = table[id];
-      if (t.category != Category::params) continue;
-      if (s == 0) {
-        by_name_[t.name] = params_.size();
-        params_.push_back({t.name, whole[static_cast<size_t>(id)], t.whole_numel(), {}, {}});
-      }
-      Param& p = params_.at(index++);
-      p.offsets.push_back(flat);
-      p.shards.push_back(t.shard);
-      flat += t.numel();
+  const ModelGraph model = whole_model(spec);
+  const TensorTable& whole = model.graph.table;
+  const std::vector<int64_t> offsets = whole_offsets(whole);
+  for (int id = 0; id < whole.size(); ++id)
+    if (whole[id].category == Category::params) {
+      by_name_[whole[id].name] = params_.size();
+      params_.push_back({whole[id].name, offsets[static_cast<size_t>(id)], whole[id].numel(), {}});
     }
-    if (flat != num_params)
-      fail_usage(where + "each of its " + std::to_string(tp) + " tensor-parallel ranks holds " +
-                 std::to_string(num_params) + " parameters, this model's " + std::to_string(flat) +
+  for (int part = 0; part < layout.parts(); ++part) {
+    const int stage = part / layout.tp;
+    const int64_t held = add_part(spec, layout, part);
+    if (held != layout.num_params[static_cast<size_t>(stage)])
+      fail_usage(where + "each tensor-parallel rank of its stage " + std::to_string(stage) + " holds " +
+                 std::to_string(layout.num_params[static_cast<size_t>(stage)]) +
+                 " parameters, this model's " + std::to_string(held) +
                  " (--model or --make-vocab-size-divisible-by differs)");
   }
+}
+
+int64_t SavedParams::add_part(const ModelSpec& spec, const CheckpointLayout& layout, int part) {
+  // Only the parameters matter: the smallest step has them all.
+  const ModelGraph model = build_model_graph(spec, {.batch = 1,
+                                                    .seq_len = 1,
+                                                    .threads = 1,
+                                                    .tp = layout.tp,
+                                                    .tp_rank = part % layout.tp,
+                                                    .pp = layout.pp(),
+                                                    .pp_rank = part / layout.tp});
+  const TensorTable& table = model.graph.table;
+  int64_t flat = 0;
+  for (int id = 0; id < table.size(); ++id) {
+    const TensorDesc& t = table[id];
+    if (t.category != Category::params) continue;
+    const auto it = by_name_.find(t.name);
+    if (it == by_name_.end())
+      throw std::logic_error("saved parameters: " + t.name + " is not one of the whole model's");
+    params_[it->second].holders.push_back({part, flat, t.shard});
+    flat += t.numel();
+  }
+  return flat;
 }
 
 SavedRun SavedParams::locate(const std::string& name, int64_t whole, int64_t limit) const {
@@ -64,9 +79,9 @@ SavedRun SavedParams::locate_flat(int64_t flat, int64_t limit) const {
 }
 
 SavedRun SavedParams::locate(const Param& p, int64_t whole, int64_t limit) const {
-  if (!p.shards[0]) return {0, p.offsets[0] + whole, std::min(limit, p.whole_numel - whole)};
-  for (size_t s = 0; s < p.shards.size(); ++s) {
-    const TensorShard& shard = *p.shards[s];
+  for (const Holder& h : p.holders) {
+    if (!h.shard) return {h.part, h.offset + whole, std::min(limit, p.whole_numel - whole)};
+    const TensorShard& shard = *h.shard;
     int64_t inner = 1, part_width = 0, before = 0;
     for (size_t d = static_cast<size_t>(shard.dim) + 1; d < shard.whole.size(); ++d) inner *= shard.whole[d];
     for (const auto& range : shard.ranges) part_width += range.second;
@@ -75,12 +90,12 @@ SavedRun SavedParams::locate(const Param& p, int64_t whole, int64_t limit) const
     for (const auto& [start, length] : shard.ranges) {
       if (start <= j && j < start + length) {
         const int64_t local = (outer * part_width + before + j - start) * inner + r;
-        return {static_cast<int>(s), p.offsets[s] + local, std::min(limit, (start + length - j) * inner - r)};
+        return {h.part, h.offset + local, std::min(limit, (start + length - j) * inner - r)};
       }
       before += length;
     }
   }
-  throw std::logic_error("saved parameters: no rank holds element " + std::to_string(whole) + " of " +
+  throw std::logic_error("saved parameters: no part holds element " + std::to_string(whole) + " of " +
                          p.name);
 }
 

@@ -1,5 +1,6 @@
 #include "ckpt/state.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -54,6 +55,7 @@ nlohmann::json to_json(const CheckpointState& s) {
                        {{"num_params", s.layout.num_params},
                         {"world", s.layout.world},
                         {"tp", s.layout.tp},
+                        {"pp", s.layout.pp()},
                         {"padded_vocab", s.layout.padded_vocab},
                         {"weights", dtype_name(s.layout.weights)},
                         {"master", s.layout.master},
@@ -91,9 +93,15 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     s.model = j.at("model");
     s.metrics = j.at("metrics");
     const nlohmann::json& l = j.at("layout");
-    s.layout.num_params = l.at("num_params").get<int64_t>();
+    // One number in checkpoints saved before pipeline parallelism.
+    const nlohmann::json& counts = l.at("num_params");
+    s.layout.num_params =
+        counts.is_array() ? counts.get<std::vector<int64_t>>() : std::vector<int64_t>{counts.get<int64_t>()};
     s.layout.world = l.at("world").get<int>();
     s.layout.tp = l.value("tp", 1);
+    if (const int pp = l.value("pp", 1); pp != s.layout.pp())
+      fail_data(path + ": layout.pp is " + std::to_string(pp) + " but num_params counts " +
+                std::to_string(s.layout.pp()) + " stages");
     s.layout.padded_vocab = l.value("padded_vocab", int64_t{0});
     s.layout.weights = dtype_named(l.at("weights").get<std::string>(), path);
     s.layout.master = l.at("master").get<bool>();
@@ -114,15 +122,16 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
   } catch (const std::logic_error& e) {  // stoul
     fail_data(path + ": malformed base checksum: " + e.what());
   }
+  const std::vector<int64_t>& counts = s.layout.num_params;
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||
-      s.layout.tp < 1 || s.layout.world % s.layout.tp != 0 || s.layout.num_params < 0 ||
-      s.layout.moment_block < 0)
-    fail_data(
-        path +
-        ": step, optimizer updates, world, tensor-parallel ranks, parameter count or moment block out of "
-        "range");
-  // Tensor-parallel ranks hold at least 1/tp of the whole parameters each.
-  const int64_t whole_bound = s.layout.num_params * s.layout.tp;
+      s.layout.tp < 1 || counts.empty() || s.layout.world % s.layout.parts() != 0 ||
+      std::ranges::any_of(counts, [](int64_t n) { return n < 0; }) || s.layout.moment_block < 0)
+    fail_data(path +
+              ": step, optimizer updates, world, tensor-parallel ranks, stages, parameter count or moment "
+              "block out of range");
+  // A stage's tensor-parallel ranks hold at least 1/tp of its whole parameters each.
+  int64_t whole_bound = 0;
+  for (int64_t n : counts) whole_bound += n * s.layout.tp;
   for (const CheckpointTensor& t : s.layout.tensors)
     if (t.offset < 0 || t.numel() < 0 || t.offset + t.numel() > whole_bound)
       fail_data(path + ": tensor " + t.name + " lies outside the " + std::to_string(whole_bound) +

@@ -19,7 +19,7 @@ namespace mt::ckpt {
 
 // One parameter tensor as model.safetensors names and shapes it; its elements are the flat parameters
 // [offset, offset + numel) of one process (an embedding's padding rows follow them in the flat buffer and are
-// not exported; under tensor parallelism the ranks' flat numberings differ from it).
+// not exported; under model parallelism the parts' flat numberings differ from it).
 struct CheckpointTensor {
   std::string name;
   std::vector<int64_t> shape;
@@ -27,23 +27,28 @@ struct CheckpointTensor {
   int64_t numel() const;
 };
 
-// How the flat model states were stored. Rank file r is world rank r's: tensor-parallel rank r % tp's flat
-// parameters (each tensor-parallel rank numbers its own part of the model, ParallelGroups' layout), the save
-// range of them of data-parallel rank r / tp.
+// How the flat model states were stored. Rank file r is world rank r's (ParallelGroups' layout: r = (stage x
+// dp + data-parallel rank) x tp + tensor-parallel rank): the flat parameters of its model part, each part
+// numbering its own (ModelPart), the save range of them of its data-parallel rank.
 struct CheckpointLayout {
-  int64_t num_params = 0;    // of each tensor-parallel rank
-  int world = 1;             // rank files
-  int tp = 1;                // tensor-parallel ranks
-  int64_t padded_vocab = 0;  // the embedding's rows, padding included (0: not recorded)
+  std::vector<int64_t> num_params = {0};  // of each model part, by stage (one entry per stage)
+  int world = 1;                          // rank files
+  int tp = 1;                             // tensor-parallel ranks
+  int64_t padded_vocab = 0;               // the embedding's rows, padding included (0: not recorded)
   DType weights = DType::f32;
   bool master = false;  // fp32 master weights present
   DType moments = DType::f32;
   int64_t moment_block = 0;  // blocked moments: elements per scale; 0: none
   std::vector<CheckpointTensor> tensors;
 
-  int dp() const { return world / tp; }
-  int file_tp_rank(int file) const { return file % tp; }
-  FlatRange file_range(int file) const { return save_range(num_params, dp(), file / tp, moment_block); }
+  int pp() const { return static_cast<int>(num_params.size()); }  // pipeline stages
+  int parts() const { return tp * pp(); }
+  int dp() const { return world / parts(); }
+  ModelPart file_part(int file) const { return {tp, pp(), file % tp, file / (tp * dp())}; }
+  FlatRange file_range(int file) const {
+    return save_range(num_params[static_cast<size_t>(file_part(file).pp_rank)], dp(), file / tp % dp(),
+                      moment_block);
+  }
 };
 
 struct CheckpointState {

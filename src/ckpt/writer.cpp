@@ -50,7 +50,8 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, c
 // model.safetensors is written by every rank together: rank 0 lays the file out (header, full size), then
 // each rank writes the weights of its save range into their places, straight from its weight buffer (so
 // under ZeRO-3, where a rank holds only its shard of the weights, nothing changes; under tensor parallelism
-// each rank's part of a split tensor goes to its whole indices).
+// each rank's part of a split tensor goes to its whole indices; under pipeline parallelism each stage writes
+// its own tensors).
 SafetensorsLayout model_file_layout(const std::string& path, const CheckpointLayout& layout) {
   std::vector<SafetensorsWriter::Item> items;
   for (const CheckpointTensor& t : layout.tensors) items.push_back({t.name, layout.weights, t.shape});
@@ -137,8 +138,8 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
   const CheckpointLayout& layout = state.layout;
   const ManifestFile mine = write_rank_file(tmp_dir.string(), memory, layout, rank);
   const FlatRange range = layout.file_range(rank);
-  write_tensor_parts(model_path, model_file, tensors, memory, layout.file_tp_rank(rank) == 0, range.begin,
-                     range.end, dtype_size(layout.weights), weight_values(memory));
+  write_tensor_parts(model_path, model_file, tensors, memory, layout.file_part(rank).tp_rank == 0,
+                     range.begin, range.end, dtype_size(layout.weights), weight_values(memory));
   // Sizes and checksums to rank 0: both exact in a double (sizes below 2^53). Every rank has written all
   // its parts once this returns.
   const double sent[2] = {static_cast<double>(mine.bytes), static_cast<double>(mine.crc32c)};

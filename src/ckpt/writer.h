@@ -16,7 +16,8 @@ namespace mt::ckpt {
 
 // Collective: every rank calls it with the same state. Each rank streams its save range of the model states
 // from `memory` (no copy) into its rank file (the world rank's, state.layout.file_range) and its part of
-// model.safetensors, whose tensors `tensors` are (in the order of state.layout.tensors); rank 0 checksums
+// model.safetensors, whose tensors `tensors` are (in the order of state.layout.tensors, each naming this
+// rank's parameter, or none where another stage writes it: held_tensors); rank 0 checksums
 // model.safetensors through `stream` (the plan's checkpoint buffer), adds state.json and the manifest,
 // renames, then keeps the newest `keep` checkpoints of the state's lineage (its run_id; 0: all), never
 // touching another run's. Returns the checkpoint's directory.

@@ -44,15 +44,24 @@ void inspect(const std::string& dir) {
   for (const ckpt::ManifestFile& f : manifest.files)
     std::printf("  %-22s %12llu bytes  crc32c %s  ok\n", f.name.c_str(),
                 static_cast<unsigned long long>(f.bytes), crc32c_hex(f.crc32c).c_str());
-  std::printf(
-      "model states: %lld flat parameters | weights %s%s | Adam moments %s | optimizer updates %lld\n",
-      static_cast<long long>(layout.num_params), std::string(dtype_name(layout.weights)).c_str(),
-      layout.master ? " + F32 master" : "", std::string(dtype_name(layout.moments)).c_str(),
-      static_cast<long long>(state.optimizer_updates));
+  std::string counts;  // of each stage's model parts
+  for (int64_t n : layout.num_params) counts += (counts.empty() ? "" : " + ") + std::to_string(n);
+  if (layout.parts() > 1)
+    counts += " (each of " + std::to_string(layout.tp) + " tensor-parallel ranks of " +
+              std::to_string(layout.pp()) + (layout.pp() == 1 ? " stage)" : " stages)");
+  std::printf("model states: %s flat parameters | weights %s%s | Adam moments %s | optimizer updates %lld\n",
+              counts.c_str(), std::string(dtype_name(layout.weights)).c_str(),
+              layout.master ? " + F32 master" : "", std::string(dtype_name(layout.moments)).c_str(),
+              static_cast<long long>(state.optimizer_updates));
   for (int r = 0; r < layout.world; ++r) {
     const ckpt::FlatRange range = layout.file_range(r);
-    std::printf("  %s: flat parameters [%lld, %lld)\n", ckpt::rank_file_name(r).c_str(),
-                static_cast<long long>(range.begin), static_cast<long long>(range.end));
+    const ckpt::ModelPart part = layout.file_part(r);
+    std::printf("  %s: flat parameters [%lld, %lld)%s\n", ckpt::rank_file_name(r).c_str(),
+                static_cast<long long>(range.begin), static_cast<long long>(range.end),
+                layout.parts() == 1 ? ""
+                                    : (" of tensor-parallel rank " + std::to_string(part.tp_rank) +
+                                       ", stage " + std::to_string(part.pp_rank))
+                                          .c_str());
   }
   std::printf("data cursor: epoch %lld, shard %lld, window %lld | seed %llu\n",
               static_cast<long long>(state.data_cursor.epoch),

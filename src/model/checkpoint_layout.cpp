@@ -1,5 +1,6 @@
 #include "model/checkpoint_layout.h"
 
+#include <map>
 #include <regex>
 
 #include "model/lora.h"
@@ -70,6 +71,19 @@ std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGrap
   for (int id : model.params)
     if (is_lora_a(table[id].name) || is_lora_b(table[id].name))
       out.push_back({table[id].name, id, 0, table[id].shape});
+  return out;
+}
+
+std::vector<FileTensor> held_tensors(const std::vector<FileTensor>& tensors, const ModelGraph& whole,
+                                     const ModelGraph& model, int tied_copy) {
+  std::map<std::string, int> ids;
+  for (int id : model.params)
+    if (id != tied_copy) ids[model.graph.table[id].name] = id;
+  std::vector<FileTensor> out = tensors;
+  for (FileTensor& f : out) {
+    const auto it = ids.find(whole.graph.table[f.param].name);
+    f.param = it == ids.end() ? -1 : it->second;
+  }
   return out;
 }
 

@@ -15,7 +15,7 @@ namespace mt {
 
 struct FileTensor {
   std::string name;
-  int param = -1;      // the parameter's table id
+  int param = -1;      // the parameter's table id (-1: another pipeline stage's, held_tensors)
   int64_t offset = 0;  // its first element within the whole parameter (a tensor-parallel rank holds a part)
   std::vector<int64_t> shape;  // the whole file tensor's
   int64_t numel() const;
@@ -27,6 +27,13 @@ std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGra
 // The tensors the optimizer trains, each a range of one parameter: all of checkpoint_tensors without LoRA;
 // under LoRA its trainable ones (--lora-train-modules) and the adapters, under their own names and shapes.
 std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model);
+
+// The file tensors `tensors` of the whole model `whole` (whole_model) as a rank's graph `model` holds them,
+// in the same order: each with the id of model's parameter of the same name, or -1 where model holds none
+// (another pipeline stage's tensor) and for `tied_copy` (the last stage's copy of a tied embedding, which the
+// first stage writes; -1: none).
+std::vector<FileTensor> held_tensors(const std::vector<FileTensor>& tensors, const ModelGraph& whole,
+                                     const ModelGraph& model, int tied_copy = -1);
 
 // The name a file tensor is known by in checkpoint_tensors, or nothing for tensors a checkpoint may carry
 // and memtrain ignores (GPT-2's causal-mask buffers, a tied lm_head.weight, LLaMA's rotary_emb.inv_freq).

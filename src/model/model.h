@@ -13,6 +13,11 @@ namespace mt {
 
 ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step);
 
+// The whole model as one process holds it, without tensor or pipeline parallelism, with LoRA's adapters
+// when `lora` asks for them: the graph of the smallest step, for its table (what weight files and
+// checkpoints list, in one process's flat order).
+ModelGraph whole_model(const ModelSpec& spec, const LoraConfig& lora = {});
+
 // The family's initialisation; a pure function of (seed, tensor name, element index).
 void init_model_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed);
 // The family's rule for one base parameter (init_params applies it, LoRA's adapters aside).

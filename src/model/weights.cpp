@@ -19,6 +19,7 @@
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
 #include "model/checkpoint_layout.h"
+#include "model/model.h"
 
 namespace mt {
 
@@ -251,7 +252,7 @@ void write_tensor_parts(const std::string& path, const SafetensorsLayout& file,
     }
   };
   for (size_t i = 0; i < tensors.size() && ok; ++i) {
-    if (!memory.table()[tensors[i].param].shard && !writes_whole) continue;
+    if (tensors[i].param < 0 || (!memory.table()[tensors[i].param].shard && !writes_whole)) continue;
     for_each_held_run(memory, tensors[i], [&](int64_t begin, int64_t end, int64_t element) {
       const int64_t from = std::max(begin, first), to = std::min(end, last);
       if (from >= to || !ok) return;
@@ -290,21 +291,23 @@ FlatSource master_values(const Allocation& memory) {
 // From the master copy (streamed in the optimizer state's windows, which may be offloaded) or from the
 // weights.
 void write_weight_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory,
-                       Communicator* tensor_group) {
+                       const WeightWriters& writers) {
   const bool master = saves_master(memory.plan());
   const DType dtype = master ? DType::f32 : memory.plan().policy.weights;
   std::vector<SafetensorsWriter::Item> items;
   for (const FileTensor& f : from) items.push_back({f.name, dtype, f.shape});
   const FlatSource source = master ? master_values(memory) : weight_values(memory);
-  if (tensor_group && tensor_group->size() > 1) {
-    // Every rank writes its parts into a temporary file that its group's rank 0 lays out and renames.
+  if (Communicator* group = writers.group; group && group->size() > 1) {
+    // The writers put their parts into a temporary file that the group's rank 0 lays out and renames.
     const SafetensorsLayout file = safetensors_layout(path, items, {{"format", "pt"}});
     const std::string parts = path + ".parts.tmp";
-    const bool first = tensor_group->rank() == 0;
+    const bool first = group->rank() == 0;
     if (first) create_laid_out_file(parts, file);
-    tensor_group->barrier();
-    write_tensor_parts(parts, file, from, memory, first, 0, memory.num_params(), dtype_size(dtype), source);
-    tensor_group->barrier();
+    group->barrier();
+    if (writers.writes)
+      write_tensor_parts(parts, file, from, memory, writers.writes_whole, 0, memory.num_params(),
+                         dtype_size(dtype), source);
+    group->barrier();
     std::error_code ec;
     if (first) fs::rename(parts, path, ec);
     if (ec) fail_data(path + ": cannot rename from " + parts + ": " + ec.message());
@@ -337,21 +340,27 @@ void load_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   const WeightFiles files(path, spec);
   std::set<std::string> unread;
   for (const auto& [name, found] : files.tensors()) unread.insert(name);
-  for (const FileTensor& f : checkpoint_tensors(spec, model)) {
-    const WeightFiles::Found& found = files.at(f.name);
-    load_checked(*found.reader, *found.entry, memory, f);
+  // Every tensor of the whole model must be there, also those another pipeline stage loads.
+  for (const FileTensor& f : checkpoint_tensors(spec, whole_model(spec))) {
+    files.at(f.name);  // a data error when missing
     unread.erase(f.name);
   }
   if (!unread.empty())
     fail_data(path + ": unexpected tensor " + *unread.begin() + " for this " +
               (spec.arch == Arch::llama ? "LLaMA" : "GPT-2") + " model");
+  for (const FileTensor& f : checkpoint_tensors(spec, model)) {
+    const WeightFiles::Found& found = files.at(f.name);
+    load_checked(*found.reader, *found.entry, memory, f);
+  }
 }
 
 void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
-                  const Allocation& memory, uint64_t max_shard_bytes, Communicator* tensor_group) {
-  const std::vector<FileTensor> tensors = checkpoint_tensors(spec, model);
+                  const Allocation& memory, uint64_t max_shard_bytes, const WeightWriters& writers) {
+  const ModelGraph whole = whole_model(spec);
+  const std::vector<FileTensor> tensors =
+      held_tensors(checkpoint_tensors(spec, whole), whole, model, writers.tied_copy);
   if (!path.ends_with(".index.json")) {
-    write_weight_file(path, tensors, memory, tensor_group);
+    write_weight_file(path, tensors, memory, writers);
     return;
   }
   // Shards in checkpoint order, a new one when the next tensor would overflow the current one.
@@ -373,9 +382,9 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
     char name[64];
     std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
     shards[s].file = name;
-    write_weight_file((folder / name).string(), shards[s].tensors, memory, tensor_group);
+    write_weight_file((folder / name).string(), shards[s].tensors, memory, writers);
   }
-  if (!tensor_group || tensor_group->rank() == 0) write_weight_index(path, shards, total);
+  if (!writers.group || writers.group->rank() == 0) write_weight_index(path, shards, total);
 }
 
 }  // namespace mt

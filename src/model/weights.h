@@ -78,19 +78,21 @@ using FlatSource =
 FlatSource weight_values(const Allocation& memory);
 FlatSource master_values(const Allocation& memory);
 
-// Writes this rank's elements of each file tensor of `tensors` (those of flat index in [first, last))
-// into their places in the file at path, laid out as `file` (tensor i at file.tensor_offset[i]), then
-// fsyncs it: a split parameter's part at its whole indices; a whole parameter only when `writes_whole` (on
-// one tensor-parallel rank: every one holds it). Values come from `source`, `element_bytes` each.
+// Writes this rank's elements of each file tensor of `tensors` (those of flat index in [first, last); none of
+// a tensor without a parameter here, FileTensor::param -1) into their places in the file at path, laid out
+// as `file` (tensor i at file.tensor_offset[i]), then fsyncs it: a split parameter's part at its whole
+// indices; a whole parameter only when `writes_whole` (on one tensor-parallel rank: every one holds it).
+// Values come from `source`, `element_bytes` each.
 void write_tensor_parts(const std::string& path, const SafetensorsLayout& file,
                         const std::vector<FileTensor>& tensors, const Allocation& memory, bool writes_whole,
                         int64_t first, int64_t last, uint64_t element_bytes, const FlatSource& source);
 
-// Reads every parameter from `path`: a .safetensors file, a model.safetensors.index.json (its shards are
-// read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are accepted.
-// F32, BF16 and F16 tensors are converted to the run's storage (the fp32 master copy, or the weights without
-// one); under tensor parallelism each rank stores its own part of every split parameter. A missing tensor,
-// a wrong shape or dtype, or an unknown tensor is a data error naming the file and the tensor.
+// Reads every parameter of `model` from `path`: a .safetensors file, a model.safetensors.index.json (its
+// shards are read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are
+// accepted. F32, BF16 and F16 tensors are converted to the run's storage (the fp32 master copy, or the
+// weights without one); under tensor parallelism each rank stores its own part of every split parameter,
+// under pipeline parallelism its stage's parameters (a tied embedding's copy too). A tensor of the whole
+// model missing, a wrong shape or dtype, or an unknown tensor is a data error naming the file and the tensor.
 void load_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   Allocation& memory);
 
@@ -99,20 +101,30 @@ void load_weights(const std::string& path, const ModelSpec& spec, const ModelGra
 // the file and the tensor.
 void load_weight_file(const std::string& path, const std::vector<FileTensor>& into, Allocation& memory);
 
+// The ranks that write one weight file together, collective over `group` (alone when it is null or of one
+// rank): its rank 0 lays the file out and renames it into place; each rank that `writes` puts its elements of
+// the file's tensors there (write_tensor_parts: whole parameters only where `writes_whole`), never those of
+// `tied_copy` (the last stage's copy of a tied embedding, which the first stage writes; -1: none).
+struct WeightWriters {
+  Communicator* group = nullptr;
+  bool writes = true, writes_whole = true;
+  int tied_copy = -1;
+};
+
 // Writes the file tensors `from` (ranges of parameters the optimizer trains, each under its file name) into
 // one safetensors file, atomically: the fp32 master copy when this rank holds it whole, else the weights in
-// their own dtype. With a tensor-parallel group of several ranks, collective over it: its rank 0 lays the
-// file out and every rank writes its part into place (write_tensor_parts) before the rename.
+// their own dtype. With several `writers`, collective over their group.
 void write_weight_file(const std::string& path, const std::vector<FileTensor>& from, const Allocation& memory,
-                       Communicator* tensor_group = nullptr);
+                       const WeightWriters& writers = {});
 
-// Writes every parameter (vocabulary padding removed), each file atomically: the fp32 master copy when there
-// is one, else the weights in their own dtype (also under ZeRO, where the master copy is sharded). A path
-// ending in .index.json gets shards model-0000i-of-0000n.safetensors beside it of at most max_shard_bytes
-// each (a larger tensor gets a shard of its own), written before the index; any other path one file.
-// Collective over `tensor_group` when it is given (write_weight_file).
+// Writes every parameter of the whole model (vocabulary padding removed), each file atomically: the fp32
+// master copy when there is one, else the weights in their own dtype (also under ZeRO, where the master copy
+// is sharded). A path ending in .index.json gets shards model-0000i-of-0000n.safetensors beside it of at most
+// max_shard_bytes each (a larger tensor gets a shard of its own), written before the index; any other path
+// one file. Under model parallelism `model` is a rank's part, and the ranks of `writers` write the files
+// together (write_weight_file).
 void save_weights(const std::string& path, const ModelSpec& spec, const ModelGraph& model,
                   const Allocation& memory, uint64_t max_shard_bytes = kDefaultShardBytes,
-                  Communicator* tensor_group = nullptr);
+                  const WeightWriters& writers = {});
 
 }  // namespace mt

@@ -92,9 +92,6 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
   };
   refuse(c.lora.enabled(), "--lora-rank");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer");
-  refuse(!c.save.empty() || !c.load.empty() || c.resume != ResumeMode::off || c.verify_resume > 0,
-         "checkpoints");
-  refuse(!c.init_from.empty() || !c.save_weights.empty(), "--init-from or --save-weights");
 }
 
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {

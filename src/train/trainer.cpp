@@ -41,6 +41,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
       groups_(cfg, comm),
       run_(lay_out_run(cfg, place_.dp, place_.dp_rank, omp_get_max_threads(), groups_.buffer_bytes(),
                        kernels::cpu_isa(), place_.tp_rank, place_.pp_rank)),
+      whole_(whole_model(run_.spec, cfg.lora)),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0),
@@ -290,19 +291,25 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
 
 void Trainer::finish_already_complete(int64_t step) {
   const bool write_weights = !cfg_.save_weights.empty() && !std::filesystem::exists(cfg_.save_weights);
-  if (write_weights && place_.dp_rank == 0)
-    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, groups_.tensor());
+  if (write_weights)
+    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, weight_writers());
   std::printf(
       "the run is complete: its checkpoint is at step %lld of --train-iters %lld; nothing to train%s\n",
       static_cast<long long>(step), static_cast<long long>(cfg_.train_iters),
       write_weights ? (", wrote --save-weights " + cfg_.save_weights).c_str() : "");
 }
 
+WeightWriters Trainer::weight_writers() {
+  // After the last gather every data-parallel rank holds the same weights: the first one's write.
+  return {.group = world_ > 1 ? &comm_ : nullptr,
+          .writes = place_.dp_rank == 0,
+          .writes_whole = place_.tp_rank == 0,
+          .tied_copy = tied_copy()};
+}
+
 void Trainer::finish() {
-  // After the last gather every data-parallel rank holds the same weights: the tensor-parallel ranks of the
-  // first write the file together.
-  if (!cfg_.save_weights.empty() && place_.dp_rank == 0)
-    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, groups_.tensor());
+  if (!cfg_.save_weights.empty())
+    save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, weight_writers());
   if (!cfg_.save_adapter.empty() && rank_ == 0)
     save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
                       cfg_.init_from.empty() ? spec_.name : cfg_.init_from);

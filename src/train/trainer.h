@@ -17,6 +17,7 @@
 #include "memory/plan.h"
 #include "memory/timeline.h"
 #include "model/model.h"
+#include "model/weights.h"
 #include "model/zero_schedule.h"
 #include "optim/schedule.h"
 #include "train/metrics.h"
@@ -102,6 +103,15 @@ class Trainer {
   // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise.
   void check_resumed_base(const ckpt::CheckpointState& state, const std::string& where);
   std::string save_state(const std::string& save_dir, const ckpt::CheckpointState& state);
+  // This rank's model part (ckpt::ModelPart).
+  ckpt::ModelPart model_part() const;
+  // Collective over the pipeline: the flat parameters of a model part of each stage, by stage.
+  std::vector<int64_t> stage_param_counts();
+  // The last stage's copy of a tied embedding, which the first stage's writes for both; -1 elsewhere.
+  int tied_copy() const { return place_.first_stage() ? -1 : model_.tied_embedding; }
+  // The ranks that write --save-weights together: one model copy's, one tensor-parallel rank of each stage
+  // writing the parameters they all hold.
+  WeightWriters weight_writers();
   // The planned buffer that checkpoint files are checksummed through.
   std::span<char> checkpoint_stream() const;
 
@@ -117,6 +127,7 @@ class Trainer {
   ModelGraph& model_ = run_.model;
   const ZeroSchedule& zero_schedule_ = run_.zero;
   const Plan& plan_ = run_.plan;
+  const ModelGraph whole_;  // whole_model's: what checkpoints and weight files list
   std::unique_ptr<LossScaler> scaler_;
   const LrSchedule schedule_;
   const bool evaluating_;

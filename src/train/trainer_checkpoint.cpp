@@ -41,6 +41,19 @@ void Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::
   ckpt::check_recorded_base(state, base_files(), cfg_.init_from, where);
 }
 
+ckpt::ModelPart Trainer::model_part() const {
+  return {.tp = place_.tp, .pp = place_.pp, .tp_rank = place_.tp_rank, .pp_rank = place_.pp_rank};
+}
+
+std::vector<int64_t> Trainer::stage_param_counts() {
+  Communicator* pipeline = groups_.pipeline();
+  if (!pipeline) return {plan_.num_params};
+  const double mine = static_cast<double>(plan_.num_params);  // exact in a double: below 2^53
+  std::vector<double> counts(static_cast<size_t>(place_.pp));
+  pipeline->all_gather(&mine, counts.data(), 1, DType::f64);
+  return {counts.begin(), counts.end()};
+}
+
 ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json metrics) {
   ckpt::CheckpointState s;
   s.step = step;
@@ -52,7 +65,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   s.run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
   s.model = hf_config_json(spec_);
   s.metrics = std::move(metrics);
-  s.layout = {.num_params = plan_.num_params,
+  s.layout = {.num_params = stage_param_counts(),
               .world = world_,
               .tp = place_.tp,
               .padded_vocab = spec_.padded_vocab_size,
@@ -61,11 +74,11 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
               .moments = plan_.policy.moments,
               .moment_block = plan_.policy.moment_block,
               .tensors = {}};
-  // The Hugging Face tensors, each a contiguous range of one process's flat parameters; under LoRA the
-  // trained ones and the adapters (the frozen base comes back from --init-from or the seed, which the
-  // settings record).
-  const std::vector<int64_t> whole_offset = ckpt::whole_offsets(model_.graph.table);
-  for (const FileTensor& f : trainable_tensors(spec_, model_))
+  // The whole model's Hugging Face tensors, each a contiguous range of one process's flat parameters; under
+  // LoRA the trained ones and the adapters (the frozen base comes back from --init-from or the seed, which
+  // the settings record).
+  const std::vector<int64_t> whole_offset = ckpt::whole_offsets(whole_.graph.table);
+  for (const FileTensor& f : trainable_tensors(spec_, whole_))
     s.layout.tensors.push_back({f.name, f.shape, whole_offset[static_cast<size_t>(f.param)] + f.offset});
   if (cfg_.lora.enabled() && !cfg_.init_from.empty()) s.base_files = base_files();
   return s;
@@ -80,8 +93,10 @@ std::string Trainer::save_loaded(const std::string& save_dir, int64_t step) {
 }
 
 std::string Trainer::save_state(const std::string& save_dir, const ckpt::CheckpointState& state) {
-  const std::string dir = ckpt::save_checkpoint(save_dir, state, *memory_, trainable_tensors(spec_, model_),
-                                                comm_, cfg_.keep_checkpoints, checkpoint_stream());
+  const std::vector<FileTensor> tensors =
+      held_tensors(trainable_tensors(spec_, whole_), whole_, model_, tied_copy());
+  const std::string dir = ckpt::save_checkpoint(save_dir, state, *memory_, tensors, comm_,
+                                                cfg_.keep_checkpoints, checkpoint_stream());
   std::printf("saved checkpoint %s\n", dir.c_str());
   std::fflush(stdout);
   return dir;
@@ -116,7 +131,7 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
   check_resumed_base(state, where);
-  ckpt::load_model_states(checkpoint_dir, state, *memory_, spec_, place_.tp, place_.tp_rank);
+  ckpt::load_model_states(checkpoint_dir, state, *memory_, spec_, model_part());
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);
   if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
@@ -154,12 +169,14 @@ uint32_t Trainer::state_hash() {
 }
 
 int64_t Trainer::checkpoint_bytes() const {
-  int64_t per_param =
-      2 * static_cast<int64_t>(dtype_size(plan_.policy.weights));  // rank files and model file
-  int64_t bytes = 0;
-  for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) bytes += t.bytes(0, plan_.num_params);
-  // Each tensor-parallel rank's rank files hold its own part, the model file the whole: at most tp parts.
-  return (plan_.num_params * per_param + bytes) * place_.tp;
+  // At most: each tensor-parallel rank's rank files hold at most the whole parameters (and the last stage's
+  // copy of a tied embedding), the model file the whole weights once.
+  const int64_t weights = whole_.graph.table.numel(Category::params);
+  const int64_t held = weights + (place_.tied_embedding ? spec_.padded_vocab_size * spec_.n_embd : 0);
+  const int64_t weight_size = static_cast<int64_t>(dtype_size(plan_.policy.weights));
+  int64_t rank_files = held * weight_size;
+  for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) rank_files += t.bytes(0, held);
+  return rank_files * place_.tp + weights * weight_size;
 }
 
 bool Trainer::any_rank(bool local) {

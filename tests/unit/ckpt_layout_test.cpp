@@ -50,7 +50,7 @@ TEST(CheckpointLayout, RankFilesReadAnyRangeAcrossSavedRanks) {
   std::filesystem::create_directories(dir);
   const int64_t n = 101;
   CheckpointLayout layout;
-  layout.num_params = n;
+  layout.num_params = {n};
   layout.world = 3;
   for (int r = 0; r < layout.world; ++r) {
     const FlatRange range = save_range(n, layout.world, r, 1);

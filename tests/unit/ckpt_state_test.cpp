@@ -16,7 +16,7 @@ CheckpointState sample_state() {
   s.run = {{"--lr", 0.0006000000284984708}, {"--seed", 99}};
   s.model = {{"n_layer", 2}};
   s.metrics = {{"loss", 2.5}, {"lr", 0.0003}};
-  s.layout = {.num_params = 100,
+  s.layout = {.num_params = {100},
               .world = 2,
               .weights = DType::bf16,
               .master = true,
@@ -64,6 +64,34 @@ TEST(CheckpointState, NamesALoraBaseByItsFilesChecksums) {
   nlohmann::json j = to_json(s);
   j["base"]["files"][0]["crc32c"] = "not hex";
   EXPECT_THROW(state_from_json(j, "state.json"), Error);
+}
+
+// Pipeline stages hold different parameter counts: one per stage, and rank file r's stage and range from
+// them (world rank r = (stage x dp + data-parallel rank) x tp + tensor-parallel rank).
+TEST(CheckpointState, RecordsEachStagesParameterCount) {
+  CheckpointState s = sample_state();
+  s.layout.num_params = {100, 60};
+  s.layout.world = 8;
+  s.layout.tp = 2;
+  const nlohmann::json j = to_json(s);
+  EXPECT_EQ(j["layout"]["pp"], 2);
+  const CheckpointLayout r = state_from_json(nlohmann::json::parse(j.dump()), "state.json").layout;
+  EXPECT_EQ(r.num_params, (std::vector<int64_t>{100, 60}));
+  EXPECT_EQ(r.dp(), 2);
+  const ModelPart part = r.file_part(7);
+  EXPECT_EQ(part.tp_rank, 1);
+  EXPECT_EQ(part.pp_rank, 1);
+  EXPECT_EQ(part.index(), 3);
+  EXPECT_EQ(r.file_range(7).begin, 30);  // data-parallel rank 1 of stage 1's 60
+  EXPECT_EQ(r.file_range(7).end, 60);
+  EXPECT_EQ(r.file_range(2).end, 100);  // data-parallel rank 1 of stage 0's 100
+  nlohmann::json older = j;             // saved before pipeline parallelism: one number, no pp
+  older["layout"]["num_params"] = 100;
+  older["layout"].erase("pp");
+  EXPECT_EQ(state_from_json(older, "state.json").layout.num_params, (std::vector<int64_t>{100}));
+  nlohmann::json disagreeing = j;
+  disagreeing["layout"]["pp"] = 3;
+  EXPECT_THROW(state_from_json(disagreeing, "state.json"), Error);
 }
 
 TEST(CheckpointState, RejectsMissingFieldsAndOutOfRangeTensors) {

@@ -139,7 +139,7 @@ TEST(BlockedMoments, SaveRangesAreTheShardsCutOnBlocks) {
 // b = b; a world of 2 ([0, 16), [16, 25)) and offload chunks read theirs from whichever files hold them.
 TEST(BlockedMoments, ScaleTensorsReadAcrossSavedRanksOfAnotherWorld) {
   TempDir dir("blocked-ranks");
-  const ckpt::CheckpointLayout layout{.num_params = 25, .world = 3, .moment_block = 4, .tensors = {}};
+  const ckpt::CheckpointLayout layout{.num_params = {25}, .world = 3, .moment_block = 4, .tensors = {}};
   const ckpt::StateTensor scales{"adam_m_scales", DType::f32, nullptr, 4};
   for (int r = 0; r < layout.world; ++r) {
     const ckpt::FlatRange range = ckpt::save_range(25, layout.world, r, 4);
