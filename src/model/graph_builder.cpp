@@ -45,7 +45,11 @@ void GraphBuilder::send(const std::string& name, int data, bool next) {
 int GraphBuilder::receive(const std::string& name, int64_t width, bool next) {
   const int out = residual_act(name, width);
   std::vector<Op>& ops = m_.graph.ops;
-  if (!ops.empty() && ops.back().kind() == OpKind::pipe_exchange) {
+  // Evaluation runs ops [0, forward_end): the exchange that ends the first forward must not also wait for the
+  // gradient of a backward (1F1B with one micro-batch), which evaluation never sends.
+  const bool after_first_forward =
+      first_forward_ended_ && static_cast<int>(ops.size()) > m_.graph.forward_end;
+  if (after_first_forward && ops.back().kind() == OpKind::pipe_exchange) {
     auto& exchange = std::get<ops::PipeExchange>(ops.back().args);
     if (exchange.next == next && exchange.recv < 0) {
       exchange.recv = out;

@@ -110,7 +110,7 @@ class GraphBuilder {
   void set_micro_batch(int64_t i);
   const BatchTensors& batch() const { return m_.batches[static_cast<size_t>(micro_batch_)]; }
   // Pipeline parallel: `data` to the next stage (or the previous one); a send to a stage right before a
-  // receive from it is one exchange.
+  // receive from it is one exchange, except at the end of the first forward (Graph::forward_end).
   void send(const std::string& name, int data, bool next);
   // A new residual-stream tensor `name` [.., width], received from the next stage (or the previous one).
   int receive(const std::string& name, int64_t width, bool next);
