@@ -33,9 +33,10 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   }
 }
 
-void GraphBuilder::set_micro_batch(int64_t i) {
-  micro_batch_ = i;
-  name_suffix_ = step_.pp > 1 ? "@mb" + std::to_string(i) : "";
+void GraphBuilder::begin_pass(PipelinePass pass) {
+  micro_batch_ = pass.micro_batch;
+  name_suffix_ = step_.pp > 1 ? "@mb" + std::to_string(pass.micro_batch) : "";
+  m_.graph.passes.push_back({static_cast<int>(m_.graph.ops.size()), pass});
 }
 
 void GraphBuilder::send(const std::string& name, int data, bool next) {

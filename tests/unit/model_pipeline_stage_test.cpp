@@ -49,5 +49,23 @@ TEST(PipelineStage, SteadyStateSendsAndReceivesInOneExchange) {
   EXPECT_EQ(merged_exchanges(stage_graph(3, 1, 1)), 0);
 }
 
+// The graph records its passes in the order the schedule runs them; without pipelines, the forward up to the
+// loss and the backward after it.
+TEST(PipelineStage, PassesFollowTheSchedule) {
+  const Graph g = stage_graph(3, 1, 4);
+  const std::vector<PipelinePass> schedule = one_f_one_b(3, 1, 4);
+  ASSERT_EQ(g.passes.size(), schedule.size());
+  for (size_t i = 0; i < schedule.size(); ++i) {
+    EXPECT_EQ(g.passes[i].pass.forward, schedule[i].forward);
+    EXPECT_EQ(g.passes[i].pass.micro_batch, schedule[i].micro_batch);
+    EXPECT_EQ(&pass_of(g, g.passes[i].first_op), &g.passes[i]);
+  }
+  EXPECT_EQ(g.passes[1].first_op, g.forward_end);
+  const Graph whole = stage_graph(1, 0, 1);
+  ASSERT_EQ(whole.passes.size(), 2u);
+  EXPECT_TRUE(pass_of(whole, whole.loss_op).pass.forward);
+  EXPECT_FALSE(pass_of(whole, whole.loss_op + 1).pass.forward);
+}
+
 }  // namespace
 }  // namespace mt
