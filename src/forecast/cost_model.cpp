@@ -202,6 +202,16 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       c.comm_s = c.seconds = mpi_seconds(
           profile, 2 * ring_share(tp) * static_cast<double>(table[op.as<ops::AllReduce>().data].bytes()));
       break;
+    case OpKind::all_gather:
+      // Sequence parallel: each rank receives the others' shards of the whole tensor...
+      c.comm_s = c.seconds = mpi_seconds(
+          profile, ring_share(tp) * static_cast<double>(table[op.as<ops::AllGather>().out].bytes()));
+      break;
+    case OpKind::reduce_scatter:
+      // ... and sends the others their shards of its whole partial sum.
+      c.comm_s = c.seconds = mpi_seconds(
+          profile, ring_share(tp) * static_cast<double>(table[op.as<ops::ReduceScatter>().inp].bytes()));
+      break;
     case OpKind::pipe_exchange: {
       // Pipeline parallel: every byte sent or received crosses once.
       const auto& a = op.as<ops::PipeExchange>();

@@ -6,7 +6,8 @@
 // behind the kernels, and the offload file's traffic at the disk's. Under tensor parallelism the graph is one
 // rank's (its heads, its columns and rows of the split weights), and its exchanges inside the ops (the
 // all-reduce ops, the LM head's gather of row statistics) are priced at the same MPI bandwidth over the
-// tensor group, all exposed: the next kernel needs their result. Under pipeline parallelism the graph is one
+// tensor group, all exposed: the next kernel needs their result; so are sequence parallelism's all-gathers
+// and reduce-scatters. Under pipeline parallelism the graph is one
 // stage's, with every micro-batch of the step: its sends and receives to the stages beside it are priced the
 // same way, all exposed, and the pipeline's fill and drain idle the stage (P - 1) / m of its passes' time,
 // so its step takes about (m + P - 1) / m of it: the bubble, (P - 1) / (m + P - 1) of the step.

@@ -230,6 +230,35 @@ TEST(CostModel, TensorParallelExchangesAtTheMpiBandwidth) {
   EXPECT_EQ(cost_of(gpt2_tiny(2, 64, {})).tp_comm_s, 0);
 }
 
+// Sequence parallel: an all-gather receives (tp-1)/tp of its whole output, a reduce-scatter sends (tp-1)/tp
+// of its whole partial sum; exposed like the all-reduces they replace.
+TEST(CostModel, SequenceParallelExchangesAtTheMpiBandwidth) {
+  TrainConfig c = tensor_parallel(gpt2_tiny(2, 64, {}), 4);
+  c.sequence_parallel = true;
+  HardwareProfile profile = testing::tested_profile();
+  profile.mpi_gbps = 2;
+  const RunLayout run = lay_out_run(c, 1, 0, 1, 0);
+  const TensorTable& table = run.model.graph.table;
+  int gathers = 0, scatters = 0;
+  for (const Op& op : run.model.graph.ops) {
+    const OpCost cost = predict_op_cost(table, op, run.spec, profile, 4);
+    if (op.kind() == OpKind::all_gather) {
+      ++gathers;
+      const double whole = static_cast<double>(table[op.as<ops::AllGather>().out].bytes());
+      EXPECT_DOUBLE_EQ(cost.seconds, 0.75 * whole / 2e9) << op.name;
+    } else if (op.kind() == OpKind::reduce_scatter) {
+      ++scatters;
+      const double whole = static_cast<double>(table[op.as<ops::ReduceScatter>().inp].bytes());
+      EXPECT_DOUBLE_EQ(cost.seconds, 0.75 * whole / 2e9) << op.name;
+    } else {
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(cost.comm_s, cost.seconds) << op.name;
+  }
+  EXPECT_GT(gathers, 0);
+  EXPECT_GT(scatters, 0);
+}
+
 TrainConfig pipelined(TrainConfig c, int pp, int64_t global_batch) {
   c.pipeline_parallel = pp;
   c.global_batch = global_batch;
