@@ -1,13 +1,16 @@
 // The cost model's prediction for one training configuration, for bench_plan.sh and bench_parallel.sh to
-// compare with measured steps: predict_step [--ranks N --zero-stage S --tp T] PROFILE MODEL B T THREADS ACCUM
-// PRECISION RECOMPUTE, where PRECISION is fp32, bf16 or bf16-o2 (both O2 flags) and RECOMPUTE none,
-// selective, uniform-N or block-N, B is per data-parallel rank, and N ranks run data-parallel (default 1),
-// each split over T tensor-parallel ranks (default 1; mpirun -np N*T): the prediction is for tensor-parallel
-// rank 0. Prints one JSON object. With --measure-ops N (one data-parallel rank) it also allocates the run's
-// plan, runs N training micro-batches on random tokens and adds "ops": per op name (layers folded into
-// "h.*"), the predicted and the fastest measured milliseconds summed over the layers, and the optimizer's
-// part of the step, to show what the model gets wrong. A tensor-parallel graph runs in this one process as
-// rank 0 among peers that exchange nothing (TimedAlone): its kernels, the exchanges left out.
+// compare with measured steps: predict_step [--ranks N --zero-stage S --tp T --sequence-parallel 0|1 --pp P]
+// PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE, where PRECISION is fp32, bf16 or bf16-o2 (both O2
+// flags) and RECOMPUTE none, selective, uniform-N or block-N, B is the micro-batch and ACCUM the
+// micro-batches per step (a pipeline's m), and N ranks run data-parallel (default 1), each split over T
+// tensor-parallel ranks and P pipeline stages (default 1; mpirun -np N*T*P): the prediction is plan's
+// (forecast/config_search.h: evaluate_candidate, the slowest stage's). Prints one JSON object. With
+// --measure-ops R (one data-parallel rank) it also allocates each stage's plan (tensor-parallel rank 0's),
+// runs R training steps on random tokens and adds "stages": per stage, per op name (layers and micro-batches
+// folded into "h.*" and "@mb*"), the predicted and the fastest measured milliseconds of a step, and the
+// optimizer's part of it, to show what the model gets wrong. A tensor-parallel graph or a pipeline stage runs
+// in this one process as rank 0 among peers that exchange nothing (TimedAlone): its kernels, the exchanges
+// left out.
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 #include "core/rng.h"
 #include "dist/communicator.h"
 #include "exec/executor.h"
+#include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "optim/adamw.h"
 #include "train/parallel_groups.h"
@@ -48,11 +52,16 @@ class TimedAlone final : public mt::Communicator {
       if (static_cast<std::byte*>(recv) + r * bytes != send)
         std::memcpy(static_cast<std::byte*>(recv) + r * bytes, send, bytes);
   }
-  // The ops exchange only by the two above.
-  void reduce_scatter_sum(const void*, void*, int64_t, mt::DType) override { unused("reduce_scatter_sum"); }
+  void reduce_scatter_sum(const void* send, void* recv, int64_t count, mt::DType dtype) override {
+    if (recv != send) std::memcpy(recv, send, static_cast<size_t>(count) * mt::dtype_size(dtype));
+  }
+  // A pipeline's neighbour that sends zeros.
+  void send_recv(const void*, int64_t, void* recv, int64_t recv_count, mt::DType dtype, int) override {
+    if (recv) std::memset(recv, 0, static_cast<size_t>(recv_count) * mt::dtype_size(dtype));
+  }
+  // The ops exchange only by the four above.
   void reduce_sum(const void*, void*, int64_t, mt::DType, int) override { unused("reduce_sum"); }
   void broadcast(void*, int64_t, mt::DType, int) override { unused("broadcast"); }
-  void send_recv(const void*, int64_t, void*, int64_t, mt::DType, int) override { unused("send_recv"); }
   void barrier() override { unused("barrier"); }
   int64_t buffer_bytes() const override { return 0; }
 
@@ -87,27 +96,36 @@ mt::TrainConfig config_from_args(char** args) {
   return c;
 }
 
-// Per op name with the layer index folded ("h.3.mlp.c_fc" -> "h.*.mlp.c_fc"): predicted and fastest measured
-// seconds, each summed over the ops of that name in one micro-batch.
-nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile, int tp,
-                           double predicted_optimizer_s, int repeats) {
-  const mt::Graph& graph = run.model.graph;
-  mt::Allocation memory(graph.table, run.plan);
-  mt::init_model_params(run.spec, run.model, memory, 1);
-  int32_t* tokens = memory.i32(run.model.batch().tokens);
-  int32_t* targets = memory.i32(run.model.batch().targets);
-  const int64_t n = graph.table[run.model.batch().tokens].numel();
+// Random token ids and targets for every micro-batch the graph holds.
+void fill_batches(const mt::RunLayout& run, mt::Allocation& memory) {
   const auto random_token = [&](uint64_t stream, int64_t i) {
     return static_cast<int32_t>(mt::random_bits(1, stream, static_cast<uint64_t>(i)) %
                                 static_cast<uint64_t>(run.spec.vocab_size));
   };
-  for (int64_t i = 0; i < n; ++i) {
-    tokens[i] = random_token(0, i);
-    targets[i] = random_token(1, i);
+  uint64_t stream = 0;
+  for (const mt::BatchTensors& batch : run.model.batches) {
+    const int64_t n = run.model.graph.table[batch.tokens].numel();
+    for (int id : {batch.tokens, batch.targets}) {
+      int32_t* ids = memory.i32(id);
+      for (int64_t i = 0; i < n; ++i) ids[i] = random_token(stream, i);
+      ++stream;
+    }
   }
+}
+
+// Per op name with the layer index and the micro-batch folded ("h.3.mlp.c_fc@mb2" -> "h.*.mlp.c_fc@mb*"):
+// predicted and fastest measured seconds, each summed over the ops of that name in one step (the graph's
+// passes: one per micro-batch, or one on a pipeline stage, which holds them all).
+nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile,
+                           const mt::TrainConfig& c, double predicted_optimizer_s, int repeats) {
+  const mt::Graph& graph = run.model.graph;
+  mt::Allocation memory(graph.table, run.plan);
+  mt::init_model_params(run.spec, run.model, memory, 1);
+  fill_batches(run, memory);
   mt::Executor exec(run.spec, graph, memory);
-  TimedAlone peers(tp);
-  if (tp > 1) exec.set_tensor_group(&peers);
+  TimedAlone tensor_peers(c.tensor_parallel), pipeline_peers(c.pipeline_parallel);
+  if (c.tensor_parallel > 1) exec.set_tensor_group(&tensor_peers);
+  if (c.pipeline_parallel > 1) exec.set_pipeline(&pipeline_peers);
   using Clock = std::chrono::steady_clock;
   std::vector<double> best(graph.ops.size(), 1e30);
   Clock::time_point last;
@@ -120,12 +138,15 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
     last = Clock::now();
     exec.train_step(1.0f);
   }
-  const std::regex layer(R"(\.\d+\.)");
+  const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size());
+  const std::regex layer(R"(\.\d+\.)"), micro_batch(R"(@mb\d+)");
   std::map<std::string, std::pair<double, double>> by_name;  // predicted, measured
   for (size_t i = 0; i < graph.ops.size(); ++i) {
-    auto& [predicted, measured] = by_name[std::regex_replace(graph.ops[i].name, layer, ".*.")];
-    predicted += mt::predict_op_cost(graph.table, graph.ops[i], run.spec, profile, tp).seconds;
-    measured += best[i];
+    auto& [predicted, measured] =
+        by_name[std::regex_replace(std::regex_replace(graph.ops[i].name, layer, ".*."), micro_batch, "@mb*")];
+    predicted +=
+        mt::predict_op_cost(graph.table, graph.ops[i], run.spec, profile, c.tensor_parallel).seconds * passes;
+    measured += best[i] * passes;
   }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [name, times] : by_name)
@@ -149,31 +170,31 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, int> options = {
-      {"--measure-ops", 0}, {"--ranks", 1}, {"--zero-stage", 0}, {"--tp", 1}};
+  std::map<std::string, int> options = {{"--measure-ops", 0},       {"--ranks", 1},
+                                        {"--zero-stage", 0},        {"--tp", 1},
+                                        {"--sequence-parallel", 0}, {"--pp", 1}};
   bool known = true;
   for (; argc > 2 && std::string(argv[1]).starts_with("--"); argc -= 2, argv += 2) {
     const auto option = options.find(argv[1]);
     known = known && option != options.end();
     if (known) option->second = std::stoi(argv[2]);
   }
-  const int repeats = options["--measure-ops"], ranks = options["--ranks"],
-            zero_stage = options["--zero-stage"], tp = options["--tp"];
+  const int repeats = options["--measure-ops"], ranks = options["--ranks"];
   if (!known || argc != 9 || (repeats > 0 && ranks > 1)) {
-    std::fprintf(
-        stderr,
-        "usage: predict_step [--measure-ops N | --ranks N --zero-stage S] [--tp T] PROFILE MODEL B T "
-        "THREADS ACCUM PRECISION RECOMPUTE\n");
+    std::fprintf(stderr,
+                 "usage: predict_step [--measure-ops N | --ranks N --zero-stage S] [--tp T] "
+                 "[--sequence-parallel 0|1] [--pp P] PROFILE MODEL B T THREADS ACCUM PRECISION RECOMPUTE\n");
     return 2;
   }
   try {
     mt::TrainConfig c = config_from_args(argv + 1);
-    c.zero_stage = zero_stage;
-    c.tensor_parallel = tp;
+    c.zero_stage = options["--zero-stage"];
+    c.tensor_parallel = options["--tp"];
+    c.sequence_parallel = options["--sequence-parallel"] != 0;
+    c.pipeline_parallel = options["--pp"];
+    const int world = ranks * c.tensor_parallel * c.pipeline_parallel;
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const int64_t comm_buffers = ranks * tp > 1 ? mt::parallel_buffer_bytes({.tp = tp, .dp = ranks}) : 0;
-    const mt::RunLayout run = mt::lay_out_run(c, ranks, 0, c.threads, comm_buffers);
-    const mt::StepCost cost = mt::predict_step_cost(run, c, ranks, profile);
+    const mt::StepCost cost = mt::evaluate_candidate(c, world, profile, mt::kernels::cpu_isa()).cost;
     nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
                           {"tokens_per_sec", cost.tokens_per_sec},
                           {"gflop", cost.flops / 1e9},
@@ -183,10 +204,20 @@ int main(int argc, char** argv) {
                           {"optimizer_ms", cost.optimizer_s * 1e3},
                           {"comm_ms", cost.comm_s * 1e3},
                           {"comm_exposed_ms", cost.comm_exposed_s * 1e3},
-                          {"tp_comm_ms", cost.tp_comm_s * 1e3}};
+                          {"tp_comm_ms", cost.tp_comm_s * 1e3},
+                          {"pp_comm_ms", cost.pp_comm_s * 1e3},
+                          {"bubble_ms", cost.bubble_s * 1e3},
+                          {"bubble_fraction", cost.bubble_fraction}};
     if (repeats > 0) {
       omp_set_num_threads(c.threads);
-      out["ops"] = measure_ops(run, profile, tp, cost.optimizer_s, repeats);
+      out["stages"] = nlohmann::json::array();
+      for (int stage = 0; stage < c.pipeline_parallel; ++stage) {
+        const mt::ParallelRank place = mt::parallel_rank(c, world, stage * c.tensor_parallel);
+        const mt::RunLayout run = mt::lay_out_run(c, 1, 0, c.threads, mt::parallel_buffer_bytes(place),
+                                                  mt::kernels::cpu_isa(), 0, stage);
+        const double optimizer_s = mt::predict_step_cost(run, c, 1, profile).optimizer_s;
+        out["stages"].push_back(measure_ops(run, profile, c, optimizer_s, repeats));
+      }
     }
     std::printf("%s\n", out.dump().c_str());
   } catch (const std::exception& e) {

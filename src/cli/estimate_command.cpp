@@ -24,6 +24,17 @@ struct EstimateFlags {
   bool json = false, explain = false;
 };
 
+// A model-parallel size by estimate's short flag or train's long one (1 when neither is given); given both,
+// they must agree.
+int model_parallel_size(const std::string& short_flag, int short_value, const std::string& long_flag,
+                        int long_value) {
+  if (short_value < 1) fail_usage(short_flag + " must be at least 1");
+  if (short_value != 1 && long_value != 1 && short_value != long_value)
+    fail_usage(short_flag + " " + std::to_string(short_value) + " disagrees with " + long_flag + " " +
+               std::to_string(long_value));
+  return short_value != 1 ? short_value : long_value;
+}
+
 void estimate(TrainConfig config, const EstimateFlags& f) {
   std::optional<int64_t> device;
   if (!f.device_memory.empty()) {
@@ -32,12 +43,11 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
   }
   // Only --verify-resume's check reads the step count; the memory of a step does not depend on it.
   if (config.train_iters == 0) config.train_iters = 1;
-  // --tp is --tensor-model-parallel-size by its short name; given both, they must agree.
-  if (f.tp != 1 && config.tensor_parallel != 1 && f.tp != config.tensor_parallel)
-    fail_usage("--tp " + std::to_string(f.tp) + " disagrees with --tensor-model-parallel-size " +
-               std::to_string(config.tensor_parallel));
-  const int tp = f.tp != 1 ? f.tp : config.tensor_parallel;
-  const Estimate e = estimate_run(config, f.dp, {.tp = tp, .pp = f.pp}, device, resolve_cpu_isa(f.cpu_isa));
+  config.tensor_parallel =
+      model_parallel_size("--tp", f.tp, "--tensor-model-parallel-size", config.tensor_parallel);
+  config.pipeline_parallel =
+      model_parallel_size("--pp", f.pp, "--pipeline-model-parallel-size", config.pipeline_parallel);
+  const Estimate e = estimate_run(config, f.dp, device, resolve_cpu_isa(f.cpu_isa));
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -74,11 +84,10 @@ void add_estimate_command(CLI::App& app) {
       "given, says whether the shards carry loss masks or packed records, which the plan holds)");
   std::shared_ptr<RunFlags> flags = add_run_flags(*cmd);
   auto f = std::make_shared<EstimateFlags>();
-  cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes)")->capture_default_str();
-  cmd->add_option("--tp", f->tp,
-                  "tensor-parallel ranks, as train's --tensor-model-parallel-size (with --pp: modelled)")
+  cmd->add_option("--dp", f->dp, "data-parallel ranks (MPI processes: dp x tp x pp)")->capture_default_str();
+  cmd->add_option("--tp", f->tp, "tensor-parallel ranks, as train's --tensor-model-parallel-size")
       ->capture_default_str();
-  cmd->add_option("--pp", f->pp, "pipeline stages, 1F1B (modelled: Megatron-LM's layout, not run yet)")
+  cmd->add_option("--pp", f->pp, "pipeline stages (1F1B), as train's --pipeline-model-parallel-size")
       ->capture_default_str();
   cmd->add_option(
       "--device-memory", f->device_memory,

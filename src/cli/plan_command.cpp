@@ -36,9 +36,12 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
                                        " per rank; more ranks or --device-memory");
   for (int i = 0; i < top && i < static_cast<int>(result.fitting.size()); ++i) {
     const ConfigCandidate& c = result.fitting[static_cast<size_t>(i)];
+    char bubble[48] = "";
+    if (c.cost.bubble_fraction > 0)
+      std::snprintf(bubble, sizeof bubble, " (pipeline bubble %.1f%%)", 100 * c.cost.bubble_fraction);
     std::printf(
         "\n#%d  %s\n    per rank %s = %lld B (model states %s%s, activations %s, workspace %s, comm %s) | "
-        "predicted %.0f tokens/s, %.3f s/step\n    %s\n",
+        "predicted %.0f tokens/s, %.3f s/step%s\n    %s\n",
         i + 1, describe_config(c.config).c_str(), human_bytes(c.rank_bytes).c_str(),
         static_cast<long long>(c.rank_bytes),
         human_bytes(c.bytes[Category::params] + c.bytes[Category::master] + c.bytes[Category::grads] +
@@ -47,7 +50,7 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
         c.bytes[Category::frozen] > 0 ? (", frozen " + human_bytes(c.bytes[Category::frozen])).c_str() : "",
         human_bytes(c.bytes[Category::activations]).c_str(),
         human_bytes(c.bytes[Category::workspace]).c_str(), human_bytes(c.bytes[Category::comm]).c_str(),
-        c.cost.tokens_per_sec, c.cost.step_s, train_command_line(c.config, request.ranks).c_str());
+        c.cost.tokens_per_sec, c.cost.step_s, bubble, train_command_line(c.config, request.ranks).c_str());
   }
   if (!result.notes.empty()) std::printf("\nadvice:\n");
   for (const std::string& note : result.notes) std::printf("  %s\n", note.c_str());
@@ -58,8 +61,10 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
 void add_plan_command(CLI::App& app) {
   auto request = std::make_shared<SearchRequest>();
   auto flags = std::make_shared<PlanFlags>();
-  CLI::App* cmd = app.add_subcommand(
-      "plan", "search precision, O2, ZeRO, recompute, micro-batch and offload for the fastest runs that fit");
+  CLI::App* cmd = app.add_subcommand("plan",
+                                     "search precision, O2, ZeRO, tensor and pipeline parallelism, "
+                                     "recompute, micro-batch and offload for the "
+                                     "fastest runs that fit");
   // The run flags the search starts from, which its command lines repeat.
   TrainConfig defaults;
   defaults.data = "DATA";
@@ -78,7 +83,10 @@ void add_plan_command(CLI::App& app) {
   cmd->get_option("--train-iters")
       ->description("--train-iters of the printed command lines")
       ->capture_default_str();
-  cmd->add_option("--ranks", request->ranks, "data-parallel ranks")->capture_default_str();
+  cmd->add_option("--ranks", request->ranks,
+                  "ranks (MPI processes), split into data-parallel ranks, tensor-parallel ranks and pipeline "
+                  "stages")
+      ->capture_default_str();
   cmd->add_option("--device-memory", flags->device_memory, "memory per rank: 80GiB, 24GB, bytes")->required();
   cmd->add_option("--profile", flags->profile,
                   "hardware profile from `memtrain calibrate` (default: the one shipped for the planned ISA "

@@ -205,32 +205,52 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
                                    kernels::CpuIsa isa) {
-  const ParallelRank place = parallel_rank(config, ranks, 0);
-  const RunLayout run = lay_out_run(config, place.dp, 0, rank_threads(config, ranks),
-                                    parallel_buffer_bytes(place), isa, place.tp_rank);
-  ConfigCandidate c{
-      .config = config, .rank_bytes = run.plan.bytes.total(), .bytes = run.plan.bytes, .cost = {}};
-  c.cost = predict_step_cost(run, config, place.dp, profile);
+  ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
+  // Each pipeline stage holds its own layers (the first the embedding, the last the head) and micro-batches
+  // in flight; on a stage, data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal
+  // shares. The slowest stage sets the pipeline's pace.
+  const int pp = config.pipeline_parallel;
+  for (int stage = 0; stage < pp; ++stage) {
+    const ParallelRank place = parallel_rank(config, ranks, stage * (ranks / pp));
+    const RunLayout run = lay_out_run(config, place.dp, 0, rank_threads(config, ranks),
+                                      parallel_buffer_bytes(place), isa, 0, stage);
+    if (run.plan.bytes.total() > c.rank_bytes) {
+      c.rank_bytes = run.plan.bytes.total();
+      c.bytes = run.plan.bytes;
+    }
+    const StepCost cost = predict_step_cost(run, config, place.dp, profile);
+    if (cost.step_s > c.cost.step_s) c.cost = cost;
+  }
   return c;
 }
 
 namespace {
 
-// The tensor-parallel sizes the trainer runs for this request: divisors of the ranks that split the model
-// evenly, unless the configuration has a feature tensor parallelism does not run (not a candidate then).
-std::vector<int> tensor_parallel_choices(const TrainConfig& base, const ModelSpec& spec, int ranks) {
-  std::vector<int> sizes;
-  for (int tp = 1; tp <= ranks; ++tp) {
-    if (ranks % tp != 0) continue;
-    TrainConfig config = base;
-    config.tensor_parallel = tp;
-    try {
-      check_tensor_parallel_flags(config, spec, base.seq_len != 0 ? base.seq_len : spec.n_positions);
-      sizes.push_back(tp);
-    } catch (const Error&) {
+struct ModelParallelLayout {
+  int tp = 1, pp = 1;
+};
+
+// The tensor- and pipeline-parallel sizes the trainer runs for this request: those whose product divides the
+// ranks and that split the model evenly (heads and widths by T, layers by P), unless the configuration has a
+// feature they do not run (not a candidate then).
+std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base, const ModelSpec& spec,
+                                                        int ranks) {
+  std::vector<ModelParallelLayout> layouts;
+  for (int tp = 1; tp <= ranks; ++tp)
+    for (int pp = 1; tp * pp <= ranks; ++pp) {
+      if (ranks % (tp * pp) != 0) continue;
+      TrainConfig config = base;
+      config.tensor_parallel = tp;
+      config.pipeline_parallel = pp;
+      config.zero_stage = 0;
+      try {
+        check_tensor_parallel_flags(config, spec, base.seq_len != 0 ? base.seq_len : spec.n_positions);
+        check_pipeline_parallel_flags(config, spec);
+        layouts.push_back({tp, pp});
+      } catch (const Error&) {
+      }
     }
-  }
-  return sizes;
+  return layouts;
 }
 
 }  // namespace
@@ -245,20 +265,22 @@ SearchResult search_configs(const SearchRequest& request) {
 
   SearchResult result;
   GroupSearch group(request, result);
-  for (int tp : tensor_parallel_choices(base, spec, request.ranks))
+  for (const auto [tp, pp] : model_parallel_choices(base, spec, request.ranks))
     for (bool sequence_parallel : tp > 1 ? std::vector{false, true} : std::vector{false}) {
-      // The global batch is split over the data-parallel ranks; tensor-parallel ranks share each sample.
-      const int dp = request.ranks / tp;
+      // The global batch is split over the data-parallel ranks; tensor-parallel ranks and pipeline stages
+      // share each sample.
+      const int dp = request.ranks / (tp * pp);
       const int64_t per_rank = base.global_batch / dp;
       std::vector<int> stages = {0};
-      if (dp > 1) stages = {0, 1, 2, 3};
+      if (dp > 1) stages = pp > 1 ? std::vector{0, 1} : std::vector{0, 1, 2, 3};  // as DeepSpeed's pipelines
       std::vector<OffloadOptimizer> offloads = {OffloadOptimizer::none};
-      if (!base.offload_path.empty() && tp == 1) offloads.push_back(OffloadOptimizer::nvme);  // not under TP
+      if (!base.offload_path.empty() && tp * pp == 1) offloads.push_back(OffloadOptimizer::nvme);
       for (const PrecisionConfig& precision : precision_choices())
         for (int stage : stages)
           for (OffloadOptimizer offload : offloads) {
             TrainConfig config = base;
             config.tensor_parallel = tp;
+            config.pipeline_parallel = pp;
             config.sequence_parallel = sequence_parallel;
             config.precision = precision;
             config.zero_stage = stage;
@@ -266,7 +288,7 @@ SearchResult search_configs(const SearchRequest& request) {
             for (int64_t micro = 1; micro <= per_rank; ++micro) {
               if (per_rank % micro != 0) continue;
               config.micro_batch = micro;
-              if (!group.search(config, spec.n_layer)) break;
+              if (!group.search(config, spec.n_layer / pp)) break;  // recompute counts a stage's layers
             }
           }
     }
@@ -284,6 +306,7 @@ std::string describe_config(const TrainConfig& c) {
   if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
+  if (c.pipeline_parallel > 1) s += ", pipeline parallel " + std::to_string(c.pipeline_parallel);
   if (c.tensor_parallel > 1)
     s +=
         ", tensor parallel " + std::to_string(c.tensor_parallel) + (c.sequence_parallel ? " + sequence" : "");
@@ -311,9 +334,10 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   // What the search chose, then what the request fixed.
   s += command_line_args(
       c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
-          "--tensor-model-parallel-size", "--sequence-parallel", "--zero-stage", "--recompute-granularity",
-          "--offload-optimizer", "--eval-interval", "--threads", "--lora-rank", "--lora-alpha",
-          "--lora-dropout", "--lora-target", "--lora-train-modules", "--base-quant", "--no-double-quant"});
+          "--pipeline-model-parallel-size", "--tensor-model-parallel-size", "--sequence-parallel",
+          "--zero-stage", "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads",
+          "--lora-rank", "--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules",
+          "--base-quant", "--no-double-quant"});
   return s;
 }
 

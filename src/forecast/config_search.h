@@ -1,5 +1,5 @@
 // `memtrain plan`: the search over the ways to run one model on `ranks` ranks (data parallel, and the
-// tensor-parallel sizes that divide them) in
+// tensor- and pipeline-parallel sizes that divide them) in
 // `device_memory` bytes per rank: precision, O2 flags and 8-bit moments, ZeRO stage, recompute, micro-batch
 // (the global batch fixed, accumulation making up the rest) and optimizer offload. Every candidate's memory
 // is lay_out_run's, exactly the trainer's; what does not fit is dropped and the rest ranked by the cost
@@ -27,9 +27,9 @@ struct SearchRequest {
 
 struct ConfigCandidate {
   TrainConfig config;
-  int64_t rank_bytes = 0;  // lay_out_run's total on rank 0, whose shard is never smaller than another's
-  CategoryBytes bytes;
-  StepCost cost;
+  int64_t rank_bytes = 0;  // lay_out_run's total on the rank that holds the most: every rank fits in it
+  CategoryBytes bytes;     // that rank's
+  StepCost cost;           // the slowest pipeline stage's (the only one without pipeline parallelism)
 };
 
 struct SearchResult {
@@ -47,8 +47,8 @@ RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
 int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
                             const std::function<bool(const TrainConfig&)>& fits);
 
-// Plans one configuration on rank 0 of `ranks` with the thread count the trainer would use, at ISA level
-// `isa`.
+// Plans one configuration on `ranks` ranks, each pipeline stage's largest rank, with the thread count the
+// trainer would use, at ISA level `isa`.
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
                                    kernels::CpuIsa isa);
 

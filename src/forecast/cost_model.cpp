@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "forecast/shipped_profiles.h"
+#include "model/pipeline_schedule.h"
 
 namespace mt {
 
@@ -123,9 +124,9 @@ OpCost lm_head_cost(const TensorTable& table, const ops::LmHeadLoss& a, const Ha
             static_cast<double>(weight.shape[1]);
   if (a.row_stats >= 0) {
     const double gathered = static_cast<double>(tp) * 3 * static_cast<double>(M) * sizeof(float);
-    c.tp_comm_s = mpi_seconds(profile, ring_share(tp) * gathered);
+    c.comm_s = mpi_seconds(profile, ring_share(tp) * gathered);
   }
-  c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9) + c.tp_comm_s;
+  c.seconds = c.flops / (profile.lm_head(weight.dtype != DType::f32) * 1e9) + c.comm_s;
   return c;
 }
 
@@ -142,6 +143,21 @@ OpCost attention_cost(const TensorTable& table, int qkv, int lse, double product
             static_cast<double>(T) * static_cast<double>(spec.head_dim()) / 2;
   c.seconds = c.flops / (profile.attention(q.dtype != DType::f32) * 1e9);
   return c;
+}
+
+// A pipeline stage of P over m micro-batches idles (P - 1) / m of its passes' time (kernels and exchanges)
+// while the pipeline fills and drains; a stage holding a tied embedding also sums its gradient with the
+// other end's, one all-reduce between two ranks, after its passes.
+void add_pipeline_costs(const RunLayout& run, const HardwareProfile& profile, double compute_s, StepCost& c) {
+  const int pp = run.model.graph.pp;
+  if (pp == 1) return;
+  c.bubble_fraction = pipeline_bubble_fraction(pp, run.accum);
+  c.bubble_s = (compute_s + c.tp_comm_s + c.pp_comm_s) * (pp - 1) / static_cast<double>(run.accum);
+  if (const int tied = run.model.tied_embedding; tied >= 0) {
+    const double grads = static_cast<double>(run.model.graph.table[tied].numel()) *
+                         static_cast<double>(dtype_size(run.plan.policy.grads));
+    c.pp_comm_s += mpi_seconds(profile, 2 * ring_share(2) * grads);
+  }
 }
 
 }  // namespace
@@ -183,9 +199,28 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
     }
     case OpKind::all_reduce:
       // Tensor parallel: the whole op is the exchange.
-      c.tp_comm_s = c.seconds = mpi_seconds(
+      c.comm_s = c.seconds = mpi_seconds(
           profile, 2 * ring_share(tp) * static_cast<double>(table[op.as<ops::AllReduce>().data].bytes()));
       break;
+    case OpKind::all_gather:
+      // Sequence parallel: each rank receives the others' shards of the whole tensor...
+      c.comm_s = c.seconds = mpi_seconds(
+          profile, ring_share(tp) * static_cast<double>(table[op.as<ops::AllGather>().out].bytes()));
+      break;
+    case OpKind::reduce_scatter:
+      // ... and sends the others their shards of its whole partial sum.
+      c.comm_s = c.seconds = mpi_seconds(
+          profile, ring_share(tp) * static_cast<double>(table[op.as<ops::ReduceScatter>().inp].bytes()));
+      break;
+    case OpKind::pipe_exchange: {
+      // Pipeline parallel: every byte sent or received crosses once.
+      const auto& a = op.as<ops::PipeExchange>();
+      double bytes = 0;
+      for (int id : {a.send, a.recv})
+        if (id >= 0) bytes += static_cast<double>(table[id].bytes());
+      c.comm_s = c.seconds = mpi_seconds(profile, bytes);
+      break;
+    }
     case OpKind::embedding:
     case OpKind::embedding_backward: {
       // Only the batch's rows of the table are touched: as many as the activation's.
@@ -221,17 +256,18 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
 StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
                            const HardwareProfile& profile) {
   const Plan& plan = run.plan;
-  const double accum = static_cast<double>(run.accum);
+  const Graph& graph = run.model.graph;
+  // The graph runs once per micro-batch, or once per step on a pipeline stage (which holds them all).
+  const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size());
   StepCost c;
-  for (const Op& op : run.model.graph.ops) {
-    const OpCost op_cost =
-        predict_op_cost(run.model.graph.table, op, run.spec, profile, config.tensor_parallel);
-    c.flops += op_cost.flops * accum;
+  for (const Op& op : graph.ops) {
+    const OpCost op_cost = predict_op_cost(graph.table, op, run.spec, profile, config.tensor_parallel);
+    c.flops += op_cost.flops * passes;
     double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
                       : op_cost.kind == OpCostKind::attention ? c.attention_s
                                                               : c.elementwise_s;
-    seconds += (op_cost.seconds - op_cost.tp_comm_s) * accum;
-    c.tp_comm_s += op_cost.tp_comm_s * accum;
+    seconds += (op_cost.seconds - op_cost.comm_s) * passes;
+    (op.kind() == OpKind::pipe_exchange ? c.pp_comm_s : c.tp_comm_s) += op_cost.comm_s * passes;
   }
   // Per step besides the ops: the gradients zeroed, their norm summed for clipping, and AdamW over this
   // rank's shard at the calibrated rate of its moments' dtype.
@@ -243,13 +279,18 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
   c.comm_s = mpi_seconds(profile, comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
   // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
-  // negative share (exchanges and kernels sharing the cores) costs more than waiting for them.
+  // negative share (exchanges and kernels sharing the cores) costs more than waiting for them. A pipeline
+  // stage starts them after its last pass: nothing hides them.
   const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
-  c.comm_exposed_s = config.overlap_comm ? std::max(c.comm_s * (1 - *mpi_rates(profile).comm_overlap),
-                                                    c.comm_s - compute_s / 2)
-                                         : c.comm_s;
-  c.step_s = compute_s + c.optimizer_s + c.comm_exposed_s + c.tp_comm_s + c.offload_s;
-  const double tokens = accum * static_cast<double>(config.micro_batch * run.seq_len) * data_parallel;
+  c.comm_exposed_s =
+      config.overlap_comm && graph.pp == 1
+          ? std::max(c.comm_s * (1 - *mpi_rates(profile).comm_overlap), c.comm_s - compute_s / 2)
+          : c.comm_s;
+  add_pipeline_costs(run, profile, compute_s, c);
+  c.step_s =
+      compute_s + c.bubble_s + c.optimizer_s + c.comm_exposed_s + c.tp_comm_s + c.pp_comm_s + c.offload_s;
+  const double tokens =
+      static_cast<double>(run.accum * config.micro_batch * run.seq_len) * static_cast<double>(data_parallel);
   c.tokens_per_sec = tokens / c.step_s;
   return c;
 }

@@ -6,7 +6,11 @@
 // behind the kernels, and the offload file's traffic at the disk's. Under tensor parallelism the graph is one
 // rank's (its heads, its columns and rows of the split weights), and its exchanges inside the ops (the
 // all-reduce ops, the LM head's gather of row statistics) are priced at the same MPI bandwidth over the
-// tensor group, all exposed: the next kernel needs their result.
+// tensor group, all exposed: the next kernel needs their result; so are sequence parallelism's all-gathers
+// and reduce-scatters. Under pipeline parallelism the graph is one
+// stage's, with every micro-batch of the step: its sends and receives to the stages beside it are priced the
+// same way, all exposed, and the pipeline's fill and drain idle the stage (P - 1) / m of its passes' time,
+// so its step takes about (m + P - 1) / m of it: the bubble, (P - 1) / (m + P - 1) of the step.
 #pragma once
 
 #include <cstdint>
@@ -23,26 +27,33 @@ struct StepCost {
   double comm_s = 0;          // the ZeRO stage's exchanges over the data-parallel group, at the MPI bandwidth
   double comm_exposed_s = 0;  // the part the step waits for (all of it without --overlap-comm)
   double tp_comm_s = 0;       // the tensor-parallel exchanges inside the ops, all of it waited for
-  double offload_s = 0;       // master weights and moments through the offload file
-  double step_s = 0;          // the prediction
-  double tokens_per_sec = 0;  // over all ranks
+  // The pipeline's: the stage's sends and receives, and a tied embedding's gradient summed over the first and
+  // last stage; all of it waited for.
+  double pp_comm_s = 0;
+  double bubble_s = 0;         // the stage idle while the pipeline fills and drains
+  double bubble_fraction = 0;  // of the step: (P - 1) / (m + P - 1), 0 without pipeline parallelism
+  double offload_s = 0;        // master weights and moments through the offload file
+  double step_s = 0;           // the prediction
+  double tokens_per_sec = 0;   // over all ranks
 };
 
 // One op's predicted time on one micro-batch: matrix products and attention by their FLOPs at the calibrated
-// rates, tensor-parallel exchanges by their bytes at the MPI bandwidth, every other op by its operand bytes
-// at the memory bandwidth. `tp`: the tensor-parallel ranks the graph was built for (StepConfig::tp).
+// rates, tensor-parallel and pipeline exchanges by their bytes at the MPI bandwidth, every other op by its
+// operand bytes at the memory bandwidth. `tp`: the tensor-parallel ranks the graph was built for
+// (StepConfig::tp).
 enum class OpCostKind { matmul, attention, elementwise };
 struct OpCost {
   OpCostKind kind = OpCostKind::elementwise;
   double flops = 0;
-  double seconds = 0;    // the whole op's
-  double tp_comm_s = 0;  // the part of seconds spent exchanging with the tensor-parallel group
+  double seconds = 0;  // the whole op's
+  double comm_s = 0;   // the part of seconds spent exchanging with the tensor group or the next stages
 };
 OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
                        const HardwareProfile& profile, int tp);
 
-// `data_parallel`: the ranks of the ZeRO group (the world over config.tensor_parallel), each training its own
-// micro-batches; config.tensor_parallel: the ranks sharing one micro-batch, whose graph `run` holds.
+// `data_parallel`: the ranks of the ZeRO group (the world over config.tensor_parallel and
+// config.pipeline_parallel), each training its own micro-batches; config.tensor_parallel: the ranks sharing
+// one micro-batch, whose graph (of one pipeline stage) `run` holds.
 StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
                            const HardwareProfile& profile);
 

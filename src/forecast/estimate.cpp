@@ -5,9 +5,8 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "core/int_math.h"
-#include "dist/communicator.h"
 #include "memory/report.h"
+#include "model/pipeline_schedule.h"
 #include "train/parallel_groups.h"
 #include "train/run_layout.h"
 #include "train/train_flags.h"
@@ -16,10 +15,14 @@ namespace mt {
 
 namespace {
 
-std::string percent(int64_t part, int64_t whole) {
+std::string percent(double fraction) {
   char text[16];
-  std::snprintf(text, sizeof text, "%.1f%%", whole > 0 ? 100.0 * static_cast<double>(part) / whole : 0.0);
+  std::snprintf(text, sizeof text, "%.1f%%", 100.0 * fraction);
   return text;
+}
+
+std::string percent(int64_t part, int64_t whole) {
+  return percent(whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0);
 }
 
 std::string describe_run(const Estimate& e) {
@@ -32,14 +35,21 @@ std::string describe_run(const Estimate& e) {
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
       << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
-  if (e.modelled())
-    out << "\npipeline parallel " << e.mp.pp << " (1F1B) over tensor parallel " << e.mp.tp
-        << (c.sequence_parallel ? " with sequence parallel" : "")
-        << ": MODELLED, Megatron-LM's stages of this rank's table; the engine does not run pipelines";
-  else if (e.mp.tp > 1)
-    out << "\ntensor parallel " << e.mp.tp << (c.sequence_parallel ? " with sequence parallel" : "")
-        << " x data parallel " << e.dp << ": each rank's own plan, as `train --tensor-model-parallel-size "
-        << e.mp.tp << "` runs it";
+  const int pp = c.pipeline_parallel, tp = c.tensor_parallel;
+  if (pp * tp == 1) return out.str();
+  out << "\n";
+  std::string flags;
+  if (pp > 1) {
+    out << "pipeline parallel " << pp << " (1F1B; the stages idle "
+        << percent(pipeline_bubble_fraction(pp, e.accum)) << " of the step while it fills and drains) x ";
+    flags += " --pipeline-model-parallel-size " + std::to_string(pp);
+  }
+  if (tp > 1) {
+    out << "tensor parallel " << tp << (c.sequence_parallel ? " with sequence parallel" : "") << " x ";
+    flags += " --tensor-model-parallel-size " + std::to_string(tp) +
+             (c.sequence_parallel ? " --sequence-parallel" : "");
+  }
+  out << "data parallel " << e.dp << ": each rank's own plan, as `train" << flags << "` runs it";
   return out.str();
 }
 
@@ -54,7 +64,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 bool same_memory(const RankEstimate& a, const RankEstimate& b) {
-  return a.bytes.bytes == b.bytes.bytes && a.peak.op == b.peak.op && a.peak.live.bytes == b.peak.live.bytes;
+  return a.place.pp_rank == b.place.pp_rank && a.bytes.bytes == b.bytes.bytes && a.peak.op == b.peak.op &&
+         a.peak.live.bytes == b.peak.live.bytes;
 }
 
 std::string format_rank(const Estimate& e, const RankEstimate& r, const std::string& title) {
@@ -76,10 +87,10 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
   out << "  model states " << model_state_bytes_per_param(r.bytes, r.num_params)
       << " bytes/parameter; activation arena " << human_bytes(r.activations_packed) << " packed from "
       << human_bytes(r.activations_unpacked) << " of tensors\n";
-  if (e.modelled())
-    out << "  1F1B: activations of " << r.in_flight << " micro-batch" << (r.in_flight == 1 ? "" : "es")
-        << " in flight, " << human_bytes(r.saved_per_micro_batch)
-        << " kept by each from forward to backward\n";
+  if (r.place.pp > 1)
+    out << "  1F1B: activations of " << r.in_flight << " of " << e.accum << " micro-batch"
+        << (e.accum == 1 ? "" : "es") << " at once, " << human_bytes(r.saved_per_micro_batch)
+        << " kept by the first from its forward to its backward\n";
   if (r.offloaded_bytes > 0)
     out << "  optimizer offload file " << human_bytes(r.offloaded_bytes) << " (on disk, not in memory)\n";
   out << "  peak: " << human_bytes(r.peak.live.total()) << " live during op " << r.peak.op << " "
@@ -103,19 +114,24 @@ nlohmann::ordered_json bytes_json(const CategoryBytes& bytes) {
   return json;
 }
 
-// A pipeline stage's graph has no loss op: its loss_op is its last forward op (forecast/model_parallel.h).
+// forward, loss or backward; of which micro-batch, on a pipeline stage (whose graph holds them all).
 std::string phase_of(const Graph& graph, int op) {
-  if (graph.ops[op].kind() == OpKind::lm_head_loss) return "loss";
-  return op <= graph.loss_op ? "forward" : "backward";
+  const PipelinePass& pass = pass_of(graph, op).pass;
+  const std::string phase = graph.ops[op].kind() == OpKind::lm_head_loss ? "loss"
+                            : pass.forward                               ? "forward"
+                                                                         : "backward";
+  return graph.pp > 1 ? phase + " of micro-batch " + std::to_string(pass.micro_batch) : phase;
 }
 
-// The pipeline stages, whose in-flight micro-batches add to the plan's bytes.
-std::vector<StageLayout> modelled_stages(const TrainConfig& config, const RunLayout& run, int pp) {
-  try {
-    return plan_pipeline_stages(run, pp);
-  } catch (const SizeOverflow&) {
-    fail_plan_overflow(config, run.spec);
-  }
+// The activation bytes live from the end of the first micro-batch's forward (Graph::forward_end) into the
+// rest of the step: what that micro-batch keeps for its backward.
+int64_t saved_by_first_forward(const Graph& graph) {
+  int64_t saved = 0;
+  for (const TensorDesc& t : graph.table.tensors())
+    if (t.category == Category::activations && t.has_lifetime() && t.first_op < graph.forward_end &&
+        t.last_op >= graph.forward_end)
+      saved += arena_aligned(t.bytes());
+  return saved;
 }
 
 }  // namespace
@@ -152,25 +168,38 @@ const RankEstimate& Estimate::largest() const {
   });
 }
 
-Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
-                      std::optional<int64_t> device_memory, kernels::CpuIsa isa) {
-  if (dp < 1 || mp.tp < 1 || mp.pp < 1) fail_usage("--dp, --tp and --pp must be at least 1");
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
+                      kernels::CpuIsa isa) {
+  if (dp < 1) fail_usage("--dp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
   Estimate e;
   e.config = config;
   e.dp = dp;
-  e.mp = mp;
-  // Tensor parallelism runs, each rank with its own exact plan; pipeline stages are modelled on it.
-  const int tp = mp.tp;
-  TrainConfig rank_config = config;
-  rank_config.tensor_parallel = tp;
-  e.threads = rank_threads(config, dp * tp);
+  e.threads = rank_threads(config, e.world());
   e.isa = isa;
   e.device_memory = device_memory;
-  auto add_rank = [&](int rank, int stage, const Graph& graph, const Plan& plan) {
+  for (int rank = 0; rank < e.world(); ++rank) {
+    const ParallelRank place = parallel_rank(config, e.world(), rank);
+    const RunLayout run = lay_out_run(config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place), isa,
+                                      place.tp_rank, place.pp_rank);
+    if (rank == 0) {
+      e.spec = run.spec;
+      e.seq_len = run.seq_len;
+      e.accum = run.accum;
+      e.policy = run.plan.policy;
+      // A model-parallel rank holds part of the model, never a frozen one (LoRA is not run so).
+      const bool whole = place.tp * place.pp == 1;
+      e.padded_params = whole ? run.plan.num_params + run.model.graph.table.numel(Category::frozen)
+                              : run.spec.padded_num_parameters();
+      e.trainable_params = whole ? run.plan.num_params : e.padded_params;
+    }
+    const Graph& graph = run.model.graph;
+    const Plan& plan = run.plan;
     e.ranks.push_back({.rank = rank,
-                       .stage = stage,
+                       .place = place,
+                       .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
+                       .saved_per_micro_batch = saved_by_first_forward(graph),
                        .bytes = plan.bytes,
                        .num_params = plan.num_params,
                        .shard_begin = plan.shard_begin,
@@ -180,31 +209,6 @@ Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp
                        .activations_unpacked = plan.activations.sum_of_tensors,
                        .offloaded_bytes = plan.offloaded_bytes,
                        .peak = peak_op(graph, plan)});
-    return &e.ranks.back();
-  };
-  for (int rank = 0; rank < dp * tp; ++rank) {  // world ranks
-    const ParallelRank place = parallel_rank(rank_config, dp * tp, rank);
-    // Modelled stages: of one tensor-parallel rank of each data-parallel rank (they all hold the same).
-    if (e.modelled() && place.tp_rank > 0) continue;
-    const RunLayout run = lay_out_run(rank_config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place),
-                                      isa, place.tp_rank);
-    if (rank == 0) {
-      e.spec = run.spec;
-      e.seq_len = run.seq_len;
-      e.accum = run.accum;
-      e.policy = run.plan.policy;
-      e.trainable_params = run.plan.num_params;
-      e.padded_params = run.plan.num_params + run.model.graph.table.numel(Category::frozen);
-    }
-    if (!e.modelled()) {
-      add_rank(rank, 0, run.model.graph, run.plan);
-      continue;
-    }
-    for (const StageLayout& stage : modelled_stages(config, run, mp.pp)) {
-      RankEstimate* r = add_rank(rank, stage.stage, stage.graph, stage.plan);
-      r->in_flight = stage.in_flight;
-      r->saved_per_micro_batch = stage.saved_per_micro_batch;
-    }
   }
   return e;
 }
@@ -213,7 +217,8 @@ ModelStateLayout model_state_layout(const Estimate& e) {
   const RankEstimate& r = e.largest();
   return {.num_params = r.num_params,
           .shard_elems = r.shard_elems,
-          .published_params = e.modelled() ? r.num_params : e.spec.num_parameters(),
+          // A model-parallel rank's part has no published count to name its padding by.
+          .published_params = r.place.tp * r.place.pp == 1 ? e.spec.num_parameters() : r.num_params,
           .moment_block = e.policy.moment_block,
           .dp = e.dp,
           .stage = e.dp > 1 ? e.config.zero_stage : 0,
@@ -236,16 +241,15 @@ std::string format_estimate(const Estimate& e) {
     if (printed[i]) continue;
     std::vector<int> same;
     for (size_t j = i; j < e.ranks.size(); ++j)
-      if (!printed[j] && e.ranks[j].stage == e.ranks[i].stage && same_memory(e.ranks[j], e.ranks[i])) {
+      if (!printed[j] && same_memory(e.ranks[j], e.ranks[i])) {
         printed[j] = true;
         same.push_back(e.ranks[j].rank);
       }
     std::string title =
         (same.size() == 1 ? "rank " : "ranks ") + rank_list(same) + (same.size() > 1 ? " (each)" : "");
-    if (e.modelled())
-      title += ", pipeline stage " + std::to_string(e.ranks[i].stage) + " of " + std::to_string(e.mp.pp) +
-               ", each of " + std::to_string(e.mp.tp) + " tensor-parallel rank" + (e.mp.tp == 1 ? "" : "s") +
-               " (modelled)";
+    const ParallelRank& place = e.ranks[i].place;
+    if (place.pp > 1)
+      title += ", pipeline stage " + std::to_string(place.pp_rank) + " of " + std::to_string(place.pp);
     out << format_rank(e, e.ranks[i], title);
   }
   return out.str();
@@ -256,7 +260,11 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
   json ranks = json::array();
   for (const RankEstimate& r : e.ranks) {
     json rank = {{"rank", r.rank},
-                 {"stage", r.stage},
+                 {"stage", r.place.pp_rank},
+                 {"dp_rank", r.place.dp_rank},
+                 {"tp_rank", r.place.tp_rank},
+                 {"in_flight_micro_batches", r.in_flight},
+                 {"saved_activation_bytes_per_micro_batch", r.saved_per_micro_batch},
                  {"bytes", bytes_json(r.bytes)},
                  {"total_bytes", r.bytes.total()},
                  {"num_params", r.num_params},
@@ -271,10 +279,6 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                    {"phase", r.peak.phase},
                    {"total_bytes", r.peak.live.total()},
                    {"bytes", bytes_json(r.peak.live)}}}};
-    if (e.modelled()) {
-      rank["in_flight_micro_batches"] = r.in_flight;
-      rank["saved_activation_bytes_per_micro_batch"] = r.saved_per_micro_batch;
-    }
     if (e.device_memory) {
       rank["fits"] = r.bytes.total() <= *e.device_memory;
       rank["headroom_bytes"] = *e.device_memory - r.bytes.total();
@@ -288,10 +292,10 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"precision", precision_name(e.config.precision.precision)},
               {"zero_stage", e.dp > 1 ? e.config.zero_stage : 0},
               {"dp", e.dp},
-              {"tp", e.mp.tp},
-              {"pp", e.mp.pp},
+              {"tp", e.config.tensor_parallel},
+              {"pp", e.config.pipeline_parallel},
               {"sequence_parallel", e.config.sequence_parallel},
-              {"modelled", e.modelled()},
+              {"pipeline_bubble_fraction", pipeline_bubble_fraction(e.config.pipeline_parallel, e.accum)},
               {"micro_batch_size", e.config.micro_batch},
               {"seq_length", e.seq_len},
               {"micro_batches_per_step", e.accum},

@@ -11,11 +11,11 @@
 
 #include "backend/cpu/cpu_isa.h"
 #include "forecast/formulas.h"
-#include "forecast/model_parallel.h"
 #include "memory/category.h"
 #include "memory/plan.h"
 #include "model/graph.h"
 #include "model/spec.h"
+#include "train/parallel_groups.h"
 #include "train/train_config.h"
 
 namespace mt {
@@ -33,10 +33,12 @@ struct OpPeak {
 OpPeak peak_op(const Graph& graph, const Plan& plan);
 
 struct RankEstimate {
-  int rank = 0;                            // data-parallel rank
-  int stage = 0;                           // pipeline stage (modelled)
-  int64_t in_flight = 1;                   // 1F1B micro-batches whose activations the stage holds (modelled)
-  int64_t saved_per_micro_batch = 0;       // the activation bytes each of them keeps (modelled)
+  int rank = 0;        // world rank
+  ParallelRank place;  // its pipeline stage, data- and tensor-parallel ranks
+  // 1F1B: the micro-batches whose activations the rank holds at once (1 without pipeline parallelism), and
+  // the activation bytes the first one keeps from its forward into its backward, read off the rank's graph.
+  int64_t in_flight = 1;
+  int64_t saved_per_micro_batch = 0;
   CategoryBytes bytes;                     // what the rank allocates, per category
   int64_t num_params = 0;                  // parameter elements of the model states (vocabulary padded)
   int64_t shard_begin = 0, shard_end = 0;  // the flat range of this rank's optimizer shard
@@ -53,25 +55,24 @@ struct Estimate {
   int64_t padded_params = 0;     // the whole model's parameter elements, vocabulary padded
   int64_t trainable_params = 0;  // those of the model states; fewer under LoRA, whose base is frozen
   int64_t seq_len = 0;
-  int64_t accum = 1;  // micro-batches per optimizer step and rank
-  int dp = 1;
-  ModelParallel mp;  // tp: run by the engine, each rank's plan; pp > 1: both modelled, not run
-  int threads = 1;   // OpenMP threads per rank, which size the kernels' scratch
+  int64_t accum = 1;  // micro-batches per optimizer step and rank (every stage runs them all)
+  int dp = 1;         // data-parallel ranks; config's tensor_parallel and pipeline_parallel the rest
+  int threads = 1;    // OpenMP threads per rank, which size the kernels' scratch
   kernels::CpuIsa isa = kernels::CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
   std::optional<int64_t> device_memory;
 
-  bool modelled() const { return mp.pp > 1; }
+  int world() const { return dp * config.tensor_parallel * config.pipeline_parallel; }
   const RankEstimate& largest() const;  // the rank holding the most
 };
 
-// The plan of every rank of `dp` data-parallel x mp.tp tensor-parallel ranks (world rank dp_rank x tp +
-// tp_rank, an MPI run when more than one), as `memtrain train` would make it with the same configuration;
-// with pipeline parallelism, every stage of one tensor-parallel rank of each data-parallel rank, modelled
-// (forecast/model_parallel.h). Kernels at ISA level `isa`. Reads no data, writes no file.
-Estimate estimate_run(const TrainConfig& config, int dp, const ModelParallel& mp,
-                      std::optional<int64_t> device_memory, kernels::CpuIsa isa);
+// The plan of every rank of `dp` data-parallel ranks x config.tensor_parallel x config.pipeline_parallel
+// (train/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
+// MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
+// configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
+                      kernels::CpuIsa isa);
 
 // The largest rank's model states, for comparing with the published formulas (forecast/formulas.h).
 ModelStateLayout model_state_layout(const Estimate& estimate);

@@ -87,7 +87,7 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
                                       const std::function<bool(const TrainConfig&)>& fits) {
   std::vector<Change> changes;
   add_precision_changes(c.precision, changes);
-  const int dp = world / c.tensor_parallel;
+  const int dp = world / (c.tensor_parallel * c.pipeline_parallel);
   for (int stage = c.zero_stage + 1; dp > 1 && stage <= 3; ++stage)
     changes.push_back(
         flag_change("use", {"--zero-stage"}, [stage](TrainConfig& t) { t.zero_stage = stage; }));
@@ -110,11 +110,16 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
       return "use " + flag_with_value(t, "--micro-batch-size") + " " + flag_with_value(t, batch_flag);
     });
   }
-  // More tensor-parallel ranks of the same world: each holds less of every layer.
+  // More tensor-parallel ranks or pipeline stages of the same world: each holds less of every layer, or fewer
+  // layers.
   for (int tp = c.tensor_parallel + 1; tp <= world; ++tp)
-    if (world % tp == 0)
+    if (world % (tp * c.pipeline_parallel) == 0)
       changes.push_back(flag_change("use", {"--tensor-model-parallel-size"},
                                     [tp](TrainConfig& t) { t.tensor_parallel = tp; }));
+  for (int pp = c.pipeline_parallel + 1; pp <= world; ++pp)
+    if (world % (c.tensor_parallel * pp) == 0)
+      changes.push_back(flag_change("use", {"--pipeline-model-parallel-size"},
+                                    [pp](TrainConfig& t) { t.pipeline_parallel = pp; }));
   if (c.offload_optimizer != OffloadOptimizer::nvme) {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
     changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {
@@ -185,25 +190,24 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
   return fitting;
 }
 
-void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, int world) {
+void check_memory_fit(const TrainConfig& config, int world) {
   const int64_t available = available_memory_bytes();
   const int64_t limit = config.memory_limit > 0 ? config.memory_limit : available / std::max(world, 1);
   if (limit <= 0) return;  // unknown: nothing to compare with
-  const Plan& plan = rank0_plan.plan;
-  const int64_t total = plan.bytes.total();
+  const ConfigCandidate run =
+      evaluate_candidate(config, world, doctor_profile(config, world), kernels::cpu_isa());
+  const int64_t total = run.rank_bytes;
   if (total <= limit) return;
   const std::string source = config.memory_limit > 0 ? "--memory-limit" : "this machine's available memory";
   std::printf("memory plan per rank: %s, over %s (%s)\n", human_bytes(total).c_str(),
               human_bytes(limit).c_str(), source.c_str());
   for (Category c : kAllCategories)
     std::printf("  %-18s %14lld  %11s  %5.1f%%\n", std::string(category_title(c)).c_str(),
-                static_cast<long long>(plan.bytes[c]), human_bytes(plan.bytes[c]).c_str(),
-                100.0 * static_cast<double>(plan.bytes[c]) / static_cast<double>(total));
+                static_cast<long long>(run.bytes[c]), human_bytes(run.bytes[c]).c_str(),
+                100.0 * static_cast<double>(run.bytes[c]) / static_cast<double>(total));
   std::printf("  %-18s %14lld  %11s\n", "total", static_cast<long long>(total), human_bytes(total).c_str());
   const std::vector<FitChange> changes = changes_that_fit(config, world, limit);
-  const double refused_s =
-      predict_step_cost(rank0_plan, config, world / config.tensor_parallel, doctor_profile(config, world))
-          .step_s;
+  const double refused_s = run.cost.step_s;
   std::ostringstream advice;
   for (size_t i = 0; i < changes.size() && i < 3; ++i)
     advice << (i == 0 ? "" : "; or ") << changes[i].flags << ": -" << human_bytes(total - changes[i].bytes)

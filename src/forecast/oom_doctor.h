@@ -23,12 +23,13 @@ struct FitChange {
   double step_s = 0;  // its predicted step time (the shipped profile of this process's level and threads)
 };
 
-// Changes of one flag group (or, when none suffices, two) after which rank 0 of `world` fits in `limit`
+// Changes of one flag group (or, when none suffices, two) after which every rank of `world` fits in `limit`
 // bytes, fastest first.
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit);
 
-// Throws mt::Error(no_fit) after printing the plan and the changes that fit when rank 0's plan (the largest
-// shard) exceeds the limit; every rank reaches the same verdict.
-void check_memory_fit(const RunLayout& rank0_plan, const TrainConfig& config, int world);
+// Throws mt::Error(no_fit) after printing the plan and the changes that fit when the plan of the rank that
+// holds the most (evaluate_candidate's: each pipeline stage's largest shard) exceeds the limit; every rank
+// reaches the same verdict. Plans as `train` does: at this process's ISA level, rank_threads per rank.
+void check_memory_fit(const TrainConfig& config, int world);
 
 }  // namespace mt

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 namespace mt {
 
@@ -20,6 +21,14 @@ int param_block(const TensorTable& table, const Op& op) {
     block = table[id].block;
   });
   return block;
+}
+
+const GraphPass& pass_of(const Graph& graph, int op) {
+  const auto after = std::upper_bound(graph.passes.begin(), graph.passes.end(), op,
+                                      [](int i, const GraphPass& p) { return i < p.first_op; });
+  if (after == graph.passes.begin())
+    throw std::logic_error("graph: op " + std::to_string(op) + " before any pass");
+  return *(after - 1);
 }
 
 void assign_lifetimes(Graph& graph) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "memory/tensor_table.h"
+#include "model/pipeline_schedule.h"
 
 namespace mt {
 
@@ -42,8 +43,7 @@ enum class OpKind {
 };
 
 // The operands of each kind of op, by what they hold: TensorTable ids, -1 for an optional one left out.
-// Parameter gradients share their parameter's id. ids() lists every operand; the order is the order in
-// which a copied graph (forecast/model_parallel.cpp) adds them to its table, so it is kept fixed.
+// Parameter gradients share their parameter's id. ids() lists every operand.
 namespace ops {
 
 // `positions` ([B, T] i32, packed sequences only) is each token's position in its record: the learned
@@ -296,15 +296,12 @@ struct Op {
     call(window.grads);
   }
   std::vector<int> operands() const;
-  // Replaces every operand id by map(id); -1 stays -1.
-  template <typename F>
-  void remap_operands(F map) {
-    auto apply = [&](int& id) { id = id < 0 ? -1 : map(id); };
-    std::visit([&](auto& a) { std::apply([&](auto&... id) { (apply(id), ...); }, a.ids()); }, args);
-    apply(window.weights);
-    apply(window.grads);
-    apply(window.first_param);
-  }
+};
+
+// One micro-batch's forward or backward, from the op it starts at to the next pass's first op.
+struct GraphPass {
+  int first_op = 0;
+  PipelinePass pass;
 };
 
 struct Graph {
@@ -318,7 +315,11 @@ struct Graph {
   int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
   int tp = 1;       // tensor-parallel ranks its split tensors were sized for
   int pp = 1;       // pipeline stages: the graph is one stage's, all the step's micro-batches under 1F1B
+  std::vector<GraphPass> passes;  // in the order they run: one forward and one backward without pipelines
 };
+
+// The pass op `op` runs in.
+const GraphPass& pass_of(const Graph& graph, int op);
 
 // The block (TensorDesc::block) of the parameters the op reads, or -1 when it reads none; a logic error when
 // they belong to two blocks.

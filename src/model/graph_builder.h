@@ -106,11 +106,12 @@ class GraphBuilder {
   // Tensor parallel: sums `data` over the ranks in place (no op with one rank).
   void all_reduce(const std::string& name, int data);
   bool sequence_parallel() const { return step_.sequence_parallel && step_.tp > 1; }
-  // Pipeline parallel: the tensors and ops from here on are micro-batch i's (their names say so).
-  void set_micro_batch(int64_t i);
+  // The ops from here on are `pass` (Graph::passes); under pipeline parallelism, they and their tensors are
+  // its micro-batch's (their names say so).
+  void begin_pass(PipelinePass pass);
   const BatchTensors& batch() const { return m_.batches[static_cast<size_t>(micro_batch_)]; }
   // Pipeline parallel: `data` to the next stage (or the previous one); a send to a stage right before a
-  // receive from it is one exchange.
+  // receive from it is one exchange, except at the end of the first forward (Graph::forward_end).
   void send(const std::string& name, int data, bool next);
   // A new residual-stream tensor `name` [.., width], received from the next stage (or the previous one).
   int receive(const std::string& name, int64_t width, bool next);

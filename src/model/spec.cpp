@@ -97,6 +97,11 @@ int64_t ModelSpec::num_parameters() const {
   return vocab_size * C * (tied_head ? 1 : 2) + n_layer * per_layer + C;
 }
 
+int64_t ModelSpec::padded_num_parameters() const {
+  const int64_t tables = arch == Arch::llama && !tied_head ? 2 : 1;  // GPT-2's head is always tied
+  return num_parameters() + (padded_vocab_size - vocab_size) * n_embd * tables;
+}
+
 ModelSpec resolve_model(const std::string& model, int64_t pad_vocab_multiple) {
   if (pad_vocab_multiple < 1) fail_usage("--make-vocab-size-divisible-by must be at least 1");
   const auto it = presets().find(model);

@@ -32,6 +32,8 @@ struct ModelSpec {
   int64_t kv_dim() const { return n_kv_head * head_dim(); }
   // Parameters of the real model (without vocabulary padding), as published counts quote them.
   int64_t num_parameters() const;
+  // Those the model's tables hold: the embedding's (and an untied head's) rows padded to padded_vocab_size.
+  int64_t padded_num_parameters() const;
 };
 
 // `model` is a preset name or the path of a JSON file: GPT-2 config.json keys (n_layer, n_head, n_embd,

@@ -333,7 +333,7 @@ StageStep::StageStep(GraphBuilder& b, const ModelSpec& spec, const ModelFamily& 
 }
 
 void StageStep::forward(int64_t micro_batch) {
-  b_.set_micro_batch(micro_batch);
+  b_.begin_pass({.forward = true, .micro_batch = micro_batch});
   Pass& pass = passes_[static_cast<size_t>(micro_batch)];
   const NormKind norm = family_.block.norm;
   int embedded = -1;
@@ -364,7 +364,7 @@ void StageStep::forward(int64_t micro_batch) {
 }
 
 void StageStep::backward(int64_t micro_batch) {
-  b_.set_micro_batch(micro_batch);
+  b_.begin_pass({.forward = false, .micro_batch = micro_batch});
   Pass& pass = passes_[static_cast<size_t>(micro_batch)];
   int dres = -1;
   if (last()) {

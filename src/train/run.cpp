@@ -11,7 +11,6 @@
 #include "ckpt/writer.h"
 #include "core/error.h"
 #include "data/shard.h"
-#include "train/parallel_groups.h"
 #include "train/run_directories.h"
 #include "train/signals.h"
 #include "train/train_flags.h"
@@ -110,12 +109,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
   omp_set_num_threads(rank_threads(cfg, comm.size()));
-  if (check_fit) {
-    // The data-parallel ranks' plans; tensor-parallel ranks hold equal shares of the model.
-    const ParallelRank place = parallel_rank(cfg, comm.size(), 0);
-    check_fit(lay_out_run(cfg, place.dp, 0, omp_get_max_threads(), parallel_buffer_bytes(place)), cfg,
-              comm.size());
-  }
+  if (check_fit) check_fit(cfg, comm.size());
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm);
   else

@@ -5,14 +5,14 @@
 #include <functional>
 
 #include "dist/async_communicator.h"
-#include "train/run_layout.h"
 #include "train/train_config.h"
 
 namespace mt {
 
-// Judges rank 0's plan (the largest shard) of a run of `world` ranks before anything is allocated; throws
-// mt::Error(no_fit) to refuse it. Given by the caller (the OOM doctor of src/forecast/ for `memtrain train`).
-using MemoryFitCheck = std::function<void(const RunLayout& rank0_plan, const TrainConfig& config, int world)>;
+// Judges the plans of a run of `world` ranks before anything is allocated; throws mt::Error(no_fit) to refuse
+// it. Given by the caller (the OOM doctor of src/forecast/ for `memtrain train`, which plans every pipeline
+// stage's largest rank).
+using MemoryFitCheck = std::function<void(const TrainConfig& config, int world)>;
 
 // Whether --data's training shards carry loss masks and pack records (instruction data, data/shard.h): the
 // graph then holds the mask and the positions, so train and estimate both ask.

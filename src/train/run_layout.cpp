@@ -88,9 +88,9 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
   return run;
 }
 
-}  // namespace
-
-void fail_plan_overflow(const TrainConfig& cfg, const ModelSpec& spec) {
+// The usage error for a plan whose byte counts overflow (SizeOverflow), naming the flags and the model's
+// sizes behind them.
+[[noreturn]] void fail_plan_overflow(const TrainConfig& cfg, const ModelSpec& spec) {
   fail_usage("the memory plan's byte counts overflow 64 bits: --micro-batch-size " +
              std::to_string(cfg.micro_batch) + " x --seq-length " + std::to_string(run_seq_len(cfg, spec)) +
              " with --model " + cfg.model + " (" + std::to_string(spec.n_layer) + " layers, hidden size " +
@@ -98,6 +98,8 @@ void fail_plan_overflow(const TrainConfig& cfg, const ModelSpec& spec) {
              ", vocabulary " + std::to_string(spec.padded_vocab_size) +
              "); lower --micro-batch-size or --seq-length");
 }
+
+}  // namespace
 
 RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
                       kernels::CpuIsa isa, int tp_rank, int pp_rank) {

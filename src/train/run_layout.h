@@ -36,8 +36,4 @@ struct RunLayout {
 RunLayout lay_out_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes,
                       kernels::CpuIsa isa = kernels::cpu_isa(), int tp_rank = 0, int pp_rank = 0);
 
-// The usage error for a plan of `config` whose byte counts overflow (SizeOverflow), naming the flags and the
-// model's sizes behind them; for what is derived from a RunLayout, such as the modelled parallel stages.
-[[noreturn]] void fail_plan_overflow(const TrainConfig& config, const ModelSpec& spec);
-
 }  // namespace mt

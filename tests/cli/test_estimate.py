@@ -258,9 +258,10 @@ class EstimateAgreesWithPublishedFormulas(unittest.TestCase):
             self.assertEqual(est["explain"], [])
 
 
-class ModelParallelModelled(unittest.TestCase):
-    """Tensor parallelism's estimate is each rank's own plan, as the engine runs it; pipeline parallelism (with
-    tensor parallelism inside it) is modelled on the same table, as Megatron-LM lays them out."""
+class ModelParallel(unittest.TestCase):
+    """Tensor and pipeline parallelism's estimate is every world rank's own plan, as the engine runs it: a
+    tensor-parallel rank's split tables, a pipeline stage's layers with all the step's micro-batches in 1F1B
+    order."""
 
     def test_tensor_parallel_splits_the_linears_and_the_vocabulary(self):
         # llama2-7b: q/k/v, o, gate/up, down and the embedding and untied head split over 8 ranks; the norms not.
@@ -269,7 +270,6 @@ class ModelParallelModelled(unittest.TestCase):
         replicated = L * 2 * C + C
         est = estimate("--model", "llama2-7b", "--bf16", "--tp", "8", "--seq-length", "128", "--micro-batch-size", "1",
                        "--threads", "1")
-        self.assertFalse(est["modelled"])
         self.assertEqual(len(est["ranks"]), 8)
         self.assertEqual(est["ranks"][0]["num_params"], split // 8 + replicated)
         self.assertEqual(est["ranks"][0]["bytes"]["params"], 2 * (split // 8 + replicated))
@@ -282,21 +282,29 @@ class ModelParallelModelled(unittest.TestCase):
 
     def test_pipeline_stages_split_the_layers_and_hold_1f1b_micro_batches(self):
         L, C, T, Vp = 12, 768, 1024, 50304
+        flags = ["--model", "gpt2", "--seq-length", "64", "--micro-batch-size", "1", "--threads", "1"]
         for micro_batches, in_flight in ((8, [4, 3, 2, 1]), (2, [2, 2, 2, 1])):
-            est = estimate("--model", "gpt2", "--pp", "4", "--seq-length", "64", "--micro-batch-size", "1",
-                           "--global-batch-size", str(micro_batches), "--threads", "1")
+            est = estimate(*flags, "--pp", "4", "--global-batch-size", str(micro_batches))
             stages = est["ranks"]
             self.assertEqual([r["stage"] for r in stages], [0, 1, 2, 3])
             self.assertEqual([r["in_flight_micro_batches"] for r in stages], in_flight)
+            self.assertAlmostEqual(est["pipeline_bubble_fraction"], 3 / (micro_batches + 3))
             # Every layer on one stage; the last stage keeps its own copy of the tied embedding for the head.
             self.assertEqual(sum(r["num_params"] for r in stages), est["padded_parameters"] + Vp * C)
             layer = (est["padded_parameters"] - Vp * C - T * C - 2 * C) // L
             self.assertEqual(stages[1]["num_params"], 3 * layer)
             self.assertEqual(stages[0]["num_params"], Vp * C + T * C + 3 * layer)
-            for r in stages:
-                self.assertEqual(r["bytes"]["activations"], r["activations_packed_bytes"] +
-                                 (r["in_flight_micro_batches"] - 1) * r["saved_activation_bytes_per_micro_batch"])
+            self.assertEqual(stages[3]["num_params"], 3 * layer + 2 * C + Vp * C)
+            # The packed plan holds the saved activations of the micro-batches in flight at once, and less than
+            # those of one more: 1F1B's memory, from the stage's own lifetimes.
+            for r in stages[:-1]:
+                saved, held = r["saved_activation_bytes_per_micro_batch"], r["bytes"]["activations"]
+                self.assertGreaterEqual(held, r["in_flight_micro_batches"] * saved, r["stage"])
+                self.assertLess(held, (r["in_flight_micro_batches"] + 1) * saved, r["stage"])
             self.assertGreater(stages[0]["bytes"]["activations"], stages[3]["bytes"]["activations"])
+            # train's flag, as a `train` command line gives it, is the same layout.
+            self.assertEqual(estimate(*flags, "--pipeline-model-parallel-size", "4", "--global-batch-size",
+                                      str(micro_batches))["ranks"], stages)
 
     def test_activations_per_layer_follow_megatrons_formula(self):
         # Korthikanti et al. 2022 (Megatron's activation memory): a layer keeps sbh(10 + 24/t) bytes with 16-bit
@@ -304,26 +312,56 @@ class ModelParallelModelled(unittest.TestCase):
         # our layer keeps sbh(8 + 24/t), plus what that count leaves out: LayerNorm statistics (mean and rstd
         # of both norms, fp32: 16sb) and attention's log-sum-exp per head and row (fp32, split: 4asb/t).
         # With sequence parallelism (sbh(10/t + 24/t)) the layer's input, its norms' outputs and statistics and
-        # the attention's residual are kept for s/t tokens too. The stages are those of the rank's own graph,
-        # as tensor and sequence parallelism run.
+        # the attention's residual are kept for s/t tokens too. One layer per stage (P = L): a middle stage's
+        # plan, as the engine runs it, keeps that much of the first micro-batch from its forward to its
+        # backward, on every tensor-parallel rank, and holds that of the 6 micro-batches 1F1B keeps in flight.
         s, b, h, a, L = 1024, 1, 768, 12, 12
         for t in (1, 2, 4):
             for sequence_parallel in ([], ["--sequence-parallel"]) if t > 1 else ([],):
                 est = estimate("--model", "gpt2", "--bf16", "--pp", str(L), "--tp", str(t), *sequence_parallel,
                                "--seq-length", str(s), "--micro-batch-size", str(b), "--global-batch-size", str(L),
                                "--threads", "1")
-                middle = est["ranks"][L // 2]  # one layer per stage
+                middle = [r for r in est["ranks"] if r["stage"] == L // 2]
+                self.assertEqual([r["tp_rank"] for r in middle], list(range(t)))
                 split = t if sequence_parallel else 1
-                self.assertEqual(middle["saved_activation_bytes_per_micro_batch"],
-                                 s * b * h * (8 // split + 24 // t) + 16 * s * b // split + 4 * a * s * b // t)
+                layer = s * b * h * (8 // split + 24 // t) + 16 * s * b // split + 4 * a * s * b // t
+                for r in middle:
+                    self.assertEqual(r["saved_activation_bytes_per_micro_batch"], layer)
+                    self.assertEqual(r["in_flight_micro_batches"], L // 2)
+                    self.assertGreaterEqual(r["bytes"]["activations"], L // 2 * layer)
+                    self.assertLess(r["bytes"]["activations"], (L // 2 + 1) * layer)
 
-    def test_with_zero_and_a_bad_layout(self):
-        est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "3", "--tp", "2", "--pp", "2",
+    def test_every_world_rank_in_megatrons_order(self):
+        # World rank = (stage x D + data-parallel rank) x T + tensor-parallel rank; ZeRO-1 shards each stage's
+        # own parameters over its data-parallel group.
+        est = estimate("--model", "llama-tiny", "--dp", "2", "--zero-stage", "1", "--tp", "2", "--pp", "2",
                        "--seq-length", "32", "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
-        self.assertEqual(len(est["ranks"]), 4)
-        result = memtrain("estimate", "--model", "gpt2", "--tp", "5")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("--tensor-model-parallel-size 5", result.stderr)
+        self.assertEqual([(r["rank"], r["stage"], r["dp_rank"], r["tp_rank"]) for r in est["ranks"]],
+                         [(r, r // 4, r // 2 % 2, r % 2) for r in range(8)])
+        for r in est["ranks"]:
+            self.assertEqual(r["shard"][1] - r["shard"][0], -(-r["num_params"] // 2))
+        self.assertEqual(est["micro_batches_per_step"], 2)
+        self.assertNotIn("modelled", json.dumps(est).lower())
+        text = memtrain("estimate", "--model", "llama-tiny", "--tp", "2", "--pp", "2", "--seq-length", "32",
+                        "--micro-batch-size", "1", "--global-batch-size", "4", "--threads", "1")
+        self.assertEqual(text.returncode, 0, text.stderr)
+        self.assertNotIn("modelled", text.stdout.lower())
+        self.assertIn("as `train --pipeline-model-parallel-size 2 --tensor-model-parallel-size 2` runs it", text.stdout)
+        self.assertIn("ranks 2-3 (each), pipeline stage 1 of 2", text.stdout)
+
+    def test_bad_layouts_name_their_flags(self):
+        for flags, mentions in ((["--tp", "5"], ["--tensor-model-parallel-size 5"]),
+                                (["--pp", "5"], ["--pipeline-model-parallel-size 5", "12 layers"]),
+                                (["--pp", "2", "--pipeline-model-parallel-size", "4"],
+                                 ["--pp 2", "--pipeline-model-parallel-size 4"]),
+                                (["--pp", "0"], ["--pp"]),
+                                (["--pp", "2", "--dp", "2", "--zero-stage", "2"],
+                                 ["--pipeline-model-parallel-size 2", "--zero-stage 2"])):
+            with self.subTest(flags=flags):
+                result = memtrain("estimate", "--model", "gpt2", "--seq-length", "64", *flags)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                for mention in mentions:
+                    self.assertIn(mention, result.stderr)
 
 
 class EstimateCommand(unittest.TestCase):

@@ -33,9 +33,10 @@ class LoraFlags(CliTestCase):
             with self.subTest(flag=flag):
                 self.assert_train_fails(2, "--" + flag.replace("_", "-"), "--lora-rank", **{flag: value})
 
-    def test_weight_files_and_modelled_model_parallelism_are_refused(self):
+    def test_weight_files_and_model_parallelism_are_refused(self):
         self.assert_train_fails(2, "--save-weights", save_weights=self.tmp / "w.safetensors", **LORA)
-        for flag, mention in (("--tp", "--tensor-model-parallel-size 2"), ("--pp", "--pp with --lora-rank")):
+        for flag, mention in (("--tp", "--tensor-model-parallel-size 2"),
+                              ("--pp", "--pipeline-model-parallel-size 2")):
             with self.subTest(flag=flag):
                 self.assert_error(memtrain("estimate", "--model", "llama-tiny", "--lora-rank", "4", flag, "2"), 2,
                                   mention, "--lora-rank")

@@ -1,8 +1,9 @@
 """`memtrain plan` and the OOM doctor end to end, on gpt2-tiny.
 
 plan: the listed configurations are sorted by their own predicted time, each fits the device memory, and each
-printed command line's flags give `memtrain estimate` exactly the listed per-rank bytes (one process, and two ranks
-through --dp); `memtrain train` parses them too (refused at --memory-limit 1 after printing the same total).
+printed command line's flags give `memtrain estimate` exactly the listed per-rank bytes, those of its largest rank
+(one process, and two ranks through --dp, or as pipeline stages); `memtrain train` parses them too (refused at
+--memory-limit 1 after printing the same total).
 OOM doctor: an oversize run is refused with exit 3 and changes that fit; the first change then trains a step with
 measured == planned, within the limit.
 --cpu-isa: plan at another level, on the profile shipped for it.
@@ -51,15 +52,17 @@ class PlanTest(CliTestCase):
         self.assertLessEqual(sum(memory["planned"].values()), limit)
 
     def estimated_total(self, command):
-        """Rank 0's total from `memtrain estimate` with a printed command line's flags (mpirun -np N: --dp N / T
-        for --tensor-model-parallel-size T)."""
+        """The largest rank's total from `memtrain estimate` with a printed command line's flags (mpirun -np N:
+        --dp N / (T x P) for --tensor-model-parallel-size T and --pipeline-model-parallel-size P)."""
         words = shlex.split(command)
-        tp = int(words[words.index("--tensor-model-parallel-size") + 1]) if "--tensor-model-parallel-size" in words else 1
-        ranks = ["--dp", str(int(words[2]) // tp)] if words[0] == "mpirun" else []
+        model_parallel = 1
+        for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size"):
+            model_parallel *= int(words[words.index(flag) + 1]) if flag in words else 1
+        ranks = ["--dp", str(int(words[2]) // model_parallel)] if words[0] == "mpirun" else []
         args = words[words.index("train") + 1 :]
         result = memtrain("estimate", *args, *ranks, "--json")
         self.assertEqual(result.returncode, 0, result.stderr)
-        return json.loads(result.stdout)["ranks"][0]["total_bytes"]
+        return max(rank["total_bytes"] for rank in json.loads(result.stdout)["ranks"])
 
     def test_plan_lists_fitting_configurations_in_predicted_order(self):
         limit = 5 << 20
@@ -82,6 +85,28 @@ class PlanTest(CliTestCase):
                 # The OOM doctor's refusal at a 1-byte limit prints the same total: train parses them too.
                 planned, _, command = entries[0]
                 self.assertEqual(self.refused_total(shlex.split(command)[2:]), int(planned), command)
+
+    def test_plan_searches_pipeline_stages(self):
+        """On 2 ranks plan also lists 2 pipeline stages (gpt2-tiny's 2 layers), each at its largest stage's bytes as
+        estimate gives them, with the cost model's bubble (P - 1) / (m + P - 1). The OOM doctor holds the largest
+        stage to the limit: one byte less is refused, printing that stage's total."""
+        result = memtrain("plan", *FLAGS, "--ranks", 2, "--device-memory", "1GiB", "--global-batch-size", 8,
+                          "--top", 1000, "--data", self.data)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        entries = re.findall(r"per rank \S+ \S+ = (\d+) B .*?s/step \(pipeline bubble ([\d.]+)%\)\n\s+(mpirun .*)\n",
+                             result.stdout)
+        self.assertTrue(entries, result.stdout)
+        for planned, bubble, command in entries:
+            self.assertIn(" --pipeline-model-parallel-size 2 ", command)
+            micro_batches = 8 // int(re.search(r"--micro-batch-size (\d+)", command).group(1))
+            self.assertAlmostEqual(float(bubble), 100 / (micro_batches + 1), places=1)
+            self.assertEqual(self.estimated_total(command), int(planned), command)
+        stages = ["--pipeline-model-parallel-size", 2, "--global-batch-size", 8, "--micro-batch-size", 2]
+        args = run_flags(*FLAGS, *stages, data=self.data, train_iters=1, out=self.tmp / "doctor-pp")
+        largest = self.estimated_total(shlex.join(["mpirun", "-np", "2", "memtrain", "train", *map(str, args)]))
+        refused = memtrain("train", *args, "--memory-limit", largest - 1, ranks=2)
+        self.assertEqual(refused.returncode, 3, refused.stderr)
+        self.assertEqual(int(re.search(r"^  total\s+(\d+)", refused.stdout, re.M).group(1)), largest)
 
     def test_plan_at_another_level_uses_its_profile(self):
         """--cpu-isa avx2: the avx2 profile shipped in profiles/, said to be of another thread count than this

@@ -25,12 +25,21 @@ TrainConfig tiny_base(const std::string& model, int64_t global_batch) {
   return c;
 }
 
-// World rank `rank`'s plan, tensor-parallel candidates included.
-int64_t rank_total(const TrainConfig& c, int world, int rank) {
+// World rank `rank`'s plan, tensor- and pipeline-parallel candidates included.
+RunLayout rank_layout(const TrainConfig& c, int world, int rank) {
   const ParallelRank place = parallel_rank(c, world, rank);
   return lay_out_run(c, place.dp, place.dp_rank, c.threads, parallel_buffer_bytes(place), kernels::cpu_isa(),
-                     place.tp_rank)
-      .plan.bytes.total();
+                     place.tp_rank, place.pp_rank);
+}
+
+int64_t rank_total(const TrainConfig& c, int world, int rank) {
+  return rank_layout(c, world, rank).plan.bytes.total();
+}
+
+int64_t largest_rank_total(const TrainConfig& c, int world) {
+  int64_t largest = 0;
+  for (int r = 0; r < world; ++r) largest = std::max(largest, rank_total(c, world, r));
+  return largest;
 }
 
 TrainConfig with_precision(TrainConfig c, PrecisionConfig p) {
@@ -75,10 +84,10 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
         if (i > 0) {
           EXPECT_LE(result.fitting[i - 1].cost.step_s, c.cost.step_s);
         }
-        // Every rank of the run fits, not only rank 0, and the listed bytes are lay_out_run's.
-        EXPECT_EQ(c.rank_bytes, rank_total(c.config, world, 0));
-        for (int r = 0; r < world; ++r) EXPECT_LE(rank_total(c.config, world, r), request.device_memory);
-        const int dp = world / c.config.tensor_parallel;
+        // Every rank of the run fits, not only rank 0, and the listed bytes are the largest's lay_out_run.
+        EXPECT_EQ(c.rank_bytes, largest_rank_total(c.config, world));
+        EXPECT_LE(c.rank_bytes, request.device_memory);
+        const int dp = world / (c.config.tensor_parallel * c.config.pipeline_parallel);
         EXPECT_EQ(c.config.micro_batch * dp * lay_out_run(c.config, dp, 0, 1, 0).accum, base.global_batch);
       }
     }
@@ -230,6 +239,44 @@ TEST(Planner, EightBitMomentsRankBelowBf16Moments) {
   }
 }
 
+// Pipeline stages are searched where P divides the layers (with ZeRO 0 or 1 beside them): a candidate holds
+// the bytes of its largest stage, which differ (the first holds the embedding and more micro-batches in
+// flight, the last the head), and runs at the pace of its slowest, its bubble (P - 1) / (m + P - 1).
+TEST(Planner, SearchesPipelineStages) {
+  const TrainConfig base = tiny_base("gpt2-tiny", 8);
+  for (int world : {2, 4}) {
+    const SearchRequest request{.base = base,
+                                .ranks = world,
+                                .device_memory = int64_t{1} << 40,
+                                .profile = testing::tested_profile()};
+    const SearchResult result = search_configs(request);
+    std::set<std::pair<int, int>> layouts;  // (pipeline stages, ZeRO stage)
+    for (const ConfigCandidate& c : result.fitting) {
+      const int pp = c.config.pipeline_parallel;
+      if (pp == 1) continue;
+      layouts.insert({pp, c.config.zero_stage});
+      SCOPED_TRACE(describe_config(c.config));
+      const int stage_ranks = world / pp;
+      const int64_t first = rank_total(c.config, world, 0), last = rank_total(c.config, world, world - 1);
+      EXPECT_NE(first, last);
+      EXPECT_EQ(c.rank_bytes, largest_rank_total(c.config, world));
+      const int dp = stage_ranks / c.config.tensor_parallel;
+      const int64_t m = base.global_batch / dp / c.config.micro_batch;
+      EXPECT_DOUBLE_EQ(c.cost.bubble_fraction, static_cast<double>(pp - 1) / static_cast<double>(m + pp - 1));
+      double slowest = 0;
+      for (int stage = 0; stage < pp; ++stage)
+        slowest = std::max(slowest, predict_step_cost(rank_layout(c.config, world, stage * stage_ranks),
+                                                      c.config, dp, request.profile)
+                                        .step_s);
+      EXPECT_DOUBLE_EQ(c.cost.step_s, slowest);
+    }
+    // gpt2-tiny's 2 layers: 2 stages at most; ZeRO-2/3 never beside them.
+    const std::set<std::pair<int, int>> expected =
+        world == 2 ? std::set<std::pair<int, int>>{{2, 0}} : std::set<std::pair<int, int>>{{2, 0}, {2, 1}};
+    EXPECT_EQ(layouts, expected) << world << " ranks";
+  }
+}
+
 TEST(Planner, CommandLineNamesEveryChosenFlag) {
   TrainConfig c = tiny_base("llama-tiny", 16);
   c.precision = {.precision = Precision::bf16,
@@ -255,6 +302,15 @@ TEST(Planner, CommandLineNamesEveryChosenFlag) {
             "--micro-batch-size 2 --global-batch-size 16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8 "
             "--threads 1");
   EXPECT_EQ(describe_config(c), "fp32 +int8-moments, ZeRO 0, recompute none, micro-batch 2");
+  c.pipeline_parallel = 2;
+  c.tensor_parallel = 2;
+  EXPECT_EQ(train_command_line(c, 8),
+            "mpirun -np 8 memtrain train --model llama-tiny --data DATA --train-iters 10 --seq-length 64 "
+            "--micro-batch-size 2 --global-batch-size 16 --exp-avg-dtype int8 --exp-avg-sq-dtype int8 "
+            "--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2 --threads 1");
+  EXPECT_EQ(
+      describe_config(c),
+      "fp32 +int8-moments, pipeline parallel 2, tensor parallel 2, ZeRO 0, recompute none, micro-batch 2");
 }
 
 }  // namespace

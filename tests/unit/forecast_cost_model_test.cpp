@@ -2,7 +2,8 @@
 // products of one layer's forward are 24 B T C^2 (qkv 6, projection 2, MLP 16) and the LM head's 2 B T C V;
 // a backward takes twice its forward, and full recompute reruns each layer's forward once more. Each op's
 // time comes from the rate of its own kernel family, and the exchanges from the ZeRO stage's ring volumes
-// and, under tensor parallelism, from the bytes the ops exchange with the tensor group.
+// and, under tensor and pipeline parallelism, from the bytes the ops exchange with the tensor group and the
+// stages beside them; a pipeline stage idles its bubble on top.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -204,17 +205,17 @@ TEST(CostModel, TensorParallelExchangesAtTheMpiBandwidth) {
   int all_reduces = 0;
   for (const Op& op : run.model.graph.ops) {
     const OpCost cost = predict_op_cost(table, op, run.spec, profile, 4);
-    exchanges_s += cost.tp_comm_s;
+    exchanges_s += cost.comm_s;
     if (op.kind() == OpKind::lm_head_loss) {
-      EXPECT_DOUBLE_EQ(cost.tp_comm_s, (tp - 1) / tp * (tp * 3 * rows * 4) / bytes_per_second);
-      EXPECT_GT(cost.seconds, cost.tp_comm_s);
+      EXPECT_DOUBLE_EQ(cost.comm_s, (tp - 1) / tp * (tp * 3 * rows * 4) / bytes_per_second);
+      EXPECT_GT(cost.seconds, cost.comm_s);
     } else if (op.kind() == OpKind::all_reduce) {
       ++all_reduces;
       const double bytes = static_cast<double>(table[op.as<ops::AllReduce>().data].bytes());
       EXPECT_DOUBLE_EQ(cost.seconds, 2 * (tp - 1) / tp * bytes / bytes_per_second) << op.name;
-      EXPECT_DOUBLE_EQ(cost.tp_comm_s, cost.seconds) << op.name;
+      EXPECT_DOUBLE_EQ(cost.comm_s, cost.seconds) << op.name;
     } else {
-      EXPECT_EQ(cost.tp_comm_s, 0) << op.name;
+      EXPECT_EQ(cost.comm_s, 0) << op.name;
     }
   }
   EXPECT_GT(all_reduces, 0);
@@ -227,6 +228,99 @@ TEST(CostModel, TensorParallelExchangesAtTheMpiBandwidth) {
   EXPECT_DOUBLE_EQ(step.step_s, step.matmul_s + step.attention_s + step.elementwise_s + step.optimizer_s +
                                     step.comm_exposed_s + step.tp_comm_s);
   EXPECT_EQ(cost_of(gpt2_tiny(2, 64, {})).tp_comm_s, 0);
+}
+
+// Sequence parallel: an all-gather receives (tp-1)/tp of its whole output, a reduce-scatter sends (tp-1)/tp
+// of its whole partial sum; exposed like the all-reduces they replace.
+TEST(CostModel, SequenceParallelExchangesAtTheMpiBandwidth) {
+  TrainConfig c = tensor_parallel(gpt2_tiny(2, 64, {}), 4);
+  c.sequence_parallel = true;
+  HardwareProfile profile = testing::tested_profile();
+  profile.mpi_gbps = 2;
+  const RunLayout run = lay_out_run(c, 1, 0, 1, 0);
+  const TensorTable& table = run.model.graph.table;
+  int gathers = 0, scatters = 0;
+  for (const Op& op : run.model.graph.ops) {
+    const OpCost cost = predict_op_cost(table, op, run.spec, profile, 4);
+    if (op.kind() == OpKind::all_gather) {
+      ++gathers;
+      const double whole = static_cast<double>(table[op.as<ops::AllGather>().out].bytes());
+      EXPECT_DOUBLE_EQ(cost.seconds, 0.75 * whole / 2e9) << op.name;
+    } else if (op.kind() == OpKind::reduce_scatter) {
+      ++scatters;
+      const double whole = static_cast<double>(table[op.as<ops::ReduceScatter>().inp].bytes());
+      EXPECT_DOUBLE_EQ(cost.seconds, 0.75 * whole / 2e9) << op.name;
+    } else {
+      continue;
+    }
+    EXPECT_DOUBLE_EQ(cost.comm_s, cost.seconds) << op.name;
+  }
+  EXPECT_GT(gathers, 0);
+  EXPECT_GT(scatters, 0);
+}
+
+TrainConfig pipelined(TrainConfig c, int pp, int64_t global_batch) {
+  c.pipeline_parallel = pp;
+  c.global_batch = global_batch;
+  return c;
+}
+
+RunLayout stage_layout(const TrainConfig& c, int stage) {
+  return lay_out_run(c, 1, 0, 1, 0, kernels::cpu_isa(), 0, stage);
+}
+
+// A stage's graph holds all the step's micro-batches, each of its layers' ops once per micro-batch: the
+// stages' FLOPs add up to the whole model's over the same micro-batches.
+TEST(CostModel, PipelineStagesShareTheStepsFlops) {
+  const TrainConfig whole = pipelined(gpt2_tiny(2, 64, {}), 1, 8);
+  const TrainConfig two = pipelined(whole, 2, 8);
+  const HardwareProfile& profile = testing::tested_profile();
+  double stages = 0;
+  for (int stage = 0; stage < 2; ++stage)
+    stages += predict_step_cost(stage_layout(two, stage), two, 1, profile).flops;
+  EXPECT_DOUBLE_EQ(stages, cost_of(whole).flops);
+}
+
+// The stages' sends and receives at the MPI bandwidth, each byte once, all exposed; the first and last stage
+// also sum the tied embedding's gradient between them (an all-reduce of 2 ranks). With m micro-batches over P
+// stages the stage idles (P - 1) / m of its passes' time: (P - 1) / (m + P - 1) of the passes and the bubble.
+TEST(CostModel, PipelineExchangesAndBubble) {
+  HardwareProfile profile = testing::tested_profile();
+  profile.mpi_gbps = 2;
+  for (const int64_t micro_batches : {1, 4}) {
+    const TrainConfig c = pipelined(gpt2_tiny(2, 64, {}), 2, 2 * micro_batches);
+    for (int stage = 0; stage < 2; ++stage) {
+      SCOPED_TRACE("micro-batches " + std::to_string(micro_batches) + ", stage " + std::to_string(stage));
+      const RunLayout run = stage_layout(c, stage);
+      const TensorTable& table = run.model.graph.table;
+      double sent = 0;
+      for (const Op& op : run.model.graph.ops) {
+        const OpCost cost = predict_op_cost(table, op, run.spec, profile, 1);
+        if (op.kind() != OpKind::pipe_exchange) continue;
+        const auto& a = op.as<ops::PipeExchange>();
+        const double bytes = static_cast<double>((a.send >= 0 ? table[a.send].bytes() : 0) +
+                                                 (a.recv >= 0 ? table[a.recv].bytes() : 0));
+        EXPECT_DOUBLE_EQ(cost.seconds, bytes / 2e9) << op.name;
+        EXPECT_DOUBLE_EQ(cost.comm_s, cost.seconds) << op.name;
+        sent += bytes;
+      }
+      // Every micro-batch's residual stream [B, T, C] in fp32 crosses the boundary twice (forward, backward).
+      EXPECT_DOUBLE_EQ(sent, 2.0 * static_cast<double>(micro_batches) * 2 * 64 * 64 * 4);
+      const double tied = 2 * 0.5 * 256 * 64 * 4;  // both ends hold the tied embedding [256, 64]
+      const StepCost step = predict_step_cost(run, c, 1, profile);
+      EXPECT_DOUBLE_EQ(step.pp_comm_s, (sent + tied) / 2e9);
+      const double passes = step.matmul_s + step.attention_s + step.elementwise_s + sent / 2e9;
+      EXPECT_NEAR(step.bubble_s, passes / static_cast<double>(micro_batches), 1e-15);
+      EXPECT_DOUBLE_EQ(step.bubble_fraction, 1.0 / static_cast<double>(micro_batches + 1));
+      EXPECT_NEAR(step.bubble_s / (passes + step.bubble_s), step.bubble_fraction, 1e-12);
+      EXPECT_NEAR(step.step_s, passes + step.bubble_s + tied / 2e9 + step.optimizer_s + step.comm_exposed_s,
+                  1e-15);
+    }
+  }
+  const StepCost alone = cost_of(gpt2_tiny(2, 64, {}));
+  EXPECT_EQ(alone.pp_comm_s, 0);
+  EXPECT_EQ(alone.bubble_s, 0);
+  EXPECT_EQ(alone.bubble_fraction, 0);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ CategoryBytes rank0_bytes(Precision precision, CpuIsa isa) {
   c.seq_len = 64;
   c.threads = 1;
   c.precision.precision = precision;
-  const Estimate e = estimate_run(c, 1, {}, std::nullopt, isa);
+  const Estimate e = estimate_run(c, 1, std::nullopt, isa);
   EXPECT_EQ(e.isa, isa);
   return e.ranks.at(0).bytes;
 }

@@ -8,6 +8,7 @@
 #include "forecast/config_search.h"
 #include "forecast/oom_doctor.h"
 #include "forecast/shipped_profiles.h"
+#include "train/parallel_groups.h"
 
 namespace mt {
 namespace {
@@ -134,14 +135,51 @@ TEST(OomDoctor, RefusesWithExitCodeThree) {
   TrainConfig run = oversize_run();
   run.memory_limit = total(run) - 1;
   try {
-    check_memory_fit(lay_out_run(run, 1, 0, 1, 0), run, 1);
+    check_memory_fit(run, 1);
     ADD_FAILURE() << "a plan one byte over the limit was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::no_fit);
     EXPECT_NE(std::string(e.what()).find("--memory-limit"), std::string::npos) << e.what();
   }
   run.memory_limit = total(run);
-  EXPECT_NO_THROW(check_memory_fit(lay_out_run(run, 1, 0, 1, 0), run, 1));
+  EXPECT_NO_THROW(check_memory_fit(run, 1));
+}
+
+int64_t stage_total(const TrainConfig& c, int stage) {
+  return lay_out_run(c, 1, 0, 1, parallel_buffer_bytes(parallel_rank(c, c.pipeline_parallel, stage)),
+                     kernels::cpu_isa(), 0, stage)
+      .plan.bytes.total();
+}
+
+// Under pipeline parallelism the stages differ: the check holds the largest to the limit, whichever stage it
+// is, and refuses one byte less.
+TEST(OomDoctor, ChecksTheLargestStage) {
+  TrainConfig run = oversize_run();
+  run.pipeline_parallel = 2;
+  run.global_batch = run.micro_batch;  // one micro-batch: the first stage holds no more than the last
+  const int64_t first = stage_total(run, 0), last = stage_total(run, 1);
+  ASSERT_LT(first, last);
+  run.memory_limit = last - 1;
+  EXPECT_THROW(check_memory_fit(run, 2), Error);
+  run.memory_limit = last;
+  EXPECT_NO_THROW(check_memory_fit(run, 2));
+}
+
+// More pipeline stages of the same world are offered, at their largest stage's bytes; not beside ZeRO-2.
+TEST(OomDoctor, OffersMorePipelineStages) {
+  TrainConfig run = oversize_run();
+  run.micro_batch = 2;
+  run.global_batch = 8;
+  TrainConfig staged = run;
+  staged.pipeline_parallel = 2;
+  const int64_t largest = std::max(stage_total(staged, 0), stage_total(staged, 1));
+  const std::vector<FitChange> changes = changes_that_fit(run, 2, largest);
+  const FitChange* found = find_change(changes, "use --pipeline-model-parallel-size 2");
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->bytes, largest);
+  run.zero_stage = 2;
+  for (const FitChange& c : changes_that_fit(run, 2, largest))
+    EXPECT_EQ(c.flags.find("--pipeline-model-parallel-size"), std::string::npos) << c.flags;
 }
 
 }  // namespace
