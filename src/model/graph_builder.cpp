@@ -33,9 +33,10 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   }
 }
 
-void GraphBuilder::set_micro_batch(int64_t i) {
-  micro_batch_ = i;
-  name_suffix_ = step_.pp > 1 ? "@mb" + std::to_string(i) : "";
+void GraphBuilder::begin_pass(PipelinePass pass) {
+  micro_batch_ = pass.micro_batch;
+  name_suffix_ = step_.pp > 1 ? "@mb" + std::to_string(pass.micro_batch) : "";
+  m_.graph.passes.push_back({static_cast<int>(m_.graph.ops.size()), pass});
 }
 
 void GraphBuilder::send(const std::string& name, int data, bool next) {
@@ -45,9 +46,11 @@ void GraphBuilder::send(const std::string& name, int data, bool next) {
 int GraphBuilder::receive(const std::string& name, int64_t width, bool next) {
   const int out = residual_act(name, width);
   std::vector<Op>& ops = m_.graph.ops;
-  // Evaluation runs the first forward alone: its last send stays a send.
-  const bool after_first_forward = static_cast<int>(ops.size()) > m_.graph.forward_end;
-  if (first_forward_ended_ && after_first_forward && ops.back().kind() == OpKind::pipe_exchange) {
+  // Evaluation runs ops [0, forward_end): the exchange that ends the first forward must not also wait for the
+  // gradient of a backward (1F1B with one micro-batch), which evaluation never sends.
+  const bool after_first_forward =
+      first_forward_ended_ && static_cast<int>(ops.size()) > m_.graph.forward_end;
+  if (after_first_forward && ops.back().kind() == OpKind::pipe_exchange) {
     auto& exchange = std::get<ops::PipeExchange>(ops.back().args);
     if (exchange.next == next && exchange.recv < 0) {
       exchange.recv = out;
