@@ -9,9 +9,10 @@ features not run under pipelines, are usage errors naming the flags.
 
 Runs the binary memtrain_cli.py names.
 """
+import json
 import unittest
 
-from memtrain_cli import (CliTestCase, assert_follows, command, compared_records, kill_a_rank, read_memory,
+from memtrain_cli import (CliTestCase, assert_follows, command, compared_records, kill_a_rank, memtrain, read_memory,
                           read_metrics, run_flags)
 
 STEPS = 6
@@ -73,6 +74,23 @@ class PipelineParallel(CliTestCase):
         first = self.run_layout("first", 4, "--bf16", *TP, *PP, model="llama-tiny")
         second = self.run_layout("second", 4, "--bf16", *TP, *PP, model="llama-tiny")
         self.assertEqual(compared_records(first), compared_records(second))
+
+    def test_every_rank_measured_equals_planned_equals_estimate(self):
+        for model, dp, flags in (("gpt2-tiny", 2, ["--zero-stage", "1"]), ("llama-tiny", 1, ["--bf16"]),
+                                 ("gpt2-tiny", 1, TP + ["--sequence-parallel"])):
+            ranks = 2 * dp * (2 if "--tensor-model-parallel-size" in flags else 1)
+            with self.subTest(model=model, ranks=ranks, flags=flags):
+                out = self.run_layout(f"{model}-{ranks}-estimated", ranks, *PP, *flags, model=model)
+                estimate = memtrain("estimate", "--pp", "2", "--dp", str(dp), "--json",
+                                    *run_flags(*flags, model=model, global_batch_size=4, micro_batch_size=2,
+                                               train_iters=STEPS, eval_interval=3, eval_iters=2, threads=1))
+                self.assertEqual(estimate.returncode, 0, estimate.stderr)
+                estimated = json.loads(estimate.stdout)["ranks"]
+                self.assertEqual([r["rank"] for r in estimated], list(range(ranks)))
+                for r in estimated:
+                    memory = read_memory(out, r["rank"])
+                    self.assertEqual(memory["measured"], memory["planned"])
+                    self.assertEqual(r["bytes"], memory["planned"], f"rank {r['rank']}")
 
     def test_stages_hold_the_micro_batches_in_flight(self):
         def activations(micro_batches):
