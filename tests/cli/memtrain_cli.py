@@ -226,6 +226,25 @@ class ResumeTestCase(CliTestCase):
     N = 3  # steps before the save
     COMPARED = ("step", "loss", "lr", "grad_norm", "loss_scale", "skipped")
 
+    def losses(self, out):
+        return [r["loss"] for r in read_metrics(out)]
+
+    def assert_close(self, got, want, tolerance=1e-5):
+        self.assertEqual(len(got), len(want))
+        for step, (a, b) in enumerate(zip(got, want), 1):
+            self.assertAlmostEqual(a, b, delta=tolerance * abs(b), msg=f"step {step}: {a} against {b}")
+
+    def assert_same_weights(self, path, reference, tolerance):
+        """The same tensor names and shapes; each tensor's largest difference within `tolerance` of its largest
+        value."""
+        got, want = read_safetensors(path), read_safetensors(reference)
+        self.assertEqual({k: s for k, (s, _) in got.items()}, {k: s for k, (s, _) in want.items()})
+        for name, (_, raw) in want.items():
+            a, b = memoryview(got[name][1]).cast("f"), memoryview(raw).cast("f")
+            scale = max(abs(v) for v in b)
+            worst = max(abs(x - y) for x, y in zip(a, b))
+            self.assertLessEqual(worst, tolerance * scale, f"{path}: {name} differs by {worst} (largest {scale})")
+
     def train(self, out, *flags, ranks=1, iters=None, expect=0):
         return super().train(*flags, out=out, ranks=ranks, train_iters=iters or 2 * self.N, expect=expect)
 

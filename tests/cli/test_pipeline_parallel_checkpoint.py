@@ -10,7 +10,7 @@ Runs the binary memtrain_cli.py names.
 import math
 import unittest
 
-from memtrain_cli import ResumeTestCase, memtrain, read_metrics, read_safetensors
+from memtrain_cli import ResumeTestCase, memtrain, read_safetensors
 
 N = ResumeTestCase.N  # steps before the save; runs are 2N steps
 STEPS = 2 * N
@@ -24,25 +24,6 @@ def layout(tp=1, pp=1):
 
 
 class PipelineParallelCheckpoint(ResumeTestCase):
-    def losses(self, out):
-        return [r["loss"] for r in read_metrics(out)]
-
-    def assert_close(self, got, want, tolerance=1e-5):
-        self.assertEqual(len(got), len(want))
-        for step, (a, b) in enumerate(zip(got, want), 1):
-            self.assertAlmostEqual(a, b, delta=tolerance * abs(b), msg=f"step {step}: {a} against {b}")
-
-    def assert_same_weights(self, path, reference, tolerance):
-        """The same tensor names and shapes; each tensor's largest difference within `tolerance` of its largest
-        value."""
-        got, want = read_safetensors(path), read_safetensors(reference)
-        self.assertEqual({k: s for k, (s, _) in got.items()}, {k: s for k, (s, _) in want.items()})
-        for name, (_, raw) in want.items():
-            a, b = memoryview(got[name][1]).cast("f"), memoryview(raw).cast("f")
-            scale = max(abs(v) for v in b)
-            worst = max(abs(x - y) for x, y in zip(a, b))
-            self.assertLessEqual(worst, tolerance * scale, f"{path}: {name} differs by {worst} (largest {scale})")
-
     def test_resume_across_layouts(self):
         # (name, model, saved T, P, D, flags; resumed T, P, D, flags)
         cases = (("tp2pp2-to-1", "gpt2-tiny", (2, 2, 1), [], (1, 1, 1), []),

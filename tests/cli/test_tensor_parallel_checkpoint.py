@@ -7,10 +7,9 @@ T = 2, and 8-bit moments' block scales are refused across a change of T by name.
 
 Runs the binary memtrain_cli.py names.
 """
-import array
 import unittest
 
-from memtrain_cli import ResumeTestCase, memtrain, read_metrics, read_safetensors
+from memtrain_cli import ResumeTestCase, memtrain, read_safetensors
 
 N = ResumeTestCase.N  # steps before the save; runs are 2N steps
 STEPS = 2 * N
@@ -21,34 +20,10 @@ def tp(size):
     return ["--tensor-model-parallel-size", str(size)] if size > 1 else []
 
 
-def floats(raw):
-    values = array.array("f")
-    values.frombytes(raw)
-    return values
-
-
 class TensorParallelCheckpoint(ResumeTestCase):
     def run_layout(self, out, tp_size, dp, *flags, iters=STEPS, model="gpt2-tiny"):
         return self.train(out, *tp(tp_size), *BATCH, "--model", model, *flags, ranks=tp_size * dp, iters=iters)
 
-    def losses(self, out):
-        return [r["loss"] for r in read_metrics(out)]
-
-    def assert_close(self, got, want, tolerance=1e-5):
-        self.assertEqual(len(got), len(want))
-        for step, (a, b) in enumerate(zip(got, want), 1):
-            self.assertAlmostEqual(a, b, delta=tolerance * abs(b), msg=f"step {step}: {a} against {b}")
-
-    def assert_same_weights(self, path, reference, tolerance):
-        """The same tensor names and shapes; each tensor's largest difference within `tolerance` of its largest
-        value."""
-        got, want = read_safetensors(path), read_safetensors(reference)
-        self.assertEqual({k: s for k, (s, _) in got.items()}, {k: s for k, (s, _) in want.items()})
-        for name, (_, raw) in want.items():
-            a, b = floats(got[name][1]), floats(raw)
-            scale = max(abs(v) for v in b)
-            worst = max(abs(x - y) for x, y in zip(a, b))
-            self.assertLessEqual(worst, tolerance * scale, f"{path}: {name} differs by {worst} (largest {scale})")
 
     def test_save_weights_equal_one_process(self):
         for model in ("gpt2-tiny", "llama-tiny"):
