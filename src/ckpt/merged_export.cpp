@@ -99,7 +99,7 @@ MergedModel::MergedModel(const std::string& checkpoint_dir, const CheckpointStat
   if (lora_.rank <= 0) fail_data(where_ + "its adapters have no --lora-rank in its run settings");
   spec_ = model_config(state.model, checkpoint_dir + "/" + kStateFile);
   spec_.padded_vocab_size = spec_.vocab_size;  // file tensors hold no padding
-  model_ = build_model_graph(spec_, {.threads = 1, .lora = lora_, .seed = state.seed});
+  model_ = build_model_graph(spec_, {.lora = lora_, .seed = state.seed});
   for (const CheckpointTensor& t : state.layout.tensors) trained_[t.name] = &t;
   check_adapted_modules();
   const std::string init_from = run_setting<std::string>(state, "--init-from", where_);

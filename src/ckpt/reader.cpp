@@ -52,15 +52,26 @@ namespace {
 
 using ReadEntries = std::function<void(const StateTensor& t, FlatRange range, char* dst)>;
 
+// Fills t's entries of flat range `range` at dst, in the device's memory, through `read`, a host piece at a
+// time (a piece of blocked entries starts on a block, as the range does).
+void read_into(Device& device, const StateTensor& t, FlatRange range, char* dst, const ReadEntries& read) {
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
+  device.write(dst, t.bytes(range.begin, range.end), [&](char* piece, int64_t offset, int64_t bytes) {
+    const int64_t first = range.begin + offset / size * t.per;
+    read(t, {first, std::min(range.end, range.begin + (offset + bytes) / size * t.per)}, piece);
+  });
+}
+
 // Every model-state buffer of this rank, each range filled by `read`.
 void read_model_states(Allocation& memory, const ReadEntries& read) {
+  Device& device = memory.device();
   const HeldWeights weights = held_weights(memory);
-  read({kWeightsTensor, weights.dtype, nullptr}, weights.range, weights.data);
+  read_into(device, {kWeightsTensor, weights.dtype, nullptr}, weights.range, weights.data, read);
   const std::vector<StateTensor> states = state_tensors(memory.plan());
   memory.optimizer_state().visit(memory.plan().shard_begin, memory.plan().shard_end, StateAccess::write_all,
                                  [&](const StateWindow& w) {
                                    for (const StateTensor& t : states)
-                                     read(t, {w.begin, w.end}, t.in_window(w));
+                                     read_into(device, t, {w.begin, w.end}, t.in_window(w), read);
                                  });
 }
 

@@ -44,7 +44,6 @@ int64_t SavedParams::add_part(const ModelSpec& spec, const CheckpointLayout& lay
   // Only the parameters matter: the smallest step has them all.
   const ModelGraph model = build_model_graph(spec, {.batch = 1,
                                                     .seq_len = 1,
-                                                    .threads = 1,
                                                     .tp = layout.tp,
                                                     .tp_rank = part % layout.tp,
                                                     .pp = layout.pp(),

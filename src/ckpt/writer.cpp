@@ -17,8 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// This rank's save range of the weights and the optimizer state, streamed from memory (or from the offload
-// file, through its chunk slots): no copy.
+// This rank's save range of the weights and the optimizer state, streamed from the device's memory (or from
+// the offload file, through its chunk slots): no copy where the host can read that memory.
 ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, const CheckpointLayout& layout,
                              int rank) {
   const FlatRange range = layout.file_range(rank);
@@ -35,12 +35,14 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, c
                             {"range_end", std::to_string(range.end)},
                             {"num_params", std::to_string(memory.num_params())}});
   const int64_t size = static_cast<int64_t>(dtype_size(weights.dtype));
-  writer.write_next(weights.data + (range.begin - weights.range.begin) * size,
-                    static_cast<uint64_t>(range.size() * size));
+  const auto write = [&](const char* piece, int64_t, int64_t bytes) {
+    writer.write_part(piece, static_cast<uint64_t>(bytes));
+  };
+  memory.device().read(weights.data + (range.begin - weights.range.begin) * size, range.size() * size, write);
   for (const StateTensor& t : states) {
     const StateAccess access = t.name == "master" ? StateAccess::read_master : StateAccess::read_all;
     memory.optimizer_state().visit(range.begin, range.end, access, [&](const StateWindow& w) {
-      writer.write_part(t.in_window(w), static_cast<uint64_t>(t.bytes(w.begin, w.end)));
+      memory.device().read(t.in_window(w), t.bytes(w.begin, w.end), write);
     });
   }
   writer.finish();

@@ -5,13 +5,13 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "backend/cpu/cpu_isa.h"
+#include "core/cpu_isa.h"
 
 namespace mt::cli {
 
 void add_cpu_isa_flag(CLI::App& cmd, std::string& level);
 
-// The level named, or kernels::cpu_isa() when empty; a usage error naming --cpu-isa and the choices.
-kernels::CpuIsa resolve_cpu_isa(const std::string& level);
+// The level named, or this process's (process_cpu_isa) when empty; a usage error naming --cpu-isa and the choices.
+CpuIsa resolve_cpu_isa(const std::string& level);
 
 }  // namespace mt::cli

@@ -5,18 +5,18 @@
 #include <new>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_isa.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/int_math.h"
+#include "devices/devices.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"memtrain: train GPT-2 and LLaMA-style transformers in as little memory as possible"};
   app.require_subcommand(1);
   try {
-    // Decides the kernels' level, and caps oneDNN to it, before anything reads it (the commands' defaults
-    // do) or any product runs; a bad MEMTRAIN_MAX_ISA is a usage error before any work.
-    mt::kernels::cpu_isa();
+    // The devices' own set-up (the CPU kernels' level, oneDNN capped to it) before anything reads it (the
+    // commands' defaults do) or any product runs; a bad MEMTRAIN_MAX_ISA is a usage error before any work.
+    mt::init_devices();
     mt::cli::add_train_command(app);
     mt::cli::add_estimate_command(app);
     mt::cli::add_prepare_command(app);

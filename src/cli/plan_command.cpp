@@ -27,7 +27,7 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
   std::printf("%d rank%s x %s | global batch %lld | %d thread%s per rank at %s\nhardware profile: %s\n",
               request.ranks, request.ranks == 1 ? "" : "s", human_bytes(request.device_memory).c_str(),
               static_cast<long long>(request.base.global_batch), threads, threads == 1 ? "" : "s",
-              std::string(kernels::cpu_isa_name(request.isa)).c_str(),
+              std::string(cpu_isa_name(request.isa)).c_str(),
               describe_profile(request.profile, request.isa, threads).c_str());
   std::printf("planned %lld configurations in %.2f s; %zu fit\n",
               static_cast<long long>(result.candidates_planned), seconds, result.fitting.size());

@@ -192,7 +192,7 @@ Loader::~Loader() {
   delete impl_;
 }
 
-void Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, int32_t* positions) {
+int64_t Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, int32_t* positions) {
   const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
   const int64_t w = impl_->window_at(cursor_.epoch, s, cursor_.window);
   const int64_t bt = impl_->bt, T = impl_->cfg.seq_len;
@@ -203,14 +203,19 @@ void Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, i
   const uint16_t* window = impl_->window;
   for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
   skip_batch();
-  if (!loss_mask) return;
+  if (!loss_mask) return bt;
   // The window's mask, read through the window buffer now that its tokens are out: target i is token i + 1.
   const auto* mask = reinterpret_cast<const uint8_t*>(impl_->window);
   impl_->read(impl_->mask, s, true, w * bt, bt + 1, impl_->window);
-  for (int64_t i = 0; i < bt; ++i) loss_mask[i] = mask[i + 1] & kLossMaskCounted;
+  int64_t counted = 0;
+  for (int64_t i = 0; i < bt; ++i) {
+    loss_mask[i] = mask[i + 1] & kLossMaskCounted;
+    counted += loss_mask[i] == 1;
+  }
   // Positions count from each record's start; every sequence of a packed shard starts one.
   for (int64_t i = 0; positions && i < bt; ++i)
     positions[i] = i % T == 0 || (mask[i] & kLossMaskRecordStart) ? 0 : positions[i - 1] + 1;
+  return counted;
 }
 
 void Loader::skip_batch() {

@@ -42,9 +42,9 @@ class Loader {
 
   // inputs[B*T], targets[B*T], with cfg.loss_mask loss_mask[B*T] (1: the loss counts that target) and with
   // cfg.packed positions[B*T] (each token's position in its record); moves the cursor on (to the next epoch
-  // after the last window).
-  void next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask = nullptr,
-                  int32_t* positions = nullptr);
+  // after the last window). Returns the targets the loss counts: those the mask marks, or all B*T.
+  int64_t next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask = nullptr,
+                     int32_t* positions = nullptr);
   // Moves the cursor past one batch without reading it (the batches other data-parallel ranks take).
   void skip_batch();
 

@@ -1,16 +1,16 @@
-// The seam between the executor and a device: the Executor walks a Graph's ops, binding and releasing their
-// tensors in an Allocation; a Backend runs one op's kernel on them, one virtual call per op. Today's one is
-// the CPU's: its kernels in backend/cpu/, its op runner exec/cpu_backend.cpp. An accelerator's is a sibling:
-// its kernels in backend/<device>/, its op runner beside cpu_backend.cpp, and its DeviceAllocator
-// (memory/device_allocator.h) under the Allocation, so that the tensors the ops are handed live in its
-// memory.
+// The seam between the executor and a device's kernels: the Executor walks a Graph's ops, binding and
+// releasing their tensors in an Allocation, runs the collectives itself (through the Communicator) and hands
+// every other op to the Backend, one virtual call per op. A Backend is the run's Device (memory/device.h),
+// whose memory the Allocation's buffers come from. The CPU's is backend/cpu/; devices/ chooses one. The
+// operands and shapes every backend reads are resolved device-neutrally in exec/operands.h.
 #pragma once
 
 #include <cstdint>
-#include <string_view>
+#include <functional>
+#include <span>
 
-#include "dist/communicator.h"
 #include "memory/allocation.h"
+#include "memory/device.h"
 #include "model/graph.h"
 #include "model/spec.h"
 
@@ -25,26 +25,28 @@ struct OpRun {
   bool training;      // backward ops and the loss's gradients run only then
   float grad_scale;   // the factor parameter gradients are accumulated with (Executor::train_step)
   uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
-  // Tensor parallel: the ranks that share each op (ops::AllReduce, the split vocabulary's softmax); null
-  // with one.
-  Communicator* tensor_group = nullptr;
-  // Pipeline parallel: the stages, ranked by stage (ops::PipeExchange); null with one.
-  Communicator* pipeline = nullptr;
-  int tp() const { return tensor_group ? tensor_group->size() : 1; }
+  // Per micro-batch of the graph (ModelGraph::batches): the targets its loss counts, as the loader counted
+  // them, so no loss op reads a mask back.
+  std::span<const int64_t> counted_targets = {};
+  int tp = 1, tp_rank = 0;  // the tensor-parallel ranks the graph's split tensors are shared by
+  // Tensor parallel: the split vocabulary's softmax all-gathers the ranks' row statistics (`floats` per rank,
+  // this rank's at stats + tp_rank * floats) through this; empty with one rank.
+  std::function<void(float* stats, int64_t floats)> gather_row_stats = {};
 };
 
-// The targets the loss op counts: those its loss mask marks, or all of them without one.
-int64_t counted_targets(const ops::LmHeadLoss& head, const TensorTable& table, const Allocation& memory);
+// The kinds the executor runs itself, through the communicator: a backend never sees them.
+bool is_collective(OpKind kind);
 
-class Backend {
+class Backend : public Device {
  public:
-  virtual ~Backend() = default;
-  virtual std::string_view name() const = 0;
-  // Runs op's kernel on its bound tensors: the loss op returns the sum of its per-position losses, every
-  // other op 0.
-  virtual double run(const Op& op, const OpRun& run) = 0;
-  // The LM head's logits for every position, [B*T, Vp] fp32 into out, from the head op's bound input.
-  virtual void logits(const Op& head, const OpRun& run, float* out) = 0;
+  // Called before a pass's first op: the backend checks it can run the graph as planned (the CPU: OpenMP
+  // runs no more threads than the scratch was sized for).
+  virtual void begin_pass(const Graph& graph) = 0;
+  // Runs op's kernel on its bound tensors. The loss op adds its mean over the counted targets into the
+  // graph's loss scalar (Graph::loss_sum).
+  virtual void run(const Op& op, const OpRun& run) = 0;
+  // The LM head's logits for every position, [B*T, Vp] fp32 into host memory, from the head op's bound input.
+  virtual void logits(const Op& head, const OpRun& run, float* host_out) = 0;
 };
 
 }  // namespace mt

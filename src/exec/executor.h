@@ -1,11 +1,13 @@
 // Runs a Graph's ops on an Allocation: each op binds its tensors in the arenas, has the backend run its
-// kernel (exec/backend.h), and releases the tensors whose lifetime ends there.
+// kernel (exec/backend.h) or runs its collective through the communicator, and releases the tensors whose
+// lifetime ends there.
 #pragma once
 
 #include <cstdint>
 #include <functional>
-#include <memory>
+#include <span>
 
+#include "dist/communicator.h"
 #include "exec/backend.h"
 #include "memory/allocation.h"
 #include "model/graph.h"
@@ -24,23 +26,23 @@ class OpHooks {
   virtual void end_pass() = 0;
 };
 
-struct StepResult {
-  // Mean cross-entropy over the batch's counted targets (all, without a loss mask); a pipeline stage's graph
-  // holds the step's micro-batches: the sum of their means on the last stage, 0 on the others.
-  double loss = 0;
-};
-
 class Executor {
  public:
-  Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory);
+  // `memory`'s buffers must be `backend`'s (Allocation::device).
+  Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory, Backend& backend);
 
   // Forward, loss and backward; parameter gradients are accumulated into memory.grads() scaled by grad_scale
   // (1 for one micro-batch; 1/k for k accumulated ones; times the loss scale under fp16). `draw` numbers the
   // run's micro-batches (in the global sample order), so that dropout's masks repeat on a resume.
-  StepResult train_step(float grad_scale, uint64_t draw = 0);
+  // `counted_targets`: per micro-batch of the graph, the targets its loss counts (Loader::next_batch).
+  void train_step(float grad_scale, uint64_t draw, std::span<const int64_t> counted_targets);
   // Forward and loss only.
-  StepResult eval_step();
-  // The forward pass's logits for the whole batch, [B*T, Vp] fp32 into the caller's buffer (tests, sampling).
+  void eval_step(std::span<const int64_t> counted_targets);
+  // The loss scalar (Graph::loss_sum): each pass's loss ops add their mean over counted targets into it, so
+  // it holds the sum since clear_loss(), read once (a pipeline stage without the head: 0).
+  void clear_loss();
+  double loss() const;
+  // The forward pass's logits for the whole batch, [B*T, Vp] fp32 into the caller's host buffer (tests).
   void forward_logits(float* logits);
   // Called with each op's index after its kernel ran and before the tensors it was the last to use are
   // released: the moment its inputs, outputs and scratch are all held. An empty function turns it off.
@@ -53,17 +55,20 @@ class Executor {
   void set_pipeline(Communicator* pipeline) { pipeline_ = pipeline; }
 
  private:
-  // Runs ops [0, end) with their tensors bound and released; returns the sum over its loss ops of each one's
-  // mean loss.
-  double run_ops(int end, bool training, float grad_scale, uint64_t draw = 0);
-  // The checks that the graph was made for this process: its threads, its groups' sizes.
+  // Runs ops [0, end) with their tensors bound and released.
+  void run_ops(int end, bool training, float grad_scale, uint64_t draw,
+               std::span<const int64_t> counted_targets);
+  // An all-reduce, all-gather, reduce-scatter or pipeline exchange, over its group.
+  void run_collective(const Op& op);
+  // The checks that the graph was made for this process's groups.
   void check_groups() const;
-  OpRun op_run(bool training, float grad_scale, uint64_t draw) const;
+  OpRun op_run(bool training, float grad_scale, uint64_t draw, std::span<const int64_t> counted) const;
+  Communicator& tensor_group(const Op& op) const;
 
   const ModelSpec& spec_;
   const Graph& graph_;
   Allocation& memory_;
-  std::unique_ptr<Backend> backend_;
+  Backend& backend_;
   std::function<void(int op)> observer_;
   OpHooks* hooks_ = nullptr;
   Communicator* tensor_group_ = nullptr;

@@ -156,7 +156,7 @@ double lm_head_gflops(double budget) {
 // AdamW over arrays far larger than the caches, with an fp32 master and bf16 weights as mixed precision
 // keeps them.
 constexpr int64_t kAdamWParams = int64_t{16} << 20;
-constexpr kernels::AdamWStep kAdamWStep{
+constexpr AdamWStep kAdamWStep{
     .lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 1};
 
 // Million parameters updated per second, with fp32 moments and gradients, or (O2) bf16 ones.
@@ -177,18 +177,18 @@ double adamw_mparams(double budget) {
 // The same with 8-bit block-quantized moments (adamw_8bit.h) and fp32 gradients, as a run given only
 // --exp-avg-dtype and --exp-avg-sq-dtype holds them: the kernel is bound by its arithmetic, not by the bytes
 // the gradients' dtype moves.
-double adamw_8bit_mparams(kernels::MomentFormat format, double budget) {
+double adamw_8bit_mparams(MomentFormat format, double budget) {
   const int64_t n = kAdamWParams;
-  const kernels::MomentCodec m_codec = kernels::first_moment_codec(format),
-                             v_codec = kernels::second_moment_codec(format);
+  const MomentCodec m_codec = first_moment_codec(format),
+                             v_codec = second_moment_codec(format);
   std::vector<float> master(static_cast<size_t>(n), 0.5f), grad(static_cast<size_t>(n), 0.01f);
   std::vector<bf16> param(static_cast<size_t>(n));
   std::vector<uint8_t> m(static_cast<size_t>(n), kernels::zero_code(m_codec)),
       v(static_cast<size_t>(n), kernels::zero_code(v_codec));
-  std::vector<float> m_scales(static_cast<size_t>(kernels::moment_block_count(m_codec, n))),
-      v_scales(static_cast<size_t>(kernels::moment_block_count(v_codec, n)));
-  const std::vector<kernels::DecayRun> runs = {{.begin = 0, .decay = true}};
-  const kernels::QuantizedMoments moments{format, m.data(), m_scales.data(), v.data(), v_scales.data()};
+  std::vector<float> m_scales(static_cast<size_t>(moment_block_count(m_codec, n))),
+      v_scales(static_cast<size_t>(moment_block_count(v_codec, n)));
+  const std::vector<DecayRun> runs = {{.begin = 0, .decay = true}};
+  const QuantizedMoments moments{format, m.data(), m_scales.data(), v.data(), v_scales.data()};
   const double seconds = best_seconds(budget, [&] {
     kernels::adamw_update_8bit<bf16, float>(master.data(), param.data(), grad.data(), moments, n, kAdamWStep,
                                             runs, {});
@@ -371,8 +371,8 @@ HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& optio
   p.lm_head_gflops = {lm_head_gflops<float>(budget), lm_head_gflops<bf16>(budget)};
   p.adamw_mparams = {.fp32_moments = adamw_mparams<float>(budget),
                      .bf16_moments = adamw_mparams<bf16>(budget),
-                     .fp8_moments = adamw_8bit_mparams(kernels::MomentFormat::fp8, budget),
-                     .int8_moments = adamw_8bit_mparams(kernels::MomentFormat::int8, budget)};
+                     .fp8_moments = adamw_8bit_mparams(MomentFormat::fp8, budget),
+                     .int8_moments = adamw_8bit_mparams(MomentFormat::int8, budget)};
   p.norm_melems = norm_melems(budget);
   p.activation_melems = activation_melems(budget);
   p.memory_gbps = memory_gbps(options.seconds_per_test);

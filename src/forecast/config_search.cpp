@@ -111,7 +111,7 @@ void add_eight_bit_note(const std::vector<ConfigCandidate>& ranked, std::vector<
 
 // The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
 // overflow; recompute only as many layers as needed.
-std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked, kernels::CpuIsa isa) {
+std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked, CpuIsa isa) {
   std::vector<std::string> notes;
   if (ranked.empty()) return notes;
   const ConfigCandidate& top = ranked.front();
@@ -120,8 +120,11 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
   const ConfigCandidate* fp16 = fastest(
       ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::fp16; });
   if (bf16 && fp16) {
-    const std::string level(kernels::cpu_isa_name(isa));
-    const std::string why = kernels::native_bf16_gemm(isa)
+    const std::string level(cpu_isa_name(isa));
+    // A device multiplies bf16 directly when its products need no conversion tiles.
+    const bool native_bf16 =
+        device_traits({.cpu_isa = isa, .threads = 1}, DType::bf16, 1, 1).matmul_scratch_floats == 0;
+    const std::string why = native_bf16
                                 ? "but fp16 products run as fp32 tiles at " + level
                                 : "and at " + level + " both run their products as fp32 tiles";
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
@@ -204,7 +207,7 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 }
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   kernels::CpuIsa isa) {
+                                   CpuIsa isa) {
   ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
   // Each pipeline stage holds its own layers (the first the embedding, the last the head) and micro-batches
   // in flight; on a stage, data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal
@@ -212,8 +215,8 @@ ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const H
   const int pp = config.pipeline_parallel;
   for (int stage = 0; stage < pp; ++stage) {
     const ParallelRank place = parallel_rank(config, ranks, stage * (ranks / pp));
-    const RunLayout run = lay_out_run(config, place.dp, 0, rank_threads(config, ranks),
-                                      parallel_buffer_bytes(place), isa, 0, stage);
+    const DeviceTarget device{.cpu_isa = isa, .threads = rank_threads(config, ranks)};
+    const RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
     if (run.plan.bytes.total() > c.rank_bytes) {
       c.rank_bytes = run.plan.bytes.total();
       c.bytes = run.plan.bytes;

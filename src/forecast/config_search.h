@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/devices.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
 #include "train/train_config.h"
@@ -22,7 +23,7 @@ struct SearchRequest {
   int ranks = 1;
   int64_t device_memory = 0;  // bytes per rank
   HardwareProfile profile;
-  kernels::CpuIsa isa = kernels::cpu_isa();  // every candidate's kernels run at this level
+  CpuIsa isa = process_cpu_isa();  // every candidate's kernels run at this level
 };
 
 struct ConfigCandidate {
@@ -50,7 +51,7 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 // Plans one configuration on `ranks` ranks, each pipeline stage's largest rank, with the thread count the
 // trainer would use, at ISA level `isa`.
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   kernels::CpuIsa isa);
+                                   CpuIsa isa);
 
 // The flags of `config` that differ from training's defaults: precision, O2, ZeRO, recompute, batch,
 // offload, threads (with `mpirun -np N` in front for N ranks).

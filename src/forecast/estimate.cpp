@@ -34,7 +34,7 @@ std::string describe_run(const Estimate& e) {
       << (c.offload_optimizer == OffloadOptimizer::nvme ? " | optimizer offloaded (nvme)" : "")
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
       << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
-      << (e.threads == 1 ? "" : "s") << " per rank at " << kernels::cpu_isa_name(e.isa);
+      << (e.threads == 1 ? "" : "s") << " per rank at " << cpu_isa_name(e.isa);
   const int pp = c.pipeline_parallel, tp = c.tensor_parallel;
   if (pp * tp == 1) return out.str();
   out << "\n";
@@ -125,12 +125,12 @@ std::string phase_of(const Graph& graph, int op) {
 
 // The activation bytes live from the end of the first micro-batch's forward (Graph::forward_end) into the
 // rest of the step: what that micro-batch keeps for its backward.
-int64_t saved_by_first_forward(const Graph& graph) {
+int64_t saved_by_first_forward(const Graph& graph, int64_t alignment) {
   int64_t saved = 0;
   for (const TensorDesc& t : graph.table.tensors())
     if (t.category == Category::activations && t.has_lifetime() && t.first_op < graph.forward_end &&
         t.last_op >= graph.forward_end)
-      saved += arena_aligned(t.bytes());
+      saved += arena_aligned(t.bytes(), alignment);
   return saved;
 }
 
@@ -148,8 +148,8 @@ OpPeak peak_op(const Graph& graph, const Plan& plan) {
     for (int id = 0; id < graph.table.size(); ++id) {
       if (layout->offset[id] < 0) continue;
       const TensorDesc& t = graph.table[id];
-      change[t.first_op][category] += arena_aligned(t.bytes());
-      change[t.last_op + 1][category] -= arena_aligned(t.bytes());
+      change[t.first_op][category] += arena_aligned(t.bytes(), plan.alignment);
+      change[t.last_op + 1][category] -= arena_aligned(t.bytes(), plan.alignment);
     }
   }
   OpPeak peak;
@@ -169,7 +169,7 @@ const RankEstimate& Estimate::largest() const {
 }
 
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
-                      kernels::CpuIsa isa) {
+                      CpuIsa isa) {
   if (dp < 1) fail_usage("--dp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
@@ -181,8 +181,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
   e.device_memory = device_memory;
   for (int rank = 0; rank < e.world(); ++rank) {
     const ParallelRank place = parallel_rank(config, e.world(), rank);
-    const RunLayout run = lay_out_run(config, dp, place.dp_rank, e.threads, parallel_buffer_bytes(place), isa,
-                                      place.tp_rank, place.pp_rank);
+    const RunLayout run = lay_out_run(config, place, {.cpu_isa = isa, .threads = e.threads},
+                                      parallel_buffer_bytes(place));
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;
@@ -199,7 +199,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
     e.ranks.push_back({.rank = rank,
                        .place = place,
                        .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
-                       .saved_per_micro_batch = saved_by_first_forward(graph),
+                       .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
                        .bytes = plan.bytes,
                        .num_params = plan.num_params,
                        .shard_begin = plan.shard_begin,
@@ -300,7 +300,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"seq_length", e.seq_len},
               {"micro_batches_per_step", e.accum},
               {"threads_per_rank", e.threads},
-              {"cpu_isa", std::string(kernels::cpu_isa_name(e.isa))},
+              {"cpu_isa", std::string(cpu_isa_name(e.isa))},
               {"recompute", recompute_name(e.config.recompute)},
               {"ranks", ranks}};
   if (e.device_memory) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_isa.h"
+#include "core/cpu_isa.h"
 #include "forecast/formulas.h"
 #include "memory/category.h"
 #include "memory/plan.h"
@@ -58,7 +58,7 @@ struct Estimate {
   int64_t accum = 1;  // micro-batches per optimizer step and rank (every stage runs them all)
   int dp = 1;         // data-parallel ranks; config's tensor_parallel and pipeline_parallel the rest
   int threads = 1;    // OpenMP threads per rank, which size the kernels' scratch
-  kernels::CpuIsa isa = kernels::CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
+  CpuIsa isa = CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
   std::optional<int64_t> device_memory;
@@ -72,7 +72,7 @@ struct Estimate {
 // MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
 // configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
-                      kernels::CpuIsa isa);
+                      CpuIsa isa);
 
 // The largest rank's model states, for comparing with the published formulas (forecast/formulas.h).
 ModelStateLayout model_state_layout(const Estimate& estimate);

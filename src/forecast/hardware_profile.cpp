@@ -147,7 +147,7 @@ void check_rates(const HardwareProfile& p, const std::string& what) {
 
 nlohmann::json hardware_profile_json(const HardwareProfile& p) {
   nlohmann::json j = {
-      {"cpu_isa", std::string(kernels::cpu_isa_name(p.cpu_isa))},
+      {"cpu_isa", std::string(cpu_isa_name(p.cpu_isa))},
       {"threads", p.threads},
       {"cpu_model", p.cpu_model},
       {"linear_gflops",
@@ -170,8 +170,8 @@ HardwareProfile parse_hardware_profile(const std::string& text, const std::strin
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     const std::string isa = j.at("cpu_isa").get<std::string>();
-    const std::optional<kernels::CpuIsa> level = kernels::parse_cpu_isa(isa);
-    if (!level) fail_data(what + ": cpu_isa '" + isa + "' is not " + kernels::cpu_isa_choices());
+    const std::optional<CpuIsa> level = parse_cpu_isa(isa);
+    if (!level) fail_data(what + ": cpu_isa '" + isa + "' is not " + cpu_isa_choices());
     p.cpu_isa = *level;
     p.threads = j.at("threads").get<int>();
     p.cpu_model = j.at("cpu_model").get<std::string>();

@@ -10,7 +10,8 @@
 #include <optional>
 #include <string>
 
-#include "backend/cpu/cpu_isa.h"
+#include "devices/devices.h"
+#include "core/cpu_isa.h"
 #include "core/dtype.h"
 
 namespace mt {
@@ -56,7 +57,7 @@ struct AdamWRates {
 
 struct HardwareProfile {
   std::string source;  // "calibrate", the file it was read from, or "built-in profiles/..." (shipped)
-  kernels::CpuIsa cpu_isa = kernels::CpuIsa::generic;  // the level the kernels ran at (kernels::cpu_isa())
+  CpuIsa cpu_isa = CpuIsa::generic;  // the level the kernels ran at (process_cpu_isa())
   int threads = 1;                                     // OpenMP threads the rates were measured with
   std::string cpu_model;                               // the CPU's name (forecast/cpu_model.h)
   std::string notes;                                   // how it was measured, when a person says so

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "devices/devices.h"
 #include "core/error.h"
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
@@ -137,7 +138,7 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
 
 // The changed configurations run in this process too: at its ISA level, and its thread count per rank.
 const HardwareProfile& doctor_profile(const TrainConfig& config, int world) {
-  return shipped_hardware_profile(kernels::cpu_isa(), rank_threads(config, world));
+  return shipped_hardware_profile(process_cpu_isa(), rank_threads(config, world));
 }
 
 // "+12%", "-30%": a change's predicted step time against the refused run's.
@@ -150,7 +151,7 @@ std::string step_change(double changed_s, double refused_s) {
 }  // namespace
 
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
-  const kernels::CpuIsa isa = kernels::cpu_isa();
+  const CpuIsa isa = process_cpu_isa();
   const HardwareProfile& profile = doctor_profile(config, world);
   const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
@@ -195,7 +196,7 @@ void check_memory_fit(const TrainConfig& config, int world) {
   const int64_t limit = config.memory_limit > 0 ? config.memory_limit : available / std::max(world, 1);
   if (limit <= 0) return;  // unknown: nothing to compare with
   const ConfigCandidate run =
-      evaluate_candidate(config, world, doctor_profile(config, world), kernels::cpu_isa());
+      evaluate_candidate(config, world, doctor_profile(config, world), process_cpu_isa());
   const int64_t total = run.rank_bytes;
   if (total <= limit) return;
   const std::string source = config.memory_limit > 0 ? "--memory-limit" : "this machine's available memory";

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "devices/devices.h"
 #include "core/word_list.h"
 #include "forecast/cpu_model.h"
 
@@ -36,7 +37,7 @@ const std::vector<HardwareProfile>& shipped_hardware_profiles() {
 }
 
 const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles,
-                                                kernels::CpuIsa isa, int threads) {
+                                                CpuIsa isa, int threads) {
   // Another level runs other kernels, which is further off than other threads running the same ones.
   const auto distance = [isa, threads](const HardwareProfile& p) {
     const int level = static_cast<int>(p.cpu_isa) - static_cast<int>(isa);
@@ -47,21 +48,21 @@ const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfil
       [&](const HardwareProfile& a, const HardwareProfile& b) { return distance(a) < distance(b); });
 }
 
-const HardwareProfile& shipped_hardware_profile(kernels::CpuIsa isa, int threads) {
+const HardwareProfile& shipped_hardware_profile(CpuIsa isa, int threads) {
   return nearest_hardware_profile(shipped_hardware_profiles(), isa, threads);
 }
 
-std::string describe_profile(const HardwareProfile& profile, kernels::CpuIsa isa, int threads) {
-  std::string s = std::string(kernels::cpu_isa_name(profile.cpu_isa)) + ", " + thread_count(profile.threads) +
+std::string describe_profile(const HardwareProfile& profile, CpuIsa isa, int threads) {
+  std::string s = std::string(cpu_isa_name(profile.cpu_isa)) + ", " + thread_count(profile.threads) +
                   ", calibrated on " + profile.cpu_model + " (" + profile.source;
   std::vector<std::string> other;
   if (profile.cpu_isa != isa) other.push_back("ISA level");
   if (profile.threads != threads) other.push_back("thread count");
   // Only a plan for this process's level is a plan for this CPU; another level's may be for another machine.
-  const bool this_cpu = isa == kernels::cpu_isa();
+  const bool this_cpu = isa == process_cpu_isa();
   if (this_cpu && profile.cpu_model != host_cpu_model()) other.push_back("CPU");
   if (!other.empty())
-    s += "; this plan: " + std::string(kernels::cpu_isa_name(isa)) + ", " + thread_count(threads) +
+    s += "; this plan: " + std::string(cpu_isa_name(isa)) + ", " + thread_count(threads) +
          (this_cpu ? " on " + host_cpu_model() : "") + ": rates from another " + word_list(other, " and ");
   // An older profile: the cost model prices 8-bit moments with the shipped rates (cost_model.cpp).
   if (!profile.adamw_mparams.fp8_moments || !profile.adamw_mparams.int8_moments)

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backend/cpu/cpu_isa.h"
+#include "core/cpu_isa.h"
 #include "forecast/hardware_profile.h"
 
 namespace mt {
@@ -28,14 +28,14 @@ const std::vector<HardwareProfile>& shipped_hardware_profiles();
 // The profile of `profiles` (not empty) for a plan at `isa` with `threads` per rank: the exact match; else
 // the nearest level (ties: the lower), and in it the nearest thread count (ties: the fewer).
 const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles,
-                                                kernels::CpuIsa isa, int threads);
+                                                CpuIsa isa, int threads);
 // The nearest of the shipped ones.
-const HardwareProfile& shipped_hardware_profile(kernels::CpuIsa isa, int threads);
+const HardwareProfile& shipped_hardware_profile(CpuIsa isa, int threads);
 
 // "avx2, 2 threads, calibrated on AMD EPYC (built-in profiles/avx2-2threads.json)", and when the profile is
 // not of the plan's level and threads, or (for a plan at this process's level) not of this CPU's model,
 // "; this plan: avx512, 1 thread: rates from another ISA level and thread count" inside the brackets; for a
 // profile without 8-bit AdamW rates, where they come from.
-std::string describe_profile(const HardwareProfile& profile, kernels::CpuIsa isa, int threads);
+std::string describe_profile(const HardwareProfile& profile, CpuIsa isa, int threads);
 
 }  // namespace mt

@@ -6,9 +6,12 @@
 
 namespace mt {
 
-Allocation::Allocation(const TensorTable& table, const Plan& plan)
+Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& device)
     : table_(table),
       plan_(plan),
+      device_(device),
+      tracker_(device.allocator(MemorySpace::device)),
+      host_tracker_(device.allocator(MemorySpace::host)),
       params_(tracker_, Category::params, plan.bytes[Category::params]),
       master_(tracker_, Category::master, plan.bytes[Category::master]),
       grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
@@ -19,13 +22,14 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan)
       m_scales_(tracker_, Category::optim, plan.moment_scales * 4),
       v_scales_(tracker_, Category::optim, plan.moment_scales * 4),
       others_(table.size()),
-      activations_(table, plan.activations, Category::activations),
-      workspace_(table, plan.workspace, Category::workspace),
-      comm_arena_(table, plan.comm, Category::comm) {
+      activations_(table, plan.activations, Category::activations, tracker_.allocator(), plan.alignment),
+      workspace_(table, plan.workspace, Category::workspace, tracker_.allocator(), plan.alignment),
+      comm_arena_(table, plan.comm, Category::comm, tracker_.allocator(), plan.alignment) {
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != Category::params && !t.has_lifetime())
-      others_[id] = TrackedBuffer(tracker_, t.category, t.bytes());
+      others_[id] =
+          TrackedBuffer(t.space == MemorySpace::host ? host_tracker_ : tracker_, t.category, t.bytes());
   }
   const StateBuffers buffers{master_.as<float>(), adam_m_.as<void>(), adam_v_.as<void>(),
                              m_scales_.as<float>(), v_scales_.as<float>()};
@@ -48,6 +52,15 @@ void* Allocation::data(int id) const {
   return others_[id].as<void>();
 }
 
+void* Allocation::staged(int id) const {
+  return data(table_[id].staging >= 0 ? table_[id].staging : id);
+}
+
+void Allocation::upload(int id) const {
+  if (const int staging = table_[id].staging; staging >= 0)
+    device_.copy_from_host(data(id), data(staging), table_[id].bytes());
+}
+
 void Allocation::throw_not_held(int param_id, const char* what) const {
   throw std::logic_error("allocation: this rank holds a shard of the " + std::string(what) + ", not all of " +
                          table_[param_id].name + " (ZeRO schedule bug: the op names no window buffer)");
@@ -66,6 +79,16 @@ int64_t Allocation::held_index(int64_t flat, int64_t begin, int64_t end, const c
     throw std::logic_error("allocation: flat element " + std::to_string(flat) + " is outside this rank's " +
                            what + " [" + std::to_string(begin) + ", " + std::to_string(end) + ")");
   return flat - begin;
+}
+
+void* Allocation::weights_at(int64_t flat) const {
+  const int64_t index = held_index(flat, plan_.weights_begin(), plan_.weights_end(), "weights");
+  return params_.as<char>() + index * static_cast<int64_t>(dtype_size(plan_.policy.weights));
+}
+
+void* Allocation::grads_at(int64_t flat) const {
+  const int64_t index = held_index(flat, plan_.grads_begin(), plan_.grads_end(), "gradients");
+  return grads_.as<char>() + index * static_cast<int64_t>(dtype_size(plan_.policy.grads));
 }
 
 int64_t Allocation::param_offset(int param_id) const {
@@ -101,6 +124,7 @@ void Allocation::reset_arenas() {
 
 CategoryBytes Allocation::measured() const {
   CategoryBytes bytes = tracker_.peak();
+  for (Category c : kAllCategories) bytes[c] += host_tracker_.peak()[c];
   bytes[Category::activations] += activations_.high_water();
   bytes[Category::workspace] += workspace_.high_water();
   bytes[Category::comm] += comm_arena_.high_water();
@@ -109,6 +133,7 @@ CategoryBytes Allocation::measured() const {
 
 CategoryBytes Allocation::live() const {
   CategoryBytes bytes = tracker_.held();
+  for (Category c : kAllCategories) bytes[c] += host_tracker_.held()[c];
   bytes[Category::activations] += activations_.live_bytes();
   bytes[Category::workspace] += workspace_.live_bytes();
   bytes[Category::comm] += comm_arena_.live_bytes();

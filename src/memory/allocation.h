@@ -2,7 +2,9 @@
 // and Adam moments are one contiguous buffer each (in the dtypes of the Plan's policy) (tensors at the Plan's
 // offsets, no padding, so bytes per parameter are exact; under ZeRO only this rank's shard of some of them;
 // master weights and moments are only the chunk slots when offloaded), tensors with lifetimes live in their
-// category's Arena, and the remaining tensors get a buffer each.
+// category's Arena, and the remaining tensors get a buffer each. Every buffer comes from the run's Device
+// (memory/device.h), from the allocator of its tensor's memory space; the device's memory may not be the
+// host's, so code above memory/ reaches the bytes through the device, never by itself.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +13,7 @@
 
 #include "core/half.h"
 #include "memory/arena.h"
+#include "memory/device.h"
 #include "memory/optimizer_state.h"
 #include "memory/plan.h"
 #include "memory/tensor_table.h"
@@ -20,7 +23,10 @@ namespace mt {
 
 class Allocation {
  public:
-  Allocation(const TensorTable& table, const Plan& plan);
+  Allocation(const TensorTable& table, const Plan& plan, Device& device);
+
+  // The device the buffers live on: its operations are the only way to their bytes.
+  Device& device() const { return device_; }
 
   // A tensor's memory: parameters from the weight buffer (which must hold them whole: not under ZeRO-3),
   // arena tensors while live, others from their buffer.
@@ -66,6 +72,9 @@ class Allocation {
     check_dtype(plan_.policy.grads, dtype_of<G>(), -1);
     return grads_.as<G>() + held_index(flat, plan_.grads_begin(), plan_.grads_end(), "gradients");
   }
+  // The same, untyped: element `flat` in the policy's dtype, for the device's operations.
+  void* weights_at(int64_t flat) const;
+  void* grads_at(int64_t flat) const;
   // Whole model-state buffers in the policy's dtypes, num_params() elements each. Master weights and Adam
   // moments are reached through optimizer_state(): in memory, or in the plan's offload file.
   const Plan& plan() const { return plan_; }
@@ -77,12 +86,19 @@ class Allocation {
   void* grads() const { return grads_.as<void>(); }
   OptimizerState& optimizer_state() const { return *optimizer_state_; }
 
+  // Host memory the host fills a batch tensor through: the tensor itself where the host can write it, else
+  // its staging twin (TensorDesc::staging). upload() then copies the twin in (nothing without one).
+  void* staged(int id) const;
+  void upload(int id) const;
+
   void begin_op(int op);
   void end_op(int op);
   void reset_arenas();
 
   // Bytes actually held: model states and other buffers as allocated, arenas by their high-water marks.
   CategoryBytes measured() const;
+  // The part of measured() in host memory (MemorySpace::host buffers).
+  const CategoryBytes& measured_host() const { return host_tracker_.peak(); }
   // Bytes held now: the buffers as allocated and the tensors bound in the arenas (see Arena::live_bytes).
   CategoryBytes live() const;
   const Arena& activations() const { return activations_; }
@@ -96,7 +112,8 @@ class Allocation {
 
   const TensorTable& table_;
   const Plan& plan_;
-  MemoryTracker tracker_;
+  Device& device_;
+  MemoryTracker tracker_, host_tracker_;
   TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, m_scales_, v_scales_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_;

@@ -7,8 +7,14 @@
 
 namespace mt {
 
-Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category)
-    : table_(table), layout_(layout), buffer_(untracked_, category, layout.size), live_(table.size(), 0) {
+Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category, DeviceAllocator& allocator,
+             int64_t alignment)
+    : table_(table),
+      layout_(layout),
+      alignment_(alignment),
+      untracked_(allocator),
+      buffer_(untracked_, category, layout.size),
+      live_(table.size(), 0) {
   int num_ops = 0;
   for (int id = 0; id < table.size(); ++id)
     if (layout.offset[id] >= 0) num_ops = std::max(num_ops, table[id].last_op + 1);
@@ -38,8 +44,8 @@ void Arena::begin_op(int op) {
       throw std::logic_error("arena: " + table_[id].name + " overlaps live " + table_[other].name);
     live_[id] = 1;
     live_ranges_.emplace(begin, end, id);
-    live_bytes_ += arena_aligned(table_[id].bytes());
-    high_water_ = std::max(high_water_, arena_aligned(end));
+    live_bytes_ += arena_aligned(table_[id].bytes(), alignment_);
+    high_water_ = std::max(high_water_, arena_aligned(end, alignment_));
   }
 }
 
@@ -48,7 +54,7 @@ void Arena::end_op(int op) {
   for (int id : ends_at_[op]) {
     live_[id] = 0;
     live_ranges_.erase({layout_.offset[id], layout_.offset[id] + table_[id].bytes(), id});
-    live_bytes_ -= arena_aligned(table_[id].bytes());
+    live_bytes_ -= arena_aligned(table_[id].bytes(), alignment_);
   }
 }
 

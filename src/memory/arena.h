@@ -17,7 +17,9 @@ namespace mt {
 
 class Arena {
  public:
-  Arena(const TensorTable& table, const ArenaLayout& layout, Category category);
+  // The arena's block comes from `allocator`; its tensors start on multiples of `alignment`, as packed.
+  Arena(const TensorTable& table, const ArenaLayout& layout, Category category, DeviceAllocator& allocator,
+        int64_t alignment);
 
   void begin_op(int op);
   void end_op(int op);
@@ -37,6 +39,7 @@ class Arena {
  private:
   const TensorTable& table_;
   const ArenaLayout& layout_;
+  int64_t alignment_;
   MemoryTracker untracked_;  // the arena's own block is measured by its high-water mark instead
   TrackedBuffer buffer_;
   std::vector<std::vector<int>> starts_at_, ends_at_;  // per op

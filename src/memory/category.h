@@ -19,6 +19,11 @@ constexpr std::array<Category, kNumCategories> kAllCategories = {
 std::string_view category_key(Category c);    // "params", "master", ...
 std::string_view category_title(Category c);  // "parameters", "master weights", ...
 
+// Where a planned byte lives: the device's own memory, or host memory the device reads and writes (staging:
+// the loaders' windows, the checkpoint stream, the batch on a device whose memory the host cannot write). On
+// the CPU both are host memory.
+enum class MemorySpace { device, host };
+
 // Bytes per category, indexable by Category.
 struct CategoryBytes {
   std::array<int64_t, kNumCategories> bytes{};

@@ -1,6 +1,6 @@
 // Where the trainer's buffers live. Every TrackedBuffer, and so every arena and model-state buffer, takes its
-// bytes from one DeviceAllocator: host memory today; an accelerator backend supplies its own, beside its
-// kernels, and nothing above memory/ changes.
+// bytes from a DeviceAllocator of the run's device (memory/device.h: one per memory space): the CPU's hands
+// out host memory; an accelerator's, its own. Nothing above memory/ allocates a planned byte itself.
 #pragma once
 
 #include <cstdint>
@@ -12,13 +12,11 @@ class DeviceAllocator {
  public:
   virtual ~DeviceAllocator() = default;
   virtual std::string_view name() const = 0;
-  // `bytes` zero-filled bytes aligned to kArenaAlignment (memory/plan.h); std::bad_alloc when there are none.
+  // `bytes` zero-filled bytes aligned to the device's alignment (KernelSizes::alignment); std::bad_alloc when
+  // there are none.
   virtual void* allocate(int64_t bytes) = 0;
   // Gives back what allocate(bytes) returned.
   virtual void release(void* data, int64_t bytes) = 0;
 };
-
-// Host memory, cache-line aligned.
-DeviceAllocator& host_allocator();
 
 }  // namespace mt

@@ -42,7 +42,7 @@ OffloadedOptimizerState::OffloadedOptimizerState(const Plan& plan, const StateBu
   if (dir.empty()) fail_usage("--offload-optimizer nvme needs --offload-path DIR");
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     fail_data("--offload-path " + dir + ": not an existing directory");
-  file_ = dir + "/memtrain-optimizer.rank" + std::to_string(plan.sharding.rank) + ".bin";
+  file_ = dir + "/memtrain-optimizer.rank" + std::to_string(plan.sharding.dp_rank) + ".bin";
   fd_ = open(file_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) fail_data("--offload-path " + dir + ": cannot create " + file_ + ": " + std::strerror(errno));
   // The lock tells a live run's file from one a killed run left behind (the kernel drops a dead process's

@@ -9,7 +9,8 @@
 
 namespace mt {
 
-ArenaLayout pack_arena(const TensorTable& table, Category category) {
+ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alignment) {
+  if (alignment <= 0) throw std::logic_error("pack_arena: alignment " + std::to_string(alignment));
   ArenaLayout layout;
   layout.offset.assign(table.size(), -1);
   std::vector<int> order;
@@ -21,7 +22,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
     if (t.last_op < t.first_op) throw std::logic_error("tensor " + t.name + " ends before it starts");
     order.push_back(id);
     bytes[id] = t.bytes();
-    layout.sum_of_tensors = checked_add(layout.sum_of_tensors, arena_aligned(bytes[id]));
+    layout.sum_of_tensors = checked_add(layout.sum_of_tensors, arena_aligned(bytes[id], alignment));
     num_ops = std::max(num_ops, t.last_op + 1);
   }
   // Largest first, ties by earlier start then id: a stable, deterministic packing.
@@ -33,7 +34,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
   ArenaOccupancy held(num_ops);
   for (int id : order) {
     const TensorDesc& t = table[id];
-    const int64_t size = arena_aligned(bytes[id]);
+    const int64_t size = arena_aligned(bytes[id], alignment);
     const int64_t offset = held.lowest_free(t.first_op, t.last_op, size);
     layout.offset[id] = offset;
     layout.size = std::max(layout.size, checked_add(offset, size));
@@ -42,9 +43,10 @@ ArenaLayout pack_arena(const TensorTable& table, Category category) {
   return layout;
 }
 
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding,
-               const OptimizerOffload& offload) {
+Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
+               const Sharding& sharding, const OptimizerOffload& offload) {
   Plan plan;
+  plan.alignment = alignment;
   plan.policy = policy;
   plan.sharding = sharding;
   plan.param_offset.assign(table.size(), -1);
@@ -59,14 +61,17 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
       plan.num_params = checked_add(plan.num_params, t.numel());
     } else if (!t.has_lifetime()) {
       plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());
+      if (t.space == MemorySpace::host) plan.host[t.category] = checked_add(plan.host[t.category], t.bytes());
+    } else if (t.space == MemorySpace::host) {
+      throw std::logic_error("tensor " + t.name + " in host memory has a lifetime: host buffers are not packed");
     }
   }
   const int64_t n = plan.num_params, block = std::max<int64_t>(policy.moment_block, 1);
   if (sharding.shards_optimizer()) {
     // Blocked moments: a block never straddles two ranks, so a shard is a whole number of blocks.
-    const int64_t per_rank = checked_add(n, sharding.world - 1) / sharding.world;
+    const int64_t per_rank = checked_add(n, sharding.dp - 1) / sharding.dp;
     plan.shard_elems = checked_mul(ceil_div(per_rank, block), block);
-    plan.shard_begin = std::min(n, checked_mul(sharding.rank, plan.shard_elems));
+    plan.shard_begin = std::min(n, checked_mul(sharding.dp_rank, plan.shard_elems));
     plan.shard_end = std::min(n, plan.shard_begin + plan.shard_elems);
   } else {
     plan.shard_elems = plan.shard_end = n;
@@ -97,9 +102,9 @@ Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const S
                                             static_cast<int64_t>(dtype_size(policy.grads)));
   plan.bytes[Category::optim] =
       checked_mul(2, checked_add(checked_mul(s, moment_size), checked_mul(plan.moment_scales, 4)));
-  plan.activations = pack_arena(table, Category::activations);
-  plan.workspace = pack_arena(table, Category::workspace);
-  plan.comm = pack_arena(table, Category::comm);
+  plan.activations = pack_arena(table, Category::activations, alignment);
+  plan.workspace = pack_arena(table, Category::workspace, alignment);
+  plan.comm = pack_arena(table, Category::comm, alignment);
   for (const auto& [category, layout] :
        {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
         std::pair{Category::comm, &plan.comm}})

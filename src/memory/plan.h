@@ -29,21 +29,21 @@ struct ModelStatePolicy {
 };
 
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
-// one flat buffer; rank r owns elements [r*S, (r+1)*S) with S = ceil(n / world) rounded up to whole moment
+// one flat buffer; data-parallel rank r owns elements [r*S, (r+1)*S) with S = ceil(n / dp) rounded up to whole moment
 // blocks, so an uneven size pads the last shard instead of being rejected. Stage 1 keeps only this rank's
 // shard of the master weights and Adam moments, stage 2 also of the gradients, stage 3 also of the weights.
 // Buffers are exchanged in place in collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a
 // block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
-  int world = 1;
-  int rank = 0;
+  int dp = 1;       // the data-parallel group's ranks, which share the model states
+  int dp_rank = 0;  // this rank's place among them
   int stage = 0;
   int64_t bucket_elems = 0;         // elements per collective call
   int64_t comm_internal_bytes = 0;  // what the communicators themselves hold: the world's and its groups'
 
-  bool shards_optimizer() const { return stage >= 1 && world > 1; }
-  bool shards_grads() const { return stage >= 2 && world > 1; }
-  bool shards_weights() const { return stage >= 3 && world > 1; }
+  bool shards_optimizer() const { return stage >= 1 && dp > 1; }
+  bool shards_grads() const { return stage >= 2 && dp > 1; }
+  bool shards_weights() const { return stage >= 3 && dp > 1; }
 };
 
 // Optimizer offload (--offload-optimizer nvme): this rank's master weights and Adam moments live in a file
@@ -55,11 +55,10 @@ struct OptimizerOffload {
   int64_t chunk_elems = 0;
 };
 
-constexpr int64_t kArenaAlignment = 64;  // every packed tensor starts on a cache line
-
-// The bytes a tensor of `bytes` takes in an arena: rounded up to the alignment.
-constexpr int64_t arena_aligned(int64_t bytes) {
-  return checked_add(bytes, kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+// The bytes a tensor of `bytes` takes in an arena whose tensors start on multiples of `alignment` (the
+// device's: KernelSizes::alignment).
+constexpr int64_t arena_aligned(int64_t bytes, int64_t alignment) {
+  return checked_add(bytes, alignment - 1) / alignment * alignment;
 }
 
 struct ArenaLayout {
@@ -69,6 +68,7 @@ struct ArenaLayout {
 };
 
 struct Plan {
+  int64_t alignment = 0;  // of every packed tensor: the device's
   ModelStatePolicy policy;
   Sharding sharding;
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
@@ -79,6 +79,7 @@ struct Plan {
   // slots), and each moment's fp32 scales (blocked moments).
   int64_t state_elems = 0, moment_scales = 0;
   CategoryBytes bytes;                // planned, per category
+  CategoryBytes host;                 // the part of `bytes` in host memory (MemorySpace::host buffers)
   int64_t num_params = 0;             // elements of all parameter tensors
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
@@ -93,13 +94,14 @@ struct Plan {
   int64_t grads_end() const { return sharding.shards_grads() ? shard_end : num_params; }
 };
 
-// Packs the tensors of `category` that have lifetimes: largest first, each at the lowest aligned offset that
-// overlaps no already placed tensor whose lifetime intersects its own.
-ArenaLayout pack_arena(const TensorTable& table, Category category);
+// Packs the tensors of `category` that have lifetimes: largest first, each at the lowest offset, a multiple
+// of `alignment`, that overlaps no already placed tensor whose lifetime intersects its own.
+ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alignment);
 
-// Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown.
-Plan make_plan(const TensorTable& table, const ModelStatePolicy& policy, const Sharding& sharding = {},
-               const OptimizerOffload& offload = {});
+// Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown. `alignment` is
+// the device's (KernelSizes::alignment).
+Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
+               const Sharding& sharding = {}, const OptimizerOffload& offload = {});
 
 // Slots per offloaded state: the chunk being updated and the one in flight.
 constexpr int64_t kOffloadSlots = 2;

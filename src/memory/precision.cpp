@@ -1,6 +1,6 @@
 #include "memory/precision.h"
 
-#include "backend/cpu/block_quant.h"
+#include "core/moment_format.h"
 #include "core/error.h"
 
 namespace mt {
@@ -69,11 +69,11 @@ ModelStatePolicy model_state_policy(const PrecisionConfig& c) {
       break;
     case MomentDType::fp8:
       policy.moments = DType::f8_e4m3;
-      policy.moment_block = kernels::moment_block_size(kernels::MomentFormat::fp8);
+      policy.moment_block = moment_block_size(MomentFormat::fp8);
       break;
     case MomentDType::int8:
       policy.moments = DType::u8;
-      policy.moment_block = kernels::moment_block_size(kernels::MomentFormat::int8);
+      policy.moment_block = moment_block_size(MomentFormat::int8);
       break;
   }
   return policy;

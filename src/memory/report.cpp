@@ -68,6 +68,13 @@ std::string format_memory_report(const MemoryReport& r) {
                 static_cast<long long>(r.planned.total()), static_cast<long long>(r.measured.total()),
                 human_bytes(r.planned.total()).c_str());
   out << line;
+  // What the host itself reads and writes; on the CPU every byte is host memory, on an accelerator the rest
+  // is the device's.
+  std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s%s\n", "of which host",
+                static_cast<long long>(r.planned_host.total()), static_cast<long long>(r.measured_host.total()),
+                human_bytes(r.planned_host.total()).c_str(),
+                r.planned_host.bytes == r.measured_host.bytes ? "" : "  MISMATCH");
+  out << line;
   out << "model states " << model_state_bytes_per_param(r.measured, r.num_params)
       << " bytes/parameter measured, " << model_state_bytes_per_param(r.planned, r.num_params)
       << " planned\n";
@@ -129,13 +136,15 @@ std::string format_largest_tensors(const TensorTable& table, const ArenaLayout& 
 }
 
 nlohmann::json memory_report_json(const MemoryReport& r) {
-  nlohmann::json planned = nlohmann::json::object(), measured = nlohmann::json::object();
-  for (Category c : kAllCategories) {
-    planned[std::string(category_key(c))] = r.planned[c];
-    measured[std::string(category_key(c))] = r.measured[c];
-  }
-  return {{"planned", planned},
-          {"measured", measured},
+  const auto by_category = [](const CategoryBytes& bytes) {
+    nlohmann::json json = nlohmann::json::object();
+    for (Category c : kAllCategories) json[std::string(category_key(c))] = bytes[c];
+    return json;
+  };
+  return {{"planned", by_category(r.planned)},
+          {"measured", by_category(r.measured)},
+          {"planned_host", by_category(r.planned_host)},
+          {"measured_host", by_category(r.measured_host)},
           {"planned_total_bytes", r.planned.total()},
           {"measured_total_bytes", r.measured.total()},
           {"arena_peak_bytes", r.arena_peak_bytes},

@@ -22,6 +22,8 @@ struct MemoryReport {
   int64_t peak_rss_bytes = 0;
   int64_t num_params = 0;       // elements of the parameter buffers, for bytes per parameter
   int64_t offloaded_bytes = 0;  // master weights and moments in the offload file: disk, not memory
+  // The parts of planned and measured in host memory (MemorySpace::host: staging the host fills or reads).
+  CategoryBytes planned_host = {}, measured_host = {};
 };
 
 // Weights + master + gradients + optimizer states, per parameter element.
@@ -45,7 +47,8 @@ std::string format_memory_report(const MemoryReport& report);
 std::string format_largest_tensors(const TensorTable& table, const ArenaLayout& layout, Category category,
                                    int n, const std::vector<std::string>& op_names);
 
-// {"planned": {category: bytes}, "measured": {...}, "arena_peak_bytes": n, "peak_rss_bytes": n, ...}
+// {"planned": {category: bytes}, "measured": {...}, "planned_host": {...}, "measured_host": {...},
+// "arena_peak_bytes": n, "peak_rss_bytes": n, ...}
 nlohmann::json memory_report_json(const MemoryReport& report);
 
 }  // namespace mt

@@ -8,16 +8,16 @@ namespace mt {
 
 int64_t QuantizedStorage::bytes() const {
   int64_t sum = 0;
-  for (int64_t n : parts) sum = checked_add(sum, kernels::quantized_weight_bytes(format, n, double_quant));
+  for (int64_t n : parts) sum = checked_add(sum, quantized_weight_bytes(format, n, double_quant));
   return sum;
 }
 
-std::vector<kernels::QuantizedWeight> QuantizedStorage::views(void* buffer) const {
-  std::vector<kernels::QuantizedWeight> out;
+std::vector<QuantizedWeight> QuantizedStorage::views(void* buffer) const {
+  std::vector<QuantizedWeight> out;
   char* at = static_cast<char*>(buffer);
   for (int64_t n : parts) {
-    out.push_back(kernels::quantized_weight_at(format, n, double_quant, at));
-    at += kernels::quantized_weight_bytes(format, n, double_quant);
+    out.push_back(quantized_weight_at(format, n, double_quant, at));
+    at += quantized_weight_bytes(format, n, double_quant);
   }
   return out;
 }

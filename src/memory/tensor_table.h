@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "backend/cpu/weight_quant.h"
+#include "core/weight_format.h"
 #include "core/dtype.h"
 #include "memory/category.h"
 
@@ -17,15 +17,15 @@ namespace mt {
 
 // A frozen weight stored block-quantized (--base-quant): its parts (a fused weight's Hugging Face tensors in
 // stored order, each of whole rows) quantized on their own, one after the other in the tensor's buffer, each
-// laid out as kernels::quantized_weight_at reads it.
+// laid out as quantized_weight_at reads it.
 struct QuantizedStorage {
-  kernels::WeightFormat format = kernels::WeightFormat::nf4;
+  WeightFormat format = WeightFormat::nf4;
   bool double_quant = true;
   std::vector<int64_t> parts;  // elements of each
 
   int64_t bytes() const;
   // The parts' views of the tensor's buffer, in order.
-  std::vector<kernels::QuantizedWeight> views(void* buffer) const;
+  std::vector<QuantizedWeight> views(void* buffer) const;
   // The index of the part whose first element is `first` (std::logic_error if none is).
   size_t part_starting_at(int64_t first) const;
 };
@@ -60,6 +60,11 @@ struct TensorDesc {
   std::optional<TensorShard> shard = std::nullopt;
   // Sequence parallel: each tensor-parallel rank's gradient covers its own tokens; the step sums them.
   bool grad_summed_over_tp = false;
+  // Host memory for a tensor the host fills or reads itself (MemorySpace); buffers only, never packed.
+  MemorySpace space = MemorySpace::device;
+  // A batch tensor on a device whose memory the host cannot write: its host twin, which the host fills and
+  // the device copies in (Allocation::upload). -1 where the host writes the tensor itself.
+  int staging = -1;
 
   // The whole parameter's elements: numel() unless the tensor is a shard.
   int64_t whole_numel() const { return shard ? shard->whole_numel() : numel(); }

@@ -14,7 +14,7 @@ namespace mt {
 // Counts the bytes of the buffers taken from one allocator.
 class MemoryTracker {
  public:
-  explicit MemoryTracker(DeviceAllocator& allocator = host_allocator()) : allocator_(&allocator) {}
+  explicit MemoryTracker(DeviceAllocator& allocator) : allocator_(&allocator) {}
   DeviceAllocator& allocator() const { return *allocator_; }
   void on_allocate(Category c, int64_t bytes);
   void on_release(Category c, int64_t bytes);
@@ -28,7 +28,7 @@ class MemoryTracker {
   CategoryBytes peak_;
 };
 
-// One zero-filled, 64-byte aligned block of a category from its tracker's allocator, counted by the tracker
+// One zero-filled block of a category from its tracker's allocator (aligned as the device aligns its tensors), counted by the tracker
 // while it lives.
 class TrackedBuffer {
  public:

@@ -11,8 +11,8 @@ namespace mt {
 std::string base_quant_text(const BaseQuantConfig& quant) {
   if (!quant.enabled()) return "";
   return "base " + std::string(kBaseQuantNames.name(quant.format)) + " (blocks of " +
-         std::to_string(kernels::kWeightBlock) + ", absmax in " +
-         (quant.double_quant ? "8 bits, blocks of " + std::to_string(kernels::kAbsmaxBlock)
+         std::to_string(kWeightBlock) + ", absmax in " +
+         (quant.double_quant ? "8 bits, blocks of " + std::to_string(kAbsmaxBlock)
                              : std::string("fp32")) +
          ")";
 }

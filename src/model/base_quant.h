@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "backend/cpu/weight_quant.h"
+#include "core/weight_format.h"
 #include "core/names.h"
 
 namespace mt {
@@ -22,8 +22,8 @@ struct BaseQuantConfig {
   bool double_quant = true;  // the absmaxes in 8 bits (bitsandbytes' bnb_4bit_use_double_quant)
 
   bool enabled() const { return format != BaseQuant::none; }
-  kernels::WeightFormat weight_format() const {
-    return format == BaseQuant::int8 ? kernels::WeightFormat::int8 : kernels::WeightFormat::nf4;
+  WeightFormat weight_format() const {
+    return format == BaseQuant::int8 ? WeightFormat::int8 : WeightFormat::nf4;
   }
 };
 

@@ -107,8 +107,9 @@ struct Swiglu {  // out = silu(gate) * up
   auto ids() { return std::tie(gate_up, out); }
 };
 
-// Per-position losses of inp @ weight^T against targets, a chunk of logits at a time; training also takes
-// dinp and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
+// Per-position losses of inp @ weight^T against targets, a chunk of logits at a time, their mean over the
+// counted targets added into loss_sum (the step's, which the trainer reads once); training also takes dinp and
+// the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
 // (u8, 1: counted) the loss is the mean over the counted targets only, and the others get no gradient.
 // Tensor parallel: weight holds the vocabulary rows from vocab_begin, and each chunk's softmax combines the
 // ranks' row statistics (row_stats [tp, 3, rows]: max, sum of exponentials, target logit); dinp is this
@@ -116,11 +117,12 @@ struct Swiglu {  // out = silu(gate) * up
 struct LmHeadLoss {
   static constexpr OpKind kind = OpKind::lm_head_loss;
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
-      targets = -1, loss_mask = -1, row_stats = -1;
+      targets = -1, loss_mask = -1, row_stats = -1, loss_sum = -1;
   int64_t vocab_begin = 0;
+  int64_t micro_batch = 0;  // its batch among ModelGraph::batches, whose counted targets it divides by
   auto ids() {
     return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask,
-                    row_stats);
+                    row_stats, loss_sum);
   }
 };
 
@@ -312,7 +314,9 @@ struct Graph {
   // Ops [0, forward_end) are the first micro-batch's forward up to its loss (or its send to the next stage):
   // what evaluation runs, without gradients. Training runs all.
   int forward_end = 1;
-  int threads = 1;  // OpenMP threads the kernels' scratch tensors were sized for
+  // The step's loss: the sum over its loss ops of each one's mean (f64 [1], category other); -1 on a
+  // pipeline stage without the head.
+  int loss_sum = -1;
   int tp = 1;       // tensor-parallel ranks its split tensors were sized for
   int pp = 1;       // pipeline stages: the graph is one stage's, all the step's micro-batches under 1F1B
   std::vector<GraphPass> passes;  // in the order they run: one forward and one backward without pipelines

@@ -1,36 +1,40 @@
 #include "model/graph_builder.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <tuple>
 
-#include "backend/cpu/matmul.h"
 #include "core/rng.h"
 
 namespace mt {
 
 GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model), step_(step) {
-  if (step_.threads <= 0) step_.threads = omp_get_max_threads();
-  m_.graph.threads = step_.threads;
   m_.graph.tp = step_.tp;
   m_.graph.pp = step_.pp;
   m_.graph.loss_op = -1;  // until the head's op, on the last stage
-  // Matrix products whose inputs the library cannot take directly get conversion tiles (f16 on most CPUs,
-  // bf16 without AVX512-BF16).
-  const int64_t matmul_floats = kernels::gemm_scratch_floats(step_.dtype, step_.isa, step_.threads);
-  if (matmul_floats > 0) mm_ = scratch("matmul.scratch", matmul_floats);
+  // Matrix products whose inputs the device's library cannot take directly get conversion tiles (on the CPU:
+  // f16, and bf16 without AVX512-BF16).
+  if (step_.device.matmul_scratch_floats > 0) mm_ = scratch("matmul.scratch", step_.device.matmul_scratch_floats);
   const int64_t micro_batches = step_.pp > 1 ? step_.micro_batches : 1;
-  const std::vector<int64_t> shape{step_.batch, step_.seq_len};
   for (int64_t i = 0; i < micro_batches; ++i) {
     const std::string name = micro_batches > 1 ? "batch" + std::to_string(i) : "batch";
     BatchTensors batch;
-    batch.tokens = tensor(name + ".tokens", shape, Category::other, DType::i32);
-    batch.targets = tensor(name + ".targets", shape, Category::other, DType::i32);
-    if (step_.loss_mask) batch.loss_mask = tensor(name + ".loss_mask", shape, Category::other, DType::u8);
-    if (step_.packed) batch.positions = tensor(name + ".positions", shape, Category::other, DType::i32);
+    batch.tokens = batch_tensor(name + ".tokens", DType::i32);
+    batch.targets = batch_tensor(name + ".targets", DType::i32);
+    if (step_.loss_mask) batch.loss_mask = batch_tensor(name + ".loss_mask", DType::u8);
+    if (step_.packed) batch.positions = batch_tensor(name + ".positions", DType::i32);
     m_.batches.push_back(batch);
   }
+}
+
+int GraphBuilder::batch_tensor(const std::string& name, DType dtype) {
+  const std::vector<int64_t> shape{step_.batch, step_.seq_len};
+  const int id = tensor(name, shape, Category::other, dtype);
+  if (!step_.device.host_memory) {
+    const int staging = tensor(name + ".staging", shape, Category::other, dtype);
+    m_.graph.table[staging].space = MemorySpace::host;
+    m_.graph.table[id].staging = staging;
+  }
+  return id;
 }
 
 void GraphBuilder::begin_pass(PipelinePass pass) {
@@ -172,7 +176,8 @@ int GraphBuilder::scratch(const std::string& name, int64_t floats) {
 int GraphBuilder::dequant_tile(const std::string& name, int weight) {
   const TensorDesc& w = m_.graph.table[weight];
   if (!step_.base_quant.enabled() || w.category != Category::frozen) return -1;
-  return tensor(name + ".dequant_tile", {kernels::quantized_tile_elems(w.shape[0], w.shape[1])},
+  // A tile of whole columns, each as long as the longer side (either layout's rows or columns).
+  return tensor(name + ".dequant_tile", {step_.device.dequant_tile_columns * std::max(w.shape[0], w.shape[1])},
                 Category::workspace, step_.dtype);
 }
 
@@ -332,7 +337,10 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64
                               ? -1
                               : tensor("lm_head.logits.grad", {chunk}, Category::workspace, step_.dtype);
   const int row_stats = step_.tp > 1 ? scratch("lm_head.row_stats", step_.tp * 3 * rows) : -1;
-  if (micro_batch_ == 0) m_.graph.loss_op = static_cast<int>(m_.graph.ops.size());
+  if (micro_batch_ == 0) {
+    m_.graph.loss_op = static_cast<int>(m_.graph.ops.size());
+    m_.graph.loss_sum = tensor("loss.sum", {1}, Category::other, DType::f64);
+  }
   op("lm_head", ops::LmHeadLoss{.inp = inp,
                                 .weight = weight,
                                 .losses = losses,
@@ -343,7 +351,9 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64
                                 .targets = batch().targets,
                                 .loss_mask = batch().loss_mask,
                                 .row_stats = row_stats,
-                                .vocab_begin = vocab_begin});
+                                .loss_sum = m_.graph.loss_sum,
+                                .vocab_begin = vocab_begin,
+                                .micro_batch = micro_batch_});
   return dinp;
 }
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/cpu_isa.h"
 #include "core/dtype.h"
+#include "memory/device_traits.h"
 #include "model/base_quant.h"
 #include "model/graph.h"
 #include "model/lora.h"
@@ -16,14 +16,13 @@
 
 namespace mt {
 
-// How one training step runs: the micro-batch shape, the threads and ISA level kernels size their scratch
-// for, the storage dtype, the recompute policy and LoRA (which parameters train).
+// How one training step runs: the micro-batch shape, the device's sizes (its kernels' workspace, whether the
+// host writes its memory), the storage dtype, the recompute policy and LoRA (which parameters train).
 struct StepConfig {
   int64_t batch = 1;         // B, sequences per micro-batch
   int64_t seq_len = 1;       // T
-  int threads = 0;           // OpenMP threads the kernels' scratch is sized for; 0: omp_get_max_threads()
+  DeviceTraits device = {};  // for the dtype and T above (devices/devices.h)
   DType dtype = DType::f32;  // storage of weights and activations; statistics, logits and losses stay fp32
-  kernels::CpuIsa isa = kernels::cpu_isa();  // the level the kernels run at (bf16 products' tiles)
   RecomputeConfig recompute = {};
   LoraConfig lora = {};
   BaseQuantConfig base_quant = {};  // QLoRA: how LoRA's frozen linear weights are stored
@@ -88,8 +87,8 @@ using LoraActs = std::vector<int>;
 // named `name` with a `suffix` (".recomputed" under recompute) names its op name + suffix.
 class GraphBuilder {
  public:
-  // Resolves step.threads and adds the batch tensors and the matrix products' conversion tiles (16-bit inputs
-  // the library does not multiply at step.isa).
+  // Adds the batch tensors (with host twins where the host cannot write the device's memory) and the matrix
+  // products' conversion tiles, when the device needs them.
   GraphBuilder(ModelGraph& model, const StepConfig& step);
 
   const StepConfig& step() const { return step_; }
@@ -167,6 +166,8 @@ class GraphBuilder {
   void finish();
 
  private:
+  // A micro-batch's [B, T] tensor the host fills, and its staging twin where the device needs one.
+  int batch_tensor(const std::string& name, DType dtype);
   // The workspace a quantized frozen weight's products dequantize into (-1 for any other weight).
   int dequant_tile(const std::string& name, int weight);
   std::string adapter_module(const LoraAdapter& adapter) const;

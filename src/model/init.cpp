@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -39,9 +41,23 @@ void fill(T* dst, const InitialValues& value, int64_t first, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = round_to<T>(value(first + i));
 }
 
-template <typename T>
-void fill_tensor(void* dst, const InitialValues& value, int64_t n) {
-  fill(static_cast<T*>(dst), value, 0, n);
+// n elements of `dtype` at dst, in the device's memory, from value(first): filled a host piece at a time.
+void fill_on_device(Device& device, void* dst, DType dtype, const InitialValues& value, int64_t first,
+                    int64_t n) {
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  device.write(dst, n * size, [&](char* piece, int64_t offset, int64_t bytes) {
+    const int64_t at = first + offset / size, count = bytes / size;
+    switch (dtype) {
+      case DType::f32:
+        return fill(reinterpret_cast<float*>(piece), value, at, count);
+      case DType::bf16:
+        return fill(reinterpret_cast<bf16*>(piece), value, at, count);
+      case DType::f16:
+        return fill(reinterpret_cast<f16*>(piece), value, at, count);
+      default:
+        throw std::logic_error("init: parameters of dtype " + std::string(dtype_name(dtype)));
+    }
+  });
 }
 
 // torch's kaiming_uniform_(a=sqrt(5)) on A [r, in], as PEFT draws it: gain sqrt(2 / (1 + 5)), bound
@@ -54,45 +70,40 @@ InitRule lora_rule(const TensorDesc& t, const std::function<InitRule(const Tenso
 
 // A frozen weight is held whole by every rank and has no master copy; a quantized one is drawn in fp32 and
 // each of its parts quantized, as a loaded one is.
-void init_frozen(const TensorDesc& t, const InitialValues& value, void* dst) {
+void init_frozen(Device& device, const TensorDesc& t, const InitialValues& value, void* dst) {
   if (t.quantized) {
     std::vector<float> values(static_cast<size_t>(t.numel()));
     fill(values.data(), value, 0, t.numel());
     const float* part = values.data();
-    for (const kernels::QuantizedWeight& q : t.quantized->views(dst)) {
-      kernels::quantize_weight(part, q);
+    for (const QuantizedWeight& q : t.quantized->views(dst)) {
+      device.quantize_weight(part, q);
       part += q.n;
     }
     return;
   }
-  if (t.dtype == DType::f32) fill_tensor<float>(dst, value, t.numel());
-  if (t.dtype == DType::bf16) fill_tensor<bf16>(dst, value, t.numel());
-  if (t.dtype == DType::f16) fill_tensor<f16>(dst, value, t.numel());
+  fill_on_device(device, dst, t.dtype, value, 0, t.numel());
 }
 
 // Parameter `id`'s initial value into its weights (this rank's part) and master copy.
 void init_param(const ModelGraph& model, Allocation& memory, int id, const InitialValues& value) {
   const Plan& plan = memory.plan();
   const TensorDesc& t = model.graph.table[id];
+  Device& device = memory.device();
   if (t.category == Category::frozen) {
-    init_frozen(t, value, memory.data(id));
+    init_frozen(device, t, value, memory.data(id));
     return;
   }
   const int64_t offset = memory.param_offset(id), n = t.numel();
   // This rank's part of the weights: all of them, or its shard under ZeRO-3.
   const int64_t first = std::max(offset, plan.weights_begin()),
                 last = std::min(offset + n, plan.weights_end());
-  if (first < last) {
-    if (t.dtype == DType::f32) fill(memory.weights_from<float>(first), value, first - offset, last - first);
-    if (t.dtype == DType::bf16) fill(memory.weights_from<bf16>(first), value, first - offset, last - first);
-    if (t.dtype == DType::f16) fill(memory.weights_from<f16>(first), value, first - offset, last - first);
-  }
+  if (first < last) fill_on_device(device, memory.weights_at(first), t.dtype, value, first - offset, last - first);
   // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
   // offload file in chunks when offloaded).
   const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);
   if (plan.policy.master_weights)
     memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
-      fill(w.master, value, w.begin - offset, w.end - w.begin);
+      fill_on_device(device, w.master, DType::f32, value, w.begin - offset, w.end - w.begin);
     });
 }
 

@@ -13,7 +13,7 @@ ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step) {
 }
 
 ModelGraph whole_model(const ModelSpec& spec, const LoraConfig& lora) {
-  return build_model_graph(spec, {.batch = 1, .seq_len = 1, .threads = 1, .lora = lora});
+  return build_model_graph(spec, {.batch = 1, .seq_len = 1, .lora = lora});
 }
 
 void init_model_params(const ModelSpec& spec, const ModelGraph& model, Allocation& memory, uint64_t seed) {

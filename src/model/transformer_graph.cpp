@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "backend/cpu/attention.h"
 #include "model/pipeline_schedule.h"
 
 namespace mt {
@@ -82,8 +81,7 @@ TransformerBlocks::TransformerBlocks(GraphBuilder& b, const ModelSpec& spec, Blo
       C_(spec.n_embd),
       NH_(spec.n_head),
       tp_(b.step().tp),
-      attn_scratch_(kernels::attention_scratch_floats(b.step().seq_len, spec.head_dim(), b.step().threads,
-                                                      b.step().dtype)),
+      attn_scratch_(b.step().device.attention_scratch_floats),
       first_(first) {
   for (int64_t l = 0; l < count; ++l) params_.push_back(add_layer_params(l));
 }

@@ -61,36 +61,49 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
   return reinterpret_cast<const float*>(bytes)[i];
 }
 
-// A NaN or infinite weight would surface only as a diverged step; the file is what is wrong.
-void check_finite(const SafetensorsReader& reader, const FileTensor& f, const char* bytes, DType dtype,
-                  int64_t n) {
+// A NaN or infinite weight would surface only as a diverged step; the file is what is wrong. `bytes` holds n
+// values of f from element `first` on.
+void check_finite(const SafetensorsReader& reader, const FileTensor& f, const char* bytes, DType dtype, int64_t n,
+                  int64_t first = 0) {
   for (int64_t i = 0; i < n; ++i)
     if (const float v = file_value(bytes, dtype, i); !std::isfinite(v))
       fail_data(reader.path() + ": bad weights: tensor " + f.name + " holds " + std::to_string(v) +
-                " at element " + std::to_string(i));
+                " at element " + std::to_string(first + i));
+}
+
+// n values value(i) stored as `dtype` (rounded to nearest even) at dst, in the device's memory, a host piece
+// at a time.
+template <class Value>
+void store_values(Device& device, void* dst, DType dtype, int64_t n, const Value& value) {
+  const int64_t size = static_cast<int64_t>(dtype_size(dtype));
+  device.write(dst, n * size, [&](char* piece, int64_t offset, int64_t bytes) {
+    const int64_t first = offset / size;
+    for (int64_t i = 0; i < bytes / size; ++i) {
+      const float v = value(first + i);
+      if (dtype == DType::f32) reinterpret_cast<float*>(piece)[i] = v;
+      if (dtype == DType::bf16) reinterpret_cast<bf16*>(piece)[i] = round_to<bf16>(v);
+      if (dtype == DType::f16) reinterpret_cast<f16*>(piece)[i] = round_to<f16>(v);
+    }
+  });
 }
 
 // A quantized frozen weight's file tensor, from its values in fp32, into its part.
 void store_quantized(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
   const QuantizedStorage& storage = *memory.table()[f.param].quantized;
-  const kernels::QuantizedWeight part =
+  const QuantizedWeight part =
       storage.views(memory.data(f.param)).at(storage.part_starting_at(f.offset));
   std::vector<float> values(static_cast<size_t>(f.numel()));
   for (int64_t i = 0; i < f.numel(); ++i) values[i] = file_value(bytes, file_dtype, i);
-  kernels::quantize_weight(values.data(), part);
+  memory.device().quantize_weight(values.data(), part);
 }
 
 // A frozen weight's file values, rounded to its dtype (or quantized), into its place.
 void store_frozen(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
   if (memory.table()[f.param].quantized) return store_quantized(bytes, file_dtype, memory, f);
   const DType weights = memory.plan().policy.weights;
-  char* const into = static_cast<char*>(memory.data(f.param));
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    const float v = file_value(bytes, file_dtype, i);
-    if (weights == DType::f32) reinterpret_cast<float*>(into)[f.offset + i] = v;
-    if (weights == DType::bf16) reinterpret_cast<bf16*>(into)[f.offset + i] = round_to<bf16>(v);
-    if (weights == DType::f16) reinterpret_cast<f16*>(into)[f.offset + i] = round_to<f16>(v);
-  }
+  char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * static_cast<int64_t>(dtype_size(weights));
+  store_values(memory.device(), into, weights, f.numel(),
+               [&](int64_t i) { return file_value(bytes, file_dtype, i); });
 }
 
 // Stores one tensor read from the file into its part of the weights (rounded to their dtype; under ZeRO-3
@@ -104,9 +117,13 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
   const bool quantized = memory.table()[f.param].quantized.has_value();
   if (e.dtype == weights && !quantized && !memory.table()[f.param].shard &&
       (frozen || (!plan.policy.master_weights && !plan.sharding.shards_weights()))) {
+    // Straight from the file into the weights, a piece at a time.
     char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
-    reader.read(e, into);
-    check_finite(reader, f, into, e.dtype, e.numel());
+    const int64_t size = static_cast<int64_t>(dtype_size(e.dtype));
+    memory.device().write(into, static_cast<int64_t>(e.bytes()), [&](char* piece, int64_t offset, int64_t bytes) {
+      reader.read_part(e, static_cast<uint64_t>(offset), static_cast<uint64_t>(bytes), piece);
+      check_finite(reader, f, piece, e.dtype, bytes / size, offset / size);
+    });
     return;
   }
   std::vector<char> bytes(e.bytes());
@@ -116,17 +133,17 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
     store_frozen(bytes.data(), e.dtype, memory, f);
     return;
   }
+  Device& device = memory.device();
   for_each_held_run(memory, f, [&](int64_t first, int64_t last, int64_t element) {
     const auto value = [&](int64_t g) { return file_value(bytes.data(), e.dtype, element + g - first); };
-    for (int64_t g = std::max(first, plan.weights_begin()); g < std::min(last, plan.weights_end()); ++g) {
-      if (weights == DType::f32) *memory.weights_from<float>(g) = value(g);
-      if (weights == DType::bf16) *memory.weights_from<bf16>(g) = round_to<bf16>(value(g));
-      if (weights == DType::f16) *memory.weights_from<f16>(g) = round_to<f16>(value(g));
-    }
+    const int64_t held = std::max(first, plan.weights_begin()), held_end = std::min(last, plan.weights_end());
+    if (held < held_end)
+      store_values(device, memory.weights_at(held), weights, held_end - held,
+                   [&](int64_t i) { return value(held + i); });
     const int64_t begin = std::max(first, plan.shard_begin), end = std::min(last, plan.shard_end);
     if (!plan.policy.master_weights || begin >= end) return;
     memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
-      for (int64_t g = w.begin; g < w.end; ++g) w.master[g - w.begin] = value(g);
+      store_values(device, w.master, DType::f32, w.end - w.begin, [&](int64_t i) { return value(w.begin + i); });
     });
   });
 }
@@ -274,16 +291,17 @@ FlatSource weight_values(const Allocation& memory) {
     if (first < plan.weights_begin() || last > plan.weights_end())
       throw std::logic_error("weights: this rank does not hold flat parameters " + std::to_string(first) +
                              "-" + std::to_string(last));
-    sink(static_cast<const char*>(memory.params()) +
-             static_cast<uint64_t>(first - plan.weights_begin()) * size,
-         static_cast<uint64_t>(last - first) * size);
+    memory.device().read(memory.weights_at(first), static_cast<int64_t>(static_cast<uint64_t>(last - first) * size),
+                         [&](const char* piece, int64_t, int64_t bytes) { sink(piece, static_cast<uint64_t>(bytes)); });
   };
 }
 
 FlatSource master_values(const Allocation& memory) {
   return [&memory](int64_t first, int64_t last, const std::function<void(const char*, uint64_t)>& sink) {
     memory.optimizer_state().visit(first, last, StateAccess::read_master, [&](const StateWindow& w) {
-      sink(reinterpret_cast<const char*>(w.master), static_cast<uint64_t>(w.end - w.begin) * 4);
+      memory.device().read(w.master, (w.end - w.begin) * 4, [&](const char* piece, int64_t, int64_t bytes) {
+        sink(piece, static_cast<uint64_t>(bytes));
+      });
     });
   };
 }

@@ -53,15 +53,11 @@ class AdamW {
   void restore_updates_taken(int64_t updates) { updates_ = updates; }
 
  private:
-  // Blocked 8-bit moments (backend/cpu/adamw_8bit.h).
-  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
-  template <typename P, typename G>
-  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
-  template <typename P, typename G, typename M>
+  // Through the device (memory/device.h): moments in fp32 or bf16, or blocked in 8 bits.
   void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
-  template <typename P, typename G, typename M>
-  void update_window(const TensorTable& table, Allocation& memory, const StateWindow& window, float lr,
-                     float grad_multiplier);
+  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
+  // The weights and gradients of flat parameters [first, last), with their master copy at `master`.
+  AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last) const;
 
   AdamWConfig config_;
   std::vector<ParamGroup> params_;

@@ -1,7 +1,5 @@
 #include "train/run.h"
 
-#include <omp.h>
-
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -47,8 +45,8 @@ void prepare_save_dir(const TrainConfig& cfg, const Trainer& trainer, int rank, 
 
 }  // namespace
 
-void run_training(const TrainConfig& cfg, AsyncCommunicator& comm) {
-  Trainer trainer(cfg, comm);
+void run_training(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceTarget& device) {
+  Trainer trainer(cfg, comm, device);
   const int64_t resumed = cfg.load.empty() && cfg.resume == ResumeMode::off ? 0 : trainer.resume();
   // A requeued job that already finished: done, with nothing rewritten. Loaded into a --save that lacks
   // that step (--load from another run), it saves it there as loaded: on another world size or ZeRO stage,
@@ -108,12 +106,12 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  omp_set_num_threads(rank_threads(cfg, comm.size()));
+  const DeviceTarget device = open_device(rank_threads(cfg, comm.size()));
   if (check_fit) check_fit(cfg, comm.size());
   if (cfg.verify_resume > 0)
-    verify_resume(cfg, comm);
+    verify_resume(cfg, comm, device);
   else
-    run_training(cfg, comm);
+    run_training(cfg, comm, device);
 }
 
 }  // namespace mt

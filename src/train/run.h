@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "devices/devices.h"
 #include "dist/async_communicator.h"
 #include "train/train_config.h"
 
@@ -21,8 +22,8 @@ void read_data_shape(TrainConfig& config);
 // Runs the whole training; throws mt::Error for bad input (with nothing half-written).
 void train(const TrainConfig& config, const MemoryFitCheck& check_fit = {});
 
-// The step loop with its checkpoint hooks: resume before it, a save after a step when due, and a stop
-// (signal or --exit-interval) that saves and ends the run normally.
-void run_training(const TrainConfig& config, AsyncCommunicator& comm);
+// The step loop with its checkpoint hooks, on `device`: resume before it, a save after a step when due, and a
+// stop (signal or --exit-interval) that saves and ends the run normally.
+void run_training(const TrainConfig& config, AsyncCommunicator& comm, const DeviceTarget& device);
 
 }  // namespace mt

@@ -32,21 +32,21 @@ void check_scalar_sizes(const TrainConfig& cfg, const ModelSpec& spec, int64_t T
   checked_mul(checked_mul(T, checked_add(spec.head_dim(), 64)), 32 * static_cast<int64_t>(threads));
 }
 
-RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int rank, int threads,
-                  int64_t comm_buffer_bytes, kernels::CpuIsa isa, int tp_rank, int pp_rank) {
+RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelRank& place,
+                  const DeviceTarget& device, int64_t comm_buffer_bytes) {
   RunLayout run;
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
-  run.accum = accumulation_steps(cfg, world);
+  run.accum = accumulation_steps(cfg, place.dp);
   const int64_t B = cfg.micro_batch, T = run.seq_len;
-  check_scalar_sizes(cfg, run.spec, T, threads);
+  check_scalar_sizes(cfg, run.spec, T, device.threads);
 
   const ModelStatePolicy policy = model_state_policy(cfg.precision);
+  const DeviceTraits traits = device_traits(device, policy.weights, T, run.spec.head_dim());
   run.model = build_model_graph(run.spec, {.batch = B,
                                            .seq_len = T,
-                                           .threads = threads,
+                                           .device = traits,
                                            .dtype = policy.weights,
-                                           .isa = isa,
                                            .recompute = cfg.recompute,
                                            .lora = cfg.lora,
                                            .base_quant = cfg.base_quant,
@@ -54,29 +54,33 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
                                            .loss_mask = cfg.loss_mask,
                                            .packed = cfg.packed,
                                            .tp = cfg.tensor_parallel,
-                                           .tp_rank = tp_rank,
+                                           .tp_rank = place.tp_rank,
                                            .sequence_parallel = cfg.sequence_parallel,
                                            .pp = cfg.pipeline_parallel,
-                                           .pp_rank = pp_rank,
+                                           .pp_rank = place.pp_rank,
                                            .micro_batches = run.accum});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
   run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   run.val_data = {B, T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   TensorTable& table = run.model.graph.table;
-  run.train_window = table.add({"loader.train.window", {Loader::window_tokens(run.train_data)}, DType::u16});
+  // The host reads shards through the loaders' windows and checksums files through the checkpoint stream:
+  // host memory, whatever the device.
+  const auto host_buffer = [&](const std::string& name, int64_t elements, DType dtype) {
+    return table.add({.name = name, .shape = {elements}, .dtype = dtype, .space = MemorySpace::host});
+  };
+  run.train_window = host_buffer("loader.train.window", Loader::window_tokens(run.train_data), DType::u16);
   if (cfg.eval_interval > 0)
-    run.val_window = table.add({"loader.val.window", {Loader::window_tokens(run.val_data)}, DType::u16});
+    run.val_window = host_buffer("loader.val.window", Loader::window_tokens(run.val_data), DType::u16);
   // Checkpoints stream tensors straight from the model states; reading files back to checksum them goes
   // through this buffer, at most one tensor (and 1 MiB) in size.
   if (!cfg.save.empty() || !cfg.load.empty() || cfg.resume != ResumeMode::off || cfg.verify_resume > 0) {
     int64_t largest = 1;
     for (int id : run.model.params) largest = std::max(largest, table[id].numel());
-    run.checkpoint_stream =
-        table.add({"checkpoint.stream", {std::min<int64_t>(largest, 1 << 18)}, DType::f32});
+    run.checkpoint_stream = host_buffer("checkpoint.stream", std::min<int64_t>(largest, 1 << 18), DType::f32);
   }
-  run.zero = add_zero_schedule(run.model.graph, world > 1 ? cfg.zero_stage : 0, policy.grads);
-  const Sharding sharding{.world = world,
-                          .rank = rank,
+  run.zero = add_zero_schedule(run.model.graph, place.dp > 1 ? cfg.zero_stage : 0, policy.grads);
+  const Sharding sharding{.dp = place.dp,
+                          .dp_rank = place.dp_rank,
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm_buffer_bytes};
@@ -84,7 +88,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
       .enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
       .path = cfg.offload_path,
       .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
-  run.plan = make_plan(table, policy, sharding, offload);
+  run.plan = make_plan(table, traits.alignment, policy, sharding, offload);
   return run;
 }
 
@@ -101,13 +105,13 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, int world, int 
 
 }  // namespace
 
-RunLayout lay_out_run(const TrainConfig& cfg, int world, int rank, int threads, int64_t comm_buffer_bytes,
-                      kernels::CpuIsa isa, int tp_rank, int pp_rank) {
+RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
+                      int64_t comm_buffer_bytes) {
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   check_flags(cfg, spec, run_seq_len(cfg, spec));
   if (spec.n_layer > kMaxPlannedLayers) fail_too_deep(cfg, spec);
   try {
-    return lay_out(cfg, spec, world, rank, threads, comm_buffer_bytes, isa, tp_rank, pp_rank);
+    return lay_out(cfg, spec, place, device, comm_buffer_bytes);
   } catch (const SizeOverflow&) {
     fail_plan_overflow(cfg, spec);
   }

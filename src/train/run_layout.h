@@ -6,11 +6,12 @@
 
 #include <cstdint>
 
-#include "backend/cpu/cpu_isa.h"
 #include "data/loader.h"
+#include "devices/devices.h"
 #include "memory/plan.h"
 #include "model/model.h"
 #include "model/zero_schedule.h"
+#include "train/parallel_groups.h"
 #include "train/train_config.h"
 
 namespace mt {
@@ -27,13 +28,11 @@ struct RunLayout {
   Plan plan;
 };
 
-// The plan of rank `rank` of `world` data-parallel ranks, tensor-parallel rank `tp_rank` of
-// --tensor-model-parallel-size and pipeline stage `pp_rank` of --pipeline-model-parallel-size, its kernels
-// sized for `threads` OpenMP threads at ISA level `isa` (this
-// process's by default), with communicators holding `comm_buffer_bytes` of their own.
+// The plan of the rank at `place` (its data-, tensor- and pipeline-parallel ranks) on `device` (its traits:
+// the kernels' workspace, the alignment), with communicators holding `comm_buffer_bytes` of their own.
 // Checks the flags first (mt::Error on bad input: a model deeper than planning takes, or byte counts beyond
 // 64 bits, are usage errors too); reads no data.
-RunLayout lay_out_run(const TrainConfig& config, int world, int rank, int threads, int64_t comm_buffer_bytes,
-                      kernels::CpuIsa isa = kernels::cpu_isa(), int tp_rank = 0, int pp_rank = 0);
+RunLayout lay_out_run(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
+                      int64_t comm_buffer_bytes);
 
 }  // namespace mt

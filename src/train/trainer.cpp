@@ -1,7 +1,5 @@
 #include "train/trainer.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,8 +8,6 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "backend/cpu/cpu_isa.h"
-#include "backend/cpu/matmul.h"
 #include "core/error.h"
 #include "memory/report.h"
 #include "model/init.h"
@@ -33,15 +29,15 @@ std::unique_ptr<LossScaler> make_loss_scaler(const TrainConfig& cfg) {
 
 }  // namespace
 
-Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
+Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceTarget& device)
     : cfg_(cfg),
       comm_(comm),
       world_(comm.size()),
       rank_(comm.rank()),
       groups_(cfg, comm),
-      run_(lay_out_run(cfg, place_.dp, place_.dp_rank, omp_get_max_threads(), groups_.buffer_bytes(),
-                       kernels::cpu_isa(), place_.tp_rank, place_.pp_rank)),
+      run_(lay_out_run(cfg, place_, device, groups_.buffer_bytes())),
       whole_(whole_model(run_.spec, cfg.lora)),
+      backend_(make_backend(device, run_.plan.policy)),
       scaler_(make_loss_scaler(cfg)),
       schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
       evaluating_(cfg.eval_interval > 0),
@@ -55,7 +51,6 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm)
 
 void Trainer::print_banner(size_t train_shards) const {
   const TrainConfig& cfg = cfg_;
-  const int threads = omp_get_max_threads();
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const ModelStatePolicy& policy = plan_.policy;
   std::printf("model %s: %s parameters (%s allocated, vocabulary padded %lld -> %lld)\n", spec_.name.c_str(),
@@ -66,11 +61,10 @@ void Trainer::print_banner(size_t train_shards) const {
     std::printf("LoRA rank %lld | %s%s\n", static_cast<long long>(cfg.lora.rank),
                 format_trainable(plan_.num_params, plan_.num_params + frozen).c_str(),
                 cfg.base_quant.enabled() ? (" | " + base_quant_text(cfg.base_quant)).c_str() : "");
-  std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %d threads | cpu %s | matmul %s | %zu train shards\n",
+  std::printf("L=%lld H=%lld C=%lld | B=%lld T=%lld | %s | %zu train shards\n",
               static_cast<long long>(spec_.n_layer), static_cast<long long>(spec_.n_head),
               static_cast<long long>(spec_.n_embd), static_cast<long long>(B), static_cast<long long>(T),
-              threads, std::string(kernels::cpu_isa_name(kernels::cpu_isa())).c_str(),
-              std::string(kernels::gemm_backend_name(kernels::gemm_backend())).c_str(), train_shards);
+              backend_->description().banner.c_str(), train_shards);
   std::printf("precision %s | %s: %g bytes/parameter | %lld micro-batch%s/step\n",
               precision_name(cfg.precision.precision).c_str(), model_states_text(policy).c_str(),
               model_state_bytes_per_param(plan_.bytes, plan_.num_params), static_cast<long long>(accum_),
@@ -93,9 +87,9 @@ void Trainer::print_banner(size_t train_shards) const {
                 human_bytes(plan_.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
                 with_commas(plan_.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
-    MemoryReport planned{
-        plan_.bytes, plan_.bytes,      plan_.activations.size, plan_.activations.sum_of_tensors,
-        0,           plan_.num_params, plan_.offloaded_bytes};
+    MemoryReport planned{plan_.bytes,     plan_.bytes,      plan_.activations.size, plan_.activations.sum_of_tensors,
+                         0,               plan_.num_params, plan_.offloaded_bytes,  plan_.host,
+                         plan_.host};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model_.graph.ops) op_names.push_back(op.name);
@@ -110,7 +104,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   const TrainConfig& cfg = cfg_;
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const TensorTable& table = model_.graph.table;
-  memory_ = std::make_unique<Allocation>(table, plan_);
+  memory_ = std::make_unique<Allocation>(table, plan_, *backend_);
   Allocation& memory = *memory_;
   if (cfg.init_from.empty()) {
     init_model_params(spec_, model_, memory, cfg.seed);
@@ -139,7 +133,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
   optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
-  exec_ = std::make_unique<Executor>(spec_, model_.graph, memory);
+  exec_ = std::make_unique<Executor>(spec_, model_.graph, memory, *backend_);
   sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
@@ -159,7 +153,8 @@ void Trainer::open_outputs(int64_t resumed_step) {
 StepOutcome Trainer::step(int64_t step) {
   Allocation& memory = *memory_;
   const auto start = std::chrono::steady_clock::now();
-  std::memset(memory.grads(), 0, plan_.bytes[Category::grads]);
+  memory.device().zero(memory.grads(), plan_.bytes[Category::grads]);
+  exec_->clear_loss();
   // k micro-batches, each loss scaled by 1/k: the gradients sum to those of one batch of k*B. A pass of the
   // graph runs one of them, or a pipeline stage's all of them.
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
@@ -167,7 +162,8 @@ StepOutcome Trainer::step(int64_t step) {
   const int dp = place_.dp;
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
-    for (const BatchTensors& batch : model_.batches) load_batch(*train_loader_, batch, true);
+    std::vector<int64_t> counted;  // per micro-batch of the pass: the targets its loss counts
+    for (const BatchTensors& batch : model_.batches) counted.push_back(load_batch(*train_loader_, batch, true));
     // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
     const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
     if (record)
@@ -176,12 +172,13 @@ StepOutcome Trainer::step(int64_t step) {
       });
     sync_->set_final_micro_batch(pass == passes - 1);
     const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + pass) * dp + place_.dp_rank);  // global
-    out.loss += exec_->train_step(loss_scale / static_cast<float>(accum_ * dp), draw).loss;
+    exec_->train_step(loss_scale / static_cast<float>(accum_ * dp), draw, counted);
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
     }
   }
+  out.loss = exec_->loss();  // the micro-batches' means, summed (one read a step)
   if (place_.pp > 1) {
     sum_tied_embedding_grads();
     if (dp > 1) sync_->start_block_reductions();
@@ -214,19 +211,25 @@ StepOutcome Trainer::step(int64_t step) {
   return out;
 }
 
-void Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns) {
-  Allocation& memory = *memory_;
-  uint8_t* mask = batch.loss_mask >= 0 ? memory.u8(batch.loss_mask) : nullptr;
-  int32_t* positions = batch.positions >= 0 ? memory.i32(batch.positions) : nullptr;
+int64_t Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns) {
+  const Allocation& memory = *memory_;
+  // The host fills each tensor in place, or its staging twin where it cannot write the device's memory.
+  const auto host = [&](int id) { return id >= 0 ? memory.staged(id) : nullptr; };
   // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the samples
   // of a step do not depend on how many ranks share them; tensor-parallel ranks and stages read the same.
   const int turns = data_parallel_turns ? place_.dp : 1, turn = data_parallel_turns ? place_.dp_rank : 0;
+  int64_t counted = 0;
   for (int r = 0; r < turns; ++r) {
-    if (r == turn)
-      loader.next_batch(memory.i32(batch.tokens), memory.i32(batch.targets), mask, positions);
-    else
+    if (r != turn) {
       loader.skip_batch();
+      continue;
+    }
+    counted = loader.next_batch(static_cast<int32_t*>(host(batch.tokens)), static_cast<int32_t*>(host(batch.targets)),
+                                static_cast<uint8_t*>(host(batch.loss_mask)), static_cast<int32_t*>(host(batch.positions)));
   }
+  for (int id : {batch.tokens, batch.targets, batch.loss_mask, batch.positions})
+    if (id >= 0) memory.upload(id);
+  return counted;
 }
 
 double Trainer::take_model_parallel_blocked_seconds() {
@@ -241,10 +244,7 @@ void Trainer::sum_tied_embedding_grads() {
   if (!group) return;
   const int id = model_.tied_embedding;
   const int64_t offset = memory_->param_offset(id);
-  const DType dtype = plan_.policy.grads;
-  void* grad = dtype == DType::bf16 ? static_cast<void*>(memory_->grads_from<bf16>(offset))
-                                    : static_cast<void*>(memory_->grads_from<float>(offset));
-  group->all_reduce_sum(grad, model_.graph.table[id].numel(), dtype);
+  group->all_reduce_sum(memory_->grads_at(offset), model_.graph.table[id].numel(), plan_.policy.grads);
 }
 
 void Trainer::log(int64_t step, const StepOutcome& outcome) {
@@ -260,7 +260,8 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
       {"grad_norm", update.skipped ? nlohmann::json(nullptr) : nlohmann::json(update.grad_norm)},
       {"step_ms", outcome.step_ms},
       {"tokens_per_sec", outcome.tokens_per_sec},
-      {"cpu_isa", kernels::cpu_isa_name(kernels::cpu_isa())}};
+  };
+  for (const auto& [key, value] : backend_->description().fields) record[key] = value;  // the level it ran at
   if (world_ > 1) {
     // The exchanges' time on the worker, and the part of it the step waited for (not hidden by kernels).
     record["comm_ms"] = outcome.comm_busy_ms;
@@ -321,15 +322,18 @@ void Trainer::finish() {
                             plan_.activations.sum_of_tensors,
                             peak_rss_bytes(),
                             plan_.num_params,
-                            plan_.offloaded_bytes};
+                            plan_.offloaded_bytes,
+                            plan_.host,
+                            memory_->measured_host()};
   std::printf("%s", format_memory_report(report).c_str());
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json = cfg_.out + (world_ > 1 ? "/memory.rank" + std::to_string(rank_) + ".json"
                                                          : std::string("/memory.json"));
   nlohmann::json json = memory_report_json(report);
-  json["cpu_isa"] = kernels::cpu_isa_name(kernels::cpu_isa());  // the level the plan was made for and ran at
+  // The device the plan was made for and ran on (the CPU's level).
+  for (const auto& [key, value] : backend_->description().fields) json[key] = value;
   write_file_atomically(memory_json, json.dump(2) + "\n");
-  if (report.planned.bytes != report.measured.bytes)
+  if (report.planned.bytes != report.measured.bytes || report.planned_host.bytes != report.measured_host.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
 }
 
@@ -346,19 +350,19 @@ void Trainer::sum_sequence_parallel_grads() {
     const int64_t offset = memory.param_offset(id);
     const int64_t first = std::max(offset, held_begin), last = std::min(offset + t.numel(), held_end);
     if (first >= last) continue;
-    void* grad = dtype == DType::bf16 ? static_cast<void*>(memory.grads_from<bf16>(first))
-                                      : static_cast<void*>(memory.grads_from<float>(first));
-    group->all_reduce_sum(grad, last - first, dtype);
+    group->all_reduce_sum(memory.grads_at(first), last - first, dtype);
   }
 }
 
 double Trainer::evaluate() {
   val_loader_->reset();  // the same validation windows every time, so evaluations compare
-  double sum = 0;
+  exec_->clear_loss();
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    load_batch(*val_loader_, model_.batch(), /*data_parallel_turns=*/false);  // every rank the same windows
-    sum += exec_->eval_step().loss;
+    // Every rank the same windows.
+    const int64_t counted = load_batch(*val_loader_, model_.batch(), /*data_parallel_turns=*/false);
+    exec_->eval_step({&counted, 1});
   }
+  double sum = exec_->loss();
   if (groups_.pipeline()) sum = sum_over_ranks(*groups_.pipeline(), sum);  // the last stage's
   return sum / static_cast<double>(cfg_.eval_iters);
 }

@@ -11,6 +11,7 @@
 
 #include "ckpt/state.h"
 #include "data/loader.h"
+#include "devices/devices.h"
 #include "dist/async_communicator.h"
 #include "exec/executor.h"
 #include "memory/allocation.h"
@@ -41,9 +42,9 @@ struct StepOutcome {
 
 class Trainer {
  public:
-  // Resolves the model, checks the flags, plans and allocates the memory, and initialises or loads the
-  // weights. Writes nothing: every bad input is an mt::Error before any file changes.
-  Trainer(const TrainConfig& config, AsyncCommunicator& comm);
+  // Resolves the model, checks the flags, plans for `device` and allocates the memory there, and
+  // initialises or loads the weights. Writes nothing: every bad input is an mt::Error before any file changes.
+  Trainer(const TrainConfig& config, AsyncCommunicator& comm, const DeviceTarget& device);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
@@ -91,7 +92,8 @@ class Trainer {
   void sum_tied_embedding_grads();
   // This rank's batch of one micro-batch from `loader` into `batch`'s tensors: its turn among the
   // data-parallel ranks, or the loader's next one.
-  void load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns);
+  // Returns the targets its loss counts.
+  int64_t load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns);
   // The seconds blocked in the tensor group's, the pipeline's and the tied embedding's exchanges.
   double take_model_parallel_blocked_seconds();
   void save_memory_timeline();
@@ -128,6 +130,8 @@ class Trainer {
   const ZeroSchedule& zero_schedule_ = run_.zero;
   const Plan& plan_ = run_.plan;
   const ModelGraph whole_;  // whole_model's: what checkpoints and weight files list
+  // The device the plan is made for: memory_ is its, so it outlives memory_.
+  const std::unique_ptr<Backend> backend_;
   std::unique_ptr<LossScaler> scaler_;
   const LrSchedule schedule_;
   const bool evaluating_;

@@ -145,12 +145,15 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
 
 uint32_t Trainer::state_hash() {
   const ckpt::HeldWeights weights = ckpt::held_weights(*memory_);
-  uint32_t crc = crc32c(weights.data, static_cast<size_t>(weights.range.size()) * dtype_size(weights.dtype));
+  uint32_t crc = 0;
+  const auto add = [&](const char* piece, int64_t, int64_t bytes) {
+    crc = crc32c(piece, static_cast<size_t>(bytes), crc);
+  };
+  memory_->device().read(weights.data, weights.range.size() * static_cast<int64_t>(dtype_size(weights.dtype)), add);
   const std::vector<ckpt::StateTensor> states = ckpt::state_tensors(plan_);
   memory_->optimizer_state().visit(
       plan_.shard_begin, plan_.shard_end, StateAccess::read_all, [&](const StateWindow& w) {
-        for (const ckpt::StateTensor& t : states)
-          crc = crc32c(t.in_window(w), static_cast<size_t>(t.bytes(w.begin, w.end)), crc);
+        for (const ckpt::StateTensor& t : states) memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
       });
   const LoaderCursor cursor = train_loader_->cursor();
   const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};

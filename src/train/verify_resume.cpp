@@ -24,13 +24,13 @@ bool bitwise_equal(double a, double b) {
 
 }  // namespace
 
-void verify_resume(const TrainConfig& cfg, AsyncCommunicator& comm) {
+void verify_resume(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceTarget& device) {
   const int64_t k = cfg.verify_resume;
   const std::string save_dir = cfg.out + "/verify-resume";
   std::string checkpoint;
   Continuation uninterrupted, resumed;
   {
-    Trainer trainer(cfg, comm);
+    Trainer trainer(cfg, comm, device);
     trainer.open_outputs();
     for (int64_t step = 1; step <= cfg.train_iters; ++step) {
       const StepOutcome outcome = trainer.step(step);
@@ -42,7 +42,7 @@ void verify_resume(const TrainConfig& cfg, AsyncCommunicator& comm) {
     trainer.finish();
   }
   {
-    Trainer trainer(cfg, comm);  // a fresh plan, allocation, loader and optimizer
+    Trainer trainer(cfg, comm, device);  // a fresh plan, allocation, loader and optimizer
     trainer.resume_from(checkpoint);
     for (int64_t step = k + 1; step <= cfg.train_iters; ++step)
       resumed.losses.push_back(trainer.step(step).loss);

@@ -4,11 +4,12 @@
 // the final model states, optimizer, loss scaler and data cursor; a mismatch is a data error (exit 1).
 #pragma once
 
+#include "devices/devices.h"
 #include "dist/async_communicator.h"
 #include "train/train_config.h"
 
 namespace mt {
 
-void verify_resume(const TrainConfig& config, AsyncCommunicator& comm);
+void verify_resume(const TrainConfig& config, AsyncCommunicator& comm, const DeviceTarget& device);
 
 }  // namespace mt

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -52,7 +51,7 @@ ZeroSync::BlockRange ZeroSync::block_range(const BlockWindow& window) const {
     range.end += table[id].numel();
   }
   const Plan& p = plan();
-  for (int r = 0; r < p.sharding.world; ++r) {
+  for (int r = 0; r < p.sharding.dp; ++r) {
     const int64_t begin = std::max(range.begin, r * p.shard_elems);
     const int64_t end = std::min({range.end, (r + 1) * p.shard_elems, p.num_params});
     if (begin < end) range.parts.push_back({r, begin, end});
@@ -121,7 +120,7 @@ AsyncCommunicator::Ticket ZeroSync::start_parts(int w, int block_id, DType dtype
   const BlockRange& range = ranges_[w];
   char* block = bytes(memory_.data(block_id));
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
-  const int rank = plan().sharding.rank;
+  const int rank = plan().sharding.dp_rank;
   return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
       char* own = part.rank == rank ? shard + (part.begin - shard_begin) * size : nullptr;
@@ -136,8 +135,9 @@ AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
   const Plan& p = plan();
   return start_parts(
       w, schedule_.windows[w].weights, p.policy.weights, bytes(memory_.params()), p.weights_begin(),
-      [](Communicator& c, char* dst, const char* own, int64_t n, int64_t size, DType dtype, int owner) {
-        if (own) std::memcpy(dst, own, n * size);
+      [&device = memory_.device()](Communicator& c, char* dst, const char* own, int64_t n, int64_t size,
+                                   DType dtype, int owner) {
+        if (own) device.copy(dst, own, n * size);
         c.broadcast(dst, n, dtype, owner);
       });
 }
@@ -150,11 +150,11 @@ void ZeroSync::start_gradients(int w) {
   const Plan& p = plan();
   const int64_t size = static_cast<int64_t>(dtype_size(p.policy.grads));
   char* block = bytes(memory_.data(schedule_.windows[w].grads));
-  std::memset(block, 0, (range.end - range.begin) * size);
+  Device& device = memory_.device();
+  device.zero(block, (range.end - range.begin) * size);
   for (const Part& part : range.parts)
-    if (part.rank == p.sharding.rank)
-      std::memcpy(block + (part.begin - range.begin) * size,
-                  bytes(memory_.grads()) + (part.begin - p.grads_begin()) * size,
+    if (part.rank == p.sharding.dp_rank)
+      device.copy(block + (part.begin - range.begin) * size, memory_.grads_at(part.begin),
                   (part.end - part.begin) * size);
 }
 
@@ -214,7 +214,7 @@ void ZeroSync::gather_weights() {
   const int64_t size = static_cast<int64_t>(dtype_size(dtype));
   const int64_t bucket = std::max<int64_t>(p.sharding.bucket_elems, 1);
   char* weights = bytes(memory_.params());
-  for (int r = 0; r < p.sharding.world; ++r) {
+  for (int r = 0; r < p.sharding.dp; ++r) {
     const int64_t begin = std::min(r * p.shard_elems, p.num_params);
     const int64_t end = std::min(begin + p.shard_elems, p.num_params);
     for (int64_t b = begin; b < end; b += bucket)

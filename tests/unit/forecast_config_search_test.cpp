@@ -97,7 +97,7 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
 // level.
 TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
   const TrainConfig base = tiny_base("gpt2-tiny", 8);
-  for (kernels::CpuIsa isa : {kernels::CpuIsa::avx2, kernels::CpuIsa::avx512}) {
+  for (CpuIsa isa : {CpuIsa::avx2, CpuIsa::avx512}) {
     const SearchResult result = search_configs({.base = base,
                                                 .ranks = 1,
                                                 .device_memory = int64_t{1} << 40,
@@ -106,7 +106,7 @@ TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
     ASSERT_FALSE(result.fitting.empty());
     for (const ConfigCandidate& c : result.fitting)
       EXPECT_EQ(c.rank_bytes, lay_out_run(c.config, 1, 0, 1, 0, isa).plan.bytes.total())
-          << describe_config(c.config) << " at " << kernels::cpu_isa_name(isa);
+          << describe_config(c.config) << " at " << cpu_isa_name(isa);
   }
 }
 
@@ -142,7 +142,7 @@ TEST(Planner, Bf16RanksBeforeFp16) {
   ASSERT_FALSE(result.notes.empty());
   EXPECT_EQ(result.notes.front().rfind("agrees: bf16 before fp16", 0), 0u) << result.notes.front();
   // The reason names the level the candidates were planned at, and what its products do.
-  const std::string level(kernels::cpu_isa_name(request.isa));
+  const std::string level(cpu_isa_name(request.isa));
   EXPECT_NE(result.notes.front().find(kernels::native_bf16_gemm(request.isa)
                                           ? "fp16 products run as fp32 tiles at " + level + ")"
                                           : "at " + level + " both run their products as fp32 tiles)"),

@@ -104,8 +104,8 @@ TEST(CostModel, AdamWAtItsMomentsRate) {
   HardwareProfile older = profile;
   older.adamw_mparams.fp8_moments.reset();
   older.adamw_mparams.int8_moments.reset();
-  older.cpu_isa = kernels::CpuIsa::avx2;  // whose shipped rates are not tested_profile's
-  const HardwareProfile& avx2 = shipped_hardware_profile(kernels::CpuIsa::avx2, older.threads);
+  older.cpu_isa = CpuIsa::avx2;  // whose shipped rates are not tested_profile's
+  const HardwareProfile& avx2 = shipped_hardware_profile(CpuIsa::avx2, older.threads);
   for (MomentDType moments : {MomentDType::fp32, MomentDType::bf16, MomentDType::fp8, MomentDType::int8}) {
     TrainConfig c = gpt2_tiny(2, 64, {});
     c.precision.precision = Precision::bf16;

@@ -21,7 +21,7 @@ std::string write_temp(const std::string& name, const std::string& text) {
 
 TEST(HardwareProfile, RoundTripsThroughJson) {
   HardwareProfile p = testing::tested_profile();
-  p.cpu_isa = kernels::CpuIsa::avx2;
+  p.cpu_isa = CpuIsa::avx2;
   p.threads = 3;
   p.cpu_model = "Some CPU";
   p.notes.clear();     // a calibrated profile has none
@@ -40,7 +40,7 @@ TEST(HardwareProfile, RoundTripsThroughJson) {
   const HardwareProfile q = load_hardware_profile(path);
   EXPECT_EQ(q.source, path);
   EXPECT_EQ(hardware_profile_json(q), hardware_profile_json(p));
-  EXPECT_EQ(q.cpu_isa, kernels::CpuIsa::avx2);
+  EXPECT_EQ(q.cpu_isa, CpuIsa::avx2);
   EXPECT_EQ(q.threads, 3);
   EXPECT_EQ(q.cpu_model, "Some CPU");
   EXPECT_FALSE(hardware_profile_json(q).contains("notes"));

@@ -64,8 +64,8 @@ TEST(OomDoctor, SuggestsTheFewestBlockLayersThatFit) {
 // conversion tiles, which the suggested bytes include.
 TEST(OomDoctor, PlansAtThisProcesssLevel) {
   struct AtGeneric {
-    kernels::CpuIsa level = kernels::cpu_isa();
-    AtGeneric() { kernels::set_cpu_isa(kernels::CpuIsa::generic); }
+    CpuIsa level = kernels::cpu_isa();
+    AtGeneric() { kernels::set_cpu_isa(CpuIsa::generic); }
     ~AtGeneric() { kernels::set_cpu_isa(level); }
   } at_generic;
   TrainConfig run = oversize_run();
@@ -77,8 +77,8 @@ TEST(OomDoctor, PlansAtThisProcesssLevel) {
   ASSERT_NE(halved, changes.end());
   run.micro_batch = 4;
   run.grad_accum_steps = 2;
-  EXPECT_EQ(halved->bytes, lay_out_run(run, 1, 0, 1, 0, kernels::CpuIsa::generic).plan.bytes.total());
-  EXPECT_GT(halved->bytes, lay_out_run(run, 1, 0, 1, 0, kernels::CpuIsa::avx512_bf16).plan.bytes.total());
+  EXPECT_EQ(halved->bytes, lay_out_run(run, 1, 0, 1, 0, CpuIsa::generic).plan.bytes.total());
+  EXPECT_GT(halved->bytes, lay_out_run(run, 1, 0, 1, 0, CpuIsa::avx512_bf16).plan.bytes.total());
 }
 
 const FitChange* find_change(const std::vector<FitChange>& changes, const std::string& flags) {

@@ -13,7 +13,7 @@
 namespace mt {
 namespace {
 
-using kernels::CpuIsa;
+using CpuIsa;
 
 std::string file_text(const std::string& path) {
   std::ifstream in(path);
@@ -35,7 +35,7 @@ TEST(ShippedProfiles, EachLoadsAsItsFileSays) {
     EXPECT_EQ(std::string(file.text), file_text(std::string(MEMTRAIN_SOURCE_DIR) + "/" + name));
     EXPECT_EQ(hardware_profile_json(p), nlohmann::json::parse(file.text));
     // profiles/LEVEL-Nthreads.json holds the profile of LEVEL at N threads, one per pair.
-    EXPECT_EQ(name, "profiles/" + std::string(kernels::cpu_isa_name(p.cpu_isa)) + "-" +
+    EXPECT_EQ(name, "profiles/" + std::string(cpu_isa_name(p.cpu_isa)) + "-" +
                         std::to_string(p.threads) + (p.threads == 1 ? "thread" : "threads") + ".json");
     EXPECT_TRUE(seen.insert({p.cpu_isa, p.threads}).second);
     EXPECT_EQ(p.source, "built-in " + name);
@@ -47,7 +47,7 @@ TEST(ShippedProfiles, EachLoadsAsItsFileSays) {
   }
   // Every level has one at the thread count this project's machine calibrates at.
   for (CpuIsa isa : {CpuIsa::generic, CpuIsa::avx2, CpuIsa::avx512, CpuIsa::avx512_bf16})
-    EXPECT_TRUE(seen.count({isa, 2})) << kernels::cpu_isa_name(isa);
+    EXPECT_TRUE(seen.count({isa, 2})) << cpu_isa_name(isa);
 }
 
 // The kept default: the numbers the planner priced with before the profiles moved out of the code.
@@ -93,13 +93,13 @@ TEST(ShippedProfiles, DescriptionSaysWhereTheRatesComeFrom) {
   // A level other than this process's is a plan for another machine: its CPU is not compared.
   const CpuIsa other = kernels::cpu_isa() == CpuIsa::avx2 ? CpuIsa::generic : CpuIsa::avx2;
   const HardwareProfile p = profile_of(other, 2, "Another CPU 9000");
-  const std::string name(kernels::cpu_isa_name(other));
+  const std::string name(cpu_isa_name(other));
   EXPECT_EQ(describe_profile(p, other, 2), name + ", 2 threads, calibrated on Another CPU 9000 (test)");
   EXPECT_EQ(describe_profile(p, other, 1),
             name + ", 2 threads, calibrated on Another CPU 9000 (test; this plan: " + name +
                 ", 1 thread: rates from another thread count)");
   const CpuIsa here = kernels::cpu_isa();
-  const std::string here_name(kernels::cpu_isa_name(here));
+  const std::string here_name(cpu_isa_name(here));
   EXPECT_EQ(describe_profile(p, here, 1),
             name + ", 2 threads, calibrated on Another CPU 9000 (test; this plan: " + here_name +
                 ", 1 thread on " + host_cpu_model() +
@@ -118,7 +118,7 @@ TEST(ShippedProfiles, DescriptionNamesTheSourceOfMissingEightBitRates) {
   HardwareProfile p = profile_of(here, 2);
   p.adamw_mparams.int8_moments.reset();
   EXPECT_EQ(describe_profile(p, here, 2),
-            std::string(kernels::cpu_isa_name(here)) + ", 2 threads, calibrated on " + host_cpu_model() +
+            std::string(cpu_isa_name(here)) + ", 2 threads, calibrated on " + host_cpu_model() +
                 " (test; AdamW with 8-bit moments at the rates of " +
                 shipped_hardware_profile(here, 2).source + ", which it was calibrated without)");
 }

@@ -79,7 +79,7 @@ TEST(BlockedMoments, ZeroShardsAreWholeBlocksAndThePaddingIsPlanned) {
   for (const Case c : {Case{2, 0, 4096, 0, 4096}, Case{2, 1, 4096, 4096, 5000}, Case{3, 1, 2048, 2048, 4096},
                        Case{3, 2, 2048, 4096, 5000}, Case{4, 3, 2048, 5000, 5000}}) {
     for (int stage : {1, 2, 3}) {
-      const Sharding sharding{.world = c.world, .rank = c.rank, .stage = stage, .bucket_elems = 1024};
+      const Sharding sharding{.dp = c.world, .dp_rank = c.rank, .stage = stage, .bucket_elems = 1024};
       const Plan plan = make_plan(t, int8_moments(), sharding);
       const std::string where = "world " + std::to_string(c.world) + " rank " + std::to_string(c.rank) +
                                 " stage " + std::to_string(stage);
@@ -111,7 +111,7 @@ TEST(BlockedMoments, OffloadChunksAreWholeBlocksAndTheFileHoldsTheScales) {
   EXPECT_EQ(whole.offload.chunk_elems, 5000);
   EXPECT_EQ(whole.moment_scales, 2 * 3);
   // Sharded: rank 1 of 2 holds [4096, 5000) in a file sized for its padded shard of 4096.
-  const Plan rank1 = make_plan(t, int8_moments(), {.world = 2, .rank = 1, .stage = 1, .bucket_elems = 1024},
+  const Plan rank1 = make_plan(t, int8_moments(), {.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 1024},
                                {.enabled = true, .path = dir.path, .chunk_elems = 3000});
   EXPECT_EQ(rank1.offload.chunk_elems, 4096);
   EXPECT_EQ(rank1.offloaded_bytes, 4096 * 2 + 2 * 2 * 4);
@@ -123,7 +123,7 @@ TEST(BlockedMoments, SaveRangesAreTheShardsCutOnBlocks) {
     for (int r = 0; r < world; ++r) {
       const ckpt::FlatRange range = ckpt::save_range(5000, world, r, 2048);
       const Plan plan = make_plan(params_of_5000(), int8_moments(),
-                                  {.world = world, .rank = r, .stage = 1, .bucket_elems = 1024});
+                                  {.dp = world, .dp_rank = r, .stage = 1, .bucket_elems = 1024});
       EXPECT_EQ(range.begin, next) << world << " " << r;
       EXPECT_TRUE(range.size() == 0 || range.begin % 2048 == 0) << world << " " << r;
       EXPECT_EQ(range.begin, plan.shard_begin) << world << " " << r;
@@ -231,7 +231,7 @@ TEST(BlockedMoments, OffloadedShardOfRankOneStreamsItsBlocks) {
   TempDir dir("blocked-offload-rank1");
   const TensorTable t = three_params();
   // ceil(25 / 2) = 13 rounds up to 16: rank 1 holds [16, 25), two blocks, the last of one element.
-  const Sharding rank1{.world = 2, .rank = 1, .stage = 2, .bucket_elems = 8};
+  const Sharding rank1{.dp = 2, .dp_rank = 1, .stage = 2, .bucket_elems = 8};
   const Plan plan = make_plan(t, kBlocksOf4, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 4});
   const Plan reference_plan = make_plan(t, kBlocksOf4, rank1);
   ASSERT_EQ(plan.shard_begin, 16);

@@ -124,7 +124,7 @@ TEST(OptimizerOffload, MomentsStartAtZeroAndTheFileIsRemovedAtTheEnd) {
 TEST(OptimizerOffload, ShardedRankStreamsOnlyItsShard) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
-  const Sharding rank1{.world = 2, .rank = 1, .stage = 1, .bucket_elems = 8};
+  const Sharding rank1{.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 8};
   const Plan plan =
       make_plan(t, kBf16WithMaster, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 5});
   const Plan reference_plan = make_plan(t, kBf16WithMaster, rank1);

@@ -8,7 +8,7 @@ namespace mt::testing {
 // The profile they price with, whatever machine runs them: the shipped avx512_bf16 one at 2 threads, whose
 // bf16 products run at about twice fp32's rate.
 inline const HardwareProfile& tested_profile() {
-  return shipped_hardware_profile(kernels::CpuIsa::avx512_bf16, 2);
+  return shipped_hardware_profile(CpuIsa::avx512_bf16, 2);
 }
 
 }  // namespace mt::testing

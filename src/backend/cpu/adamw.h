@@ -6,30 +6,10 @@
 
 #include <cstdint>
 
+#include "core/adamw_step.h"
 #include "core/half.h"
 
 namespace mt::kernels {
-
-struct AdamWStep {
-  float lr;
-  float beta1;
-  float beta2;
-  float eps;
-  float weight_decay;  // 0 for tensors without decay (biases, LayerNorm)
-  int64_t step;        // 1-based, for the bias corrections
-  // Multiplies every gradient before use: 1 / loss scale, times the clipping coefficient.
-  float grad_multiplier = 1.0f;
-};
-
-// How 16-bit moments and master-less weights are rounded; stochastic rounding draws its bits from
-// random_bits(seed, stream, index + i) with a distinct stream for m, v and the weights, so it is reproducible
-// and independent of the thread count, and a tensor updated in pieces (index advanced by each piece's
-// offset) gets the same bits as in one call.
-struct AdamWRounding {
-  bool stochastic_moments = false;  // bf16 moments: stochastic, not nearest even (fp32 moments ignore it)
-  uint64_t seed = 0;                // callers mix the run seed and the step into it
-  int64_t index = 0;                // element offset of this tensor in the whole parameter buffer
-};
 
 // P: weight storage (float, bf16, f16); G: gradient (float, bf16); M: moments (float, bf16).
 // With master != null the update runs on master (fp32) and param receives it rounded to nearest even (a

@@ -9,27 +9,9 @@
 
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/block_quant.h"
+#include "core/adamw_step.h"
 
 namespace mt::kernels {
-
-// A range's moments: one byte per element, one scale per block, m with first_moment_codec(format) and v with
-// second_moment_codec(format). Element 0 is the first of a block (a range is cut on block boundaries; the
-// last block may be shorter).
-struct QuantizedMoments {
-  MomentFormat format;
-  uint8_t* m;
-  float* m_scales;
-  uint8_t* v;
-  float* v_scales;
-};
-
-// A run of elements with one weight decay: from `begin` (relative to the range) to the next run's begin or
-// the range's end, with s.weight_decay when `decay`, none otherwise. A block may hold elements of several
-// parameter tensors, so one call updates every tensor of its range: the runs start at 0, in increasing order.
-struct DecayRun {
-  int64_t begin;
-  bool decay;
-};
 
 // adamw_update's weights (P float, bf16 or f16; master or not, as there) and gradients (G float or bf16) for
 // n elements, with 8-bit moments. rounding.index is element 0's index in the whole parameter buffer (for

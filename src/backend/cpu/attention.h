@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "exec/op_shapes.h"
 
 namespace mt::kernels {
 
@@ -28,17 +29,6 @@ namespace mt::kernels {
 // omp_get_max_threads() after the one omp_set_num_threads() call at start, and resize it if the thread
 // count ever changes.
 int64_t attention_scratch_floats(int64_t T, int64_t head_size, int threads, DType dtype);
-
-// Where a head's q, k and v start in a row of qkv.
-struct QkvLayout {
-  int64_t C, NH, NKV, hs;
-  QkvLayout(int64_t C_, int64_t NH_, int64_t NKV_) : C(C_), NH(NH_), NKV(NKV_), hs(C_ / NH_) {}
-  int64_t row() const { return C + 2 * NKV * hs; }
-  int64_t kv_head(int64_t h) const { return h / (NH / NKV); }
-  int64_t q(int64_t h) const { return h * hs; }
-  int64_t k(int64_t h) const { return C + kv_head(h) * hs; }
-  int64_t v(int64_t h) const { return C + (NKV + kv_head(h)) * hs; }
-};
 
 // T is the storage type (float, bf16 or f16); products accumulate in fp32, and softmax and lse are fp32.
 template <typename T>

@@ -1,4 +1,4 @@
-// Block-wise 8-bit storage of Adam's moments. A moment tensor of n fp32 values is cut into blocks of
+// The block-wise 8-bit quantizer of Adam's moments (the formats and block sizes: core/moment_format.h). A moment tensor of n fp32 values is cut into blocks of
 // consecutive elements, the last one possibly shorter; each block stores one byte per element and one fp32
 // scale:
 //   int8 (Dettmers et al. 2022): blocks of 2048; the scale is the block's absmax, and an element's byte is
@@ -18,34 +18,9 @@
 #include <cstdint>
 
 #include "backend/cpu/dynamic_map.h"
+#include "core/moment_format.h"
 
 namespace mt::kernels {
-
-// How a run stores Adam's two moments in 8 bits.
-enum class MomentFormat { int8, fp8 };
-
-// How one moment's bytes are read: the dynamic map of its sign, or e4m3.
-enum class MomentCodec { dynamic_signed, dynamic_unsigned, e4m3 };
-
-constexpr int64_t kInt8MomentBlock = 2048;
-constexpr int64_t kFp8MomentBlock = 128;
-
-constexpr MomentCodec first_moment_codec(MomentFormat f) {
-  return f == MomentFormat::int8 ? MomentCodec::dynamic_signed : MomentCodec::e4m3;
-}
-constexpr MomentCodec second_moment_codec(MomentFormat f) {
-  return f == MomentFormat::int8 ? MomentCodec::dynamic_unsigned : MomentCodec::e4m3;
-}
-constexpr int64_t moment_block_size(MomentCodec c) {
-  return c == MomentCodec::e4m3 ? kFp8MomentBlock : kInt8MomentBlock;
-}
-constexpr int64_t moment_block_size(MomentFormat f) {
-  return moment_block_size(first_moment_codec(f));
-}
-// Scales of n elements: one per block, the last block possibly shorter.
-constexpr int64_t moment_block_count(MomentCodec c, int64_t n) {
-  return (n + moment_block_size(c) - 1) / moment_block_size(c);
-}
 
 // The byte that reads back as 0 (what a fresh, all-zero moment holds, with scales 0).
 inline uint8_t zero_code(MomentCodec c) {

@@ -2,18 +2,14 @@
 
 #include <oneapi/dnnl/dnnl.h>
 
-#include <array>
 #include <atomic>
 #include <cstdlib>
 
 #include "core/error.h"
-#include "core/word_list.h"
 
 namespace mt::kernels {
 
 namespace {
-
-constexpr std::array<std::string_view, kNumCpuIsas> kNames = {"generic", "avx2", "avx512", "avx512_bf16"};
 
 CpuIsa detect() {
 #if defined(__x86_64__)
@@ -64,20 +60,6 @@ std::atomic<int>& active() {
 }
 
 }  // namespace
-
-std::string_view cpu_isa_name(CpuIsa isa) {
-  return kNames[static_cast<int>(isa)];
-}
-
-std::optional<CpuIsa> parse_cpu_isa(std::string_view name) {
-  for (int i = 0; i < kNumCpuIsas; ++i)
-    if (kNames[i] == name) return static_cast<CpuIsa>(i);
-  return std::nullopt;
-}
-
-std::string cpu_isa_choices() {
-  return word_list({kNames.begin(), kNames.end()}, " or ");
-}
 
 CpuIsa cpu_isa_supported() {
   static const CpuIsa supported = detect();

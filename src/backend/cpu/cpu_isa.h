@@ -1,26 +1,11 @@
-// The instruction-set levels our own kernels are compiled for, and the one this process runs them at.
-// Every kernel with ISA-specific code is built once per level (backend/cpu/isa_variant.h); the active level
-// is the highest this CPU supports, capped by MEMTRAIN_MAX_ISA, and is decided once, on first use.
+// The instruction-set level (core/cpu_isa.h) this process runs the CPU kernels at. Every kernel with
+// ISA-specific code is built once per level (backend/cpu/isa_variant.h); the active level is the highest this
+// CPU supports, capped by MEMTRAIN_MAX_ISA, and is decided once, on first use.
 #pragma once
 
-#include <optional>
-#include <string>
-#include <string_view>
+#include "core/cpu_isa.h"
 
 namespace mt::kernels {
-
-// In increasing order; each level's build may use everything of the levels below it.
-//   generic      x86-64-v2 (SSE4.2) on x86-64, the baseline of other processors (aarch64: NEON)
-//   avx2         x86-64-v3: AVX2, FMA, F16C, BMI2
-//   avx512       x86-64-v4: AVX-512 F, BW, CD, DQ, VL
-//   avx512_bf16  x86-64-v4 and AVX512-BF16
-enum class CpuIsa { generic, avx2, avx512, avx512_bf16 };
-constexpr int kNumCpuIsas = 4;
-
-std::string_view cpu_isa_name(CpuIsa isa);
-std::optional<CpuIsa> parse_cpu_isa(std::string_view name);
-// "generic, avx2, avx512 or avx512_bf16", for messages.
-std::string cpu_isa_choices();
 
 // The highest level this CPU (and its operating system) supports.
 CpuIsa cpu_isa_supported();

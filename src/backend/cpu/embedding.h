@@ -5,15 +5,9 @@
 #include <limits>
 
 #include "core/half.h"
+#include "exec/op_shapes.h"
 
 namespace mt::kernels {
-
-// The vocabulary rows a tensor-parallel rank's wte holds: tokens [begin, begin + count) at rows 0, 1, ...
-struct VocabRows {
-  int64_t begin = 0;
-  int64_t count = std::numeric_limits<int64_t>::max();
-  bool holds(int32_t token) const { return token >= begin && token - begin < count; }
-};
 
 // out[B,T,C] = wte[tokens[b,t]] + wpe[p], p = positions[b,t] (packed sequences: the position in the token's
 // record) or, with positions null, t. A token whose row wte does not hold (`vocab`) contributes zeros.

@@ -6,25 +6,9 @@
 #include <cstdint>
 
 #include "core/half.h"
+#include "exec/op_shapes.h"
 
 namespace mt::kernels {
-
-struct LoraShape {
-  int64_t M = 0;           // rows (B * T)
-  int64_t in = 0;          // the base op's input width
-  int64_t rank = 0;        // r
-  int64_t width = 0;       // the adapter's output columns
-  int64_t out_stride = 0;  // the base op's output width (a fused projection's whole row)
-  int64_t column = 0;      // the adapter's first output column
-  float scale = 1.0f;      // alpha / r
-};
-
-// Dropout on the adapter's input (p > 0): element i is kept, times 1 / (1 - p), when the counter-based
-// uniform of (seed, stream, draw * n + i) is at least p; the same bits in the forward and the backward.
-struct DropoutMask {
-  float p = 0.0f;
-  uint64_t seed = 0, stream = 0, draw = 0;
-};
 
 // x = inp, or dropout(inp) into `dropped` [M, in] with a mask; hidden[M, rank] = scale * x @ a^T;
 // out[:, column:column+width] += hidden @ b^T.

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/weight_quant.h"
 #include "core/half.h"
+#include "exec/op_shapes.h"
 
 namespace mt::kernels {
 
@@ -33,8 +34,6 @@ int64_t gemm_scratch_floats(DType in, CpuIsa isa, int threads);
 template <typename In, typename Out>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const In* A, int64_t lda, const In* B,
           int64_t ldb, float beta, Out* C, int64_t ldc, float* scratch);
-
-enum class WeightLayout { in_out, out_in };
 
 // out[M,n_out] = inp[M,n_in] @ weight[n_in,n_out] + bias (bias may be null), all of type T; with out_in the
 // weight is [n_out,n_in] and transposed. With accumulate, the product is added to what out holds (used to

@@ -1,125 +1,54 @@
-// The CPU backend: each op kind's operands, its shape from the table and its kernel in backend/cpu/, over
-// T-typed weights and activations (fp32, bf16, f16) and G-typed gradients (fp32, bf16), chosen once.
-#include "exec/cpu_backend.h"
-
+// The CPU backend's op runner: each op kind's kernel in backend/cpu/, over T-typed weights and activations
+// (fp32, bf16, f16) and G-typed gradients (fp32, bf16), chosen once from the run's policy. The operands and
+// shapes come from exec/operands.h; the collectives never reach it (the executor runs them).
 #include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/activation.h"
 #include "backend/cpu/attention.h"
+#include "backend/cpu/cpu_device.h"
+#include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/embedding.h"
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/lm_head.h"
 #include "backend/cpu/lora.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/rope.h"
+#include "exec/operands.h"
 
 namespace mt {
 
 namespace {
 
-struct LinearShape {
-  int64_t M, in, out;
-  kernels::WeightLayout layout;
-};
-
-LinearShape linear_shape(const TensorTable& table, int inp, int weight, bool weight_out_in) {
-  const TensorDesc& w = table[weight];
-  const int64_t in = w.shape[weight_out_in ? 1 : 0], out = w.shape[weight_out_in ? 0 : 1];
-  return {table[inp].numel() / in, in, out,
-          weight_out_in ? kernels::WeightLayout::out_in : kernels::WeightLayout::in_out};
-}
-
-// This rank's heads: 1/tp of them under tensor parallelism.
-kernels::QkvLayout qkv_layout(const ModelSpec& spec, int tp) {
-  return {spec.n_embd / tp, spec.n_head / tp, spec.n_kv_head / tp};
-}
-
-// The rows of the vocabulary an embedding or head weight holds (all of them without tensor parallelism).
-kernels::VocabRows vocab_rows(const TensorTable& table, int weight, int64_t vocab_begin) {
-  return {vocab_begin, table[weight].shape[0]};
-}
-
-// One case per kind: its operands, its shape from the table, its kernel.
-
-// A tensor of an optional operand (a bias, the conversion tiles): null when left out.
-template <typename T>
-T* optional(const Allocation& m, int id) {
-  return id >= 0 ? m.as<T>(id) : nullptr;
-}
-
-// The tokens' positions in their records (packed sequences), or null: their indices in the row.
-const int32_t* positions(const Allocation& m, int id) {
-  return id >= 0 ? m.i32(id) : nullptr;
-}
-
-bool frozen(const Allocation& m, int param) {
-  return m.table()[param].category == Category::frozen;
-}
-
-// A parameter's weights and gradient as the op names them: in its window's buffers under ZeRO-2/3
-// (Op::window), else in the model states. Null for an optional parameter left out, and no gradient for a
-// frozen one, whose weights every rank holds whole.
-template <typename T>
-T* weights(const Allocation& m, const Op& op, int param) {
-  if (param < 0) return nullptr;
-  const WindowBuffers& w = op.window;
-  return w.weights >= 0 && !frozen(m, param) ? m.in_block<T>(w.weights, w.first_param, param)
-                                             : m.as<T>(param);
-}
-
-template <typename G>
-G* grad(const Allocation& m, const Op& op, int param) {
-  if (param < 0 || frozen(m, param)) return nullptr;
-  const WindowBuffers& w = op.window;
-  return w.grads >= 0 ? m.in_block<G>(w.grads, w.first_param, param) : m.grad<G>(param);
-}
-
-kernels::LoraShape lora_shape(const TensorTable& table, int inp, int out, int a, int b, int64_t column,
-                              float scale) {
-  const int64_t in = table[a].shape[1];
-  return {.M = table[inp].numel() / in,
-          .in = in,
-          .rank = table[a].shape[0],
-          .width = table[b].shape[0],
-          .out_stride = table[out].shape.back(),
-          .column = column,
-          .scale = scale};
-}
-
-// The group a tensor-parallel op's collective runs over.
-Communicator& tensor_group(const Op& op, const OpRun& r) {
-  if (!r.tensor_group) throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
-  return *r.tensor_group;
-}
-
-// Dropout runs in training only.
-kernels::DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
-  return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
-}
+using operands::dropout_mask;
+using operands::grad;
+using operands::linear_shape;
+using operands::lora_shape;
+using operands::optional;
+using operands::positions;
+using operands::qkv_layout;
+using operands::quantized_weight;
+using operands::vocab_rows;
+using operands::weights;
 
 template <typename T, typename G>
-class CpuBackend final : public Backend {
+class CpuBackend final : public CpuDevice {
  public:
-  std::string_view name() const override { return "cpu"; }
-  double run(const Op& op, const OpRun& r) override;
+  using CpuDevice::CpuDevice;
+  void run(const Op& op, const OpRun& r) override;
   void logits(const Op& head, const OpRun& r, float* out) override;
 
  private:
-  double lm_head_loss(const Op& op, const OpRun& r);
+  void lm_head_loss(const Op& op, const OpRun& r);
   void linear(const Op& op, const OpRun& r);
   void linear_backward(const Op& op, const OpRun& r);
   void lora(const Op& op, const OpRun& r);
   void lora_backward(const Op& op, const OpRun& r);
 };
-
-// A quantized frozen weight (--base-quant) is read a dequantized tile at a time, in the run's dtype.
-std::vector<kernels::QuantizedWeight> quantized_weight(const Allocation& m, int param) {
-  return m.table()[param].quantized->views(m.data(param));
-}
 
 template <typename T, typename G>
 void CpuBackend<T, G>::linear(const Op& op, const OpRun& r) {
@@ -184,7 +113,7 @@ void CpuBackend<T, G>::lora_backward(const Op& op, const OpRun& r) {
 template <typename T, typename G>
 void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
   const ops::LmHeadLoss& head = op.as<ops::LmHeadLoss>();
-  if (r.tensor_group) throw std::logic_error("cpu backend: whole logits of a split vocabulary");
+  if (r.tp > 1) throw std::logic_error("cpu backend: whole logits of a split vocabulary");
   const int64_t N = r.graph.table[head.targets].numel(), C = r.spec.n_embd, Vp = r.spec.padded_vocab_size;
   kernels::gemm(false, true, N, Vp, C, r.memory.as<T>(head.inp), C, weights<T>(r.memory, op, head.weight), C,
                 0.0f, out, Vp, optional<float>(r.memory, head.matmul_scratch));
@@ -192,7 +121,7 @@ void CpuBackend<T, G>::logits(const Op& op, const OpRun& r, float* out) {
 
 // The head works a chunk of rows at a time (backend/cpu/lm_head.h), so the fp32 logits exist for one chunk.
 template <typename T, typename G>
-double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
+void CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const ops::LmHeadLoss& a = op.as<ops::LmHeadLoss>();
   const TensorTable& table = r.graph.table;
   const Allocation& m = r.memory;
@@ -201,19 +130,17 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = table[a.weight].shape[0];
   const int64_t V = std::clamp<int64_t>(spec.vocab_size - a.vocab_begin, 0, Vp);
   const int64_t rows = table[a.logits].numel() / Vp;
-  const int64_t counted = counted_targets(a, table, m);
+  const int64_t counted = operands::counted_targets(a, r);
   const uint8_t* loss_mask = a.loss_mask >= 0 ? m.u8(a.loss_mask) : nullptr;
   float* losses = m.f32(a.losses);
   std::optional<kernels::VocabSplit> split;
   if (a.row_stats >= 0) {
-    Communicator& group = *r.tensor_group;
+    if (!r.gather_row_stats) throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
     split = kernels::VocabSplit{.begin = a.vocab_begin,
-                                .ranks = group.size(),
-                                .rank = group.rank(),
+                                .ranks = r.tp,
+                                .rank = r.tp_rank,
                                 .stats = m.f32(a.row_stats),
-                                .gather = [&group](float* stats, int64_t floats) {
-                                  group.all_gather(stats + group.rank() * floats, stats, floats, DType::f32);
-                                }};
+                                .gather = r.gather_row_stats};
   }
   for (int64_t r0 = 0; r0 < N; r0 += rows) {
     const int64_t n = std::min(rows, N - r0);
@@ -236,13 +163,15 @@ double CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .split = split ? &*split : nullptr,
     });
   }
+  // A batch without counted targets has loss 0 (and no gradient).
+  if (counted == 0) return;
   double loss_sum = 0;
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
-  return loss_sum;
+  *reinterpret_cast<double*>(m.data(a.loss_sum)) += loss_sum / static_cast<double>(counted);
 }
 
 template <typename T, typename G>
-double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
+void CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
   const TensorTable& table = r.graph.table;
   const Allocation& m = r.memory;
   const ModelSpec& spec = r.spec;
@@ -253,63 +182,64 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       kernels::embedding_forward(m.as<T>(a.out), m.i32(a.tokens), positions(m, a.positions),
                                  weights<T>(m, op, a.wte), weights<T>(m, op, a.wpe), tokens.shape[0],
                                  tokens.shape[1], spec.n_embd, vocab_rows(table, a.wte, a.vocab_begin));
-      return 0;
+      return;
     }
     case OpKind::layernorm: {
       const auto& a = op.as<ops::LayerNorm>();
       const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
       kernels::layernorm_forward(m.as<T>(a.out), m.f32(a.mean), m.f32(a.rstd), m.as<T>(a.inp),
                                  weights<T>(m, op, a.weight), weights<T>(m, op, a.bias), N, C, spec.ln_eps);
-      return 0;
+      return;
     }
     case OpKind::rmsnorm: {
       const auto& a = op.as<ops::RmsNorm>();
       const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
       kernels::rmsnorm_forward(m.as<T>(a.out), m.f32(a.rstd), m.as<T>(a.inp), weights<T>(m, op, a.weight), N,
                                C, spec.ln_eps);
-      return 0;
+      return;
     }
     case OpKind::linear:
       linear(op, r);
-      return 0;
+      return;
     case OpKind::rope: {
       const auto& a = op.as<ops::Rope>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::rope_forward(m.as<T>(a.qkv), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
-                            qkv_layout(spec, r.tp()), spec.rope_theta);
-      return 0;
+                            qkv_layout(spec, r.tp), spec.rope_theta);
+      return;
     }
     case OpKind::attention: {
       const auto& a = op.as<ops::Attention>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_forward(m.as<T>(a.out), m.f32(a.lse), m.as<T>(a.qkv), positions(m, a.positions),
-                                 qkv.shape[0], qkv.shape[1], spec.n_embd / r.tp(), spec.n_head / r.tp(),
-                                 spec.n_kv_head / r.tp(), m.f32(a.scratch));
-      return 0;
+                                 qkv.shape[0], qkv.shape[1], spec.n_embd / r.tp, spec.n_head / r.tp,
+                                 spec.n_kv_head / r.tp, m.f32(a.scratch));
+      return;
     }
     case OpKind::gelu: {
       const auto& a = op.as<ops::Gelu>();
       kernels::gelu_forward(m.as<T>(a.out), m.as<T>(a.inp), table[a.inp].numel());
-      return 0;
+      return;
     }
     case OpKind::swiglu: {
       const auto& a = op.as<ops::Swiglu>();
       const int64_t I = table[a.out].shape[2];
       kernels::swiglu_forward(m.as<T>(a.out), m.as<T>(a.gate_up), table[a.out].numel() / I, I);
-      return 0;
+      return;
     }
     case OpKind::lm_head_loss:
-      return lm_head_loss(op, r);
+      lm_head_loss(op, r);
+      return;
     case OpKind::lora:
       lora(op, r);
-      return 0;
+      return;
     case OpKind::lora_backward:
       lora_backward(op, r);
-      return 0;
+      return;
     case OpKind::zero: {
       const auto& a = op.as<ops::Zero>();
       std::memset(m.data(a.out), 0, table[a.out].bytes());
-      return 0;
+      return;
     }
     case OpKind::layernorm_backward: {
       const auto& a = op.as<ops::LayerNormBackward>();
@@ -317,45 +247,45 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       kernels::layernorm_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
                                   m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), m.f32(a.mean),
                                   m.f32(a.rstd), N, C);
-      return 0;
+      return;
     }
     case OpKind::rmsnorm_backward: {
       const auto& a = op.as<ops::RmsNormBackward>();
       const int64_t C = table[a.weight].numel(), N = table[a.inp].numel() / C;
       kernels::rmsnorm_backward(m.as<T>(a.dinp), grad<G>(m, op, a.weight), m.as<T>(a.dout), m.as<T>(a.inp),
                                 weights<T>(m, op, a.weight), m.f32(a.rstd), N, C);
-      return 0;
+      return;
     }
     case OpKind::linear_backward:
       linear_backward(op, r);
-      return 0;
+      return;
     case OpKind::rope_backward: {
       const auto& a = op.as<ops::RopeBackward>();
       const TensorDesc& dqkv = table[a.dqkv];
       kernels::rope_backward(m.as<T>(a.dqkv), positions(m, a.positions), dqkv.shape[0], dqkv.shape[1],
-                             qkv_layout(spec, r.tp()), spec.rope_theta);
-      return 0;
+                             qkv_layout(spec, r.tp), spec.rope_theta);
+      return;
     }
     case OpKind::attention_backward: {
       const auto& a = op.as<ops::AttentionBackward>();
       const TensorDesc& qkv = table[a.qkv];
       kernels::attention_backward(m.as<T>(a.dqkv), m.as<T>(a.dout), m.as<T>(a.qkv), m.as<T>(a.out),
                                   m.f32(a.lse), positions(m, a.positions), qkv.shape[0], qkv.shape[1],
-                                  spec.n_embd / r.tp(), spec.n_head / r.tp(), spec.n_kv_head / r.tp(),
+                                  spec.n_embd / r.tp, spec.n_head / r.tp, spec.n_kv_head / r.tp,
                                   m.f32(a.scratch));
-      return 0;
+      return;
     }
     case OpKind::gelu_backward: {
       const auto& a = op.as<ops::GeluBackward>();
       kernels::gelu_backward(m.as<T>(a.dinp), m.as<T>(a.inp), m.as<T>(a.dout), table[a.inp].numel());
-      return 0;
+      return;
     }
     case OpKind::swiglu_backward: {
       const auto& a = op.as<ops::SwigluBackward>();
       const int64_t I = table[a.dout].shape[2];
       kernels::swiglu_backward(m.as<T>(a.dgate_up), m.as<T>(a.gate_up), m.as<T>(a.dout),
                                table[a.dout].numel() / I, I);
-      return 0;
+      return;
     }
     case OpKind::embedding_backward: {
       const auto& a = op.as<ops::EmbeddingBackward>();
@@ -363,45 +293,29 @@ double CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
       kernels::embedding_backward(
           grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout), m.i32(a.tokens),
           positions(m, a.positions), tokens.shape[0], tokens.shape[1], spec.n_embd,
-          a.wte >= 0 ? vocab_rows(table, a.wte, a.vocab_begin) : kernels::VocabRows{});
-      return 0;
+          a.wte >= 0 ? vocab_rows(table, a.wte, a.vocab_begin) : VocabRows{});
+      return;
     }
-    case OpKind::all_reduce: {
-      const auto& a = op.as<ops::AllReduce>();
-      tensor_group(op, r).all_reduce_sum(m.data(a.data), table[a.data].numel(), table[a.data].dtype);
-      return 0;
-    }
-    case OpKind::all_gather: {
-      const auto& a = op.as<ops::AllGather>();
-      tensor_group(op, r).all_gather(m.data(a.inp), m.data(a.out), table[a.inp].numel(), table[a.inp].dtype);
-      return 0;
-    }
-    case OpKind::reduce_scatter: {
-      const auto& a = op.as<ops::ReduceScatter>();
-      tensor_group(op, r).reduce_scatter_sum(m.data(a.inp), m.data(a.out), table[a.out].numel(),
-                                             table[a.out].dtype);
-      return 0;
-    }
-    case OpKind::pipe_exchange: {
-      const auto& a = op.as<ops::PipeExchange>();
-      if (!r.pipeline) throw std::logic_error("cpu backend: " + op.name + " without a pipeline group");
-      const int id = a.send >= 0 ? a.send : a.recv;
-      r.pipeline->send_recv(a.send >= 0 ? m.data(a.send) : nullptr, a.send >= 0 ? table[a.send].numel() : 0,
-                            a.recv >= 0 ? m.data(a.recv) : nullptr, a.recv >= 0 ? table[a.recv].numel() : 0,
-                            table[id].dtype, r.pipeline->rank() + (a.next ? 1 : -1));
-      return 0;
-    }
+    case OpKind::all_reduce:
+    case OpKind::all_gather:
+    case OpKind::reduce_scatter:
+    case OpKind::pipe_exchange:
+      break;  // the executor's
   }
-  throw std::logic_error("cpu backend: op " + op.name + " of no known kind");
+  throw std::logic_error("cpu backend: op " + op.name + " is not a kernel");
 }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(const ModelStatePolicy& p) {
-  if (p.weights == DType::f32 && p.grads == DType::f32) return std::make_unique<CpuBackend<float, float>>();
-  if (p.weights == DType::bf16 && p.grads == DType::f32) return std::make_unique<CpuBackend<bf16, float>>();
-  if (p.weights == DType::bf16 && p.grads == DType::bf16) return std::make_unique<CpuBackend<bf16, bf16>>();
-  if (p.weights == DType::f16 && p.grads == DType::f32) return std::make_unique<CpuBackend<f16, float>>();
+std::unique_ptr<Backend> make_cpu_backend(const CpuTarget& target, const ModelStatePolicy& p) {
+  // The plan's workspace was sized for the target's level: the kernels must run at it.
+  if (target.isa != kernels::cpu_isa())
+    throw std::logic_error("cpu backend: the plan was made for level " + std::string(cpu_isa_name(target.isa)) +
+                           ", but the kernels run at " + std::string(cpu_isa_name(kernels::cpu_isa())));
+  if (p.weights == DType::f32 && p.grads == DType::f32) return std::make_unique<CpuBackend<float, float>>(target);
+  if (p.weights == DType::bf16 && p.grads == DType::f32) return std::make_unique<CpuBackend<bf16, float>>(target);
+  if (p.weights == DType::bf16 && p.grads == DType::bf16) return std::make_unique<CpuBackend<bf16, bf16>>(target);
+  if (p.weights == DType::f16 && p.grads == DType::f32) return std::make_unique<CpuBackend<f16, float>>(target);
   throw std::logic_error("cpu backend: no kernels for weights " + std::string(dtype_name(p.weights)) +
                          " with gradients " + std::string(dtype_name(p.grads)));
 }
