@@ -14,6 +14,7 @@
 #ifdef MT_MOMENT_CODEC_AVX512
 namespace {
 
+using namespace mt;
 using namespace mt::kernels;
 using namespace mt::kernels::MT_ISA;
 

@@ -28,7 +28,7 @@
 
 namespace {
 
-using CpuIsa;
+using mt::CpuIsa;
 
 constexpr int kChains = 12;
 
@@ -144,7 +144,7 @@ Kernel fp32_kernel(CpuIsa isa) {
 int main(int argc, char** argv) {
   std::map<std::string, std::string> options = {
       {"--threads", std::to_string(omp_get_max_threads())},
-      {"--isa", std::string(cpu_isa_name(mt::kernels::cpu_isa()))},
+      {"--isa", std::string(mt::cpu_isa_name(mt::kernels::cpu_isa()))},
       {"--seconds", "0.5"},
       {"--repeats", "5"}};
   bool known = argc % 2 == 1;
@@ -153,16 +153,16 @@ int main(int argc, char** argv) {
     known = option != options.end();
     if (known) option->second = argv[i + 1];
   }
-  const std::optional<CpuIsa> isa = parse_cpu_isa(options["--isa"]);
+  const std::optional<CpuIsa> isa = mt::parse_cpu_isa(options["--isa"]);
   if (!known || !isa) {
     std::fprintf(stderr,
                  "usage: fma_peak [--threads N] [--isa LEVEL] [--seconds S] [--repeats R], LEVEL %s\n",
-                 cpu_isa_choices().c_str());
+                 mt::cpu_isa_choices().c_str());
     return 2;
   }
   if (*isa > mt::kernels::cpu_isa_supported()) {
     std::fprintf(stderr, "fma_peak: --isa %s is above this CPU's %s\n", options["--isa"].c_str(),
-                 std::string(cpu_isa_name(mt::kernels::cpu_isa_supported())).c_str());
+                 std::string(mt::cpu_isa_name(mt::kernels::cpu_isa_supported())).c_str());
     return 2;
   }
   const int threads = std::stoi(options["--threads"]), repeats = std::stoi(options["--repeats"]);

@@ -116,13 +116,17 @@ void fill_batches(const mt::RunLayout& run, mt::Allocation& memory) {
 // Per op name with the layer index and the micro-batch folded ("h.3.mlp.c_fc@mb2" -> "h.*.mlp.c_fc@mb*"):
 // predicted and fastest measured seconds, each summed over the ops of that name in one step (the graph's
 // passes: one per micro-batch, or one on a pipeline stage, which holds them all).
-nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& profile,
-                           const mt::TrainConfig& c, double predicted_optimizer_s, int repeats) {
+nlohmann::json measure_ops(const mt::RunLayout& run, const mt::DeviceTarget& device,
+                           const mt::HardwareProfile& profile, const mt::TrainConfig& c,
+                           double predicted_optimizer_s, int repeats) {
   const mt::Graph& graph = run.model.graph;
-  mt::Allocation memory(graph.table, run.plan);
+  const std::unique_ptr<mt::Backend> backend = mt::make_backend(device, run.plan.policy);
+  mt::Allocation memory(graph.table, run.plan, *backend);
   mt::init_model_params(run.spec, run.model, memory, 1);
   fill_batches(run, memory);
-  mt::Executor exec(run.spec, graph, memory);
+  mt::Executor exec(run.spec, graph, memory, *backend);
+  // Every target counts: the batches have no loss mask.
+  const std::vector<int64_t> counted(run.model.batches.size(), c.micro_batch * run.seq_len);
   TimedAlone tensor_peers(c.tensor_parallel), pipeline_peers(c.pipeline_parallel);
   if (c.tensor_parallel > 1) exec.set_tensor_group(&tensor_peers);
   if (c.pipeline_parallel > 1) exec.set_pipeline(&pipeline_peers);
@@ -136,7 +140,7 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::HardwareProfile& 
   });
   for (int r = 0; r < repeats; ++r) {
     last = Clock::now();
-    exec.train_step(1.0f);
+    exec.train_step(1.0f, 0, counted);
   }
   const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size());
   const std::regex layer(R"(\.\d+\.)"), micro_batch(R"(@mb\d+)");
@@ -194,7 +198,7 @@ int main(int argc, char** argv) {
     c.pipeline_parallel = options["--pp"];
     const int world = ranks * c.tensor_parallel * c.pipeline_parallel;
     const mt::HardwareProfile profile = mt::load_hardware_profile(argv[1]);
-    const mt::StepCost cost = mt::evaluate_candidate(c, world, profile, mt::kernels::cpu_isa()).cost;
+    const mt::StepCost cost = mt::evaluate_candidate(c, world, profile, mt::process_cpu_isa()).cost;
     nlohmann::json out = {{"step_ms", cost.step_s * 1e3},
                           {"tokens_per_sec", cost.tokens_per_sec},
                           {"gflop", cost.flops / 1e9},
@@ -209,14 +213,14 @@ int main(int argc, char** argv) {
                           {"bubble_ms", cost.bubble_s * 1e3},
                           {"bubble_fraction", cost.bubble_fraction}};
     if (repeats > 0) {
-      omp_set_num_threads(c.threads);
+      const mt::DeviceTarget device = mt::open_device(c.threads);
       out["stages"] = nlohmann::json::array();
       for (int stage = 0; stage < c.pipeline_parallel; ++stage) {
         const mt::ParallelRank place = mt::parallel_rank(c, world, stage * c.tensor_parallel);
-        const mt::RunLayout run = mt::lay_out_run(c, 1, 0, c.threads, mt::parallel_buffer_bytes(place),
-                                                  mt::kernels::cpu_isa(), 0, stage);
+        const mt::RunLayout run =
+            mt::lay_out_run(c, mt::ParallelRank{.dp = 1, .pp_rank = stage}, device, mt::parallel_buffer_bytes(place));
         const double optimizer_s = mt::predict_step_cost(run, c, 1, profile).optimizer_s;
-        out["stages"].push_back(measure_ops(run, profile, c, optimizer_s, repeats));
+        out["stages"].push_back(measure_ops(run, device, profile, c, optimizer_s, repeats));
       }
     }
     std::printf("%s\n", out.dump().c_str());

@@ -34,6 +34,7 @@
 #include "optim/adamw.h"
 #include "optim/schedule.h"
 #include "tests/dump_tool.h"
+#include "tests/device_test_util.h"
 
 namespace {
 
@@ -62,7 +63,7 @@ void train_steps(const ModelGraph& model, const Plan& plan, Allocation& memory, 
   for (int64_t s = 1; s <= steps; ++s) {
     load_batch(s - 1);
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
-    losses.push_back(static_cast<float>(exec.train_step(1.0f).loss));
+    losses.push_back(static_cast<float>(testing::train_step(exec, model, memory, 1.0f)));
     norms.push_back(static_cast<float>(optimizer.step(table, memory, schedule.at(s), 1.0f).grad_norm));
   }
   out.add("losses", {steps}, losses.data(), steps);
@@ -93,15 +94,14 @@ int run(int argc, char** argv) {
     pin.read(reinterpret_cast<char*>(positions.data()), static_cast<std::streamsize>(positions.size() * 4));
     if (!pin) throw std::runtime_error("short positions file");
   }
-  ModelGraph model = build_model_graph(spec, {.batch = B,
-                                              .seq_len = T,
-                                              .threads = omp_get_max_threads(),
-                                              .dtype = policy.weights,
-                                              .lora = lora,
-                                              .loss_mask = masked,
-                                              .packed = !positions.empty()});
-  const Plan plan = make_plan(model.graph.table, policy);
-  Allocation memory(model.graph.table, plan);
+  ModelGraph model = build_model_graph(spec, testing::on_cpu(spec, {.batch = B,
+                                                                  .seq_len = T,
+                                                                  .dtype = policy.weights,
+                                                                  .lora = lora,
+                                                                  .loss_mask = masked,
+                                                                  .packed = !positions.empty()}));
+  const Plan plan = make_plan(model.graph.table, testing::kAlignment, policy);
+  Allocation memory(model.graph.table, plan, testing::cpu_backend(plan.policy));
   init_model_params(spec, model, memory, 1234);  // the adapters' initial values; the file has the base's
   load_weights(argv[2], spec, model, memory);
   const TensorTable& table = model.graph.table;
@@ -124,7 +124,7 @@ int run(int argc, char** argv) {
       std::memcpy(memory.i32(model.batch().positions), &positions[s * B * T], B * T * 4);
   };
 
-  Executor exec(spec, model.graph, memory);
+  Executor exec(spec, model.graph, memory, testing::cpu_backend(plan.policy));
   load_batch(0);
   std::vector<float> logits(B * T * spec.padded_vocab_size);
   exec.forward_logits(logits.data());
@@ -133,7 +133,7 @@ int run(int argc, char** argv) {
     std::memcpy(&real[r * spec.vocab_size], &logits[r * spec.padded_vocab_size], spec.vocab_size * 4);
   out.add("logits", {B * T, spec.vocab_size}, real.data(), static_cast<int64_t>(real.size()));
 
-  const float loss = static_cast<float>(exec.train_step(1.0f).loss);
+  const float loss = static_cast<float>(testing::train_step(exec, model, memory, 1.0f));
   out.add("loss", {1}, &loss, 1);
   // Gradients under the checkpoint's names and shapes: fused parameters split, vocabulary padding removed.
   const std::vector<FileTensor> base = checkpoint_tensors(spec, model);
@@ -148,7 +148,7 @@ int run(int argc, char** argv) {
     // The first batch's gradients again at the trained adapters, where A's are no longer 0.
     load_batch(0);
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
-    exec.train_step(1.0f);
+    testing::train_step(exec, model, memory, 1.0f);
     add_adapters("final_grad.", [&](int id) { return memory.grad<float>(id); });
     save_peft_adapter(std::string(argv[7]) + ".adapter", spec, model, memory, lora, argv[2]);
     for (const FileTensor& f : base)

@@ -8,7 +8,7 @@
 namespace mt {
 namespace {
 
-using CpuIsa;
+
 
 CategoryBytes rank0_bytes(Precision precision, CpuIsa isa) {
   TrainConfig c;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "backend/cpu/cpu_isa.h"
+#include "devices/devices.h"
 #include "core/error.h"
 #include "forecast/config_search.h"
 #include "forecast/oom_doctor.h"
@@ -24,7 +26,7 @@ TrainConfig oversize_run() {
 }
 
 int64_t total(const TrainConfig& c) {
-  return lay_out_run(c, 1, 0, 1, 0).plan.bytes.total();
+  return lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0).plan.bytes.total();
 }
 
 TEST(OomDoctor, EverySuggestionFitsFastestFirst) {
@@ -64,7 +66,7 @@ TEST(OomDoctor, SuggestsTheFewestBlockLayersThatFit) {
 // conversion tiles, which the suggested bytes include.
 TEST(OomDoctor, PlansAtThisProcesssLevel) {
   struct AtGeneric {
-    CpuIsa level = kernels::cpu_isa();
+    CpuIsa level = process_cpu_isa();
     AtGeneric() { kernels::set_cpu_isa(CpuIsa::generic); }
     ~AtGeneric() { kernels::set_cpu_isa(level); }
   } at_generic;
@@ -77,8 +79,8 @@ TEST(OomDoctor, PlansAtThisProcesssLevel) {
   ASSERT_NE(halved, changes.end());
   run.micro_batch = 4;
   run.grad_accum_steps = 2;
-  EXPECT_EQ(halved->bytes, lay_out_run(run, 1, 0, 1, 0, CpuIsa::generic).plan.bytes.total());
-  EXPECT_GT(halved->bytes, lay_out_run(run, 1, 0, 1, 0, CpuIsa::avx512_bf16).plan.bytes.total());
+  EXPECT_EQ(halved->bytes, lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::generic, .threads = 1}, 0).plan.bytes.total());
+  EXPECT_GT(halved->bytes, lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::avx512_bf16, .threads = 1}, 0).plan.bytes.total());
 }
 
 const FitChange* find_change(const std::vector<FitChange>& changes, const std::string& flags) {
@@ -102,8 +104,8 @@ TEST(OomDoctor, OffersEightBitMomentsAtAnyPrecision) {
   ASSERT_NE(found, nullptr);
   EXPECT_EQ(found->bytes, total(int8));
   EXPECT_EQ(find_change(changes, "use --exp-avg-dtype fp8 --exp-avg-sq-dtype fp8"), nullptr);
-  const HardwareProfile& profile = shipped_hardware_profile(kernels::cpu_isa(), 1);
-  EXPECT_GT(found->step_s, evaluate_candidate(run, 1, profile, kernels::cpu_isa()).cost.step_s);
+  const HardwareProfile& profile = shipped_hardware_profile(process_cpu_isa(), 1);
+  EXPECT_GT(found->step_s, evaluate_candidate(run, 1, profile, process_cpu_isa()).cost.step_s);
   for (const FitChange& c : changes) EXPECT_EQ(c.flags.find("--bf16"), std::string::npos) << c.flags;
 }
 
@@ -146,8 +148,7 @@ TEST(OomDoctor, RefusesWithExitCodeThree) {
 }
 
 int64_t stage_total(const TrainConfig& c, int stage) {
-  return lay_out_run(c, 1, 0, 1, parallel_buffer_bytes(parallel_rank(c, c.pipeline_parallel, stage)),
-                     kernels::cpu_isa(), 0, stage)
+  return lay_out_run(c, ParallelRank{.dp = 1, .pp_rank = stage}, {.cpu_isa = process_cpu_isa(), .threads = 1}, parallel_buffer_bytes(parallel_rank(c, c.pipeline_parallel, stage)))
       .plan.bytes.total();
 }
 

@@ -7,13 +7,14 @@
 #include <sstream>
 #include <utility>
 
+#include "devices/devices.h"
 #include "forecast/cpu_model.h"
 #include "forecast/shipped_profiles.h"
 
 namespace mt {
 namespace {
 
-using CpuIsa;
+
 
 std::string file_text(const std::string& path) {
   std::ifstream in(path);
@@ -91,14 +92,14 @@ TEST(ShippedProfiles, NearestThreadsThenNearestLevel) {
 
 TEST(ShippedProfiles, DescriptionSaysWhereTheRatesComeFrom) {
   // A level other than this process's is a plan for another machine: its CPU is not compared.
-  const CpuIsa other = kernels::cpu_isa() == CpuIsa::avx2 ? CpuIsa::generic : CpuIsa::avx2;
+  const CpuIsa other = process_cpu_isa() == CpuIsa::avx2 ? CpuIsa::generic : CpuIsa::avx2;
   const HardwareProfile p = profile_of(other, 2, "Another CPU 9000");
   const std::string name(cpu_isa_name(other));
   EXPECT_EQ(describe_profile(p, other, 2), name + ", 2 threads, calibrated on Another CPU 9000 (test)");
   EXPECT_EQ(describe_profile(p, other, 1),
             name + ", 2 threads, calibrated on Another CPU 9000 (test; this plan: " + name +
                 ", 1 thread: rates from another thread count)");
-  const CpuIsa here = kernels::cpu_isa();
+  const CpuIsa here = process_cpu_isa();
   const std::string here_name(cpu_isa_name(here));
   EXPECT_EQ(describe_profile(p, here, 1),
             name + ", 2 threads, calibrated on Another CPU 9000 (test; this plan: " + here_name +
@@ -114,7 +115,7 @@ TEST(ShippedProfiles, DescriptionSaysWhereTheRatesComeFrom) {
 
 // A profile calibrated before the 8-bit AdamW kernels: the plan says whose rates price them.
 TEST(ShippedProfiles, DescriptionNamesTheSourceOfMissingEightBitRates) {
-  const CpuIsa here = kernels::cpu_isa();
+  const CpuIsa here = process_cpu_isa();
   HardwareProfile p = profile_of(here, 2);
   p.adamw_mparams.int8_moments.reset();
   EXPECT_EQ(describe_profile(p, here, 2),

@@ -9,6 +9,7 @@
 #include "memory/plan.h"
 #include "model/model.h"
 #include "model_test_util.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -24,7 +25,7 @@ std::vector<int64_t> first_fit_by_walking(const TensorTable& table, const std::v
   std::vector<int64_t> offsets(table.size(), -1);
   for (int id : order) {
     const TensorDesc& t = table[id];
-    const int64_t size = arena_aligned(t.bytes());
+    const int64_t size = arena_aligned(t.bytes(), testing::kAlignment);
     int64_t offset = 0;
     for (const Placed& p : placed) {
       if (p.first_op > t.last_op || t.first_op > p.last_op) continue;
@@ -56,7 +57,7 @@ std::vector<int> packing_order(const TensorTable& table, Category category) {
 }
 
 void expect_same_as_walking(const TensorTable& table, Category category) {
-  const ArenaLayout layout = pack_arena(table, category);
+  const ArenaLayout layout = pack_arena(table, category, testing::kAlignment);
   const std::vector<int64_t> walked = first_fit_by_walking(table, packing_order(table, category));
   ASSERT_EQ(layout.offset.size(), walked.size());
   for (int id = 0; id < table.size(); ++id) ASSERT_EQ(layout.offset[id], walked[id]) << table[id].name;
@@ -101,7 +102,8 @@ TEST(ArenaOccupancy, ModelGraphsPackAsFirstFitByWalking) {
       StepConfig step;
       step.batch = 2;
       step.seq_len = 16;
-      step.threads = 2;
+      step.device = device_traits({.cpu_isa = process_cpu_isa(), .threads = 2}, step.dtype, step.seq_len,
+                                  spec.head_dim());
       step.recompute.granularity = granularity;
       step.recompute.num_layers = 2;
       const ModelGraph model = build_model_graph(spec, step);
@@ -117,11 +119,11 @@ TEST(MemoryPlan, ByteCountsBeyond64BitsThrowInsteadOfWrapping) {
   EXPECT_THROW(t[0].bytes(), SizeOverflow);
   TensorTable sum;
   for (int i = 0; i < 3; ++i) sum.add({std::to_string(i), {huge}, DType::f32, Category::params});
-  EXPECT_THROW(make_plan(sum, ModelStatePolicy{}), SizeOverflow);
+  EXPECT_THROW(make_plan(sum, testing::kAlignment, ModelStatePolicy{}), SizeOverflow);
   TensorTable arena;
   for (int i = 0; i < 3; ++i)
     arena.add({std::to_string(i), {huge / 2}, DType::f32, Category::activations, 0, 1});
-  EXPECT_THROW(pack_arena(arena, Category::activations), SizeOverflow);
+  EXPECT_THROW(pack_arena(arena, Category::activations, testing::kAlignment), SizeOverflow);
 }
 
 }  // namespace

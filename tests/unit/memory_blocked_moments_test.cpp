@@ -15,6 +15,7 @@
 #include "memory/plan.h"
 #include "memory/precision.h"
 #include "memory_test_util.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -60,7 +61,7 @@ TEST(BlockedMoments, PolicyBlocksAreThoseOfTheKernels) {
 }
 
 TEST(BlockedMoments, OneProcessPlansEveryMomentByteAndAScalePerBlockBegun) {
-  const Plan plan = make_plan(params_of_5000(), int8_moments());
+  const Plan plan = make_plan(params_of_5000(), testing::kAlignment, int8_moments());
   EXPECT_EQ(plan.num_params, 5000);
   EXPECT_EQ(plan.shard_elems, 5000);  // unsharded: no padding
   EXPECT_EQ(plan.moment_scales, 3);
@@ -80,7 +81,7 @@ TEST(BlockedMoments, ZeroShardsAreWholeBlocksAndThePaddingIsPlanned) {
                        Case{3, 2, 2048, 4096, 5000}, Case{4, 3, 2048, 5000, 5000}}) {
     for (int stage : {1, 2, 3}) {
       const Sharding sharding{.dp = c.world, .dp_rank = c.rank, .stage = stage, .bucket_elems = 1024};
-      const Plan plan = make_plan(t, int8_moments(), sharding);
+      const Plan plan = make_plan(t, testing::kAlignment, int8_moments(), sharding);
       const std::string where = "world " + std::to_string(c.world) + " rank " + std::to_string(c.rank) +
                                 " stage " + std::to_string(stage);
       EXPECT_EQ(plan.shard_elems, c.shard_elems) << where;
@@ -99,7 +100,7 @@ TEST(BlockedMoments, OffloadChunksAreWholeBlocksAndTheFileHoldsTheScales) {
   TempDir dir("blocked-plan");
   const TensorTable t = params_of_5000();
   const OptimizerOffload offload{.enabled = true, .path = dir.path, .chunk_elems = 1000};
-  const Plan plan = make_plan(t, int8_moments(), {}, offload);
+  const Plan plan = make_plan(t, testing::kAlignment, int8_moments(), {}, offload);
   EXPECT_EQ(plan.offload.chunk_elems, 2048);  // 1000 rounded up to a block
   EXPECT_EQ(plan.state_elems, 2 * 2048);
   EXPECT_EQ(plan.moment_scales, 2 * 1);
@@ -107,12 +108,11 @@ TEST(BlockedMoments, OffloadChunksAreWholeBlocksAndTheFileHoldsTheScales) {
   EXPECT_EQ(plan.offloaded_bytes, 5000 * 2 + 3 * 2 * 4);
   // A chunk past the shard is the shard, even when that ends in a short block.
   const Plan whole =
-      make_plan(t, int8_moments(), {}, {.enabled = true, .path = dir.path, .chunk_elems = 4097});
+      make_plan(t, testing::kAlignment, int8_moments(), {}, {.enabled = true, .path = dir.path, .chunk_elems = 4097});
   EXPECT_EQ(whole.offload.chunk_elems, 5000);
   EXPECT_EQ(whole.moment_scales, 2 * 3);
   // Sharded: rank 1 of 2 holds [4096, 5000) in a file sized for its padded shard of 4096.
-  const Plan rank1 = make_plan(t, int8_moments(), {.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 1024},
-                               {.enabled = true, .path = dir.path, .chunk_elems = 3000});
+  const Plan rank1 = make_plan(t, testing::kAlignment, int8_moments(), {.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 1024}, {.enabled = true, .path = dir.path, .chunk_elems = 3000});
   EXPECT_EQ(rank1.offload.chunk_elems, 4096);
   EXPECT_EQ(rank1.offloaded_bytes, 4096 * 2 + 2 * 2 * 4);
 }
@@ -122,8 +122,7 @@ TEST(BlockedMoments, SaveRangesAreTheShardsCutOnBlocks) {
     int64_t next = 0;
     for (int r = 0; r < world; ++r) {
       const ckpt::FlatRange range = ckpt::save_range(5000, world, r, 2048);
-      const Plan plan = make_plan(params_of_5000(), int8_moments(),
-                                  {.dp = world, .dp_rank = r, .stage = 1, .bucket_elems = 1024});
+      const Plan plan = make_plan(params_of_5000(), testing::kAlignment, int8_moments(), {.dp = world, .dp_rank = r, .stage = 1, .bucket_elems = 1024});
       EXPECT_EQ(range.begin, next) << world << " " << r;
       EXPECT_TRUE(range.size() == 0 || range.begin % 2048 == 0) << world << " " << r;
       EXPECT_EQ(range.begin, plan.shard_begin) << world << " " << r;
@@ -199,12 +198,12 @@ std::vector<float> contents(OptimizerState& state, int64_t begin, int64_t end,
 TEST(BlockedMoments, OffloadedStateStreamsWholeBlocksAndTheirScales) {
   TempDir dir("blocked-offload");
   const TensorTable t = three_params();
-  const Plan in_memory_plan = make_plan(t, kBlocksOf4);
+  const Plan in_memory_plan = make_plan(t, testing::kAlignment, kBlocksOf4);
   const Plan offload_plan =
-      make_plan(t, kBlocksOf4, {}, {.enabled = true, .path = dir.path, .chunk_elems = 5});
+      make_plan(t, testing::kAlignment, kBlocksOf4, {}, {.enabled = true, .path = dir.path, .chunk_elems = 5});
   ASSERT_EQ(offload_plan.offload.chunk_elems, 8);
   EXPECT_EQ(offload_plan.offloaded_bytes, 25 * (4 + 2) + 7 * 2 * 4);
-  Allocation in_memory(t, in_memory_plan), offloaded(t, offload_plan);
+  Allocation in_memory(t, in_memory_plan, testing::cpu_backend(in_memory_plan.policy)), offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(dir.path / "memtrain-optimizer.rank0.bin")),
             offload_plan.offloaded_bytes);
   for (float value : contents(offloaded.optimizer_state(), 0, 25)) EXPECT_EQ(value, 0.0f);  // a fresh state
@@ -232,11 +231,11 @@ TEST(BlockedMoments, OffloadedShardOfRankOneStreamsItsBlocks) {
   const TensorTable t = three_params();
   // ceil(25 / 2) = 13 rounds up to 16: rank 1 holds [16, 25), two blocks, the last of one element.
   const Sharding rank1{.dp = 2, .dp_rank = 1, .stage = 2, .bucket_elems = 8};
-  const Plan plan = make_plan(t, kBlocksOf4, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 4});
-  const Plan reference_plan = make_plan(t, kBlocksOf4, rank1);
+  const Plan plan = make_plan(t, testing::kAlignment, kBlocksOf4, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 4});
+  const Plan reference_plan = make_plan(t, testing::kAlignment, kBlocksOf4, rank1);
   ASSERT_EQ(plan.shard_begin, 16);
   EXPECT_EQ(plan.offloaded_bytes, 16 * (4 + 2) + 4 * 2 * 4);
-  Allocation offloaded(t, plan), reference(t, reference_plan);
+  Allocation offloaded(t, plan, testing::cpu_backend(plan.policy)), reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
   fill(offloaded.optimizer_state(), 16, 25);
   fill(reference.optimizer_state(), 16, 25);
   std::vector<std::pair<int64_t, int64_t>> windows;

@@ -6,9 +6,11 @@
 #include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
+#include "backend/cpu/cpu_device.h"
 #include "memory/plan.h"
 #include "model/gpt2.h"
 #include "model_test_util.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -22,7 +24,7 @@ TEST(MemoryPlan, DisjointLifetimesShareMemoryOverlappingOnesDoNot) {
   const int a = add_live(t, "a", 256, 0, 1);
   const int b = add_live(t, "b", 256, 2, 3);  // after a: may reuse a's bytes
   const int c = add_live(t, "c", 128, 1, 2);  // overlaps both
-  const ArenaLayout layout = pack_arena(t, Category::activations);
+  const ArenaLayout layout = pack_arena(t, Category::activations, testing::kAlignment);
   EXPECT_EQ(layout.offset[a], layout.offset[b]);
   EXPECT_EQ(layout.sum_of_tensors, (256 + 256 + 128) * 4);
   EXPECT_EQ(layout.size, (256 + 128) * 4);
@@ -34,9 +36,9 @@ TEST(MemoryPlan, OffsetsAreAligned) {
   TensorTable t;
   add_live(t, "odd", 3, 0, 1);
   const int second = add_live(t, "second", 5, 0, 1);
-  const ArenaLayout layout = pack_arena(t, Category::activations);
-  EXPECT_EQ(layout.offset[second] % kArenaAlignment, 0);
-  EXPECT_EQ(layout.size, 2 * kArenaAlignment);
+  const ArenaLayout layout = pack_arena(t, Category::activations, testing::kAlignment);
+  EXPECT_EQ(layout.offset[second] % testing::kAlignment, 0);
+  EXPECT_EQ(layout.size, 2 * testing::kAlignment);
 }
 
 TEST(MemoryPlan, Fp32ModelStatesAreSixteenBytesPerParameter) {
@@ -44,7 +46,7 @@ TEST(MemoryPlan, Fp32ModelStatesAreSixteenBytesPerParameter) {
   t.add({"w", {10, 7}, DType::f32, Category::params});
   t.add({"b", {7}, DType::f32, Category::params});
   t.add({"tokens", {3, 5}, DType::i32, Category::other});
-  const Plan plan = make_plan(t, ModelStatePolicy{});
+  const Plan plan = make_plan(t, testing::kAlignment, ModelStatePolicy{});
   EXPECT_EQ(plan.num_params, 77);
   EXPECT_EQ(plan.bytes[Category::params] + plan.bytes[Category::grads] + plan.bytes[Category::optim],
             16 * 77);
@@ -56,8 +58,8 @@ TEST(MemoryPlan, Fp32ModelStatesAreSixteenBytesPerParameter) {
 TEST(MemoryArena, AccessOutsideLifetimeIsAnError) {
   TensorTable t;
   const int a = add_live(t, "a", 16, 1, 2);
-  const ArenaLayout layout = pack_arena(t, Category::activations);
-  Arena arena(t, layout, Category::activations);
+  const ArenaLayout layout = pack_arena(t, Category::activations, testing::kAlignment);
+  Arena arena(t, layout, Category::activations, cpu_allocator(), testing::kAlignment);
   EXPECT_THROW(arena.data(a), std::logic_error);
   arena.begin_op(1);
   EXPECT_NO_THROW(arena.data(a));
@@ -70,9 +72,9 @@ TEST(MemoryArena, OverlappingLiveTensorsAreDetected) {
   TensorTable t;
   add_live(t, "a", 16, 0, 1);
   add_live(t, "b", 16, 1, 2);
-  ArenaLayout wrong = pack_arena(t, Category::activations);
+  ArenaLayout wrong = pack_arena(t, Category::activations, testing::kAlignment);
   wrong.offset[1] = wrong.offset[0];  // a layout that ignores the overlap of [0,1] and [1,2]
-  Arena arena(t, wrong, Category::activations);
+  Arena arena(t, wrong, Category::activations, cpu_allocator(), testing::kAlignment);
   arena.begin_op(0);
   EXPECT_THROW(arena.begin_op(1), std::logic_error);
 }
@@ -85,11 +87,11 @@ TEST(MemoryArena, OverlapsAmongManyLiveTensorsAreDetected) {
   const int straddling = add_live(t, "straddling", 16, 5, 5);
   const int inside = t.add({"inside", {0}, DType::f32, Category::activations, 6, 6});
   const int at_start = t.add({"at_start", {0}, DType::f32, Category::activations, 7, 7});
-  ArenaLayout wrong = pack_arena(t, Category::activations);
+  ArenaLayout wrong = pack_arena(t, Category::activations, testing::kAlignment);
   wrong.offset[straddling] = wrong.offset[20] + 32;
   wrong.offset[inside] = wrong.offset[30] + 4;
   wrong.offset[at_start] = wrong.offset[30];
-  Arena arena(t, wrong, Category::activations);
+  Arena arena(t, wrong, Category::activations, cpu_allocator(), testing::kAlignment);
   for (int op = 0; op < 5; ++op) arena.begin_op(op);
   EXPECT_THROW(arena.begin_op(5), std::logic_error);
   EXPECT_THROW(arena.begin_op(6), std::logic_error);
@@ -100,8 +102,8 @@ TEST(MemoryArena, LiveBytesCountBoundTensorsByAlignedSize) {
   TensorTable t;
   t.add({"a", {10}, DType::f32, Category::activations, 0, 1});  // 40 bytes, 64 aligned
   t.add({"b", {32}, DType::f32, Category::activations, 1, 2});  // 128 bytes
-  const ArenaLayout layout = pack_arena(t, Category::activations);
-  Arena arena(t, layout, Category::activations);
+  const ArenaLayout layout = pack_arena(t, Category::activations, testing::kAlignment);
+  Arena arena(t, layout, Category::activations, cpu_allocator(), testing::kAlignment);
   EXPECT_EQ(arena.live_bytes(), 0);
   arena.begin_op(0);
   EXPECT_EQ(arena.live_bytes(), 64);
@@ -121,7 +123,7 @@ TEST(MemoryPlan, Gpt2ActivationsMatchHandCount) {
   ModelSpec spec = testing::small_gpt2_spec(3);
   const int64_t B = 2, T = 32, C = 64, H = 4, L = 3, BT = B * T;
   const ModelGraph m = build_gpt2_graph(spec, {.batch = B, .seq_len = T});
-  const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
+  const Plan plan = make_plan(m.graph.table, testing::kAlignment, ModelStatePolicy{});
   const int64_t per_layer = 16 * BT * C + 4 * BT + B * H * T + 10 * BT * C;
   const int64_t outside =
       BT * C /*embedding*/ + BT * C + 2 * BT /*ln_f*/ + BT * C /*ln_f grad*/ + BT * C /*residual grad*/;
@@ -142,16 +144,16 @@ TEST(MemoryPlan, Gpt2PresetHasPublishedParameterCount) {
 
 TEST(MemoryAllocation, TrainingStepMeasuresExactlyThePlan) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
-  const Plan plan = make_plan(m.graph.table, ModelStatePolicy{});
-  Allocation memory(m.graph.table, plan);
+  ModelGraph m = build_gpt2_graph(spec, testing::on_cpu(spec, {.batch = 2, .seq_len = 16}));
+  const Plan plan = make_plan(m.graph.table, testing::kAlignment, ModelStatePolicy{});
+  Allocation memory(m.graph.table, plan, testing::cpu_backend(plan.policy));
   init_gpt2_params(spec, m, memory, 7);
   for (int i = 0; i < 32; ++i) {
     memory.i32(m.batch().tokens)[i] = (i * 37) % 256;
     memory.i32(m.batch().targets)[i] = (i * 11) % 256;
   }
-  Executor exec(spec, m.graph, memory);
-  const double loss = exec.train_step(1.0f).loss;
+  Executor exec(spec, m.graph, memory, testing::cpu_backend(plan.policy));
+  const double loss = testing::train_step(exec, m, memory, 1.0f);
   EXPECT_NEAR(loss, std::log(256.0), 0.5);  // near-uniform predictions at initialisation
   EXPECT_EQ(memory.measured().bytes, plan.bytes.bytes);
 }

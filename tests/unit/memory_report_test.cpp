@@ -4,6 +4,7 @@
 
 #include "memory/plan.h"
 #include "memory/report.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -23,7 +24,7 @@ TEST(MemoryReport, LargestTensorsAreTheTopTenWithTheirLifetimes) {
   for (int i = 0; i < 12; ++i)  // t0 smallest .. t11 largest; t_i lives over ops [i, i + 1]
     t.add({cat("t", i), {16 * (i + 1)}, DType::f32, Category::activations, i, i + 1});
   t.add({"w", {1000}, DType::f32, Category::params});
-  const ArenaLayout layout = pack_arena(t, Category::activations);
+  const ArenaLayout layout = pack_arena(t, Category::activations, testing::kAlignment);
   std::istringstream text(format_largest_tensors(t, layout, Category::activations, 10, op_names));
   std::string title, header, line;
   std::getline(text, title);

@@ -12,12 +12,13 @@
 #include "memory/plan.h"
 #include "memory/timeline.h"
 #include "model/gpt2.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
 
 int64_t aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+  return (bytes + testing::kAlignment - 1) / testing::kAlignment * testing::kAlignment;
 }
 
 MemoryTimeline two_point_timeline() {
@@ -64,7 +65,7 @@ TEST(MemoryTimeline, CsvHasOneRowPerOpWithTotals) {
 }
 
 TEST(MemoryTimeline, MissingOrMalformedFileIsADataErrorNamingIt) {
-  const std::string dir = testing::TempDir() + "memtrain-timeline-test";
+  const std::string dir = ::testing::TempDir() + "memtrain-timeline-test";
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/memory_timeline.json";
   std::filesystem::remove(path);
@@ -85,18 +86,18 @@ TEST(MemoryTimeline, MissingOrMalformedFileIsADataErrorNamingIt) {
 // lifetimes cover the op, and nothing of the step outlives it.
 TEST(MemoryTimeline, TrainingStepFollowsTheLifetimes) {
   const ModelSpec spec = resolve_model("gpt2-tiny", 64);
-  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  ModelGraph m = build_gpt2_graph(spec, testing::on_cpu(spec, {.batch = 2, .seq_len = 16}));
   const TensorTable& table = m.graph.table;
-  const Plan plan = make_plan(table, ModelStatePolicy{});
-  Allocation memory(table, plan);
+  const Plan plan = make_plan(table, testing::kAlignment, ModelStatePolicy{});
+  Allocation memory(table, plan, testing::cpu_backend(plan.policy));
   init_gpt2_params(spec, m, memory, 7);
-  Executor exec(spec, m.graph, memory);
+  Executor exec(spec, m.graph, memory, testing::cpu_backend(plan.policy));
   std::vector<CategoryBytes> live;
   exec.set_op_observer([&](int op) {
     EXPECT_EQ(op, static_cast<int>(live.size()));
     live.push_back(memory.live());
   });
-  exec.train_step(1.0f);
+  testing::train_step(exec, m, memory, 1.0f);
   ASSERT_EQ(live.size(), m.graph.ops.size());
 
   for (Category arena : {Category::activations, Category::workspace}) {

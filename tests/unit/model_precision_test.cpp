@@ -15,6 +15,7 @@
 #include "model/gpt2.h"
 #include "model/model.h"
 #include "optim/adamw.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -41,11 +42,19 @@ struct TinyRun {
   Allocation memory;
 
   TinyRun(const PrecisionConfig& precision, int64_t B, int64_t T)
-      : model(
-            build_gpt2_graph(spec, {.batch = B, .seq_len = T, .dtype = compute_dtype(precision.precision)})),
-        plan(make_plan(model.graph.table, model_state_policy(precision))),
-        memory(model.graph.table, plan) {
+      : model(build_gpt2_graph(
+            spec, testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = compute_dtype(precision.precision)}))),
+        plan(make_plan(model.graph.table, testing::kAlignment, model_state_policy(precision))),
+        memory(model.graph.table, plan, testing::cpu_backend(plan.policy)) {
     init_gpt2_params(spec, model, memory, 7);
+  }
+
+  Executor executor() { return Executor(spec, model.graph, memory, testing::cpu_backend(plan.policy)); }
+  // One step of the loaded batch through `exec`, or a fresh executor; its loss.
+  double train(Executor& exec, float grad_scale) { return testing::train_step(exec, model, memory, grad_scale); }
+  double train(float grad_scale) {
+    Executor exec = executor();
+    return train(exec, grad_scale);
   }
 
   // Batch rows [first, first + B) of a fixed token stream.
@@ -94,7 +103,7 @@ TEST(ModelPrecision, BytesPerParameterOfEveryPolicy) {
                  std::to_string(c.precision.master_weights));
     EXPECT_EQ(model_state_bytes(run.plan), c.bytes * run.plan.num_params);
     run.load_rows(0);
-    Executor(run.spec, run.model.graph, run.memory).train_step(1.0f);  // the arenas reach their peaks
+    run.train(1.0f);  // the arenas reach their peaks
     EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);
   }
 }
@@ -115,12 +124,12 @@ TEST(ModelPrecision, ActivationsAre16BitExceptStatistics) {
 TEST(ModelPrecision, SixteenBitStepMatchesFp32OnTheSameWeights) {
   TinyRun reference(mode(Precision::fp32), 4, 32);
   reference.load_rows(0);
-  const double loss = Executor(reference.spec, reference.model.graph, reference.memory).train_step(1.0f).loss;
+  const double loss = reference.train(1.0f);
   for (Precision p : {Precision::bf16, Precision::fp16}) {
     SCOPED_TRACE(precision_name(p));
     TinyRun run(mode(p), 4, 32);
     run.load_rows(0);
-    const double loss16 = Executor(run.spec, run.model.graph, run.memory).train_step(1.0f).loss;
+    const double loss16 = run.train(1.0f);
     EXPECT_NEAR(loss16, loss, 1e-2 * loss);
     EXPECT_LT(relative_l2(run.grads(), reference.grads()), p == Precision::bf16 ? 5e-2 : 1e-2);
     EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);
@@ -131,15 +140,15 @@ TEST(ModelPrecision, SixteenBitStepMatchesFp32OnTheSameWeights) {
 TEST(ModelPrecision, AccumulatedMicroBatchesEqualOneLargeBatch) {
   TinyRun big(mode(Precision::fp32), 4, 32);
   big.load_rows(0);
-  const double big_loss = Executor(big.spec, big.model.graph, big.memory).train_step(1.0f).loss;
+  const double big_loss = big.train(1.0f);
   for (int64_t k : {2, 4}) {
     SCOPED_TRACE(k);
     TinyRun micro(mode(Precision::fp32), 4 / k, 32);
-    Executor exec(micro.spec, micro.model.graph, micro.memory);
+    Executor exec = micro.executor();
     double loss = 0;
     for (int64_t i = 0; i < k; ++i) {
       micro.load_rows(i * (4 / k));
-      loss += exec.train_step(1.0f / static_cast<float>(k)).loss / static_cast<double>(k);
+      loss += micro.train(exec, 1.0f / static_cast<float>(k)) / static_cast<double>(k);
     }
     EXPECT_NEAR(loss, big_loss, 1e-6 * big_loss);
     EXPECT_LT(relative_l2(micro.grads(), big.grads()), 1e-5);
@@ -150,7 +159,7 @@ TEST(ModelPrecision, EveryPolicyTrainsAndKeepsItsPlan) {
   for (const PrecisionConfig& p : {mode(Precision::bf16, true), mode(Precision::bf16, false, true),
                                    mode(Precision::bf16, true, true, false), mode(Precision::fp16)}) {
     TinyRun run(p, 2, 32);
-    Executor exec(run.spec, run.model.graph, run.memory);
+    Executor exec = run.executor();
     AdamW optimizer({}, [&] {
       std::vector<ParamGroup> groups;
       for (int id : run.model.params) groups.push_back({id, weight_decays(run.model.graph.table[id])});
@@ -160,7 +169,7 @@ TEST(ModelPrecision, EveryPolicyTrainsAndKeepsItsPlan) {
     double first = 0, last = 0;
     for (int step = 1; step <= 8; ++step) {
       std::memset(run.memory.grads(), 0, run.plan.bytes[Category::grads]);
-      last = exec.train_step(1.0f).loss;
+      last = run.train(exec, 1.0f);
       if (step == 1) first = last;
       EXPECT_FALSE(optimizer.step(run.model.graph.table, run.memory, 1e-2f, 1.0f).skipped);
     }

@@ -14,6 +14,7 @@
 #include "model/recompute.h"
 #include "model_test_util.h"
 #include "optim/adamw.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -56,23 +57,23 @@ struct Trained {
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
 Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute, DType dtype) {
   const ModelGraph m =
-      build_model_graph(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute});
+      build_model_graph(spec, testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute}));
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
-  out.plan = make_plan(m.graph.table, policy);
-  Allocation memory(m.graph.table, out.plan);
+  out.plan = make_plan(m.graph.table, testing::kAlignment, policy);
+  Allocation memory(m.graph.table, out.plan, testing::cpu_backend(out.plan.policy));
   init_model_params(spec, m, memory, 3);
   std::vector<ParamGroup> groups;
   for (int id : m.params) groups.push_back({id, weight_decays(m.graph.table[id])});
   AdamW optimizer({}, groups);
-  Executor exec(spec, m.graph, memory);
+  Executor exec(spec, m.graph, memory, testing::cpu_backend(out.plan.policy));
   for (int step = 0; step < 2; ++step) {
     for (int64_t i = 0; i < B * T; ++i) {
       memory.i32(m.batch().tokens)[i] = static_cast<int32_t>((i * 31 + step * 7) % 256);
       memory.i32(m.batch().targets)[i] = static_cast<int32_t>((i * 17 + step * 5 + 1) % 256);
     }
     std::memset(memory.grads(), 0, out.plan.bytes[Category::grads]);
-    (step == 0 ? out.first_loss : out.second_loss) = exec.train_step(1.0f).loss;
+    (step == 0 ? out.first_loss : out.second_loss) = testing::train_step(exec, m, memory, 1.0f);
     optimizer.step(m.graph.table, memory, 1e-3f, 1.0f);
   }
   const char* g = static_cast<const char*>(memory.grads());
@@ -137,7 +138,7 @@ TEST(ModelRecompute, KeptActivationsMatchHandCount) {
     SCOPED_TRACE(recompute_name(c.mode));
     const ModelGraph m = build_gpt2_graph(kSpec, {.batch = B, .seq_len = T, .recompute = c.mode});
     EXPECT_EQ(live_at_loss(m.graph), c.kept);
-    const Plan plan = make_plan(m.graph.table, {});
+    const Plan plan = make_plan(m.graph.table, testing::kAlignment, {});
     EXPECT_GE(plan.activations.size, c.kept);
     EXPECT_LT(plan.activations.size, plan.activations.sum_of_tensors);
   }

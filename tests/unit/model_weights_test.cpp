@@ -19,6 +19,7 @@
 #include "model/checkpoint_layout.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -34,10 +35,8 @@ struct Model {
   Model(const std::string& preset, uint64_t seed, DType dtype = DType::f32)
       : spec(resolve_model(preset, 64)),
         graph(build_model_graph(spec, {.batch = 1, .seq_len = 8, .dtype = dtype})),
-        plan(make_plan(
-            graph.graph.table,
-            model_state_policy({.precision = dtype == DType::f32 ? Precision::fp32 : Precision::bf16}))),
-        memory(graph.graph.table, plan) {
+        plan(make_plan(graph.graph.table, testing::kAlignment, model_state_policy({.precision = dtype == DType::f32 ? Precision::fp32 : Precision::bf16}))),
+        memory(graph.graph.table, plan, testing::cpu_backend(plan.policy)) {
     init_model_params(spec, graph, memory, seed);
   }
   std::vector<float> master() const {

@@ -7,6 +7,7 @@
 #include "model/gpt2.h"
 #include "model/zero_schedule.h"
 #include "model_test_util.h"
+#include "tests/device_test_util.h"
 
 namespace mt {
 namespace {
@@ -97,7 +98,7 @@ TEST(ZeroSchedule, PlanShardsModelStatesPerStage) {
     ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16, .dtype = DType::bf16});
     const ZeroSchedule s = add_zero_schedule(m.graph, stage, DType::f32);
     const Plan plan =
-        make_plan(m.graph.table, bf16, {.dp = 2, .dp_rank = 1, .stage = stage, .bucket_elems = 4096});
+        make_plan(m.graph.table, testing::kAlignment, bf16, {.dp = 2, .dp_rank = 1, .stage = stage, .bucket_elems = 4096});
     const CategoryBytes& b = plan.bytes;
     const double states = b[Category::params] + b[Category::master] + b[Category::grads] + b[Category::optim];
     // The last shard pads an odd count by one element.
@@ -109,7 +110,7 @@ TEST(ZeroSchedule, PlanShardsModelStatesPerStage) {
       for (const BlockWindow& w : s.windows)
         for (int id : {w.weights, w.grads})
           if (id >= 0 && t[id].first_op <= op && op <= t[id].last_op) {
-            live += (t[id].bytes() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+            live += (t[id].bytes() + testing::kAlignment - 1) / testing::kAlignment * testing::kAlignment;
             live_weights += id == w.weights;
           }
       EXPECT_LE(live, plan.comm.size) << stage << " op " << op;
