@@ -217,8 +217,8 @@ int main(int argc, char** argv) {
       out["stages"] = nlohmann::json::array();
       for (int stage = 0; stage < c.pipeline_parallel; ++stage) {
         const mt::ParallelRank place = mt::parallel_rank(c, world, stage * c.tensor_parallel);
-        const mt::RunLayout run =
-            mt::lay_out_run(c, mt::ParallelRank{.dp = 1, .pp_rank = stage}, device, mt::parallel_buffer_bytes(place));
+        const mt::RunLayout run = mt::lay_out_run(c, mt::ParallelRank{.dp = 1, .pp_rank = stage}, device,
+                                                  mt::parallel_buffer_bytes(place));
         const double optimizer_s = mt::predict_step_cost(run, c, 1, profile).optimizer_s;
         out["stages"].push_back(measure_ops(run, device, profile, c, optimizer_s, repeats));
       }

@@ -59,7 +59,8 @@ inline std::vector<int64_t> counted_targets(const ModelGraph& model, const Alloc
 }
 
 // One training pass of the graph's batches as loaded; returns its loss.
-inline double train_step(Executor& exec, const ModelGraph& model, const Allocation& memory, float grad_scale) {
+inline double train_step(Executor& exec, const ModelGraph& model, const Allocation& memory,
+                         float grad_scale) {
   exec.clear_loss();
   exec.train_step(grad_scale, 0, counted_targets(model, memory));
   return exec.loss();

@@ -12,8 +12,8 @@
 #include "ckpt/layout.h"
 #include "core/error.h"
 #include "core/half.h"
-#include "model/checkpoint_layout.h"
 #include "model/hf_config.h"
+#include "model/hf_tensors.h"
 #include "model/model.h"
 #include "model/peft_adapter.h"
 #include "model/weights.h"
@@ -113,7 +113,7 @@ MergedModel::MergedModel(const std::string& checkpoint_dir, const CheckpointStat
 
 void MergedModel::check_adapted_modules() const {
   std::set<std::string> weights;
-  for (const FileTensor& f : checkpoint_tensors(spec_, model_)) weights.insert(f.name);
+  for (const FileTensor& f : hf_tensors(spec_, model_)) weights.insert(f.name);
   for (const auto& [name, t] : trained_) {
     if (!is_lora_a(name)) continue;
     const std::string module = name.substr(0, name.size() - lora_a_name("").size());
@@ -125,7 +125,7 @@ void MergedModel::check_adapted_modules() const {
 
 std::vector<WeightShard> MergedModel::shards() const {
   std::vector<WeightShard> shards;
-  for (const FileTensor& f : checkpoint_tensors(spec_, model_)) {
+  for (const FileTensor& f : hf_tensors(spec_, model_)) {
     const std::string file =
         sharded_ ? std::filesystem::path(base_->at(f.name).reader->path()).filename().string() : "";
     auto it = std::ranges::find(shards, file, &WeightShard::file);

@@ -10,7 +10,7 @@
 #include "ckpt/state.h"
 #include "dist/communicator.h"
 #include "memory/allocation.h"
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 
 namespace mt::ckpt {
 

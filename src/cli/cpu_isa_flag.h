@@ -11,7 +11,8 @@ namespace mt::cli {
 
 void add_cpu_isa_flag(CLI::App& cmd, std::string& level);
 
-// The level named, or this process's (process_cpu_isa) when empty; a usage error naming --cpu-isa and the choices.
+// The level named, or this process's (process_cpu_isa) when empty; a usage error naming --cpu-isa and the
+// choices.
 CpuIsa resolve_cpu_isa(const std::string& level);
 
 }  // namespace mt::cli

@@ -179,8 +179,7 @@ double adamw_mparams(double budget) {
 // the gradients' dtype moves.
 double adamw_8bit_mparams(MomentFormat format, double budget) {
   const int64_t n = kAdamWParams;
-  const MomentCodec m_codec = first_moment_codec(format),
-                             v_codec = second_moment_codec(format);
+  const MomentCodec m_codec = first_moment_codec(format), v_codec = second_moment_codec(format);
   std::vector<float> master(static_cast<size_t>(n), 0.5f), grad(static_cast<size_t>(n), 0.01f);
   std::vector<bf16> param(static_cast<size_t>(n));
   std::vector<uint8_t> m(static_cast<size_t>(n), kernels::zero_code(m_codec)),

@@ -124,9 +124,8 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
     // A device multiplies bf16 directly when its products need no conversion tiles.
     const bool native_bf16 =
         device_traits({.cpu_isa = isa, .threads = 1}, DType::bf16, 1, 1).matmul_scratch_floats == 0;
-    const std::string why = native_bf16
-                                ? "but fp16 products run as fp32 tiles at " + level
-                                : "and at " + level + " both run their products as fp32 tiles";
+    const std::string why = native_bf16 ? "but fp16 products run as fp32 tiles at " + level
+                                        : "and at " + level + " both run their products as fp32 tiles";
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
                     tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) + "; same bytes, " + why +
                     ")");

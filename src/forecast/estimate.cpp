@@ -84,6 +84,11 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
   std::snprintf(line, sizeof line, "  %-18s %18s %12s\n", "total", with_commas(total).c_str(),
                 human_bytes(total).c_str());
   out << line;
+  // What the host itself fills and reads (the loaders' windows, the checkpoint stream); on the CPU the rest
+  // is host memory too.
+  std::snprintf(line, sizeof line, "  %-18s %18s %12s\n", "of which host",
+                with_commas(r.host_bytes.total()).c_str(), human_bytes(r.host_bytes.total()).c_str());
+  out << line;
   out << "  model states " << model_state_bytes_per_param(r.bytes, r.num_params)
       << " bytes/parameter; activation arena " << human_bytes(r.activations_packed) << " packed from "
       << human_bytes(r.activations_unpacked) << " of tensors\n";
@@ -168,8 +173,7 @@ const RankEstimate& Estimate::largest() const {
   });
 }
 
-Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
-                      CpuIsa isa) {
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa) {
   if (dp < 1) fail_usage("--dp must be at least 1");
   check_parallel_flags(config);
   check_checkpoint_flags(config);
@@ -181,8 +185,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
   e.device_memory = device_memory;
   for (int rank = 0; rank < e.world(); ++rank) {
     const ParallelRank place = parallel_rank(config, e.world(), rank);
-    const RunLayout run = lay_out_run(config, place, {.cpu_isa = isa, .threads = e.threads},
-                                      parallel_buffer_bytes(place));
+    const RunLayout run =
+        lay_out_run(config, place, {.cpu_isa = isa, .threads = e.threads}, parallel_buffer_bytes(place));
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;
@@ -201,6 +205,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
                        .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
                        .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
                        .bytes = plan.bytes,
+                       .host_bytes = plan.host,
                        .num_params = plan.num_params,
                        .shard_begin = plan.shard_begin,
                        .shard_end = plan.shard_end,
@@ -267,6 +272,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                  {"saved_activation_bytes_per_micro_batch", r.saved_per_micro_batch},
                  {"bytes", bytes_json(r.bytes)},
                  {"total_bytes", r.bytes.total()},
+                 {"host_bytes", bytes_json(r.host_bytes)},
                  {"num_params", r.num_params},
                  {"shard", {r.shard_begin, r.shard_end}},
                  {"model_state_bytes_per_param", model_state_bytes_per_param(r.bytes, r.num_params)},

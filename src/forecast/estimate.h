@@ -40,6 +40,7 @@ struct RankEstimate {
   int64_t in_flight = 1;
   int64_t saved_per_micro_batch = 0;
   CategoryBytes bytes;                     // what the rank allocates, per category
+  CategoryBytes host_bytes;                // the part of bytes in host memory (Plan::host)
   int64_t num_params = 0;                  // parameter elements of the model states (vocabulary padded)
   int64_t shard_begin = 0, shard_end = 0;  // the flat range of this rank's optimizer shard
   int64_t shard_elems = 0;                 // S = ceil(N / dp) when sharded (the last shard padded), else N
@@ -71,8 +72,7 @@ struct Estimate {
 // (train/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
 // MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
 // configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
-Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,
-                      CpuIsa isa);
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa);
 
 // The largest rank's model states, for comparing with the published formulas (forecast/formulas.h).
 ModelStateLayout model_state_layout(const Estimate& estimate);

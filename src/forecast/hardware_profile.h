@@ -10,9 +10,9 @@
 #include <optional>
 #include <string>
 
-#include "devices/devices.h"
 #include "core/cpu_isa.h"
 #include "core/dtype.h"
+#include "devices/devices.h"
 
 namespace mt {
 
@@ -58,9 +58,9 @@ struct AdamWRates {
 struct HardwareProfile {
   std::string source;  // "calibrate", the file it was read from, or "built-in profiles/..." (shipped)
   CpuIsa cpu_isa = CpuIsa::generic;  // the level the kernels ran at (process_cpu_isa())
-  int threads = 1;                                     // OpenMP threads the rates were measured with
-  std::string cpu_model;                               // the CPU's name (forecast/cpu_model.h)
-  std::string notes;                                   // how it was measured, when a person says so
+  int threads = 1;                   // OpenMP threads the rates were measured with
+  std::string cpu_model;             // the CPU's name (forecast/cpu_model.h)
+  std::string notes;                 // how it was measured, when a person says so
   LinearRates fp32, bf16;
   // Per dtype: [0] fp32 storage, [1] 16-bit storage.
   // The attention kernels' forward + backward, causal FLOPs per second (not a GEMM: blocked, with softmax).

@@ -7,8 +7,8 @@
 #include <optional>
 #include <sstream>
 
-#include "devices/devices.h"
 #include "core/error.h"
+#include "devices/devices.h"
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "forecast/shipped_profiles.h"

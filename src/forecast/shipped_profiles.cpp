@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <tuple>
 
-#include "devices/devices.h"
 #include "core/word_list.h"
+#include "devices/devices.h"
 #include "forecast/cpu_model.h"
 
 namespace mt {
@@ -36,8 +36,8 @@ const std::vector<HardwareProfile>& shipped_hardware_profiles() {
   return profiles;
 }
 
-const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles,
-                                                CpuIsa isa, int threads) {
+const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles, CpuIsa isa,
+                                                int threads) {
   // Another level runs other kernels, which is further off than other threads running the same ones.
   const auto distance = [isa, threads](const HardwareProfile& p) {
     const int level = static_cast<int>(p.cpu_isa) - static_cast<int>(isa);

@@ -27,8 +27,8 @@ const std::vector<HardwareProfile>& shipped_hardware_profiles();
 
 // The profile of `profiles` (not empty) for a plan at `isa` with `threads` per rank: the exact match; else
 // the nearest level (ties: the lower), and in it the nearest thread count (ties: the fewer).
-const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles,
-                                                CpuIsa isa, int threads);
+const HardwareProfile& nearest_hardware_profile(const std::vector<HardwareProfile>& profiles, CpuIsa isa,
+                                                int threads);
 // The nearest of the shipped ones.
 const HardwareProfile& shipped_hardware_profile(CpuIsa isa, int threads);
 

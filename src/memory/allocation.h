@@ -60,19 +60,9 @@ class Allocation {
   T* in_block(int block_tensor, int first_param, int param_id) const {
     return as<T>(block_tensor) + block_offset(block_tensor, first_param, param_id);
   }
-  // Element `flat` of the flat weights or gradients, which must lie in the range this rank's buffer holds
-  // (Plan::weights_begin/grads_begin, end included as a one-past pointer).
-  template <typename T>
-  T* weights_from(int64_t flat) const {
-    check_dtype(plan_.policy.weights, dtype_of<T>(), -1);
-    return params_.as<T>() + held_index(flat, plan_.weights_begin(), plan_.weights_end(), "weights");
-  }
-  template <typename G>
-  G* grads_from(int64_t flat) const {
-    check_dtype(plan_.policy.grads, dtype_of<G>(), -1);
-    return grads_.as<G>() + held_index(flat, plan_.grads_begin(), plan_.grads_end(), "gradients");
-  }
-  // The same, untyped: element `flat` in the policy's dtype, for the device's operations.
+  // Element `flat` of the flat weights or gradients, in the policy's dtype, which must lie in the range this
+  // rank's buffer holds (Plan::weights_begin/grads_begin, end included as a one-past pointer): device memory,
+  // for the device's operations and the collectives.
   void* weights_at(int64_t flat) const;
   void* grads_at(int64_t flat) const;
   // Whole model-state buffers in the policy's dtypes, num_params() elements each. Master weights and Adam

@@ -7,8 +7,8 @@
 
 namespace mt {
 
-Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category, DeviceAllocator& allocator,
-             int64_t alignment)
+Arena::Arena(const TensorTable& table, const ArenaLayout& layout, Category category,
+             DeviceAllocator& allocator, int64_t alignment)
     : table_(table),
       layout_(layout),
       alignment_(alignment),

@@ -70,8 +70,8 @@ class Device {
   // AdamWStep::grad_multiplier).
   virtual double sum_of_squares(const void* x, DType dtype, int64_t n) = 0;
   // AdamW over fp32 or bf16 moments m and v (`moments`).
-  virtual void adamw_update(const AdamWOperands& params, void* m, void* v, DType moments, const AdamWStep& step,
-                            const AdamWRounding& rounding) = 0;
+  virtual void adamw_update(const AdamWOperands& params, void* m, void* v, DType moments,
+                            const AdamWStep& step, const AdamWRounding& rounding) = 0;
   // AdamW over 8-bit block-quantized moments; `runs` give each element's weight decay.
   virtual void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                                     const AdamWStep& step, std::span<const DecayRun> runs,

@@ -63,7 +63,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
       plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());
       if (t.space == MemorySpace::host) plan.host[t.category] = checked_add(plan.host[t.category], t.bytes());
     } else if (t.space == MemorySpace::host) {
-      throw std::logic_error("tensor " + t.name + " in host memory has a lifetime: host buffers are not packed");
+      throw std::logic_error("tensor " + t.name +
+                             " in host memory has a lifetime: host buffers are not packed");
     }
   }
   const int64_t n = plan.num_params, block = std::max<int64_t>(policy.moment_block, 1);

@@ -29,11 +29,11 @@ struct ModelStatePolicy {
 };
 
 // ZeRO sharding of the model states over data-parallel ranks, seen from one rank. Parameters are numbered as
-// one flat buffer; data-parallel rank r owns elements [r*S, (r+1)*S) with S = ceil(n / dp) rounded up to whole moment
-// blocks, so an uneven size pads the last shard instead of being rejected. Stage 1 keeps only this rank's
-// shard of the master weights and Adam moments, stage 2 also of the gradients, stage 3 also of the weights.
-// Buffers are exchanged in place in collectives of at most `bucket_elems` elements; stages 2 and 3 exchange a
-// block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
+// one flat buffer; data-parallel rank r owns elements [r*S, (r+1)*S) with S = ceil(n / dp) rounded up to
+// whole moment blocks, so an uneven size pads the last shard instead of being rejected. Stage 1 keeps only
+// this rank's shard of the master weights and Adam moments, stage 2 also of the gradients, stage 3 also of
+// the weights. Buffers are exchanged in place in collectives of at most `bucket_elems` elements; stages 2 and
+// 3 exchange a block at a time through the comm tensors of the step schedule (model/zero_schedule.h).
 struct Sharding {
   int dp = 1;       // the data-parallel group's ranks, which share the model states
   int dp_rank = 0;  // this rank's place among them

@@ -1,7 +1,7 @@
 #include "memory/precision.h"
 
-#include "core/moment_format.h"
 #include "core/error.h"
+#include "core/moment_format.h"
 
 namespace mt {
 

@@ -71,8 +71,8 @@ std::string format_memory_report(const MemoryReport& r) {
   // What the host itself reads and writes; on the CPU every byte is host memory, on an accelerator the rest
   // is the device's.
   std::snprintf(line, sizeof line, "%-18s %16lld %16lld %12s%s\n", "of which host",
-                static_cast<long long>(r.planned_host.total()), static_cast<long long>(r.measured_host.total()),
-                human_bytes(r.planned_host.total()).c_str(),
+                static_cast<long long>(r.planned_host.total()),
+                static_cast<long long>(r.measured_host.total()), human_bytes(r.planned_host.total()).c_str(),
                 r.planned_host.bytes == r.measured_host.bytes ? "" : "  MISMATCH");
   out << line;
   out << "model states " << model_state_bytes_per_param(r.measured, r.num_params)

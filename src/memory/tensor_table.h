@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/weight_format.h"
 #include "core/dtype.h"
+#include "core/weight_format.h"
 #include "memory/category.h"
 
 namespace mt {

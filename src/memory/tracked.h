@@ -28,8 +28,8 @@ class MemoryTracker {
   CategoryBytes peak_;
 };
 
-// One zero-filled block of a category from its tracker's allocator (aligned as the device aligns its tensors), counted by the tracker
-// while it lives.
+// One zero-filled block of a category from its tracker's allocator (aligned as the device aligns its
+// tensors), counted by the tracker while it lives.
 class TrackedBuffer {
  public:
   TrackedBuffer() = default;

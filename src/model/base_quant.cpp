@@ -4,7 +4,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 
 namespace mt {
 
@@ -12,8 +12,7 @@ std::string base_quant_text(const BaseQuantConfig& quant) {
   if (!quant.enabled()) return "";
   return "base " + std::string(kBaseQuantNames.name(quant.format)) + " (blocks of " +
          std::to_string(kWeightBlock) + ", absmax in " +
-         (quant.double_quant ? "8 bits, blocks of " + std::to_string(kAbsmaxBlock)
-                             : std::string("fp32")) +
+         (quant.double_quant ? "8 bits, blocks of " + std::to_string(kAbsmaxBlock) : std::string("fp32")) +
          ")";
 }
 
@@ -25,7 +24,7 @@ void quantize_frozen_linears(const ModelSpec& spec, ModelGraph& model, const Bas
     if (op.kind() == OpKind::linear) linear_weights.insert(op.as<ops::Linear>().weight);
   // Each weight's Hugging Face tensors by their first element.
   std::map<int, std::map<int64_t, int64_t>> parts;
-  for (const FileTensor& f : checkpoint_tensors(spec, model))
+  for (const FileTensor& f : hf_tensors(spec, model))
     if (linear_weights.contains(f.param) && table[f.param].category == Category::frozen)
       parts[f.param][f.offset] = f.numel();
   for (const auto& [id, by_offset] : parts) {

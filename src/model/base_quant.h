@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "core/weight_format.h"
 #include "core/names.h"
+#include "core/weight_format.h"
 
 namespace mt {
 

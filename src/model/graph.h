@@ -108,12 +108,12 @@ struct Swiglu {  // out = silu(gate) * up
 };
 
 // Per-position losses of inp @ weight^T against targets, a chunk of logits at a time, their mean over the
-// counted targets added into loss_sum (the step's, which the trainer reads once); training also takes dinp and
-// the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask
-// (u8, 1: counted) the loss is the mean over the counted targets only, and the others get no gradient.
-// Tensor parallel: weight holds the vocabulary rows from vocab_begin, and each chunk's softmax combines the
-// ranks' row statistics (row_stats [tp, 3, rows]: max, sum of exponentials, target logit); dinp is this
-// rank's part of the input's gradient, summed after the op.
+// counted targets added into loss_sum (the step's, which the trainer reads once); training also takes dinp
+// and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask (u8, 1:
+// counted) the loss is the mean over the counted targets only, and the others get no gradient. Tensor
+// parallel: weight holds the vocabulary rows from vocab_begin, and each chunk's softmax combines the ranks'
+// row statistics (row_stats [tp, 3, rows]: max, sum of exponentials, target logit); dinp is this rank's part
+// of the input's gradient, summed after the op.
 struct LmHeadLoss {
   static constexpr OpKind kind = OpKind::lm_head_loss;
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
@@ -317,8 +317,8 @@ struct Graph {
   // The step's loss: the sum over its loss ops of each one's mean (f64 [1], category other); -1 on a
   // pipeline stage without the head.
   int loss_sum = -1;
-  int tp = 1;       // tensor-parallel ranks its split tensors were sized for
-  int pp = 1;       // pipeline stages: the graph is one stage's, all the step's micro-batches under 1F1B
+  int tp = 1;  // tensor-parallel ranks its split tensors were sized for
+  int pp = 1;  // pipeline stages: the graph is one stage's, all the step's micro-batches under 1F1B
   std::vector<GraphPass> passes;  // in the order they run: one forward and one backward without pipelines
 };
 

@@ -13,7 +13,8 @@ GraphBuilder::GraphBuilder(ModelGraph& model, const StepConfig& step) : m_(model
   m_.graph.loss_op = -1;  // until the head's op, on the last stage
   // Matrix products whose inputs the device's library cannot take directly get conversion tiles (on the CPU:
   // f16, and bf16 without AVX512-BF16).
-  if (step_.device.matmul_scratch_floats > 0) mm_ = scratch("matmul.scratch", step_.device.matmul_scratch_floats);
+  if (step_.device.matmul_scratch_floats > 0)
+    mm_ = scratch("matmul.scratch", step_.device.matmul_scratch_floats);
   const int64_t micro_batches = step_.pp > 1 ? step_.micro_batches : 1;
   for (int64_t i = 0; i < micro_batches; ++i) {
     const std::string name = micro_batches > 1 ? "batch" + std::to_string(i) : "batch";
@@ -177,8 +178,9 @@ int GraphBuilder::dequant_tile(const std::string& name, int weight) {
   const TensorDesc& w = m_.graph.table[weight];
   if (!step_.base_quant.enabled() || w.category != Category::frozen) return -1;
   // A tile of whole columns, each as long as the longer side (either layout's rows or columns).
-  return tensor(name + ".dequant_tile", {step_.device.dequant_tile_columns * std::max(w.shape[0], w.shape[1])},
-                Category::workspace, step_.dtype);
+  return tensor(name + ".dequant_tile",
+                {step_.device.dequant_tile_columns * std::max(w.shape[0], w.shape[1])}, Category::workspace,
+                step_.dtype);
 }
 
 void GraphBuilder::op(std::string name, OpArgs args) {

@@ -97,7 +97,8 @@ void init_param(const ModelGraph& model, Allocation& memory, int id, const Initi
   // This rank's part of the weights: all of them, or its shard under ZeRO-3.
   const int64_t first = std::max(offset, plan.weights_begin()),
                 last = std::min(offset + n, plan.weights_end());
-  if (first < last) fill_on_device(device, memory.weights_at(first), t.dtype, value, first - offset, last - first);
+  if (first < last)
+    fill_on_device(device, memory.weights_at(first), t.dtype, value, first - offset, last - first);
   // The master copy holds the exact fp32 values of this rank's part of the tensor (streamed into the
   // offload file in chunks when offloaded).
   const int64_t begin = std::max(offset, plan.shard_begin), end = std::min(offset + n, plan.shard_end);

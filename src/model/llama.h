@@ -1,8 +1,8 @@
 // The LLaMA family (LLaMA 2/3, Mistral, Qwen2) as a Graph: RMSNorm, rotary embeddings on q and k,
 // grouped-query attention, SwiGLU MLP, no biases (Qwen2: on q, k, v), tied or untied LM head. Weights are
 // kept in torch.nn.Linear layout [out, in] under Hugging Face names, with two fusions: self_attn.qkv_proj is
-// q_proj, k_proj and v_proj stacked by rows, mlp.gate_up_proj is gate_proj and up_proj (llama_weights.h
-// splits them).
+// q_proj, k_proj and v_proj stacked by rows, mlp.gate_up_proj is gate_proj and up_proj (model/hf_tensors.h
+// names each part).
 #pragma once
 
 #include <cstdint>

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 #include "model/weights.h"
 
 namespace mt {

@@ -18,7 +18,7 @@
 #include "core/half.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 #include "model/model.h"
 
 namespace mt {
@@ -63,8 +63,8 @@ float file_value(const char* bytes, DType dtype, int64_t i) {
 
 // A NaN or infinite weight would surface only as a diverged step; the file is what is wrong. `bytes` holds n
 // values of f from element `first` on.
-void check_finite(const SafetensorsReader& reader, const FileTensor& f, const char* bytes, DType dtype, int64_t n,
-                  int64_t first = 0) {
+void check_finite(const SafetensorsReader& reader, const FileTensor& f, const char* bytes, DType dtype,
+                  int64_t n, int64_t first = 0) {
   for (int64_t i = 0; i < n; ++i)
     if (const float v = file_value(bytes, dtype, i); !std::isfinite(v))
       fail_data(reader.path() + ": bad weights: tensor " + f.name + " holds " + std::to_string(v) +
@@ -90,8 +90,7 @@ void store_values(Device& device, void* dst, DType dtype, int64_t n, const Value
 // A quantized frozen weight's file tensor, from its values in fp32, into its part.
 void store_quantized(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
   const QuantizedStorage& storage = *memory.table()[f.param].quantized;
-  const QuantizedWeight part =
-      storage.views(memory.data(f.param)).at(storage.part_starting_at(f.offset));
+  const QuantizedWeight part = storage.views(memory.data(f.param)).at(storage.part_starting_at(f.offset));
   std::vector<float> values(static_cast<size_t>(f.numel()));
   for (int64_t i = 0; i < f.numel(); ++i) values[i] = file_value(bytes, file_dtype, i);
   memory.device().quantize_weight(values.data(), part);
@@ -101,7 +100,8 @@ void store_quantized(const char* bytes, DType file_dtype, const Allocation& memo
 void store_frozen(const char* bytes, DType file_dtype, const Allocation& memory, const FileTensor& f) {
   if (memory.table()[f.param].quantized) return store_quantized(bytes, file_dtype, memory, f);
   const DType weights = memory.plan().policy.weights;
-  char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * static_cast<int64_t>(dtype_size(weights));
+  char* const into =
+      static_cast<char*>(memory.data(f.param)) + f.offset * static_cast<int64_t>(dtype_size(weights));
   store_values(memory.device(), into, weights, f.numel(),
                [&](int64_t i) { return file_value(bytes, file_dtype, i); });
 }
@@ -120,10 +120,11 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
     // Straight from the file into the weights, a piece at a time.
     char* const into = static_cast<char*>(memory.data(f.param)) + f.offset * dtype_size(weights);
     const int64_t size = static_cast<int64_t>(dtype_size(e.dtype));
-    memory.device().write(into, static_cast<int64_t>(e.bytes()), [&](char* piece, int64_t offset, int64_t bytes) {
-      reader.read_part(e, static_cast<uint64_t>(offset), static_cast<uint64_t>(bytes), piece);
-      check_finite(reader, f, piece, e.dtype, bytes / size, offset / size);
-    });
+    memory.device().write(
+        into, static_cast<int64_t>(e.bytes()), [&](char* piece, int64_t offset, int64_t bytes) {
+          reader.read_part(e, static_cast<uint64_t>(offset), static_cast<uint64_t>(bytes), piece);
+          check_finite(reader, f, piece, e.dtype, bytes / size, offset / size);
+        });
     return;
   }
   std::vector<char> bytes(e.bytes());
@@ -143,7 +144,8 @@ void store_loaded(const SafetensorsReader& reader, const TensorEntry& e, Allocat
     const int64_t begin = std::max(first, plan.shard_begin), end = std::min(last, plan.shard_end);
     if (!plan.policy.master_weights || begin >= end) return;
     memory.optimizer_state().visit(begin, end, StateAccess::write_master, [&](const StateWindow& w) {
-      store_values(device, w.master, DType::f32, w.end - w.begin, [&](int64_t i) { return value(w.begin + i); });
+      store_values(device, w.master, DType::f32, w.end - w.begin,
+                   [&](int64_t i) { return value(w.begin + i); });
     });
   });
 }
@@ -198,7 +200,7 @@ WeightFiles::WeightFiles(const std::string& path, const ModelSpec& spec) : path_
     readers_.push_back(std::make_unique<SafetensorsReader>(file));
   for (const auto& reader : readers_)
     for (const TensorEntry& e : reader->tensors())
-      if (const std::optional<std::string> name = checkpoint_name(spec, e.name))
+      if (const std::optional<std::string> name = hf_tensor_name(spec, e.name))
         by_name_[*name] = {reader.get(), &e};
 }
 
@@ -291,8 +293,9 @@ FlatSource weight_values(const Allocation& memory) {
     if (first < plan.weights_begin() || last > plan.weights_end())
       throw std::logic_error("weights: this rank does not hold flat parameters " + std::to_string(first) +
                              "-" + std::to_string(last));
-    memory.device().read(memory.weights_at(first), static_cast<int64_t>(static_cast<uint64_t>(last - first) * size),
-                         [&](const char* piece, int64_t, int64_t bytes) { sink(piece, static_cast<uint64_t>(bytes)); });
+    memory.device().read(
+        memory.weights_at(first), static_cast<int64_t>(static_cast<uint64_t>(last - first) * size),
+        [&](const char* piece, int64_t, int64_t bytes) { sink(piece, static_cast<uint64_t>(bytes)); });
   };
 }
 
@@ -359,14 +362,14 @@ void load_weights(const std::string& path, const ModelSpec& spec, const ModelGra
   std::set<std::string> unread;
   for (const auto& [name, found] : files.tensors()) unread.insert(name);
   // Every tensor of the whole model must be there, also those another pipeline stage loads.
-  for (const FileTensor& f : checkpoint_tensors(spec, whole_model(spec))) {
+  for (const FileTensor& f : hf_tensors(spec, whole_model(spec))) {
     files.at(f.name);  // a data error when missing
     unread.erase(f.name);
   }
   if (!unread.empty())
     fail_data(path + ": unexpected tensor " + *unread.begin() + " for this " +
               (spec.arch == Arch::llama ? "LLaMA" : "GPT-2") + " model");
-  for (const FileTensor& f : checkpoint_tensors(spec, model)) {
+  for (const FileTensor& f : hf_tensors(spec, model)) {
     const WeightFiles::Found& found = files.at(f.name);
     load_checked(*found.reader, *found.entry, memory, f);
   }
@@ -376,7 +379,7 @@ void save_weights(const std::string& path, const ModelSpec& spec, const ModelGra
                   const Allocation& memory, uint64_t max_shard_bytes, const WeightWriters& writers) {
   const ModelGraph whole = whole_model(spec);
   const std::vector<FileTensor> tensors =
-      held_tensors(checkpoint_tensors(spec, whole), whole, model, writers.tied_copy);
+      held_tensors(hf_tensors(spec, whole), whole, model, writers.tied_copy);
   if (!path.ends_with(".index.json")) {
     write_weight_file(path, tensors, memory, writers);
     return;

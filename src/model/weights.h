@@ -1,4 +1,4 @@
-// Model weights in safetensors with Hugging Face names and layouts (checkpoint_layout.h): one file, or the
+// Model weights in safetensors with Hugging Face names and layouts (hf_tensors.h): one file, or the
 // shards a model.safetensors.index.json lists.
 #pragma once
 
@@ -12,8 +12,8 @@
 #include "dist/communicator.h"
 #include "io/safetensors.h"
 #include "memory/allocation.h"
-#include "model/checkpoint_layout.h"
 #include "model/graph_builder.h"
+#include "model/hf_tensors.h"
 #include "model/spec.h"
 
 namespace mt {
@@ -26,7 +26,7 @@ constexpr uint64_t kDefaultShardBytes = 5'000'000'000;
 // either.
 std::vector<std::string> weight_files(const std::string& path);
 
-// A model's weight files open for reading, their tensors found by checkpoint name (checkpoint_name: tensors
+// A model's weight files open for reading, their tensors found by Hugging Face name (hf_tensor_name: tensors
 // memtrain ignores are left out).
 class WeightFiles {
  public:
@@ -88,7 +88,7 @@ void write_tensor_parts(const std::string& path, const SafetensorsLayout& file,
                         int64_t first, int64_t last, uint64_t element_bytes, const FlatSource& source);
 
 // Reads every parameter of `model` from `path`: a .safetensors file, a model.safetensors.index.json (its
-// shards are read from the index's folder), or a folder holding either. Tensors checkpoint_name ignores are
+// shards are read from the index's folder), or a folder holding either. Tensors hf_tensor_name ignores are
 // accepted. F32, BF16 and F16 tensors are converted to the run's storage (the fp32 master copy, or the
 // weights without one); under tensor parallelism each rank stores its own part of every split parameter,
 // under pipeline parallelism its stage's parameters (a tied embedding's copy too). A tensor of the whole

@@ -110,9 +110,10 @@ void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float
           const AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
                                        first};
           const int64_t local = first - window.begin;
-          memory.device().adamw_update(operands(memory, window.master ? window.master + local : nullptr, first, last),
-                                       static_cast<char*>(window.m) + local * moment_size,
-                                       static_cast<char*>(window.v) + local * moment_size, moments, s, rounding);
+          memory.device().adamw_update(
+              operands(memory, window.master ? window.master + local : nullptr, first, last),
+              static_cast<char*>(window.m) + local * moment_size,
+              static_cast<char*>(window.v) + local * moment_size, moments, s, rounding);
         }
       });
 }

@@ -87,9 +87,10 @@ void Trainer::print_banner(size_t train_shards) const {
                 human_bytes(plan_.offloaded_bytes).c_str(), cfg.offload_path.c_str(),
                 with_commas(plan_.offload.chunk_elems).c_str());
   if (cfg.memory_report) {
-    MemoryReport planned{plan_.bytes,     plan_.bytes,      plan_.activations.size, plan_.activations.sum_of_tensors,
-                         0,               plan_.num_params, plan_.offloaded_bytes,  plan_.host,
-                         plan_.host};
+    MemoryReport planned{
+        plan_.bytes, plan_.bytes,      plan_.activations.size, plan_.activations.sum_of_tensors,
+        0,           plan_.num_params, plan_.offloaded_bytes,  plan_.host,
+        plan_.host};
     std::printf("memory plan:\n%s", format_memory_report(planned).c_str());
     std::vector<std::string> op_names;
     for (const Op& op : model_.graph.ops) op_names.push_back(op.name);
@@ -163,7 +164,8 @@ StepOutcome Trainer::step(int64_t step) {
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
     std::vector<int64_t> counted;  // per micro-batch of the pass: the targets its loss counts
-    for (const BatchTensors& batch : model_.batches) counted.push_back(load_batch(*train_loader_, batch, true));
+    for (const BatchTensors& batch : model_.batches)
+      counted.push_back(load_batch(*train_loader_, batch, true));
     // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
     const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
     if (record)
@@ -224,8 +226,9 @@ int64_t Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data
       loader.skip_batch();
       continue;
     }
-    counted = loader.next_batch(static_cast<int32_t*>(host(batch.tokens)), static_cast<int32_t*>(host(batch.targets)),
-                                static_cast<uint8_t*>(host(batch.loss_mask)), static_cast<int32_t*>(host(batch.positions)));
+    counted = loader.next_batch(
+        static_cast<int32_t*>(host(batch.tokens)), static_cast<int32_t*>(host(batch.targets)),
+        static_cast<uint8_t*>(host(batch.loss_mask)), static_cast<int32_t*>(host(batch.positions)));
   }
   for (int id : {batch.tokens, batch.targets, batch.loss_mask, batch.positions})
     if (id >= 0) memory.upload(id);
@@ -333,7 +336,8 @@ void Trainer::finish() {
   // The device the plan was made for and ran on (the CPU's level).
   for (const auto& [key, value] : backend_->description().fields) json[key] = value;
   write_file_atomically(memory_json, json.dump(2) + "\n");
-  if (report.planned.bytes != report.measured.bytes || report.planned_host.bytes != report.measured_host.bytes)
+  if (report.planned.bytes != report.measured.bytes ||
+      report.planned_host.bytes != report.measured_host.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
 }
 

@@ -43,7 +43,8 @@ struct StepOutcome {
 class Trainer {
  public:
   // Resolves the model, checks the flags, plans for `device` and allocates the memory there, and
-  // initialises or loads the weights. Writes nothing: every bad input is an mt::Error before any file changes.
+  // initialises or loads the weights. Writes nothing: every bad input is an mt::Error before any file
+  // changes.
   Trainer(const TrainConfig& config, AsyncCommunicator& comm, const DeviceTarget& device);
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -8,8 +8,8 @@
 #include "ckpt/writer.h"
 #include "core/crc32c.h"
 #include "core/error.h"
-#include "model/checkpoint_layout.h"
 #include "model/hf_config.h"
+#include "model/hf_tensors.h"
 #include "train/resume_check.h"
 #include "train/run_flag_table.h"
 #include "train/trainer.h"
@@ -149,12 +149,14 @@ uint32_t Trainer::state_hash() {
   const auto add = [&](const char* piece, int64_t, int64_t bytes) {
     crc = crc32c(piece, static_cast<size_t>(bytes), crc);
   };
-  memory_->device().read(weights.data, weights.range.size() * static_cast<int64_t>(dtype_size(weights.dtype)), add);
+  memory_->device().read(weights.data, weights.range.size() * static_cast<int64_t>(dtype_size(weights.dtype)),
+                         add);
   const std::vector<ckpt::StateTensor> states = ckpt::state_tensors(plan_);
-  memory_->optimizer_state().visit(
-      plan_.shard_begin, plan_.shard_end, StateAccess::read_all, [&](const StateWindow& w) {
-        for (const ckpt::StateTensor& t : states) memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
-      });
+  memory_->optimizer_state().visit(plan_.shard_begin, plan_.shard_end, StateAccess::read_all,
+                                   [&](const StateWindow& w) {
+                                     for (const ckpt::StateTensor& t : states)
+                                       memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
+                                   });
   const LoaderCursor cursor = train_loader_->cursor();
   const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};
   crc = crc32c(counters, sizeof counters, crc);

@@ -133,13 +133,13 @@ AsyncCommunicator::Ticket ZeroSync::start_parts(int w, int block_id, DType dtype
 // Each part comes from the rank whose weight shard holds it.
 AsyncCommunicator::Ticket ZeroSync::start_gather(int w) {
   const Plan& p = plan();
-  return start_parts(
-      w, schedule_.windows[w].weights, p.policy.weights, bytes(memory_.params()), p.weights_begin(),
-      [&device = memory_.device()](Communicator& c, char* dst, const char* own, int64_t n, int64_t size,
-                                   DType dtype, int owner) {
-        if (own) device.copy(dst, own, n * size);
-        c.broadcast(dst, n, dtype, owner);
-      });
+  return start_parts(w, schedule_.windows[w].weights, p.policy.weights, bytes(memory_.params()),
+                     p.weights_begin(),
+                     [&device = memory_.device()](Communicator& c, char* dst, const char* own, int64_t n,
+                                                  int64_t size, DType dtype, int owner) {
+                       if (own) device.copy(dst, own, n * size);
+                       c.broadcast(dst, n, dtype, owner);
+                     });
 }
 
 // The window's kernels add into its gradient tensor. Starting this rank's own part from its shard's running

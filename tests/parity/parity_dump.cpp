@@ -26,15 +26,15 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/peft_adapter.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
 #include "optim/schedule.h"
-#include "tests/dump_tool.h"
 #include "tests/device_test_util.h"
+#include "tests/dump_tool.h"
 
 namespace {
 
@@ -95,11 +95,11 @@ int run(int argc, char** argv) {
     if (!pin) throw std::runtime_error("short positions file");
   }
   ModelGraph model = build_model_graph(spec, testing::on_cpu(spec, {.batch = B,
-                                                                  .seq_len = T,
-                                                                  .dtype = policy.weights,
-                                                                  .lora = lora,
-                                                                  .loss_mask = masked,
-                                                                  .packed = !positions.empty()}));
+                                                                    .seq_len = T,
+                                                                    .dtype = policy.weights,
+                                                                    .lora = lora,
+                                                                    .loss_mask = masked,
+                                                                    .packed = !positions.empty()}));
   const Plan plan = make_plan(model.graph.table, testing::kAlignment, policy);
   Allocation memory(model.graph.table, plan, testing::cpu_backend(plan.policy));
   init_model_params(spec, model, memory, 1234);  // the adapters' initial values; the file has the base's
@@ -136,7 +136,7 @@ int run(int argc, char** argv) {
   const float loss = static_cast<float>(testing::train_step(exec, model, memory, 1.0f));
   out.add("loss", {1}, &loss, 1);
   // Gradients under the checkpoint's names and shapes: fused parameters split, vocabulary padding removed.
-  const std::vector<FileTensor> base = checkpoint_tensors(spec, model);
+  const std::vector<FileTensor> base = hf_tensors(spec, model);
   for (const FileTensor& f : base)
     if (table[f.param].category == Category::params)
       out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());

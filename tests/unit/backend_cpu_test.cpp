@@ -44,7 +44,8 @@ TEST(CpuBackend, DescribesItsLevelForMemoryJsonAndMetrics) {
   ASSERT_EQ(d.fields.size(), 1u);
   EXPECT_EQ(d.fields[0].first, "cpu_isa");
   EXPECT_EQ(d.fields[0].second, cpu_isa_name(process_cpu_isa()));
-  EXPECT_NE(d.banner.find("1 threads | cpu " + std::string(cpu_isa_name(process_cpu_isa()))), std::string::npos);
+  EXPECT_NE(d.banner.find("1 threads | cpu " + std::string(cpu_isa_name(process_cpu_isa()))),
+            std::string::npos);
 }
 
 }  // namespace

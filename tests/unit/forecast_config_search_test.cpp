@@ -30,7 +30,8 @@ TrainConfig tiny_base(const std::string& model, int64_t global_batch) {
 // World rank `rank`'s plan, tensor- and pipeline-parallel candidates included.
 RunLayout rank_layout(const TrainConfig& c, int world, int rank) {
   const ParallelRank place = parallel_rank(c, world, rank);
-  return lay_out_run(c, place, {.cpu_isa = process_cpu_isa(), .threads = c.threads}, parallel_buffer_bytes(place));
+  return lay_out_run(c, place, {.cpu_isa = process_cpu_isa(), .threads = c.threads},
+                     parallel_buffer_bytes(place));
 }
 
 int64_t rank_total(const TrainConfig& c, int world, int rank) {
@@ -89,7 +90,11 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
         EXPECT_EQ(c.rank_bytes, largest_rank_total(c.config, world));
         EXPECT_LE(c.rank_bytes, request.device_memory);
         const int dp = world / (c.config.tensor_parallel * c.config.pipeline_parallel);
-        EXPECT_EQ(c.config.micro_batch * dp * lay_out_run(c.config, ParallelRank{.dp = dp}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0).accum, base.global_batch);
+        EXPECT_EQ(
+            c.config.micro_batch * dp *
+                lay_out_run(c.config, ParallelRank{.dp = dp}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0)
+                    .accum,
+            base.global_batch);
       }
     }
 }
@@ -106,7 +111,9 @@ TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
                                                 .isa = isa});
     ASSERT_FALSE(result.fitting.empty());
     for (const ConfigCandidate& c : result.fitting)
-      EXPECT_EQ(c.rank_bytes, lay_out_run(c.config, ParallelRank{.dp = 1}, {.cpu_isa = isa, .threads = 1}, 0).plan.bytes.total())
+      EXPECT_EQ(
+          c.rank_bytes,
+          lay_out_run(c.config, ParallelRank{.dp = 1}, {.cpu_isa = isa, .threads = 1}, 0).plan.bytes.total())
           << describe_config(c.config) << " at " << cpu_isa_name(isa);
   }
 }

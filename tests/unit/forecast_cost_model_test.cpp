@@ -32,7 +32,9 @@ TrainConfig gpt2_tiny(int64_t B, int64_t T, RecomputeConfig recompute) {
 }
 
 StepCost cost_of(const TrainConfig& c) {
-  return predict_step_cost(lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0), c, 1, testing::tested_profile());
+  return predict_step_cost(
+      lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0), c, 1,
+      testing::tested_profile());
 }
 
 // Causal attention: QK^T and PV over half the T x T scores forward; the backward recomputes the scores and
@@ -59,7 +61,8 @@ TEST(CostModel, FlopsFollowMegatronsCount) {
 TEST(CostModel, EachOpAtItsKernelsRate) {
   TrainConfig c = gpt2_tiny(2, 64, {});
   c.precision.precision = Precision::bf16;
-  const RunLayout run = lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+  const RunLayout run =
+      lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
   const HardwareProfile base = testing::tested_profile();
   const auto twice = [](LinearCurve& curve) {
     for (auto& by_rows : curve.gflops)
@@ -110,7 +113,8 @@ TEST(CostModel, AdamWAtItsMomentsRate) {
     TrainConfig c = gpt2_tiny(2, 64, {});
     c.precision.precision = Precision::bf16;
     c.precision.set_moments(moments);
-    const RunLayout run = lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+    const RunLayout run =
+        lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
     const double params = static_cast<double>(run.plan.num_params);
     const double zeroing = 2 * static_cast<double>(run.plan.bytes[Category::grads]);
     const auto adamw_s = [&](const HardwareProfile& p) {
@@ -149,7 +153,8 @@ TEST(CostModel, CommunicationPerZeroStage) {
   int64_t params = 0;
   for (int stage = 0; stage <= 3; ++stage) {
     c.zero_stage = stage;
-    const RunLayout run = lay_out_run(c, ParallelRank{.dp = 4}, {.cpu_isa = process_cpu_isa(), .threads = 1}, mpi_buffer_bytes(4));
+    const RunLayout run = lay_out_run(c, ParallelRank{.dp = 4}, {.cpu_isa = process_cpu_isa(), .threads = 1},
+                                      mpi_buffer_bytes(4));
     params = run.plan.num_params;
     const StepCost cost = predict_step_cost(run, c, 4, profile);
     EXPECT_DOUBLE_EQ(cost.comm_exposed_s, cost.comm_s);
@@ -171,7 +176,10 @@ TrainConfig tensor_parallel(TrainConfig c, int tp) {
 // of attention, its rows of the vocabulary in the LM head; nothing else has FLOPs.
 TEST(CostModel, TensorParallelRankRunsItsShareOfTheFlops) {
   const TrainConfig one = gpt2_tiny(2, 64, {}), two = tensor_parallel(one, 2);
-  const RunLayout whole = lay_out_run(one, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0), half = lay_out_run(two, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+  const RunLayout whole = lay_out_run(one, ParallelRank{.dp = 1},
+                                      {.cpu_isa = process_cpu_isa(), .threads = 1}, 0),
+                  half = lay_out_run(two, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1},
+                                     0);
   const HardwareProfile& profile = testing::tested_profile();
   EXPECT_DOUBLE_EQ(cost_of(two).flops, cost_of(one).flops / 2);
   std::map<std::string, double> whole_attention;
@@ -199,7 +207,8 @@ TEST(CostModel, TensorParallelExchangesAtTheMpiBandwidth) {
   HardwareProfile profile = testing::tested_profile();
   profile.mpi_gbps = 2;
   const double tp = 4, rows = 2 * 64, bytes_per_second = 2e9;
-  const RunLayout run = lay_out_run(c, ParallelRank{.dp = 2}, {.cpu_isa = process_cpu_isa(), .threads = 1}, mpi_buffer_bytes(2));
+  const RunLayout run = lay_out_run(c, ParallelRank{.dp = 2}, {.cpu_isa = process_cpu_isa(), .threads = 1},
+                                    mpi_buffer_bytes(2));
   const TensorTable& table = run.model.graph.table;
   double exchanges_s = 0;
   int all_reduces = 0;
@@ -237,7 +246,8 @@ TEST(CostModel, SequenceParallelExchangesAtTheMpiBandwidth) {
   c.sequence_parallel = true;
   HardwareProfile profile = testing::tested_profile();
   profile.mpi_gbps = 2;
-  const RunLayout run = lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+  const RunLayout run =
+      lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
   const TensorTable& table = run.model.graph.table;
   int gathers = 0, scatters = 0;
   for (const Op& op : run.model.graph.ops) {
@@ -266,7 +276,8 @@ TrainConfig pipelined(TrainConfig c, int pp, int64_t global_batch) {
 }
 
 RunLayout stage_layout(const TrainConfig& c, int stage) {
-  return lay_out_run(c, ParallelRank{.dp = 1, .pp_rank = stage}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+  return lay_out_run(c, ParallelRank{.dp = 1, .pp_rank = stage}, {.cpu_isa = process_cpu_isa(), .threads = 1},
+                     0);
 }
 
 // A stage's graph holds all the step's micro-batches, each of its layers' ops once per micro-batch: the

@@ -8,8 +8,6 @@
 namespace mt {
 namespace {
 
-
-
 CategoryBytes rank0_bytes(Precision precision, CpuIsa isa) {
   TrainConfig c;
   c.model = "gpt2-tiny";

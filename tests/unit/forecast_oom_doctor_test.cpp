@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_isa.h"
-#include "devices/devices.h"
 #include "core/error.h"
+#include "devices/devices.h"
 #include "forecast/config_search.h"
 #include "forecast/oom_doctor.h"
 #include "forecast/shipped_profiles.h"
@@ -26,7 +26,8 @@ TrainConfig oversize_run() {
 }
 
 int64_t total(const TrainConfig& c) {
-  return lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0).plan.bytes.total();
+  return lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0)
+      .plan.bytes.total();
 }
 
 TEST(OomDoctor, EverySuggestionFitsFastestFirst) {
@@ -79,8 +80,12 @@ TEST(OomDoctor, PlansAtThisProcesssLevel) {
   ASSERT_NE(halved, changes.end());
   run.micro_batch = 4;
   run.grad_accum_steps = 2;
-  EXPECT_EQ(halved->bytes, lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::generic, .threads = 1}, 0).plan.bytes.total());
-  EXPECT_GT(halved->bytes, lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::avx512_bf16, .threads = 1}, 0).plan.bytes.total());
+  EXPECT_EQ(halved->bytes,
+            lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::generic, .threads = 1}, 0)
+                .plan.bytes.total());
+  EXPECT_GT(halved->bytes,
+            lay_out_run(run, ParallelRank{.dp = 1}, {.cpu_isa = CpuIsa::avx512_bf16, .threads = 1}, 0)
+                .plan.bytes.total());
 }
 
 const FitChange* find_change(const std::vector<FitChange>& changes, const std::string& flags) {
@@ -148,7 +153,8 @@ TEST(OomDoctor, RefusesWithExitCodeThree) {
 }
 
 int64_t stage_total(const TrainConfig& c, int stage) {
-  return lay_out_run(c, ParallelRank{.dp = 1, .pp_rank = stage}, {.cpu_isa = process_cpu_isa(), .threads = 1}, parallel_buffer_bytes(parallel_rank(c, c.pipeline_parallel, stage)))
+  return lay_out_run(c, ParallelRank{.dp = 1, .pp_rank = stage}, {.cpu_isa = process_cpu_isa(), .threads = 1},
+                     parallel_buffer_bytes(parallel_rank(c, c.pipeline_parallel, stage)))
       .plan.bytes.total();
 }
 

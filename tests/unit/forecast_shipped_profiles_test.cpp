@@ -14,8 +14,6 @@
 namespace mt {
 namespace {
 
-
-
 std::string file_text(const std::string& path) {
   std::ifstream in(path);
   std::ostringstream text;
@@ -36,8 +34,8 @@ TEST(ShippedProfiles, EachLoadsAsItsFileSays) {
     EXPECT_EQ(std::string(file.text), file_text(std::string(MEMTRAIN_SOURCE_DIR) + "/" + name));
     EXPECT_EQ(hardware_profile_json(p), nlohmann::json::parse(file.text));
     // profiles/LEVEL-Nthreads.json holds the profile of LEVEL at N threads, one per pair.
-    EXPECT_EQ(name, "profiles/" + std::string(cpu_isa_name(p.cpu_isa)) + "-" +
-                        std::to_string(p.threads) + (p.threads == 1 ? "thread" : "threads") + ".json");
+    EXPECT_EQ(name, "profiles/" + std::string(cpu_isa_name(p.cpu_isa)) + "-" + std::to_string(p.threads) +
+                        (p.threads == 1 ? "thread" : "threads") + ".json");
     EXPECT_TRUE(seen.insert({p.cpu_isa, p.threads}).second);
     EXPECT_EQ(p.source, "built-in " + name);
     EXPECT_FALSE(p.cpu_model.empty());

@@ -107,12 +107,14 @@ TEST(BlockedMoments, OffloadChunksAreWholeBlocksAndTheFileHoldsTheScales) {
   EXPECT_EQ(plan.bytes[Category::optim], 2 * (2 * 2048 + 2 * 4));
   EXPECT_EQ(plan.offloaded_bytes, 5000 * 2 + 3 * 2 * 4);
   // A chunk past the shard is the shard, even when that ends in a short block.
-  const Plan whole =
-      make_plan(t, testing::kAlignment, int8_moments(), {}, {.enabled = true, .path = dir.path, .chunk_elems = 4097});
+  const Plan whole = make_plan(t, testing::kAlignment, int8_moments(), {},
+                               {.enabled = true, .path = dir.path, .chunk_elems = 4097});
   EXPECT_EQ(whole.offload.chunk_elems, 5000);
   EXPECT_EQ(whole.moment_scales, 2 * 3);
   // Sharded: rank 1 of 2 holds [4096, 5000) in a file sized for its padded shard of 4096.
-  const Plan rank1 = make_plan(t, testing::kAlignment, int8_moments(), {.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 1024}, {.enabled = true, .path = dir.path, .chunk_elems = 3000});
+  const Plan rank1 = make_plan(t, testing::kAlignment, int8_moments(),
+                               {.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 1024},
+                               {.enabled = true, .path = dir.path, .chunk_elems = 3000});
   EXPECT_EQ(rank1.offload.chunk_elems, 4096);
   EXPECT_EQ(rank1.offloaded_bytes, 4096 * 2 + 2 * 2 * 4);
 }
@@ -122,7 +124,8 @@ TEST(BlockedMoments, SaveRangesAreTheShardsCutOnBlocks) {
     int64_t next = 0;
     for (int r = 0; r < world; ++r) {
       const ckpt::FlatRange range = ckpt::save_range(5000, world, r, 2048);
-      const Plan plan = make_plan(params_of_5000(), testing::kAlignment, int8_moments(), {.dp = world, .dp_rank = r, .stage = 1, .bucket_elems = 1024});
+      const Plan plan = make_plan(params_of_5000(), testing::kAlignment, int8_moments(),
+                                  {.dp = world, .dp_rank = r, .stage = 1, .bucket_elems = 1024});
       EXPECT_EQ(range.begin, next) << world << " " << r;
       EXPECT_TRUE(range.size() == 0 || range.begin % 2048 == 0) << world << " " << r;
       EXPECT_EQ(range.begin, plan.shard_begin) << world << " " << r;
@@ -199,11 +202,12 @@ TEST(BlockedMoments, OffloadedStateStreamsWholeBlocksAndTheirScales) {
   TempDir dir("blocked-offload");
   const TensorTable t = three_params();
   const Plan in_memory_plan = make_plan(t, testing::kAlignment, kBlocksOf4);
-  const Plan offload_plan =
-      make_plan(t, testing::kAlignment, kBlocksOf4, {}, {.enabled = true, .path = dir.path, .chunk_elems = 5});
+  const Plan offload_plan = make_plan(t, testing::kAlignment, kBlocksOf4, {},
+                                      {.enabled = true, .path = dir.path, .chunk_elems = 5});
   ASSERT_EQ(offload_plan.offload.chunk_elems, 8);
   EXPECT_EQ(offload_plan.offloaded_bytes, 25 * (4 + 2) + 7 * 2 * 4);
-  Allocation in_memory(t, in_memory_plan, testing::cpu_backend(in_memory_plan.policy)), offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
+  Allocation in_memory(t, in_memory_plan, testing::cpu_backend(in_memory_plan.policy)),
+      offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(dir.path / "memtrain-optimizer.rank0.bin")),
             offload_plan.offloaded_bytes);
   for (float value : contents(offloaded.optimizer_state(), 0, 25)) EXPECT_EQ(value, 0.0f);  // a fresh state
@@ -231,11 +235,13 @@ TEST(BlockedMoments, OffloadedShardOfRankOneStreamsItsBlocks) {
   const TensorTable t = three_params();
   // ceil(25 / 2) = 13 rounds up to 16: rank 1 holds [16, 25), two blocks, the last of one element.
   const Sharding rank1{.dp = 2, .dp_rank = 1, .stage = 2, .bucket_elems = 8};
-  const Plan plan = make_plan(t, testing::kAlignment, kBlocksOf4, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 4});
+  const Plan plan = make_plan(t, testing::kAlignment, kBlocksOf4, rank1,
+                              {.enabled = true, .path = dir.path, .chunk_elems = 4});
   const Plan reference_plan = make_plan(t, testing::kAlignment, kBlocksOf4, rank1);
   ASSERT_EQ(plan.shard_begin, 16);
   EXPECT_EQ(plan.offloaded_bytes, 16 * (4 + 2) + 4 * 2 * 4);
-  Allocation offloaded(t, plan, testing::cpu_backend(plan.policy)), reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
+  Allocation offloaded(t, plan, testing::cpu_backend(plan.policy)),
+      reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
   fill(offloaded.optimizer_state(), 16, 25);
   fill(reference.optimizer_state(), 16, 25);
   std::vector<std::pair<int64_t, int64_t>> windows;

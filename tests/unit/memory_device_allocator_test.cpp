@@ -1,18 +1,18 @@
 // Every TrackedBuffer takes its bytes from its tracker's DeviceAllocator and gives them back to it, so an
-// accelerator's allocator sees every buffer an Arena or Allocation holds; an Allocation takes each buffer from
-// its device's allocator of the tensor's memory space, and stages what the host fills where it must.
+// accelerator's allocator sees every buffer an Arena or Allocation holds; an Allocation takes each buffer
+// from its device's allocator of the tensor's memory space, and stages what the host fills where it must.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <map>
 
+#include "backend/cpu/cpu_device.h"
 #include "memory/allocation.h"
 #include "memory/device_allocator.h"
 #include "memory/plan.h"
 #include "memory/tracked.h"
 #include "model/model.h"
 #include "model_test_util.h"
-#include "backend/cpu/cpu_device.h"
 #include "tests/device_test_util.h"
 
 namespace mt {
@@ -58,7 +58,9 @@ TEST(DeviceAllocator, TrackedBuffersComeFromTheirTrackersAllocator) {
 class CountingDevice final : public CpuDevice {
  public:
   CountingDevice() : CpuDevice({.isa = process_cpu_isa(), .threads = omp_get_max_threads()}) {}
-  DeviceAllocator& allocator(MemorySpace space) override { return space == MemorySpace::host ? host : device; }
+  DeviceAllocator& allocator(MemorySpace space) override {
+    return space == MemorySpace::host ? host : device;
+  }
   void run(const Op&, const OpRun&) override { FAIL() << "no op runs here"; }
   void logits(const Op&, const OpRun&, float*) override { FAIL() << "no op runs here"; }
   CountingAllocator device, host;

@@ -63,12 +63,13 @@ std::vector<uint32_t> contents(OptimizerState& state, int64_t begin, int64_t end
 TEST(OptimizerOffload, PlanHoldsTwoChunkSlotsAndReportsTheFileBytes) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
-  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 4});
+  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {},
+                              {.enabled = true, .path = dir.path, .chunk_elems = 4});
   EXPECT_EQ(plan.bytes[Category::master], 2 * 4 * 4);
   EXPECT_EQ(plan.bytes[Category::optim], 2 * 2 * 4 * 2);
   EXPECT_EQ(plan.offloaded_bytes, 25 * (4 + 2 + 2));
-  const Plan big_chunks =
-      make_plan(t, testing::kAlignment, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 1000});
+  const Plan big_chunks = make_plan(t, testing::kAlignment, kBf16WithMaster, {},
+                                    {.enabled = true, .path = dir.path, .chunk_elems = 1000});
   EXPECT_EQ(big_chunks.offload.chunk_elems, 25);  // never more than the shard
 }
 
@@ -76,9 +77,10 @@ TEST(OptimizerOffload, RoundTripsInUnevenChunksLikeTheInMemoryState) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Plan in_memory_plan = make_plan(t, testing::kAlignment, kBf16WithMaster);
-  const Plan offload_plan =
-      make_plan(t, testing::kAlignment, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 4});
-  Allocation in_memory(t, in_memory_plan, testing::cpu_backend(in_memory_plan.policy)), offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
+  const Plan offload_plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {},
+                                      {.enabled = true, .path = dir.path, .chunk_elems = 4});
+  Allocation in_memory(t, in_memory_plan, testing::cpu_backend(in_memory_plan.policy)),
+      offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
   const fs::path file = dir.path / "memtrain-optimizer.rank0.bin";
   ASSERT_TRUE(fs::exists(file));
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(file)), offload_plan.offloaded_bytes);
@@ -114,7 +116,8 @@ TEST(OptimizerOffload, RoundTripsInUnevenChunksLikeTheInMemoryState) {
 TEST(OptimizerOffload, MomentsStartAtZeroAndTheFileIsRemovedAtTheEnd) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
-  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {}, {.enabled = true, .path = dir.path, .chunk_elems = 3});
+  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {},
+                              {.enabled = true, .path = dir.path, .chunk_elems = 3});
   {
     Allocation memory(t, plan, testing::cpu_backend(plan.policy));
     for (uint32_t bits : contents(memory.optimizer_state(), 0, 25)) EXPECT_EQ(bits, 0u);
@@ -126,10 +129,11 @@ TEST(OptimizerOffload, ShardedRankStreamsOnlyItsShard) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
   const Sharding rank1{.dp = 2, .dp_rank = 1, .stage = 1, .bucket_elems = 8};
-  const Plan plan =
-      make_plan(t, testing::kAlignment, kBf16WithMaster, rank1, {.enabled = true, .path = dir.path, .chunk_elems = 5});
+  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, rank1,
+                              {.enabled = true, .path = dir.path, .chunk_elems = 5});
   const Plan reference_plan = make_plan(t, testing::kAlignment, kBf16WithMaster, rank1);
-  Allocation memory(t, plan, testing::cpu_backend(plan.policy)), reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
+  Allocation memory(t, plan, testing::cpu_backend(plan.policy)),
+      reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
   EXPECT_TRUE(fs::exists(dir.path / "memtrain-optimizer.rank1.bin"));
   EXPECT_EQ(plan.offloaded_bytes, 13 * 8);
   fill(memory.optimizer_state(), 13, 25);
@@ -143,7 +147,8 @@ TEST(OptimizerOffload, MissingDirectoryIsADataErrorNamingIt) {
   TempDir dir("offload-test");
   const TensorTable t = three_params();
   const std::string missing = (dir.path / "nope").string();
-  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {}, {.enabled = true, .path = missing, .chunk_elems = 4});
+  const Plan plan = make_plan(t, testing::kAlignment, kBf16WithMaster, {},
+                              {.enabled = true, .path = missing, .chunk_elems = 4});
   try {
     Allocation memory(t, plan, testing::cpu_backend(plan.policy));
     FAIL() << "no error";

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "backend/cpu/cpu_device.h"
 #include "exec/executor.h"
 #include "memory/allocation.h"
 #include "memory/arena.h"
-#include "backend/cpu/cpu_device.h"
 #include "memory/plan.h"
 #include "model/gpt2.h"
 #include "model_test_util.h"

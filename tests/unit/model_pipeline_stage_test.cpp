@@ -11,11 +11,8 @@ namespace {
 
 Graph stage_graph(int pp, int stage, int64_t micro_batches) {
   const ModelSpec spec = testing::small_gpt2_spec(4);
-  return build_model_graph(spec, {.batch = 1,
-                                  .seq_len = 16,
-                                  .pp = pp,
-                                  .pp_rank = stage,
-                                  .micro_batches = micro_batches})
+  return build_model_graph(
+             spec, {.batch = 1, .seq_len = 16, .pp = pp, .pp_rank = stage, .micro_batches = micro_batches})
       .graph;
 }
 

@@ -43,7 +43,8 @@ struct TinyRun {
 
   TinyRun(const PrecisionConfig& precision, int64_t B, int64_t T)
       : model(build_gpt2_graph(
-            spec, testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = compute_dtype(precision.precision)}))),
+            spec,
+            testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = compute_dtype(precision.precision)}))),
         plan(make_plan(model.graph.table, testing::kAlignment, model_state_policy(precision))),
         memory(model.graph.table, plan, testing::cpu_backend(plan.policy)) {
     init_gpt2_params(spec, model, memory, 7);
@@ -51,7 +52,9 @@ struct TinyRun {
 
   Executor executor() { return Executor(spec, model.graph, memory, testing::cpu_backend(plan.policy)); }
   // One step of the loaded batch through `exec`, or a fresh executor; its loss.
-  double train(Executor& exec, float grad_scale) { return testing::train_step(exec, model, memory, grad_scale); }
+  double train(Executor& exec, float grad_scale) {
+    return testing::train_step(exec, model, memory, grad_scale);
+  }
   double train(float grad_scale) {
     Executor exec = executor();
     return train(exec, grad_scale);

@@ -56,8 +56,8 @@ struct Trained {
 
 // Two AdamW steps on fixed batches; returns the losses, the last step's gradients and the final weights.
 Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute, DType dtype) {
-  const ModelGraph m =
-      build_model_graph(spec, testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute}));
+  const ModelGraph m = build_model_graph(
+      spec, testing::on_cpu(spec, {.batch = B, .seq_len = T, .dtype = dtype, .recompute = recompute}));
   const ModelStatePolicy policy{.weights = dtype, .master_weights = dtype != DType::f32};
   Trained out;
   out.plan = make_plan(m.graph.table, testing::kAlignment, policy);

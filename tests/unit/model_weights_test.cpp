@@ -16,7 +16,7 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 #include "model/model.h"
 #include "model/weights.h"
 #include "tests/device_test_util.h"
@@ -35,7 +35,9 @@ struct Model {
   Model(const std::string& preset, uint64_t seed, DType dtype = DType::f32)
       : spec(resolve_model(preset, 64)),
         graph(build_model_graph(spec, {.batch = 1, .seq_len = 8, .dtype = dtype})),
-        plan(make_plan(graph.graph.table, testing::kAlignment, model_state_policy({.precision = dtype == DType::f32 ? Precision::fp32 : Precision::bf16}))),
+        plan(make_plan(
+            graph.graph.table, testing::kAlignment,
+            model_state_policy({.precision = dtype == DType::f32 ? Precision::fp32 : Precision::bf16}))),
         memory(graph.graph.table, plan, testing::cpu_backend(plan.policy)) {
     init_model_params(spec, graph, memory, seed);
   }
@@ -64,7 +66,7 @@ class ModelWeights : public ::testing::Test {
 
 TEST(CheckpointLayout, LlamaSplitsFusedParametersIntoHuggingFaceTensors) {
   const Model m("llama-tiny", 1);
-  const std::vector<FileTensor> tensors = checkpoint_tensors(m.spec, m.graph);
+  const std::vector<FileTensor> tensors = hf_tensors(m.spec, m.graph);
   std::map<std::string, FileTensor> by_name;
   for (const FileTensor& f : tensors) by_name[f.name] = f;
   ASSERT_EQ(by_name.size(), tensors.size());
@@ -79,7 +81,7 @@ TEST(CheckpointLayout, LlamaSplitsFusedParametersIntoHuggingFaceTensors) {
   int64_t total = 0;
   for (const FileTensor& f : tensors) total += f.numel();
   EXPECT_EQ(total, m.spec.num_parameters());
-  EXPECT_FALSE(checkpoint_name(m.spec, "model.layers.0.self_attn.rotary_emb.inv_freq"));
+  EXPECT_FALSE(hf_tensor_name(m.spec, "model.layers.0.self_attn.rotary_emb.inv_freq"));
 }
 
 TEST_F(ModelWeights, ShardedSaveLoadsBackBitForBit) {

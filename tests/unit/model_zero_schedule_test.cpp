@@ -97,8 +97,8 @@ TEST(ZeroSchedule, PlanShardsModelStatesPerStage) {
   for (int stage = 0; stage <= 3; ++stage) {
     ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16, .dtype = DType::bf16});
     const ZeroSchedule s = add_zero_schedule(m.graph, stage, DType::f32);
-    const Plan plan =
-        make_plan(m.graph.table, testing::kAlignment, bf16, {.dp = 2, .dp_rank = 1, .stage = stage, .bucket_elems = 4096});
+    const Plan plan = make_plan(m.graph.table, testing::kAlignment, bf16,
+                                {.dp = 2, .dp_rank = 1, .stage = stage, .bucket_elems = 4096});
     const CategoryBytes& b = plan.bytes;
     const double states = b[Category::params] + b[Category::master] + b[Category::grads] + b[Category::optim];
     // The last shard pads an odd count by one element.

@@ -133,7 +133,9 @@ TEST(RunFlagTable, FlagsWithoutTheMemoryBitLeaveThePlanAlone) {
   base.model = "llama-tiny";
   base.seq_len = 64;
   base.train_iters = 10;
-  const auto bytes = [](const TrainConfig& c) { return lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0).plan.bytes; };
+  const auto bytes = [](const TrainConfig& c) {
+    return lay_out_run(c, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0).plan.bytes;
+  };
   const CategoryBytes planned = bytes(base);
   int changed = 0;
   for (const RunFlag& flag : run_flag_table()) {

@@ -1,6 +1,6 @@
-// The block-wise 8-bit quantizer of Adam's moments (the formats and block sizes: core/moment_format.h). A moment tensor of n fp32 values is cut into blocks of
-// consecutive elements, the last one possibly shorter; each block stores one byte per element and one fp32
-// scale:
+// The block-wise 8-bit quantizer of Adam's moments (the formats and block sizes: core/moment_format.h). A
+// moment tensor of n fp32 values is cut into blocks of consecutive elements, the last one possibly shorter;
+// each block stores one byte per element and one fp32 scale:
 //   int8 (Dettmers et al. 2022): blocks of 2048; the scale is the block's absmax, and an element's byte is
 //     the code of the dynamic map (dynamic_map.h) nearest to element / absmax: signed map for the first
 //     moment, unsigned for the second, where a positive element takes at least the smallest positive code

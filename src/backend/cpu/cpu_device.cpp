@@ -145,8 +145,8 @@ void CpuDevice::adamw_update_blocked(const AdamWOperands& p, const QuantizedMome
     using P = typename decltype(weights)::type;
     with_type<false>(p.grads_dtype, "AdamW over gradients", [&](auto grads) {
       using G = typename decltype(grads)::type;
-      kernels::adamw_update_8bit(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads), moments,
-                                 p.n, step, runs, rounding);
+      kernels::adamw_update_8bit(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
+                                 moments, p.n, step, runs, rounding);
     });
   });
 }
@@ -158,8 +158,9 @@ void CpuDevice::quantize_weight(const float* host_values, const QuantizedWeight&
 void CpuDevice::begin_pass(const Graph& /*graph*/) {
   // Kernels index their scratch by OpenMP thread number: more threads than planned would write past it.
   if (omp_get_max_threads() > target_.threads)
-    throw std::logic_error("cpu backend: the plan sized kernel scratch for " + std::to_string(target_.threads) +
-                           " threads, but OpenMP runs " + std::to_string(omp_get_max_threads()));
+    throw std::logic_error("cpu backend: the plan sized kernel scratch for " +
+                           std::to_string(target_.threads) + " threads, but OpenMP runs " +
+                           std::to_string(omp_get_max_threads()));
 }
 
 }  // namespace mt
@@ -180,11 +181,12 @@ CpuTarget open_cpu_backend(int threads) {
 }
 
 DeviceTraits cpu_device_traits(const CpuTarget& target, DType dtype, int64_t seq_len, int64_t head_dim) {
-  return {.alignment = kCpuAlignment,
-          .host_memory = true,
-          .matmul_scratch_floats = kernels::gemm_scratch_floats(dtype, target.isa, target.threads),
-          .attention_scratch_floats = kernels::attention_scratch_floats(seq_len, head_dim, target.threads, dtype),
-          .dequant_tile_columns = kernels::kQuantizedTileColumns};
+  return {
+      .alignment = kCpuAlignment,
+      .host_memory = true,
+      .matmul_scratch_floats = kernels::gemm_scratch_floats(dtype, target.isa, target.threads),
+      .attention_scratch_floats = kernels::attention_scratch_floats(seq_len, head_dim, target.threads, dtype),
+      .dequant_tile_columns = kernels::kQuantizedTileColumns};
 }
 
 }  // namespace mt

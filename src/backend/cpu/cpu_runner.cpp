@@ -135,7 +135,8 @@ void CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   float* losses = m.f32(a.losses);
   std::optional<kernels::VocabSplit> split;
   if (a.row_stats >= 0) {
-    if (!r.gather_row_stats) throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
+    if (!r.gather_row_stats)
+      throw std::logic_error("cpu backend: " + op.name + " without a tensor-parallel group");
     split = kernels::VocabSplit{.begin = a.vocab_begin,
                                 .ranks = r.tp,
                                 .rank = r.tp_rank,
@@ -290,10 +291,10 @@ void CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
     case OpKind::embedding_backward: {
       const auto& a = op.as<ops::EmbeddingBackward>();
       const TensorDesc& tokens = table[a.tokens];
-      kernels::embedding_backward(
-          grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout), m.i32(a.tokens),
-          positions(m, a.positions), tokens.shape[0], tokens.shape[1], spec.n_embd,
-          a.wte >= 0 ? vocab_rows(table, a.wte, a.vocab_begin) : VocabRows{});
+      kernels::embedding_backward(grad<G>(m, op, a.wte), grad<G>(m, op, a.wpe), m.as<T>(a.dout),
+                                  m.i32(a.tokens), positions(m, a.positions), tokens.shape[0],
+                                  tokens.shape[1], spec.n_embd,
+                                  a.wte >= 0 ? vocab_rows(table, a.wte, a.vocab_begin) : VocabRows{});
       return;
     }
     case OpKind::all_reduce:
@@ -310,12 +311,17 @@ void CpuBackend<T, G>::run(const Op& op, const OpRun& r) {
 std::unique_ptr<Backend> make_cpu_backend(const CpuTarget& target, const ModelStatePolicy& p) {
   // The plan's workspace was sized for the target's level: the kernels must run at it.
   if (target.isa != kernels::cpu_isa())
-    throw std::logic_error("cpu backend: the plan was made for level " + std::string(cpu_isa_name(target.isa)) +
-                           ", but the kernels run at " + std::string(cpu_isa_name(kernels::cpu_isa())));
-  if (p.weights == DType::f32 && p.grads == DType::f32) return std::make_unique<CpuBackend<float, float>>(target);
-  if (p.weights == DType::bf16 && p.grads == DType::f32) return std::make_unique<CpuBackend<bf16, float>>(target);
-  if (p.weights == DType::bf16 && p.grads == DType::bf16) return std::make_unique<CpuBackend<bf16, bf16>>(target);
-  if (p.weights == DType::f16 && p.grads == DType::f32) return std::make_unique<CpuBackend<f16, float>>(target);
+    throw std::logic_error("cpu backend: the plan was made for level " +
+                           std::string(cpu_isa_name(target.isa)) + ", but the kernels run at " +
+                           std::string(cpu_isa_name(kernels::cpu_isa())));
+  if (p.weights == DType::f32 && p.grads == DType::f32)
+    return std::make_unique<CpuBackend<float, float>>(target);
+  if (p.weights == DType::bf16 && p.grads == DType::f32)
+    return std::make_unique<CpuBackend<bf16, float>>(target);
+  if (p.weights == DType::bf16 && p.grads == DType::bf16)
+    return std::make_unique<CpuBackend<bf16, bf16>>(target);
+  if (p.weights == DType::f16 && p.grads == DType::f32)
+    return std::make_unique<CpuBackend<f16, float>>(target);
   throw std::logic_error("cpu backend: no kernels for weights " + std::string(dtype_name(p.weights)) +
                          " with gradients " + std::string(dtype_name(p.grads)));
 }

@@ -10,8 +10,9 @@ namespace mt {
 void refuse_gpu(const std::string& where) {
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
-  const std::string found = status == cudaSuccess ? std::to_string(devices) + " GPU(s) found"
-                                                  : std::string("no GPU found: ") + cudaGetErrorString(status);
+  const std::string found = status == cudaSuccess
+                                ? std::to_string(devices) + " GPU(s) found"
+                                : std::string("no GPU found: ") + cudaGetErrorString(status);
   fail_usage(where + ": this memtrain was built with CUDA (" + found +
              "), but its CUDA backend is not written yet; it trains on the CPU (--device cpu)");
 }

@@ -1,4 +1,4 @@
-#include "model/checkpoint_layout.h"
+#include "model/hf_tensors.h"
 
 #include <map>
 #include <regex>
@@ -40,7 +40,7 @@ void add_stacked(std::vector<FileTensor>& out, int param, const std::string& pre
 
 }  // namespace
 
-std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGraph& model) {
+std::vector<FileTensor> hf_tensors(const ModelSpec& spec, const ModelGraph& model) {
   std::vector<FileTensor> out;
   const int64_t C = spec.n_embd, KV = spec.kv_dim(), I = spec.intermediate_size;
   for (int id : model.params) {
@@ -66,7 +66,7 @@ std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGra
 std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model) {
   const TensorTable& table = model.graph.table;
   std::vector<FileTensor> out;
-  for (const FileTensor& f : checkpoint_tensors(spec, model))
+  for (const FileTensor& f : hf_tensors(spec, model))
     if (table[f.param].category == Category::params) out.push_back(f);
   for (int id : model.params)
     if (is_lora_a(table[id].name) || is_lora_b(table[id].name))
@@ -87,7 +87,7 @@ std::vector<FileTensor> held_tensors(const std::vector<FileTensor>& tensors, con
   return out;
 }
 
-std::optional<std::string> checkpoint_name(const ModelSpec& spec, const std::string& file_name) {
+std::optional<std::string> hf_tensor_name(const ModelSpec& spec, const std::string& file_name) {
   if (spec.arch == Arch::llama) {
     if (file_name.ends_with(".rotary_emb.inv_freq")) return std::nullopt;
     if (spec.tied_head && file_name == "lm_head.weight") return std::nullopt;

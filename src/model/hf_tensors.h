@@ -1,4 +1,5 @@
-// How a model's parameters appear in a Hugging Face checkpoint: the tensor names, their shapes, and which
+// Hugging Face tensor naming: how a model's parameters appear in a Hugging Face checkpoint (model.safetensors
+// and its shards, which memtrain's checkpoints also write): the tensor names, their shapes, and which
 // elements of which parameter each one is (a fused parameter is several file tensors; the vocabulary's
 // padding rows are in none).
 #pragma once
@@ -22,9 +23,9 @@ struct FileTensor {
 };
 
 // Every tensor the family's checkpoint holds, in Hugging Face order (LoRA adapters are in none).
-std::vector<FileTensor> checkpoint_tensors(const ModelSpec& spec, const ModelGraph& model);
+std::vector<FileTensor> hf_tensors(const ModelSpec& spec, const ModelGraph& model);
 
-// The tensors the optimizer trains, each a range of one parameter: all of checkpoint_tensors without LoRA;
+// The tensors the optimizer trains, each a range of one parameter: all of hf_tensors without LoRA;
 // under LoRA its trainable ones (--lora-train-modules) and the adapters, under their own names and shapes.
 std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGraph& model);
 
@@ -35,8 +36,8 @@ std::vector<FileTensor> trainable_tensors(const ModelSpec& spec, const ModelGrap
 std::vector<FileTensor> held_tensors(const std::vector<FileTensor>& tensors, const ModelGraph& whole,
                                      const ModelGraph& model, int tied_copy = -1);
 
-// The name a file tensor is known by in checkpoint_tensors, or nothing for tensors a checkpoint may carry
+// The name a file tensor is known by in hf_tensors, or nothing for tensors a checkpoint may carry
 // and memtrain ignores (GPT-2's causal-mask buffers, a tied lm_head.weight, LLaMA's rotary_emb.inv_freq).
-std::optional<std::string> checkpoint_name(const ModelSpec& spec, const std::string& file_name);
+std::optional<std::string> hf_tensor_name(const ModelSpec& spec, const std::string& file_name);
 
 }  // namespace mt
