@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "config/train_config.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
-#include "train/train_config.h"
 
 namespace mt {
 

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "backend/cpu/cpu_isa.h"
+#include "config/train_config.h"
 #include "forecast/formulas.h"
 #include "memory/category.h"
 #include "memory/plan.h"
 #include "model/graph.h"
 #include "model/spec.h"
 #include "train/parallel_groups.h"
-#include "train/train_config.h"
 
 namespace mt {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "config/train_config.h"
 #include "train/run_layout.h"
-#include "train/train_config.h"
 
 namespace mt {
 

@@ -2,8 +2,8 @@
 
 #include <vector>
 
+#include "config/check_config.h"
 #include "model/spec.h"
-#include "train/train_flags.h"
 
 namespace mt {
 

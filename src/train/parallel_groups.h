@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "config/train_config.h"
 #include "dist/async_communicator.h"
-#include "train/train_config.h"
 
 namespace mt {
 

@@ -4,8 +4,8 @@
 
 #include <functional>
 
+#include "config/train_config.h"
 #include "dist/async_communicator.h"
-#include "train/train_config.h"
 
 namespace mt {
 

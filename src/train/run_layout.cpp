@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "config/check_config.h"
 #include "core/error.h"
 #include "core/int_math.h"
 #include "memory/precision.h"
-#include "train/train_flags.h"
 
 namespace mt {
 

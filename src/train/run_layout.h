@@ -7,11 +7,11 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_isa.h"
+#include "config/train_config.h"
 #include "data/loader.h"
 #include "memory/plan.h"
 #include "model/model.h"
 #include "model/zero_schedule.h"
-#include "train/train_config.h"
 
 namespace mt {
 

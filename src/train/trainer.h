@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ckpt/state.h"
+#include "config/train_config.h"
 #include "data/loader.h"
 #include "dist/async_communicator.h"
 #include "exec/executor.h"
@@ -23,7 +24,6 @@
 #include "train/metrics.h"
 #include "train/parallel_groups.h"
 #include "train/run_layout.h"
-#include "train/train_config.h"
 #include "train/zero_sync.h"
 
 namespace mt {

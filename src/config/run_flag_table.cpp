@@ -1,4 +1,4 @@
-#include "train/run_flag_table.h"
+#include "config/run_flag_table.h"
 
 #include <stdexcept>
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "cli/run_flags.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
-#include "train/run_flag_table.h"
 #include "train/run_layout.h"
 
 namespace mt {
