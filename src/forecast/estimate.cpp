@@ -6,10 +6,10 @@
 
 #include "config/check_config.h"
 #include "core/error.h"
+#include "layout/run_layout.h"
 #include "memory/report.h"
 #include "model/pipeline_schedule.h"
 #include "train/parallel_groups.h"
-#include "train/run_layout.h"
 
 namespace mt {
 

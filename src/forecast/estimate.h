@@ -1,5 +1,5 @@
 // `memtrain estimate`: what each rank of a run would hold, per category, from the same plan the trainer
-// allocates (train/run_layout.h), without allocating the model. Also where in the step the most bytes are
+// allocates (layout/run_layout.h), without allocating the model. Also where in the step the most bytes are
 // live, and whether the rank fits a device's memory.
 #pragma once
 

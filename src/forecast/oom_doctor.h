@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "config/train_config.h"
-#include "train/run_layout.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 

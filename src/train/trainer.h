@@ -14,6 +14,7 @@
 #include "data/loader.h"
 #include "dist/async_communicator.h"
 #include "exec/executor.h"
+#include "layout/run_layout.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/timeline.h"
@@ -23,7 +24,6 @@
 #include "optim/schedule.h"
 #include "train/metrics.h"
 #include "train/parallel_groups.h"
-#include "train/run_layout.h"
 #include "train/zero_sync.h"
 
 namespace mt {

@@ -1,4 +1,4 @@
-#include "train/run_layout.h"
+#include "layout/run_layout.h"
 
 #include <algorithm>
 #include <string>
