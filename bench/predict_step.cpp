@@ -32,7 +32,7 @@
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "optim/adamw.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace {
 

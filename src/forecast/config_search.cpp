@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "model/spec.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 

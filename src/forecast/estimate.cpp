@@ -9,7 +9,7 @@
 #include "layout/run_layout.h"
 #include "memory/report.h"
 #include "model/pipeline_schedule.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 

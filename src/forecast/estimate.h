@@ -16,7 +16,7 @@
 #include "memory/plan.h"
 #include "model/graph.h"
 #include "model/spec.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 
@@ -68,7 +68,7 @@ struct Estimate {
 };
 
 // The plan of every rank of `dp` data-parallel ranks x config.tensor_parallel x config.pipeline_parallel
-// (train/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
+// (parallel/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
 // MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
 // configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory,

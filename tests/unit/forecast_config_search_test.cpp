@@ -8,8 +8,8 @@
 
 #include "dist/communicator.h"
 #include "forecast/config_search.h"
+#include "parallel/parallel_groups.h"
 #include "plan_test_util.h"
-#include "train/parallel_groups.h"
 
 namespace mt {
 namespace {

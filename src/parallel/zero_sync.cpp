@@ -1,4 +1,4 @@
-#include "train/zero_sync.h"
+#include "parallel/zero_sync.h"
 
 #include <algorithm>
 #include <chrono>
@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 
