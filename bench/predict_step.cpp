@@ -32,7 +32,7 @@
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "optim/adamw.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace {
 
@@ -213,7 +213,7 @@ int main(int argc, char** argv) {
                           {"bubble_ms", cost.bubble_s * 1e3},
                           {"bubble_fraction", cost.bubble_fraction}};
     if (repeats > 0) {
-      const mt::DeviceTarget device = mt::open_device(c.threads);
+      const mt::DeviceTarget device = mt::open_device(c.device, c.threads);
       out["stages"] = nlohmann::json::array();
       for (int stage = 0; stage < c.pipeline_parallel; ++stage) {
         const mt::ParallelRank place = mt::parallel_rank(c, world, stage * c.tensor_parallel);

@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "memtrain: error: %s\n", e.what());
     return e.exit_code();
   } catch (const mt::SizeOverflow& e) {
-    // A size no check named the flags of (train/run_layout.cpp names them for the plan's).
+    // A size no check named the flags of (layout/run_layout.cpp names them for the plan's).
     std::fprintf(stderr, "memtrain: error: %s: lower --micro-batch-size or --seq-length\n", e.what());
     return static_cast<int>(mt::ErrorKind::usage);
   } catch (const std::bad_alloc&) {

@@ -6,12 +6,12 @@
 #include "cli/commands.h"
 #include "cli/cpu_isa_flag.h"
 #include "cli/run_flags.h"
+#include "config/check_config.h"
 #include "core/error.h"
 #include "core/units.h"
 #include "forecast/config_search.h"
 #include "forecast/shipped_profiles.h"
 #include "memory/report.h"
-#include "train/train_flags.h"
 
 namespace mt::cli {
 

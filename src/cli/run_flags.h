@@ -1,5 +1,5 @@
 // The flags that describe a training run (model, batch, precision, recompute, parallelism, checkpoints,
-// outputs), declared from the one table of train/run_flag_table.h: `memtrain train` runs them, `memtrain
+// outputs), declared from the one table of config/run_flag_table.h: `memtrain train` runs them, `memtrain
 // estimate` plans them without running.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "train/run_flag_table.h"
-#include "train/train_config.h"
+#include "config/run_flag_table.h"
+#include "config/train_config.h"
 
 namespace mt::cli {
 

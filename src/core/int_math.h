@@ -7,7 +7,7 @@
 
 namespace mt {
 
-// A byte or element count of the plan does not fit 64 bits. train/run_layout.cpp turns it into a usage error
+// A byte or element count of the plan does not fit 64 bits. layout/run_layout.cpp turns it into a usage error
 // naming the flags that set the sizes.
 class SizeOverflow : public std::overflow_error {
  public:

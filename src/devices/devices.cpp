@@ -38,13 +38,14 @@ int process_threads() {
   return cpu_default_threads();
 }
 
-DeviceTarget parse_device(const std::string& device, CpuIsa cpu_isa, int threads) {
-  if (device == "cpu") return {.cpu_isa = cpu_isa, .threads = threads};
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
   if (!is_cuda_name(device)) fail_usage("--device " + device + ": expected cpu, cuda or cuda:N");
   refuse_gpu("--device " + device);
 }
 
-DeviceTarget open_device(int threads) {
+DeviceTarget open_device(const std::string& device, int threads) {
+  check_device(device);
   const CpuTarget cpu = open_cpu_backend(threads);
   return {.cpu_isa = cpu.isa, .threads = cpu.threads};
 }

@@ -29,11 +29,12 @@ CpuIsa process_cpu_isa();
 // The OpenMP threads this process runs unless a run sets them (OMP_NUM_THREADS, else its cores).
 int process_threads();
 
-// --device: "cpu", "cuda" or "cuda:N" (usage errors naming the flag: another name, or cuda in a build
-// without CUDA, or in one whose CUDA backend cannot train yet). The CPU at `cpu_isa` with `threads`.
-DeviceTarget parse_device(const std::string& device, CpuIsa cpu_isa, int threads);
-// This process's device for a run: the CPU at this process's level, its OpenMP threads set to `threads`.
-DeviceTarget open_device(int threads);
+// --device: "cpu" and nothing else today; "cuda" and "cuda:N" are usage errors saying why (a build without
+// CUDA, or one whose CUDA backend does not train yet), and any other name one naming the choices.
+void check_device(const std::string& device);
+// This process's device for a run (--device, checked as check_device does): the CPU at this process's level,
+// its OpenMP threads set to `threads`.
+DeviceTarget open_device(const std::string& device, int threads);
 
 DeviceTraits device_traits(const DeviceTarget& target, DType dtype, int64_t seq_len, int64_t head_dim);
 

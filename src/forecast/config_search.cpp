@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "config/check_config.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
 #include "dist/communicator.h"
 #include "model/spec.h"
-#include "train/parallel_groups.h"
-#include "train/run_flag_table.h"
-#include "train/train_flags.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 

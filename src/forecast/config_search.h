@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "devices/devices.h"
+#include "config/train_config.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
-#include "train/train_config.h"
 
 namespace mt {
 

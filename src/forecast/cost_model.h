@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "forecast/hardware_profile.h"
-#include "train/run_layout.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 

@@ -4,12 +4,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include "config/check_config.h"
 #include "core/error.h"
+#include "layout/run_layout.h"
 #include "memory/report.h"
 #include "model/pipeline_schedule.h"
-#include "train/parallel_groups.h"
-#include "train/run_layout.h"
-#include "train/train_flags.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 
@@ -175,8 +175,7 @@ const RankEstimate& Estimate::largest() const {
 
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa) {
   if (dp < 1) fail_usage("--dp must be at least 1");
-  check_parallel_flags(config);
-  check_checkpoint_flags(config);
+  check_config(config);
   Estimate e;
   e.config = config;
   e.dp = dp;

@@ -1,5 +1,5 @@
 // `memtrain estimate`: what each rank of a run would hold, per category, from the same plan the trainer
-// allocates (train/run_layout.h), without allocating the model. Also where in the step the most bytes are
+// allocates (layout/run_layout.h), without allocating the model. Also where in the step the most bytes are
 // live, and whether the rank fits a device's memory.
 #pragma once
 
@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "core/cpu_isa.h"
+#include "config/train_config.h"
 #include "forecast/formulas.h"
 #include "memory/category.h"
 #include "memory/plan.h"
 #include "model/graph.h"
 #include "model/spec.h"
-#include "train/parallel_groups.h"
-#include "train/train_config.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 
@@ -69,7 +69,7 @@ struct Estimate {
 };
 
 // The plan of every rank of `dp` data-parallel ranks x config.tensor_parallel x config.pipeline_parallel
-// (train/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
+// (parallel/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
 // MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
 // configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa);

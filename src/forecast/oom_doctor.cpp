@@ -7,14 +7,14 @@
 #include <optional>
 #include <sstream>
 
+#include "config/check_config.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
 #include "devices/devices.h"
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "forecast/shipped_profiles.h"
 #include "memory/report.h"
-#include "train/run_flag_table.h"
-#include "train/train_flags.h"
 
 namespace mt {
 

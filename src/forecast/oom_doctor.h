@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "train/run_layout.h"
-#include "train/train_config.h"
+#include "config/train_config.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 

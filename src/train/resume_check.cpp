@@ -3,7 +3,7 @@
 #include <set>
 #include <vector>
 
-#include "train/run_flag_table.h"
+#include "config/run_flag_table.h"
 
 namespace mt {
 

@@ -1,5 +1,5 @@
 // What a resume compares between a checkpoint and this run, named key by key: the model's config.json and
-// the run settings (train/run_flag_table.h: run_settings) that differ.
+// the run settings (config/run_flag_table.h: run_settings) that differ.
 #pragma once
 
 #include <nlohmann/json.hpp>

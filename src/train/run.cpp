@@ -7,11 +7,11 @@
 
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
+#include "config/check_config.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "train/run_directories.h"
 #include "train/signals.h"
-#include "train/train_flags.h"
 #include "train/trainer.h"
 #include "train/verify_resume.h"
 
@@ -95,8 +95,7 @@ void read_data_shape(TrainConfig& cfg) {
 void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   TrainConfig cfg = given;
   read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
-  check_parallel_flags(cfg);
-  check_checkpoint_flags(cfg);
+  check_config(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
   // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
   AsyncCommunicator comm(make_communicator(cfg.dist_backend));
@@ -106,7 +105,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  const DeviceTarget device = open_device(rank_threads(cfg, comm.size()));
+  const DeviceTarget device = open_device(cfg.device, rank_threads(cfg, comm.size()));
   if (check_fit) check_fit(cfg, comm.size());
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm, device);

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "config/train_config.h"
 #include "dist/communicator.h"
 #include "io/dir_lock.h"
-#include "train/train_config.h"
 
 namespace mt {
 

@@ -15,6 +15,7 @@
 #include "model/peft_adapter.h"
 #include "model/pipeline_schedule.h"
 #include "model/weights.h"
+#include "parallel/gradient_sums.h"
 
 namespace mt {
 
@@ -182,21 +183,15 @@ StepOutcome Trainer::step(int64_t step) {
   }
   out.loss = exec_->loss();  // the micro-batches' means, summed (one read a step)
   if (place_.pp > 1) {
-    sum_tied_embedding_grads();
+    sum_tied_embedding_grads(groups_, memory, model_);
     if (dp > 1) sync_->start_block_reductions();
   }
   sync_->reduce_gradients();
-  sum_sequence_parallel_grads();
-  out.loss = (dp > 1 ? sync_->sum(out.loss) : out.loss) / static_cast<double>(accum_ * dp);
-  if (groups_.pipeline()) out.loss = sum_over_ranks(*groups_.pipeline(), out.loss);  // the last stage's
+  if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
+  out.loss = step_loss(groups_, *sync_, out.loss, accum_);
   out.lr = schedule_.at(step);
-  // The norm over every shard: the data-parallel ranks' ranges under ZeRO, the tensor-parallel ranks' parts,
-  // the pipeline's stages.
   out.update = optimizer_->step(model_.graph.table, memory, out.lr, loss_scale, [&](double local) {
-    double sum = plan_.sharding.shards_optimizer() ? sync_->sum(local) : local;
-    for (AsyncCommunicator* group : {groups_.tensor(), groups_.pipeline()})
-      if (group) sum = sum_over_ranks(*group, sum);
-    return sum;
+    return sum_norm_over_shards(groups_, *sync_, plan_, local);
   });
   if (!out.update.skipped) sync_->gather_weights();
   if (out.update.skipped && !scaler_)
@@ -206,7 +201,8 @@ StepOutcome Trainer::step(int64_t step) {
   if (scaler_) scaler_->update(out.update.skipped);
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The tensor group's and the pipeline's exchanges sit between kernels that wait for them: all exposed.
-  out.comm_exposed_ms = (sync_->take_exposed_seconds() + take_model_parallel_blocked_seconds()) * 1000.0;
+  out.comm_exposed_ms =
+      (sync_->take_exposed_seconds() + groups_.take_model_parallel_blocked_seconds()) * 1000.0;
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
       static_cast<double>(accum_ * dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
@@ -233,21 +229,6 @@ int64_t Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data
   for (int id : {batch.tokens, batch.targets, batch.loss_mask, batch.positions})
     if (id >= 0) memory.upload(id);
   return counted;
-}
-
-double Trainer::take_model_parallel_blocked_seconds() {
-  double seconds = 0;
-  for (AsyncCommunicator* group : {groups_.tensor(), groups_.pipeline(), groups_.embedding()})
-    if (group) seconds += group->take_blocked_seconds();
-  return seconds;
-}
-
-void Trainer::sum_tied_embedding_grads() {
-  Communicator* group = groups_.embedding();
-  if (!group) return;
-  const int id = model_.tied_embedding;
-  const int64_t offset = memory_->param_offset(id);
-  group->all_reduce_sum(memory_->grads_at(offset), model_.graph.table[id].numel(), plan_.policy.grads);
 }
 
 void Trainer::log(int64_t step, const StepOutcome& outcome) {
@@ -283,7 +264,7 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
   if (eval_now) {
     const double val_loss = evaluate();
     sync_->take_exposed_seconds();  // evaluation's gathers are not the next step's
-    take_model_parallel_blocked_seconds();
+    groups_.take_model_parallel_blocked_seconds();
     comm_.take_busy_seconds();
     record["val_loss"] = val_loss;
     std::printf(" | val loss %.4f", val_loss);
@@ -339,23 +320,6 @@ void Trainer::finish() {
   if (report.planned.bytes != report.measured.bytes ||
       report.planned_host.bytes != report.measured_host.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
-}
-
-void Trainer::sum_sequence_parallel_grads() {
-  Communicator* group = groups_.tensor();
-  if (!group || !cfg_.sequence_parallel) return;
-  const Allocation& memory = *memory_;
-  const DType dtype = plan_.policy.grads;
-  const int64_t held_begin = plan_.grads_begin(), held_end = plan_.grads_end();
-  for (int id : model_.params) {
-    const TensorDesc& t = model_.graph.table[id];
-    if (!t.grad_summed_over_tp) continue;
-    // The part of the gradient this rank holds (its ZeRO-2/3 shard); the tensor group's ranks hold the same.
-    const int64_t offset = memory.param_offset(id);
-    const int64_t first = std::max(offset, held_begin), last = std::min(offset + t.numel(), held_end);
-    if (first >= last) continue;
-    group->all_reduce_sum(memory.grads_at(first), last - first, dtype);
-  }
 }
 
 double Trainer::evaluate() {

@@ -10,10 +10,12 @@
 #include <vector>
 
 #include "ckpt/state.h"
+#include "config/train_config.h"
 #include "data/loader.h"
 #include "devices/devices.h"
 #include "dist/async_communicator.h"
 #include "exec/executor.h"
+#include "layout/run_layout.h"
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/timeline.h"
@@ -21,11 +23,9 @@
 #include "model/weights.h"
 #include "model/zero_schedule.h"
 #include "optim/schedule.h"
+#include "parallel/parallel_groups.h"
+#include "parallel/zero_sync.h"
 #include "train/metrics.h"
-#include "train/parallel_groups.h"
-#include "train/run_layout.h"
-#include "train/train_config.h"
-#include "train/zero_sync.h"
 
 namespace mt {
 
@@ -87,16 +87,10 @@ class Trainer {
   // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
   void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
-  // Sequence parallel: sums the norms' gradients, each rank's over its own tokens, over the tensor group.
-  void sum_sequence_parallel_grads();
-  // Pipeline parallel with a tied head: sums the embedding's gradient over the first and last stage.
-  void sum_tied_embedding_grads();
   // This rank's batch of one micro-batch from `loader` into `batch`'s tensors: its turn among the
   // data-parallel ranks, or the loader's next one.
   // Returns the targets its loss counts.
   int64_t load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns);
-  // The seconds blocked in the tensor group's, the pipeline's and the tied embedding's exchanges.
-  double take_model_parallel_blocked_seconds();
   void save_memory_timeline();
   // What a checkpoint records of the step it was taken after.
   nlohmann::json step_metrics(const StepOutcome& outcome) const;

@@ -6,12 +6,12 @@
 #include "ckpt/reader.h"
 #include "ckpt/saved_params.h"
 #include "ckpt/writer.h"
+#include "config/run_flag_table.h"
 #include "core/crc32c.h"
 #include "core/error.h"
 #include "model/hf_config.h"
 #include "model/hf_tensors.h"
 #include "train/resume_check.h"
-#include "train/run_flag_table.h"
 #include "train/trainer.h"
 
 namespace mt {

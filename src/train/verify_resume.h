@@ -5,8 +5,8 @@
 #pragma once
 
 #include "devices/devices.h"
+#include "config/train_config.h"
 #include "dist/async_communicator.h"
-#include "train/train_config.h"
 
 namespace mt {
 

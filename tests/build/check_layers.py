@@ -14,7 +14,8 @@ LAYERS = [
     ["backend"],
     ["devices", "ckpt"],
     ["config"],
-    ["parallel", "layout"],
+    ["parallel"],
+    ["layout"],
     ["train", "forecast"],
     ["cli"],
 ]

@@ -10,8 +10,8 @@
 #include "devices/devices.h"
 #include "dist/communicator.h"
 #include "forecast/config_search.h"
+#include "parallel/parallel_groups.h"
 #include "plan_test_util.h"
-#include "train/parallel_groups.h"
 
 namespace mt {
 namespace {

@@ -10,7 +10,7 @@
 #include "forecast/config_search.h"
 #include "forecast/oom_doctor.h"
 #include "forecast/shipped_profiles.h"
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 namespace {

@@ -3,10 +3,10 @@
 // changes.
 #include <gtest/gtest.h>
 
+#include "config/run_flag_table.h"
 #include "model/hf_config.h"
 #include "model/spec.h"
 #include "train/resume_check.h"
-#include "train/run_flag_table.h"
 
 namespace mt {
 namespace {

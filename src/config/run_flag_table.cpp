@@ -1,4 +1,4 @@
-#include "train/run_flag_table.h"
+#include "config/run_flag_table.h"
 
 #include <stdexcept>
 
@@ -502,6 +502,12 @@ const RunFlag kRunFlags[] = {
      .help = "directory for metrics.jsonl and memory.json",
      .field = &config_field<&C::out>,
      .show_default = true},
+    {.names = "--device",
+     .help = "the device the run plans for and trains on: cpu (cuda or cuda:N once a CUDA backend exists; a "
+             "build without CUDA says so)",
+     .field = &config_field<&C::device>,
+     .show_default = true,
+     .memory = true},
     {.names = "--threads",
      .help = "OpenMP threads, 0 = all cores",
      .field = &config_field<&C::threads>,

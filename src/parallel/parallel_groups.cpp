@@ -1,9 +1,9 @@
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 #include <vector>
 
+#include "config/check_config.h"
 #include "model/spec.h"
-#include "train/train_flags.h"
 
 namespace mt {
 
@@ -59,6 +59,13 @@ int64_t ParallelGroups::buffer_bytes() const {
   for (const auto* group : {tensor_.get(), data_.get(), pipeline_.get(), embedding_.get()})
     if (group) bytes += group->buffer_bytes();
   return bytes;
+}
+
+double ParallelGroups::take_model_parallel_blocked_seconds() {
+  double seconds = 0;
+  for (AsyncCommunicator* group : {tensor_.get(), pipeline_.get(), embedding_.get()})
+    if (group) seconds += group->take_blocked_seconds();
+  return seconds;
 }
 
 }  // namespace mt

@@ -1,12 +1,12 @@
-#include "train/run_layout.h"
+#include "layout/run_layout.h"
 
 #include <algorithm>
 #include <string>
 
+#include "config/check_config.h"
 #include "core/error.h"
 #include "core/int_math.h"
 #include "memory/precision.h"
-#include "train/train_flags.h"
 
 namespace mt {
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/deepspeed_config.h"
 #include "core/error.h"
-#include "train/deepspeed_config.h"
 
 namespace mt {
 namespace {

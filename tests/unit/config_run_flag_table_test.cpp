@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cli/run_flags.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
-#include "train/run_flag_table.h"
-#include "train/run_layout.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 namespace {

@@ -7,12 +7,12 @@
 #include <set>
 #include <string>
 
-#include "train/train_config.h"
+#include "config/train_config.h"
 
 namespace mt {
 
 // Every key of the file is accounted for (docs/deepspeed_config.md lists them):
-// - a key that sets what a run flag sets, the flag's `deepspeed` key (train/run_flag_table.h) or one that
+// - a key that sets what a run flag sets, the flag's `deepspeed` key (config/run_flag_table.h) or one that
 //   converts (zero_optimization.reduce_bucket_size and allgather_bucket_size in elements, bf16 and fp16 as
 //   booleans or {"enabled": ...}, fp16.initial_scale_power, optimizer.type and optimizer.params.betas), is
 //   checked as that flag would be and set; where `given_flags` (by first name) holds the flag with another

@@ -4,10 +4,10 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "config/check_config.h"
+#include "config/deepspeed_config.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
-#include "train/deepspeed_config.h"
-#include "train/run_flag_table.h"
-#include "train/train_flags.h"
 
 namespace mt {
 

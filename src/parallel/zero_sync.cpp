@@ -1,11 +1,11 @@
-#include "train/zero_sync.h"
+#include "parallel/zero_sync.h"
 
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
 
-#include "train/parallel_groups.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 

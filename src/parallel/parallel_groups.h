@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "config/train_config.h"
 #include "dist/async_communicator.h"
-#include "train/train_config.h"
 
 namespace mt {
 
@@ -55,6 +55,9 @@ class ParallelGroups {
   AsyncCommunicator* embedding() { return embedding_.get(); }
   // The receive buffers of every communicator above (parallel_buffer_bytes, as allocated).
   int64_t buffer_bytes() const;
+  // The seconds blocked in the tensor group's, the pipeline's and the tied embedding's exchanges since the
+  // last call.
+  double take_model_parallel_blocked_seconds();
 
  private:
   AsyncCommunicator& world_;

@@ -1,4 +1,4 @@
-#include "train/deepspeed_config.h"
+#include "config/deepspeed_config.h"
 
 #include <cctype>
 #include <charconv>
@@ -12,9 +12,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "config/run_flag_table.h"
 #include "core/error.h"
 #include "core/warning.h"
-#include "train/run_flag_table.h"
 
 namespace mt {
 

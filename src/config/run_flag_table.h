@@ -15,7 +15,7 @@
 #include <variant>
 #include <vector>
 
-#include "train/train_config.h"
+#include "config/train_config.h"
 
 namespace mt {
 
@@ -73,7 +73,7 @@ struct RunFlag {
   // What a checkpoint records (trajectory flags); null: the field's value (switch_off: the flag's own sense).
   nlohmann::json (*setting)(const TrainConfig& config) = nullptr;
   // The values a numeric flag takes on its own, checked by check_flag_bounds; empty `text`: any value.
-  // Checks that read several flags, or the model, stay with the checks of train/train_flags.h.
+  // Checks that read several flags, or the model, stay with the checks of config/check_config.h.
   FlagBound bound = {};
   // Set for a flag whose 0 in TrainConfig means "not given": what applies then ("the model's positions").
   // Giving 0 explicitly is then its bound's error saying so, rather than a silent default.

@@ -84,7 +84,8 @@ struct TrainConfig {
   // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
   int64_t verify_resume = 0;
   std::string out = "run";  // metrics.jsonl and memory.json
-  int threads = 0;          // 0: every core
+  std::string device = "cpu";  // --device: where the run plans for and trains (devices/devices.h)
+  int threads = 0;             // 0: every core
   // Bytes one rank may plan (--memory-limit); 0: the machine's available memory shared by its ranks.
   int64_t memory_limit = 0;
   bool memory_report = false;  // print the plan and the largest activations before training

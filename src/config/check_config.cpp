@@ -1,15 +1,54 @@
-#include "train/train_flags.h"
-
-#include <omp.h>
+#include "config/check_config.h"
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 
+#include "devices/devices.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
-#include "train/run_flag_table.h"
 
 namespace mt {
+
+namespace {
+
+void check_parallel_flags(const TrainConfig& c) {
+  check_flag_bounds(c, {"--zero-stage", "--bucket-size-mb"});
+  if (c.zero_stage == 3 && !c.save_weights.empty())
+    fail_usage(
+        "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every "
+        "rank "
+        "writes its part of the checkpoint's model.safetensors) and `memtrain export`");
+  if (c.offload_optimizer == OffloadOptimizer::nvme && c.offload_path.empty())
+    fail_usage("--offload-optimizer nvme needs --offload-path DIR");
+  check_flag_bounds(c, {"--offload-chunk-mb"});
+}
+
+void check_checkpoint_flags(const TrainConfig& c) {
+  check_flag_bounds(c, {"--save-interval", "--keep-checkpoints", "--exit-interval"});
+  if (c.save.empty() && c.save_interval > 0) fail_usage("--save-interval needs --save DIR");
+  if (c.save.empty() && c.exit_interval > 0)
+    fail_usage("--exit-interval saves before it exits: it needs --save DIR");
+  if (c.resume == ResumeMode::automatic && c.save.empty())
+    fail_usage("--resume auto looks in the --save directory: give --save");
+  if (c.resume != ResumeMode::off && !c.load.empty())
+    fail_usage("--resume auto and --load exclude each other");
+  check_flag_bounds(c, {"--verify-resume"});
+  if (c.verify_resume > 0 && c.verify_resume >= c.train_iters)
+    fail_usage("--verify-resume " + std::to_string(c.verify_resume) + " must be below --train-iters " +
+               std::to_string(c.train_iters) + " (steps after the save are what it compares)");
+  if (c.verify_resume > 0 && (!c.load.empty() || c.resume != ResumeMode::off || !c.save.empty()))
+    fail_usage(
+        "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
+}
+
+}  // namespace
+
+void check_config(const TrainConfig& c) {
+  check_device(c.device);
+  check_parallel_flags(c);
+  check_checkpoint_flags(c);
+}
 
 int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
   check_flag_bounds(c, {"--grad-accum-steps", "--global-batch-size"});
@@ -24,18 +63,6 @@ int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
                " disagrees with --global-batch-size " + std::to_string(c.global_batch) + " (" +
                std::to_string(k) + " micro-batches of " + std::to_string(c.micro_batch) + ")");
   return k;
-}
-
-void check_parallel_flags(const TrainConfig& c) {
-  check_flag_bounds(c, {"--zero-stage", "--bucket-size-mb"});
-  if (c.zero_stage == 3 && !c.save_weights.empty())
-    fail_usage(
-        "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every "
-        "rank "
-        "writes its part of the checkpoint's model.safetensors) and `memtrain export`");
-  if (c.offload_optimizer == OffloadOptimizer::nvme && c.offload_path.empty())
-    fail_usage("--offload-optimizer nvme needs --offload-path DIR");
-  check_flag_bounds(c, {"--offload-chunk-mb"});
 }
 
 int data_parallel_size(const TrainConfig& c, int world) {
@@ -145,25 +172,7 @@ void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::les
 
 int rank_threads(const TrainConfig& c, int world) {
   if (c.threads > 0) return c.threads;
-  return world > 1 ? 1 : omp_get_max_threads();
-}
-
-void check_checkpoint_flags(const TrainConfig& c) {
-  check_flag_bounds(c, {"--save-interval", "--keep-checkpoints", "--exit-interval"});
-  if (c.save.empty() && c.save_interval > 0) fail_usage("--save-interval needs --save DIR");
-  if (c.save.empty() && c.exit_interval > 0)
-    fail_usage("--exit-interval saves before it exits: it needs --save DIR");
-  if (c.resume == ResumeMode::automatic && c.save.empty())
-    fail_usage("--resume auto looks in the --save directory: give --save");
-  if (c.resume != ResumeMode::off && !c.load.empty())
-    fail_usage("--resume auto and --load exclude each other");
-  check_flag_bounds(c, {"--verify-resume"});
-  if (c.verify_resume > 0 && c.verify_resume >= c.train_iters)
-    fail_usage("--verify-resume " + std::to_string(c.verify_resume) + " must be below --train-iters " +
-               std::to_string(c.train_iters) + " (steps after the save are what it compares)");
-  if (c.verify_resume > 0 && (!c.load.empty() || c.resume != ResumeMode::off || !c.save.empty()))
-    fail_usage(
-        "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
+  return world > 1 ? 1 : process_threads();
 }
 
 }  // namespace mt

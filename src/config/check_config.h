@@ -1,5 +1,7 @@
-// The checks of `memtrain train`'s flags that need the model or the world size: one usage error naming the
-// flag, before anything is allocated or written.
+// The checks of a run's flags across fields (a single numeric flag's range is its bound in the flag table):
+// one usage error naming the flag, before anything is allocated or written. Also what the flags resolve to
+// that several rooms read: micro-batches per step and data-parallel ranks (with their checks), threads per
+// rank.
 #pragma once
 
 #include <cstdint>
@@ -7,8 +9,8 @@
 #include <set>
 #include <string>
 
+#include "config/train_config.h"
 #include "model/spec.h"
-#include "train/train_config.h"
 
 namespace mt {
 
@@ -27,12 +29,13 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
 // DeepSpeed; LoRA, optimizer offload): usage errors naming the flags.
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec);
 
-// The parallel features this build runs; the rest are explicit errors rather than silent fallbacks.
-void check_parallel_flags(const TrainConfig& c);
+// The checks of the configuration alone, the ones `train` and `estimate` both make before anything else: the
+// device (--device: one this build trains on), the parallel features this build runs (the rest are explicit errors rather than silent fallbacks), and the
+// checkpoint flags' values and combinations (--save, --load, --resume, --exit-interval, --verify-resume).
+void check_config(const TrainConfig& c);
 
-// --save, --load, --resume, --exit-interval and --verify-resume: values and combinations.
-void check_checkpoint_flags(const TrainConfig& c);
-
+// The checks that need the model and the sequence length, which lay_out_run makes for every plan: the tensor-
+// and pipeline-parallel splits, the batch, precision and loss scaling, the schedule and AdamW.
 void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
 // The --lora-* flags (`given`: the flags on the command line): each other one needs --lora-rank, values in

@@ -6,13 +6,13 @@
 
 #include <cstdint>
 
+#include "config/train_config.h"
 #include "data/loader.h"
 #include "devices/devices.h"
 #include "memory/plan.h"
 #include "model/model.h"
 #include "model/zero_schedule.h"
-#include "train/parallel_groups.h"
-#include "train/train_config.h"
+#include "parallel/parallel_groups.h"
 
 namespace mt {
 
