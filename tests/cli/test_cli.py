@@ -162,6 +162,9 @@ class GoodRuns(CliTestCase):
 
         self.assertTrue(memory["planned"], memory)
         self.assertEqual(memory["planned"], memory["measured"])
+        # The host's own buffers (the loader's window) are planned and measured in host memory.
+        self.assertGreater(memory["planned_host"]["other"], 0, memory)
+        self.assertEqual(memory["planned_host"], memory["measured_host"])
 
     def test_saved_weights_load_back(self):
         """Run A trains and saves; run B starts from the file at --lr 0. With one window of data every step
@@ -183,6 +186,27 @@ class GoodRuns(CliTestCase):
         b_step1, b_step2 = (r["loss"] for r in read_metrics(self.tmp / "b"))
         self.assertEqual(b_step1, b_step2, "weights changed at --lr 0")
         self.assertAlmostEqual(b_step1, a_val_loss, places=5, msg="loaded weights differ from the saved ones")
+
+
+class DeviceFlag(CliTestCase):
+    def test_cuda_is_refused_in_one_line(self):
+        # No CUDA backend trains yet: a build without CUDA says so, one with it that its backend is not written;
+        # neither falls back to the CPU, and nothing is written.
+        for device in ("cuda", "cuda:1"):
+            self.assert_train_fails(2, f"--device {device}: this memtrain was built with", device=device)
+            result = memtrain("estimate", "--model", "gpt2-tiny", "--device", device)
+            self.assert_error(result, 2, f"--device {device}: this memtrain was built with")
+
+    def test_unknown_device(self):
+        for device in ("tpu", "cuda:", "cuda:x", "cuda0"):
+            self.assert_train_fails(2, f"--device {device}", "expected cpu, cuda or cuda:N", device=device)
+
+    def test_cpu_by_name_is_the_default(self):
+        named, default = self.tmp / "named", self.tmp / "default"
+        self.train(out=named, device="cpu", expect=0)
+        self.train(out=default, expect=0)
+        self.assertEqual([r["loss"] for r in read_metrics(named)], [r["loss"] for r in read_metrics(default)])
+        self.assertEqual(read_memory(named)["planned"], read_memory(default)["planned"])
 
 
 class PrecisionFlags(CliTestCase):
