@@ -1,10 +1,9 @@
 // `memtrain calibrate`: this machine's rates into a hardware profile JSON for `memtrain plan --profile`.
-#include <omp.h>
-
 #include <cstdio>
 #include <fstream>
 
 #include "cli/commands.h"
+#include "devices/devices.h"
 #include "core/error.h"
 #include "forecast/calibrate.h"
 
@@ -31,7 +30,8 @@ void add_calibrate_command(CLI::App& app) {
   cmd->callback([out, options, threads] {
     auto comm = std::make_unique<AsyncCommunicator>(make_communicator(DistBackend::automatic));
     if (*threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
-    if (*threads > 0 || comm->size() > 1) omp_set_num_threads(*threads > 0 ? *threads : 1);
+    // Ranks share the machine's cores: one thread each unless --threads says otherwise.
+    open_device("cpu", *threads > 0 ? *threads : comm->size() > 1 ? 1 : process_threads());
     const HardwareProfile profile = calibrate(*comm, *options);
     if (comm->rank() != 0) return;
     const std::string text = hardware_profile_json(profile).dump(2) + "\n";

@@ -78,5 +78,9 @@ template <>
 constexpr DType dtype_of<f16>() {
   return DType::f16;
 }
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;  // the step's loss scalar
+}
 
 }  // namespace mt

@@ -168,7 +168,7 @@ void CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   if (counted == 0) return;
   double loss_sum = 0;
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
-  *reinterpret_cast<double*>(m.data(a.loss_sum)) += loss_sum / static_cast<double>(counted);
+  *m.as<double>(a.loss_sum) += loss_sum / static_cast<double>(counted);
 }
 
 template <typename T, typename G>
