@@ -110,7 +110,8 @@ OpCase linear_case(std::string name, Product s, StepConfig step) {
 }
 
 // QLoRA: a frozen [out, in] weight of two parts (q and k of a fused projection) in nf4 with double
-// quantization, dequantized a tile at a time, with a frozen bias and an adapter on each part's columns, both
+// quantization (parts of 13300 and 5852 elements: no whole number of 64-element blocks), dequantized a tile
+// at a time, with a frozen bias and an adapter on each part's columns, both
 // with dropout.
 OpCase qlora_case() {
   StepConfig step{.batch = 2, .seq_len = 5, .seed = 11};
@@ -119,7 +120,7 @@ OpCase qlora_case() {
   return {
       "qlora: nf4 weight of two parts, bias, two adapters with dropout", kLlama, step, [](CaseBuilder& b) {
         GraphBuilder& g = b.g;
-        const int64_t in = 37, q = 20, k = 12;
+        const int64_t in = 133, q = 100, k = 44;  // two dequantized tiles of 128 columns either way
         const int w = g.param("layer.qk_proj.weight", {q + k, in});
         b.model.graph.table[w].quantized =
             QuantizedStorage{.format = WeightFormat::nf4, .double_quant = true, .parts = {q * in, k * in}};
@@ -231,6 +232,8 @@ std::vector<OpCase> op_cases() {
       attention_case("rope + attention, 4 heads on 2 (GQA)", kLlama, b2t5),
       attention_case("rope + attention, packed positions", kLlama, packed),
       attention_case("attention, 3 heads, T=1", kGpt2, b3t1),
+      attention_case("rope + attention, 4 heads on 1, T=67: a 16-bit block of 64 queries and 3 more",
+                     model(Arch::llama, 24, 4, 1), {.batch = 1, .seq_len = 67}),
       attention_case("rope + attention, heads of tp rank 1", kLlama, tp_rank1(b2t5)),
       gelu_case("gelu, backward in place", 37, true),
       gelu_case("gelu, backward into its own tensor", 21, false),
