@@ -3,8 +3,8 @@
 #include <fstream>
 
 #include "cli/commands.h"
-#include "devices/devices.h"
 #include "core/error.h"
+#include "devices/devices.h"
 #include "forecast/calibrate.h"
 
 namespace mt::cli {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <string>
 
-#include "devices/devices.h"
 #include "config/run_flag_table.h"
 #include "core/error.h"
+#include "devices/devices.h"
 
 namespace mt {
 

@@ -30,8 +30,9 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec);
 
 // The checks of the configuration alone, the ones `train` and `estimate` both make before anything else: the
-// device (--device: one this build trains on), the parallel features this build runs (the rest are explicit errors rather than silent fallbacks), and the
-// checkpoint flags' values and combinations (--save, --load, --resume, --exit-interval, --verify-resume).
+// device (--device: one this build trains on), the parallel features this build runs (the rest are explicit
+// errors rather than silent fallbacks), and the checkpoint flags' values and combinations (--save, --load,
+// --resume, --exit-interval, --verify-resume).
 void check_config(const TrainConfig& c);
 
 // The checks that need the model and the sequence length, which lay_out_run makes for every plan: the tensor-

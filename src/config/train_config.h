@@ -83,7 +83,7 @@ struct TrainConfig {
   bool overwrite_checkpoints = false;
   // > 0: train this many steps, save, reload into a fresh trainer and check the continuation matches.
   int64_t verify_resume = 0;
-  std::string out = "run";  // metrics.jsonl and memory.json
+  std::string out = "run";     // metrics.jsonl and memory.json
   std::string device = "cpu";  // --device: where the run plans for and trains (devices/devices.h)
   int threads = 0;             // 0: every core
   // Bytes one rank may plan (--memory-limit); 0: the machine's available memory shared by its ranks.

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "devices/devices.h"
 #include "config/train_config.h"
+#include "devices/devices.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
 

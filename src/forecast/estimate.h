@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cpu_isa.h"
 #include "config/train_config.h"
+#include "core/cpu_isa.h"
 #include "forecast/formulas.h"
 #include "memory/category.h"
 #include "memory/plan.h"

@@ -4,8 +4,8 @@
 
 #include <functional>
 
-#include "devices/devices.h"
 #include "config/train_config.h"
+#include "devices/devices.h"
 #include "dist/async_communicator.h"
 
 namespace mt {

@@ -4,8 +4,8 @@
 // the final model states, optimizer, loss scaler and data cursor; a mismatch is a data error (exit 1).
 #pragma once
 
-#include "devices/devices.h"
 #include "config/train_config.h"
+#include "devices/devices.h"
 #include "dist/async_communicator.h"
 
 namespace mt {
