@@ -126,7 +126,7 @@ nlohmann::json measure_ops(const mt::RunLayout& run, const mt::DeviceTarget& dev
   fill_batches(run, memory);
   mt::Executor exec(run.spec, graph, memory, *backend);
   // Every target counts: the batches have no loss mask.
-  const std::vector<int64_t> counted(run.model.batches.size(), c.micro_batch * run.seq_len);
+  const int64_t counted = static_cast<int64_t>(run.model.batches.size()) * c.micro_batch * run.seq_len;
   TimedAlone tensor_peers(c.tensor_parallel), pipeline_peers(c.pipeline_parallel);
   if (c.tensor_parallel > 1) exec.set_tensor_group(&tensor_peers);
   if (c.pipeline_parallel > 1) exec.set_pipeline(&pipeline_peers);

@@ -43,17 +43,13 @@ inline Backend& cpu_backend(const ModelStatePolicy& policy = {}) {
   return *backend;
 }
 
-// The targets the loss counts in each of the graph's batches, as the loader counts them.
-inline std::vector<int64_t> counted_targets(const ModelGraph& model, const Allocation& memory) {
-  std::vector<int64_t> counted;
+// The targets the loss counts in all of the graph's batches together, as the loader counts them.
+inline int64_t counted_targets(const ModelGraph& model, const Allocation& memory) {
+  int64_t counted = 0;
   for (const BatchTensors& batch : model.batches) {
     const int64_t n = model.graph.table[batch.targets].numel();
-    if (batch.loss_mask < 0) {
-      counted.push_back(n);
-      continue;
-    }
-    const uint8_t* mask = memory.u8(batch.loss_mask);
-    counted.push_back(std::count(mask, mask + n, uint8_t{1}));
+    const uint8_t* mask = batch.loss_mask < 0 ? nullptr : memory.u8(batch.loss_mask);
+    counted += mask ? std::count(mask, mask + n, uint8_t{1}) : n;
   }
   return counted;
 }

@@ -31,37 +31,35 @@ nlohmann::json to_json(const CheckpointState& s) {
   nlohmann::json tensors = nlohmann::json::array();
   for (const CheckpointTensor& t : s.layout.tensors)
     tensors.push_back({{"name", t.name}, {"shape", t.shape}, {"offset", t.offset}});
-  nlohmann::json j = {{"step", s.step},
-                      {"run_id", s.run_id},
-                      {"optimizer", {{"updates_taken", s.optimizer_updates}}},
-                      {"lr_schedule", {{"step", s.step}, {"lr", s.metrics.value("lr", 0.0)}}},
-                      {"data",
-                       {{"epoch", s.data_cursor.epoch},
-                        {"shard", s.data_cursor.shard},
-                        {"window", s.data_cursor.window},
-                        {"shuffle_seed", s.seed}}},
-                      // Every stream is counter-based: a pure function of the seed and a position, so nothing
-                      // but the seed, the step and the cursor above is state.
-                      {"rng",
-                       {{"seed", s.seed},
-                        {"init", "counter-based (seed, tensor name, element)"},
-                        {"data_order", "counter-based (seed, epoch, shard): the cursor above restores it"},
-                        {"stochastic_rounding",
-                         "counter-based (seed, optimizer updates_taken, flat element): no other state"}}},
-                      {"run", s.run},
-                      {"model", s.model},
-                      {"metrics", s.metrics},
-                      {"layout",
-                       {{"num_params", s.layout.num_params},
-                        {"world", s.layout.world},
-                        {"tp", s.layout.tp},
-                        {"pp", s.layout.pp()},
-                        {"padded_vocab", s.layout.padded_vocab},
-                        {"weights", dtype_name(s.layout.weights)},
-                        {"master", s.layout.master},
-                        {"moments", dtype_name(s.layout.moments)},
-                        {"moment_block", s.layout.moment_block},
-                        {"tensors", tensors}}}};
+  nlohmann::json j = {
+      {"step", s.step},
+      {"run_id", s.run_id},
+      {"optimizer", {{"updates_taken", s.optimizer_updates}}},
+      {"lr_schedule", {{"step", s.step}, {"lr", s.metrics.value("lr", 0.0)}}},
+      {"data", {{"consumed_samples", s.consumed_samples.value_or(0)}, {"shuffle_seed", s.seed}}},
+      // Every stream is counter-based: a pure function of the seed and a position, so nothing
+      // but the seed, the step and the cursor above is state.
+      {"rng",
+       {{"seed", s.seed},
+        {"init", "counter-based (seed, tensor name, element)"},
+        {"data_order", "counter-based (seed, epoch, shard, sample): consumed_samples restores it"},
+        {"stochastic_rounding",
+         "counter-based (seed, optimizer updates_taken, flat element): no other state"}}},
+      {"run", s.run},
+      {"model", s.model},
+      {"metrics", s.metrics},
+      {"layout",
+       {{"num_params", s.layout.num_params},
+        {"world", s.layout.world},
+        {"tp", s.layout.tp},
+        {"pp", s.layout.pp()},
+        {"padded_vocab", s.layout.padded_vocab},
+        {"weights", dtype_name(s.layout.weights)},
+        {"master", s.layout.master},
+        {"moments", dtype_name(s.layout.moments)},
+        {"moment_block", s.layout.moment_block},
+        {"tensors", tensors}}}};
+  if (s.data_crc32c) j["data"]["crc32c"] = crc32c_hex(*s.data_crc32c);
   if (s.base_files) {
     j["base"] = {{"files", nlohmann::json::array()}};
     for (const ManifestFile& f : *s.base_files)
@@ -85,9 +83,13 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
       s.loss_scaler = LossScaler::State{l.at("scale").get<float>(), l.at("good_steps").get<int64_t>(),
                                         l.at("hysteresis_left").get<int>()};
     }
-    const nlohmann::json& d = j.at("data");
-    s.data_cursor = {d.at("epoch").get<int64_t>(), d.at("shard").get<int64_t>(),
-                     d.at("window").get<int64_t>()};
+    if (const nlohmann::json& d = j.at("data"); d.contains("consumed_samples")) {
+      s.consumed_samples = d.at("consumed_samples").get<int64_t>();
+      if (*s.consumed_samples < 0) fail_data(path + ": data.consumed_samples is negative");
+    }
+    if (j.at("data").contains("crc32c"))
+      s.data_crc32c =
+          static_cast<uint32_t>(std::stoul(j.at("data").at("crc32c").get<std::string>(), nullptr, 16));
     s.seed = j.at("rng").at("seed").get<uint64_t>();
     s.run = j.at("run");
     s.model = j.at("model");
@@ -120,7 +122,7 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
   } catch (const nlohmann::json::exception& e) {
     fail_data(path + ": malformed: " + e.what());
   } catch (const std::logic_error& e) {  // stoul
-    fail_data(path + ": malformed base checksum: " + e.what());
+    fail_data(path + ": malformed checksum (base or data): " + e.what());
   }
   const std::vector<int64_t>& counts = s.layout.num_params;
   if (s.step < 0 || s.optimizer_updates < 0 || s.optimizer_updates > s.step || s.layout.world < 1 ||

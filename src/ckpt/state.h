@@ -12,7 +12,6 @@
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
 #include "core/dtype.h"
-#include "data/loader.h"
 #include "optim/loss_scaler.h"
 
 namespace mt::ckpt {
@@ -52,10 +51,15 @@ struct CheckpointLayout {
 };
 
 struct CheckpointState {
-  int64_t step = 0;                                   // optimizer steps taken, skipped ones included
-  int64_t optimizer_updates = 0;                      // Adam's t: skipped steps do not count
-  std::optional<LossScaler::State> loss_scaler;       // fp16 only
-  LoaderCursor data_cursor;                           // of the global sample order, after `step`
+  int64_t step = 0;                              // optimizer steps taken, skipped ones included
+  int64_t optimizer_updates = 0;                 // Adam's t: skipped steps do not count
+  std::optional<LossScaler::State> loss_scaler;  // fp16 only
+  // Samples of the global order (data/loader.h) the run has read, after `step`. Absent in checkpoints saved
+  // before samples were numbered globally: their cursor counted windows of one micro-batch, an order that
+  // no longer exists, and a resume continues at `step` global batches of the new order.
+  std::optional<int64_t> consumed_samples;
+  // The training data: Loader::data_crc32c. Absent in checkpoints saved before it was recorded.
+  std::optional<uint32_t> data_crc32c;
   uint64_t seed = 0;                                  // every random stream derives from it (see to_json)
   nlohmann::json run = nlohmann::json::object();      // flag -> value that a resume must repeat
   nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json

@@ -63,10 +63,10 @@ void inspect(const std::string& dir) {
                                        ", stage " + std::to_string(part.pp_rank))
                                           .c_str());
   }
-  std::printf("data cursor: epoch %lld, shard %lld, window %lld | seed %llu\n",
-              static_cast<long long>(state.data_cursor.epoch),
-              static_cast<long long>(state.data_cursor.shard),
-              static_cast<long long>(state.data_cursor.window), static_cast<unsigned long long>(state.seed));
+  std::printf("data: %s | seed %llu\n",
+              state.consumed_samples ? (std::to_string(*state.consumed_samples) + " samples consumed").c_str()
+                                     : "a cursor of an older memtrain (a resume continues at its step)",
+              static_cast<unsigned long long>(state.seed));
   if (state.loss_scaler)
     std::printf("loss scaler: scale %g, good steps %lld, hysteresis left %d\n", state.loss_scaler->scale,
                 static_cast<long long>(state.loss_scaler->good_steps), state.loss_scaler->hysteresis_left);

@@ -28,6 +28,11 @@ nlohmann::json precision_setting(const TrainConfig& c) {
   return precision_name(c.precision.precision);
 }
 
+// Recorded resolved: a resume continues the schedule the checkpoint recorded.
+nlohmann::json lr_decay_iters_setting(const TrainConfig& c) {
+  return c.decay_iters();
+}
+
 // Both moments' dtypes go together (they must be equal); the MindSpeed alias --o2-optimizer prints nothing.
 std::string print_moments(const TrainConfig& c) {
   const PrecisionConfig& p = c.precision;
@@ -108,7 +113,6 @@ const RunFlag kRunFlags[] = {
      .deepspeed = "train_micro_batch_size_per_gpu",
      .show_default = true,
      .memory = true,
-     .trajectory = true,
      .bound = {.low = 0, .open = true, .text = "must be positive"}},
     {.names = "--global-batch-size",
      .help = "sequences per optimizer step (accumulates micro-batches; default: --grad-accum-steps of them)",
@@ -391,6 +395,14 @@ const RunFlag kRunFlags[] = {
      .field = &config_field<&C::decay_style>,
      .show_default = true,
      .trajectory = true},
+    {.names = "--lr-decay-iters",
+     .help = "the step at which decay reaches --min-lr (default: --train-iters; a resume continues the "
+             "checkpoint's)",
+     .field = &config_field<&C::lr_decay_iters>,
+     .trajectory = true,
+     .setting = &lr_decay_iters_setting,
+     .bound = {.text = "must be a positive number of steps"},
+     .when_absent = "--train-iters"},
     {.names = "--weight-decay",
      .help = "AdamW decoupled weight decay",
      .field = &group_field<&C::adam, &AdamWConfig::weight_decay>,

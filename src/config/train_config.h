@@ -38,6 +38,7 @@ struct TrainConfig {
   float lr = 6e-4f;
   float min_lr = 0.0f;
   int64_t warmup_iters = 0;
+  int64_t lr_decay_iters = 0;  // 0: --train-iters
   DecayStyle decay_style = DecayStyle::cosine;
   AdamWConfig adam;
   PrecisionConfig precision;
@@ -92,6 +93,9 @@ struct TrainConfig {
   // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
   // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).
   std::string memory_timeline;
+
+  // The step at which the learning rate's decay ends: --lr-decay-iters, else --train-iters.
+  int64_t decay_iters() const { return lr_decay_iters > 0 ? lr_decay_iters : train_iters; }
 };
 
 }  // namespace mt

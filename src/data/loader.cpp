@@ -1,7 +1,8 @@
-// The batch loader. A shard of n tokens holds floor((n - 1) / (B*T)) windows of B*T+1 tokens at offsets
-// k*B*T; each batch is one window read with pread into the caller's buffer. With shuffle, every epoch visits
-// the shards in a seeded permutation and each shard's windows in another, drawn by Fisher-Yates from the
-// counter-based RNG so the order is a pure function of (seed, epoch) and a cursor alone restores it.
+// The sample loader. A shard of n tokens holds floor((n - 1) / T) samples of T+1 tokens at offsets k*T; each
+// sample is read with pread into the caller's buffer. Global sample g lies in epoch g / N (N: the samples of
+// all shards) at position g % N of that epoch's order. With shuffle, every epoch visits the shards in a
+// seeded permutation and each shard's samples in another, drawn by a Feistel network from the counter-based
+// RNG, so the order is a pure function of (seed, epoch) and reads stay within one shard at a time.
 #include "data/loader.h"
 
 #include <fcntl.h>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/rng.h"
 
@@ -54,10 +56,15 @@ int64_t permute(int64_t pos, int64_t n, uint64_t seed, uint64_t stream) {
 
 struct Loader::Impl {
   LoaderConfig cfg;
-  int64_t bt = 0;  // B*T: tokens per batch, and the stride between windows
-  uint16_t* window = nullptr;
+  uint16_t* window = nullptr;  // T+1 tokens, or (T+1)*2 mask bytes
   std::vector<ShardInfo> shards;
-  std::vector<int64_t> windows;  // per shard, in path order
+  std::vector<int64_t> samples;  // per shard, in path order
+  int64_t total = 0;             // samples per epoch
+  uint32_t crc = 0;              // CRC-32C of every shard's tokens (and mask), in path order
+  // The epoch whose order `order` and `starts` hold: its shards in visiting order, and the first position
+  // of each in the epoch.
+  int64_t cached_epoch = -1;
+  std::vector<int64_t> order, starts;
   // The open shard (and its mask), in path order.
   struct OpenFile {
     int fd = -1;
@@ -72,7 +79,7 @@ struct Loader::Impl {
     return of_mask ? loss_mask_path(shards[s].path) : shards[s].path;
   }
 
-  // Reads count elements of elem_bytes at element offset first of shard s's tokens (or mask) into dst.
+  // Reads count elements at element offset first of shard s's tokens (or mask) into dst.
   void read(OpenFile& file, int64_t s, bool of_mask, int64_t first, int64_t count, void* dst) {
     const std::string name = path(s, of_mask);
     if (file.shard != s) {
@@ -97,14 +104,14 @@ struct Loader::Impl {
       out += n, left -= static_cast<size_t>(n), offset += n;
     }
   }
-  void read(int64_t s, int64_t first, int64_t count) { read(tokens, s, false, first, count, window); }
 
-  // Every token must be a valid id; checked once, a window-sized chunk at a time.
+  // Every token must be a valid id; checked once, a window at a time.
   void scan(int64_t s) {
-    const int64_t chunk = bt + 1;
+    const int64_t chunk = cfg.seq_len + 1;
     for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
       const int64_t count = std::min(chunk, shards[s].num_tokens - first);
-      read(s, first, count);
+      read(tokens, s, false, first, count, window);
+      crc = crc32c(window, static_cast<size_t>(count) * sizeof(uint16_t), crc);
       for (int64_t i = 0; i < count; ++i) {
         if (window[i] >= cfg.vocab_size) {
           fail_data("shard " + shards[s].path + ": token " + std::to_string(window[i]) + " at position " +
@@ -128,11 +135,12 @@ struct Loader::Impl {
                 " (prepare --pack --seq-length N packs for N)");
     }
     const uint8_t max = max_loss_mask_value(packed_for);
-    const int64_t chunk = (bt + 1) * static_cast<int64_t>(sizeof(uint16_t));
+    const int64_t chunk = (cfg.seq_len + 1) * static_cast<int64_t>(sizeof(uint16_t));
     const auto* bytes = reinterpret_cast<const uint8_t*>(window);
     for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
       const int64_t count = std::min(chunk, shards[s].num_tokens - first);
       read(mask, s, true, first, count, window);
+      crc = crc32c(window, static_cast<size_t>(count), crc);
       for (int64_t i = 0; i < count; ++i) {
         if (bytes[i] > max) {
           fail_data("shard " + path(s, true) + ": loss mask value " + std::to_string(bytes[i]) +
@@ -142,23 +150,54 @@ struct Loader::Impl {
     }
   }
 
-  // The path index of the shard at position pos of the epoch's order.
-  int64_t shard_at(int64_t epoch, int64_t pos) const {
-    if (!cfg.shuffle) return pos;
-    return permute(pos, static_cast<int64_t>(shards.size()), cfg.seed, shard_order_stream(epoch));
+  void order_epoch(int64_t epoch) {
+    if (epoch == cached_epoch) return;
+    const auto num_shards = static_cast<int64_t>(shards.size());
+    order.resize(shards.size());
+    starts.resize(shards.size());
+    for (int64_t pos = 0, start = 0; pos < num_shards; ++pos) {
+      order[pos] = cfg.shuffle ? permute(pos, num_shards, cfg.seed, shard_order_stream(epoch)) : pos;
+      starts[pos] = start;
+      start += samples[order[pos]];
+    }
+    cached_epoch = epoch;
   }
 
-  int64_t window_at(int64_t epoch, int64_t s, int64_t pos) const {
-    if (!cfg.shuffle) return pos;
-    return permute(pos, windows[s], cfg.seed, window_order_stream(epoch, s));
+  // Global sample g: its shard (path index) and sample within the shard.
+  std::pair<int64_t, int64_t> locate(int64_t g) {
+    if (g < 0 || g / total > std::numeric_limits<uint32_t>::max())
+      fail_data("loader: sample " + std::to_string(g) + " is out of range: expected [0, 2^32 epochs of " +
+                std::to_string(total) + " samples)");
+    const int64_t epoch = g / total, pos = g % total;
+    order_epoch(epoch);
+    const auto at =
+        static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1);
+    const int64_t s = order[at], k = pos - starts[at];
+    return {s, cfg.shuffle ? permute(k, samples[s], cfg.seed, window_order_stream(epoch, s)) : k};
+  }
+
+  // Sample (s, k)'s mask into row `mask_row` (nullptr: only counted); returns its counted targets. The
+  // window's bytes hold the T+1 mask values: target i is token i + 1.
+  int64_t read_mask(int64_t s, int64_t k, uint8_t* mask_row, int32_t* positions) {
+    const int64_t T = cfg.seq_len;
+    const auto* bytes = reinterpret_cast<const uint8_t*>(window);
+    read(mask, s, true, k * T, T + 1, window);
+    int64_t counted = 0;
+    for (int64_t i = 0; i < T; ++i) {
+      const uint8_t counts = bytes[i + 1] & kLossMaskCounted;
+      if (mask_row) mask_row[i] = counts;
+      counted += counts == 1;
+    }
+    // Positions count from each record's start; every sequence of a packed shard starts one.
+    for (int64_t i = 0; positions && i < T; ++i)
+      positions[i] = i == 0 || (bytes[i] & kLossMaskRecordStart) ? 0 : positions[i - 1] + 1;
+    return counted;
   }
 };
 
 Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, uint16_t* window_buffer) {
-  if (cfg.batch < 1 || cfg.seq_len < 1 || cfg.batch > std::numeric_limits<int32_t>::max() / cfg.seq_len) {
-    fail_usage("loader: batch " + std::to_string(cfg.batch) + " x seq_len " + std::to_string(cfg.seq_len) +
-               " must be positive and fit a shard");
-  }
+  if (cfg.seq_len < 1 || cfg.seq_len >= std::numeric_limits<int32_t>::max())
+    fail_usage("loader: seq_len " + std::to_string(cfg.seq_len) + " must be positive and fit a shard");
   if (cfg.vocab_size < 1 || cfg.vocab_size > 65536) {
     fail_usage("loader: vocab_size " + std::to_string(cfg.vocab_size) + " must be in [1, 65536]");
   }
@@ -166,16 +205,16 @@ Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, ui
   if (shard_paths.size() > std::numeric_limits<uint32_t>::max()) fail_usage("loader: too many shards");
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
-  impl->bt = cfg.batch * cfg.seq_len;
   impl->window = window_buffer;
   for (const std::string& path : shard_paths) {
     impl->shards.push_back(open_shard(path));
     const int64_t n = impl->shards.back().num_tokens;
-    if (n < impl->bt + 1) {
+    if (n < cfg.seq_len + 1) {
       fail_data("shard " + path + ": " + std::to_string(n) +
-                " tokens, fewer than one window of B*T+1 = " + std::to_string(impl->bt + 1));
+                " tokens, fewer than one sample of T+1 = " + std::to_string(cfg.seq_len + 1));
     }
-    impl->windows.push_back((n - 1) / impl->bt);
+    impl->samples.push_back((n - 1) / cfg.seq_len);
+    impl->total += impl->samples.back();
   }
   if (shards_have_loss_masks(shard_paths) != cfg.loss_mask) {
     fail_data("shard " + shard_paths[0] + (cfg.loss_mask ? ": no loss mask beside it" : ": has a loss mask") +
@@ -192,61 +231,41 @@ Loader::~Loader() {
   delete impl_;
 }
 
-int64_t Loader::next_batch(int32_t* inputs, int32_t* targets, uint8_t* loss_mask, int32_t* positions) {
-  const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
-  const int64_t w = impl_->window_at(cursor_.epoch, s, cursor_.window);
-  const int64_t bt = impl_->bt, T = impl_->cfg.seq_len;
-  if ((loss_mask != nullptr) != impl_->cfg.loss_mask || (positions != nullptr) != impl_->cfg.packed)
-    throw std::logic_error(
-        "loader: mask and position buffers are required exactly when the shards need them");
-  impl_->read(s, w * bt, bt + 1);
-  const uint16_t* window = impl_->window;
-  for (int64_t i = 0; i < bt; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
-  skip_batch();
-  if (!loss_mask) return bt;
-  // The window's mask, read through the window buffer now that its tokens are out: target i is token i + 1.
-  const auto* mask = reinterpret_cast<const uint8_t*>(impl_->window);
-  impl_->read(impl_->mask, s, true, w * bt, bt + 1, impl_->window);
+int64_t Loader::samples_per_epoch() const {
+  return impl_->total;
+}
+
+uint32_t Loader::data_crc32c() const {
+  return impl_->crc;
+}
+
+int64_t Loader::read(int64_t first, int64_t count, const SampleRows& rows) {
+  const LoaderConfig& cfg = impl_->cfg;
+  if ((rows.loss_mask != nullptr) != cfg.loss_mask || (rows.positions != nullptr) != cfg.packed)
+    throw std::logic_error("loader: mask and position rows are required exactly when the shards need them");
+  const int64_t T = cfg.seq_len;
   int64_t counted = 0;
-  for (int64_t i = 0; i < bt; ++i) {
-    loss_mask[i] = mask[i + 1] & kLossMaskCounted;
-    counted += loss_mask[i] == 1;
+  for (int64_t row = 0; row < count; ++row) {
+    const auto [s, k] = impl_->locate(first + row);
+    impl_->read(impl_->tokens, s, false, k * T, T + 1, impl_->window);
+    const uint16_t* window = impl_->window;
+    int32_t *inputs = rows.inputs + row * T, *targets = rows.targets + row * T;
+    for (int64_t i = 0; i < T; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
+    counted += rows.loss_mask ? impl_->read_mask(s, k, rows.loss_mask + row * T,
+                                                 rows.positions ? rows.positions + row * T : nullptr)
+                              : T;
   }
-  // Positions count from each record's start; every sequence of a packed shard starts one.
-  for (int64_t i = 0; positions && i < bt; ++i)
-    positions[i] = i % T == 0 || (mask[i] & kLossMaskRecordStart) ? 0 : positions[i - 1] + 1;
   return counted;
 }
 
-void Loader::skip_batch() {
-  const int64_t s = impl_->shard_at(cursor_.epoch, cursor_.shard);
-  if (++cursor_.window == impl_->windows[s]) {
-    cursor_.window = 0;
-    if (++cursor_.shard == static_cast<int64_t>(impl_->shards.size())) cursor_.shard = 0, ++cursor_.epoch;
+int64_t Loader::count_targets(int64_t first, int64_t count) {
+  if (!impl_->cfg.loss_mask) return count * impl_->cfg.seq_len;
+  int64_t counted = 0;
+  for (int64_t g = first; g < first + count; ++g) {
+    const auto [s, k] = impl_->locate(g);
+    counted += impl_->read_mask(s, k, nullptr, nullptr);
   }
-}
-
-void Loader::set_cursor(const LoaderCursor& cursor) {
-  const int64_t num_shards = static_cast<int64_t>(impl_->shards.size());
-  const std::string where = "loader cursor (epoch " + std::to_string(cursor.epoch) + ", shard " +
-                            std::to_string(cursor.shard) + ", window " + std::to_string(cursor.window) + ")";
-  if (cursor.epoch < 0 || cursor.epoch > std::numeric_limits<uint32_t>::max() || cursor.shard < 0 ||
-      cursor.shard >= num_shards) {
-    fail_data(where + " is out of range: expected epoch >= 0 and shard in [0, " + std::to_string(num_shards) +
-              ")");
-  }
-  const int64_t windows = impl_->windows[impl_->shard_at(cursor.epoch, cursor.shard)];
-  if (cursor.window < 0 || cursor.window >= windows) {
-    fail_data(where + " is out of range: that shard has " + std::to_string(windows) + " windows");
-  }
-  cursor_ = cursor;
-}
-
-int64_t Loader::windows_in_shard(int64_t shard_index) const {
-  if (shard_index < 0 || shard_index >= static_cast<int64_t>(impl_->windows.size())) {
-    fail_usage("loader: shard index " + std::to_string(shard_index) + " is out of range");
-  }
-  return impl_->windows[shard_index];
+  return counted;
 }
 
 }  // namespace mt

@@ -25,9 +25,9 @@ struct OpRun {
   bool training;      // backward ops and the loss's gradients run only then
   float grad_scale;   // the factor parameter gradients are accumulated with (Executor::train_step)
   uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
-  // Per micro-batch of the graph (ModelGraph::batches): the targets its loss counts, as the loader counted
-  // them, so no loss op reads a mask back.
-  std::span<const int64_t> counted_targets = {};
+  // The targets the loss is a mean over: the step's (or the evaluation's) counted ones, as the loader counted
+  // them, so no loss op reads a mask back. 0: the loss counts nothing (its loss is 0, with no gradient).
+  int64_t loss_targets = 0;
   int tp = 1, tp_rank = 0;  // the tensor-parallel ranks the graph's split tensors are shared by
   // Tensor parallel: the split vocabulary's softmax all-gathers the ranks' row statistics (`floats` per rank,
   // this rank's at stats + tp_rank * floats) through this; empty with one rank.

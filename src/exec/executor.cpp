@@ -33,9 +33,8 @@ void Executor::check_groups() const {
                            " pipeline stages, but runs among " + std::to_string(stages));
 }
 
-OpRun Executor::op_run(bool training, float grad_scale, uint64_t draw,
-                       std::span<const int64_t> counted) const {
-  OpRun run{spec_, graph_, memory_, training, grad_scale, draw, counted};
+OpRun Executor::op_run(bool training, float grad_scale, uint64_t draw, int64_t loss_targets) const {
+  OpRun run{spec_, graph_, memory_, training, grad_scale, draw, loss_targets};
   if (tensor_group_) {
     Communicator& group = *tensor_group_;
     run.tp = group.size();
@@ -86,11 +85,10 @@ void Executor::run_collective(const Op& op) {
   }
 }
 
-void Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw,
-                       std::span<const int64_t> counted_targets) {
+void Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw, int64_t loss_targets) {
   check_groups();
   backend_.begin_pass(graph_);
-  const OpRun run = op_run(training, grad_scale, draw, counted_targets);
+  const OpRun run = op_run(training, grad_scale, draw, loss_targets);
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
     if (hooks_) hooks_->before(i, training);
@@ -106,12 +104,12 @@ void Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw,
   if (hooks_) hooks_->end_pass();
 }
 
-void Executor::train_step(float grad_scale, uint64_t draw, std::span<const int64_t> counted_targets) {
-  run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale, draw, counted_targets);
+void Executor::train_step(float grad_scale, uint64_t draw, int64_t step_targets) {
+  run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale, draw, step_targets);
 }
 
-void Executor::eval_step(std::span<const int64_t> counted_targets) {
-  run_ops(graph_.forward_end, /*training=*/false, 0.0f, 0, counted_targets);
+void Executor::eval_step(int64_t targets) {
+  run_ops(graph_.forward_end, /*training=*/false, 0.0f, 0, targets);
   memory_.reset_arenas();  // tensors kept for a backward that does not come
 }
 

@@ -86,13 +86,4 @@ inline DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
   return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
 }
 
-// The targets a loss op's mean divides by: its micro-batch's counted ones (none: its loss is 0, and it has no
-// gradient).
-inline int64_t counted_targets(const ops::LmHeadLoss& head, const OpRun& r) {
-  if (head.micro_batch >= static_cast<int64_t>(r.counted_targets.size()))
-    throw std::logic_error("loss op of micro-batch " + std::to_string(head.micro_batch) + ": its batch's " +
-                           "counted targets were not given");
-  return r.counted_targets[static_cast<size_t>(head.micro_batch)];
-}
-
 }  // namespace mt::operands

@@ -60,8 +60,8 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
                                            .pp_rank = place.pp_rank,
                                            .micro_batches = run.accum});
   const int32_t vocab = static_cast<int32_t>(run.spec.vocab_size);
-  run.train_data = {B, T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
-  run.val_data = {B, T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
+  run.train_data = {T, cfg.shuffle, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
+  run.val_data = {T, false, cfg.seed, vocab, cfg.loss_mask, cfg.packed};
   TensorTable& table = run.model.graph.table;
   // The host reads shards through the loaders' windows and checksums files through the checkpoint stream:
   // host memory, whatever the device.

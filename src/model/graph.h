@@ -107,10 +107,11 @@ struct Swiglu {  // out = silu(gate) * up
   auto ids() { return std::tie(gate_up, out); }
 };
 
-// Per-position losses of inp @ weight^T against targets, a chunk of logits at a time, their mean over the
-// counted targets added into loss_sum (the step's, which the trainer reads once); training also takes dinp
-// and the weight's gradient. 16-bit runs round the logits' gradient into logits_grad. With loss_mask (u8, 1:
-// counted) the loss is the mean over the counted targets only, and the others get no gradient. Tensor
+// Per-position losses of inp @ weight^T against targets, a chunk of logits at a time, their sum over the
+// step's counted targets (OpRun::loss_targets) added into loss_sum (the step's mean, which the trainer reads
+// once); training also takes dinp and the weight's gradient. 16-bit runs round the logits' gradient into
+// logits_grad. With loss_mask (u8, 1: counted) only the counted targets add a loss, and the others get no
+// gradient. Tensor
 // parallel: weight holds the vocabulary rows from vocab_begin, and each chunk's softmax combines the ranks'
 // row statistics (row_stats [tp, 3, rows]: max, sum of exponentials, target logit); dinp is this rank's part
 // of the input's gradient, summed after the op.
@@ -119,7 +120,6 @@ struct LmHeadLoss {
   int inp = -1, weight = -1, losses = -1, dinp = -1, logits = -1, logits_grad = -1, matmul_scratch = -1,
       targets = -1, loss_mask = -1, row_stats = -1, loss_sum = -1;
   int64_t vocab_begin = 0;
-  int64_t micro_batch = 0;  // its batch among ModelGraph::batches, whose counted targets it divides by
   auto ids() {
     return std::tie(inp, weight, losses, dinp, logits, logits_grad, matmul_scratch, targets, loss_mask,
                     row_stats, loss_sum);

@@ -354,8 +354,7 @@ int GraphBuilder::lm_head_loss(int inp, int weight, int64_t C, int64_t Vp, int64
                                 .loss_mask = batch().loss_mask,
                                 .row_stats = row_stats,
                                 .loss_sum = m_.graph.loss_sum,
-                                .vocab_begin = vocab_begin,
-                                .micro_batch = micro_batch_});
+                                .vocab_begin = vocab_begin});
   return dinp;
 }
 

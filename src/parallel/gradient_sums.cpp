@@ -35,9 +35,8 @@ double sum_norm_over_shards(ParallelGroups& groups, ZeroSync& sync, const Plan& 
   return sum;
 }
 
-double step_loss(ParallelGroups& groups, ZeroSync& sync, double local, int64_t micro_batches) {
-  const int dp = groups.place().dp;
-  const double loss = (dp > 1 ? sync.sum(local) : local) / static_cast<double>(micro_batches * dp);
+double step_loss(ParallelGroups& groups, ZeroSync& sync, double local) {
+  const double loss = groups.place().dp > 1 ? sync.sum(local) : local;
   return groups.pipeline() ? sum_over_ranks(*groups.pipeline(), loss) : loss;
 }
 

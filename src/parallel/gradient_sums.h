@@ -25,8 +25,8 @@ void sum_sequence_parallel_grads(ParallelGroups& groups, Allocation& memory, con
 // ranks' ranges when ZeRO shards the optimizer, the tensor-parallel ranks' parts, the pipeline's stages.
 double sum_norm_over_shards(ParallelGroups& groups, ZeroSync& sync, const Plan& plan, double local);
 
-// The step's mean loss from this rank's sum over its `micro_batches`: over the data-parallel ranks, then the
-// pipeline's stages (the last stage's).
-double step_loss(ParallelGroups& groups, ZeroSync& sync, double local, int64_t micro_batches);
+// The step's mean loss from this rank's part of it (its targets' losses over the step's counted targets):
+// summed over the data-parallel ranks, then the pipeline's stages (the last stage's).
+double step_loss(ParallelGroups& groups, ZeroSync& sync, double local);
 
 }  // namespace mt

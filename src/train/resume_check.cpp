@@ -38,9 +38,12 @@ std::string model_differences(const nlohmann::json& saved, const nlohmann::json&
 std::string setting_differences(const nlohmann::json& saved, const nlohmann::json& here) {
   std::vector<std::string> keys;
   std::set<std::string> in_table;
+  // Older checkpoints may record flags that no longer shape the trajectory (--micro-batch-size, before
+  // samples were numbered globally): only what this run records is compared.
   for (const RunFlag& flag : run_flag_table()) {
     in_table.emplace(flag.name());
-    if (saved.contains(flag.name())) keys.emplace_back(flag.name());
+    if (saved.contains(flag.name()) && (flag.trajectory || here.contains(flag.name())))
+      keys.emplace_back(flag.name());
   }
   for (const auto& [key, value] : saved.items())
     if (!in_table.contains(key)) keys.push_back(key);

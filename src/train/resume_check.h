@@ -11,9 +11,9 @@ namespace mt {
 // is "absent"), joined by ", " in key order; empty when they are equal.
 std::string model_differences(const nlohmann::json& saved, const nlohmann::json& here);
 
-// The same for the settings a checkpoint saved, keyed by flag, in the flag table's order (so a changed
-// --micro-batch-size comes before the --global-batch-size it changes), then any the table no longer has. A
-// setting newer than the checkpoint is not compared.
+// The same for the settings a checkpoint saved, keyed by flag: the table's flags in its order, then any the
+// table no longer has. A setting newer than the checkpoint is not compared, nor a flag this run neither
+// records nor counts as shaping the trajectory (one an older memtrain recorded).
 std::string setting_differences(const nlohmann::json& saved, const nlohmann::json& here);
 
 }  // namespace mt

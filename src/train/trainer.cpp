@@ -40,7 +40,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceTa
       whole_(whole_model(run_.spec, cfg.lora)),
       backend_(make_backend(device, run_.plan.policy)),
       scaler_(make_loss_scaler(cfg)),
-      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters, cfg.decay_style},
+      schedule_{cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.decay_iters(), cfg.decay_style},
       evaluating_(cfg.eval_interval > 0),
       run_id_(ckpt::new_run_id()) {
   const std::vector<std::string> train_shards = find_shards(cfg.data, "train");
@@ -122,6 +122,11 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   if (evaluating_)
     val_loader_ = std::make_unique<Loader>(val_shards, run_.val_data,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
+  // A step that would read a sample twice cannot mean what its flags say.
+  if (const int64_t n = train_loader_->samples_per_epoch(); step_samples() > n)
+    fail_usage("--global-batch-size " + std::to_string(step_samples()) +
+               ": a step would read more samples than " + "the training data of --data " + cfg.data +
+               " holds (" + std::to_string(n) + " of " + std::to_string(T) + " tokens)");
 
   std::vector<ParamGroup> groups;
   // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first; a
@@ -157,16 +162,20 @@ StepOutcome Trainer::step(int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   memory.device().zero(memory.grads(), plan_.bytes[Category::grads]);
   exec_->clear_loss();
-  // k micro-batches, each loss scaled by 1/k: the gradients sum to those of one batch of k*B. A pass of the
-  // graph runs one of them, or a pipeline stage's all of them.
+  // The step reads the next global batch of samples: micro-batch m of data-parallel rank r takes the b
+  // samples from (m x dp + r) x b. Its loss is one mean over all their counted targets, counted first, so
+  // the gradients sum to those of one batch of k x dp x b however the step is split. A pass of the graph
+  // runs one micro-batch, or a pipeline stage's all of them.
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
   const int64_t per_pass = static_cast<int64_t>(model_.batches.size()), passes = accum_ / per_pass;
   const int dp = place_.dp;
+  const int64_t first = consumed_samples_, b = cfg_.micro_batch;
+  const int64_t step_targets = train_loader_->count_targets(first, step_samples());
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
-    std::vector<int64_t> counted;  // per micro-batch of the pass: the targets its loss counts
-    for (const BatchTensors& batch : model_.batches)
-      counted.push_back(load_batch(*train_loader_, batch, true));
+    for (int64_t i = 0; i < per_pass; ++i)
+      load_batch(*train_loader_, model_.batches[static_cast<size_t>(i)],
+                 first + ((pass * per_pass + i) * dp + place_.dp_rank) * b);
     // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
     const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
     if (record)
@@ -175,20 +184,21 @@ StepOutcome Trainer::step(int64_t step) {
       });
     sync_->set_final_micro_batch(pass == passes - 1);
     const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + pass) * dp + place_.dp_rank);  // global
-    exec_->train_step(loss_scale / static_cast<float>(accum_ * dp), draw, counted);
+    exec_->train_step(loss_scale, draw, step_targets);
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();
     }
   }
-  out.loss = exec_->loss();  // the micro-batches' means, summed (one read a step)
+  consumed_samples_ += step_samples();
+  out.loss = exec_->loss();  // this rank's part of the step's mean (one read a step)
   if (place_.pp > 1) {
     sum_tied_embedding_grads(groups_, memory, model_);
     if (dp > 1) sync_->start_block_reductions();
   }
   sync_->reduce_gradients();
   if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
-  out.loss = step_loss(groups_, *sync_, out.loss, accum_);
+  out.loss = step_loss(groups_, *sync_, out.loss);
   out.lr = schedule_.at(step);
   out.update = optimizer_->step(model_.graph.table, memory, out.lr, loss_scale, [&](double local) {
     return sum_norm_over_shards(groups_, *sync_, plan_, local);
@@ -209,26 +219,17 @@ StepOutcome Trainer::step(int64_t step) {
   return out;
 }
 
-int64_t Trainer::load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns) {
+void Trainer::load_batch(Loader& loader, const BatchTensors& batch, int64_t first_sample) {
   const Allocation& memory = *memory_;
   // The host fills each tensor in place, or its staging twin where it cannot write the device's memory.
   const auto host = [&](int id) { return id >= 0 ? memory.staged(id) : nullptr; };
-  // Data-parallel ranks take turns through one sample order: rank r reads every dp-th batch, so the samples
-  // of a step do not depend on how many ranks share them; tensor-parallel ranks and stages read the same.
-  const int turns = data_parallel_turns ? place_.dp : 1, turn = data_parallel_turns ? place_.dp_rank : 0;
-  int64_t counted = 0;
-  for (int r = 0; r < turns; ++r) {
-    if (r != turn) {
-      loader.skip_batch();
-      continue;
-    }
-    counted = loader.next_batch(
-        static_cast<int32_t*>(host(batch.tokens)), static_cast<int32_t*>(host(batch.targets)),
-        static_cast<uint8_t*>(host(batch.loss_mask)), static_cast<int32_t*>(host(batch.positions)));
-  }
+  loader.read(first_sample, cfg_.micro_batch,
+              {.inputs = static_cast<int32_t*>(host(batch.tokens)),
+               .targets = static_cast<int32_t*>(host(batch.targets)),
+               .loss_mask = static_cast<uint8_t*>(host(batch.loss_mask)),
+               .positions = static_cast<int32_t*>(host(batch.positions))});
   for (int id : {batch.tokens, batch.targets, batch.loss_mask, batch.positions})
     if (id >= 0) memory.upload(id);
-  return counted;
 }
 
 void Trainer::log(int64_t step, const StepOutcome& outcome) {
@@ -323,16 +324,17 @@ void Trainer::finish() {
 }
 
 double Trainer::evaluate() {
-  val_loader_->reset();  // the same validation windows every time, so evaluations compare
+  // The first samples of the validation data every time, the same on every rank, so evaluations compare;
+  // one mean over their counted targets.
+  const int64_t b = cfg_.micro_batch;
+  const int64_t targets = val_loader_->count_targets(0, cfg_.eval_iters * b);
   exec_->clear_loss();
   for (int64_t i = 0; i < cfg_.eval_iters; ++i) {
-    // Every rank the same windows.
-    const int64_t counted = load_batch(*val_loader_, model_.batch(), /*data_parallel_turns=*/false);
-    exec_->eval_step({&counted, 1});
+    load_batch(*val_loader_, model_.batch(), i * b);
+    exec_->eval_step(targets);
   }
-  double sum = exec_->loss();
-  if (groups_.pipeline()) sum = sum_over_ranks(*groups_.pipeline(), sum);  // the last stage's
-  return sum / static_cast<double>(cfg_.eval_iters);
+  const double mean = exec_->loss();
+  return groups_.pipeline() ? sum_over_ranks(*groups_.pipeline(), mean) : mean;  // the last stage's
 }
 
 // The timeline goes where `memtrain report OUT` looks, and to the flag's own path unless that is the same

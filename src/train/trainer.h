@@ -31,7 +31,7 @@ namespace mt {
 
 // What one optimizer step did.
 struct StepOutcome {
-  double loss = 0;  // mean over the step's micro-batches and ranks
+  double loss = 0;  // mean over the step's counted targets, on every micro-batch and rank
   float lr = 0;
   OptimizerStepResult update;
   double step_ms = 0;
@@ -87,14 +87,17 @@ class Trainer {
   // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
   void allocate(const std::vector<std::string>& train_shards, const std::vector<std::string>& val_shards);
   double evaluate();
-  // This rank's batch of one micro-batch from `loader` into `batch`'s tensors: its turn among the
-  // data-parallel ranks, or the loader's next one.
-  // Returns the targets its loss counts.
-  int64_t load_batch(Loader& loader, const BatchTensors& batch, bool data_parallel_turns);
+  // One micro-batch from `loader` into `batch`'s tensors: the samples from `first_sample` on.
+  void load_batch(Loader& loader, const BatchTensors& batch, int64_t first_sample);
+  // Samples per optimizer step: the global batch, however it is split.
+  int64_t step_samples() const { return accum_ * place_.dp * cfg_.micro_batch; }
   void save_memory_timeline();
   // What a checkpoint records of the step it was taken after.
   nlohmann::json step_metrics(const StepOutcome& outcome) const;
   ckpt::CheckpointState checkpoint_state(int64_t step, nlohmann::json metrics);
+  // The settings a checkpoint records and a resume compares (config/run_flag_table.h: run_settings), with
+  // the schedule this run follows.
+  nlohmann::json trajectory_settings() const;
   // LoRA from --init-from: the base's files and checksums, computed at the first call.
   const std::vector<ckpt::ManifestFile>& base_files();
   // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise.
@@ -128,7 +131,7 @@ class Trainer {
   // The device the plan is made for: memory_ is its, so it outlives memory_.
   const std::unique_ptr<Backend> backend_;
   std::unique_ptr<LossScaler> scaler_;
-  const LrSchedule schedule_;
+  LrSchedule schedule_;  // a resume continues the checkpoint's decay (resume_from)
   const bool evaluating_;
   std::unique_ptr<Allocation> memory_;
   std::unique_ptr<Loader> train_loader_, val_loader_;
@@ -137,6 +140,7 @@ class Trainer {
   std::unique_ptr<ZeroSync> sync_;
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
+  int64_t consumed_samples_ = 0;  // of the training data's global order (data/loader.h)
   std::string run_id_;  // the lineage of the checkpoints this run writes (ckpt::CheckpointState::run_id)
   nlohmann::json resumed_metrics_;                             // of the step resumed from
   std::optional<std::vector<ckpt::ManifestFile>> base_files_;  // base_files(), once computed

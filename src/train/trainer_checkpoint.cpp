@@ -59,10 +59,11 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   s.step = step;
   s.optimizer_updates = optimizer_->updates_taken();
   if (scaler_) s.loss_scaler = scaler_->state();
-  s.data_cursor = train_loader_->cursor();
+  s.consumed_samples = consumed_samples_;
+  s.data_crc32c = train_loader_->data_crc32c();
   s.seed = cfg_.seed;
   s.run_id = run_id_;
-  s.run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
+  s.run = trajectory_settings();
   s.model = hf_config_json(spec_);
   s.metrics = std::move(metrics);
   s.layout = {.num_params = stage_param_counts(),
@@ -82,6 +83,12 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
     s.layout.tensors.push_back({f.name, f.shape, whole_offset[static_cast<size_t>(f.param)] + f.offset});
   if (cfg_.lora.enabled() && !cfg_.init_from.empty()) s.base_files = base_files();
   return s;
+}
+
+nlohmann::json Trainer::trajectory_settings() const {
+  nlohmann::json settings = run_settings(cfg_, seq_len_, step_samples());
+  settings["--lr-decay-iters"] = schedule_.decay_iters;
+  return settings;
 }
 
 std::string Trainer::save(const std::string& save_dir, int64_t step, const StepOutcome& outcome) {
@@ -124,9 +131,20 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   const std::string where = "resume from " + checkpoint_dir + ": ";
   if (const std::string d = model_differences(state.model, hf_config_json(spec_)); !d.empty())
     fail_usage(where + "its model differs from --model " + cfg_.model + ": " + d);
-  const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
-  if (const std::string d = setting_differences(state.run, run); !d.empty())
+  // Without --lr-decay-iters the schedule is the checkpoint's, as Megatron continues it: a resume with
+  // another --train-iters (extending the run, or a requeue) moves neither the decay nor the learning rate.
+  const nlohmann::json& decay =
+      state.run.contains("--lr-decay-iters") ? state.run.at("--lr-decay-iters") : nlohmann::json();
+  if (cfg_.lr_decay_iters == 0 && decay.is_number_integer()) schedule_.decay_iters = decay.get<int64_t>();
+  if (const std::string d = setting_differences(state.run, trajectory_settings()); !d.empty())
     fail_usage(where + d + "; a resume repeats the run's settings");
+  if (cfg_.lr_decay_iters == 0 && schedule_.decay_iters != cfg_.train_iters)
+    std::printf("learning rate: the checkpoint's schedule, decaying until step %lld (--lr-decay-iters)\n",
+                static_cast<long long>(schedule_.decay_iters));
+  if (state.data_crc32c && *state.data_crc32c != train_loader_->data_crc32c())
+    fail_usage(where + "the training data of --data " + cfg_.data + " (crc32c " +
+               crc32c_hex(train_loader_->data_crc32c()) + ") differs from the checkpoint's (crc32c " +
+               crc32c_hex(*state.data_crc32c) + "); a resume reads the data the run started on");
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
@@ -135,7 +153,13 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);
   if (scaler_ && state.loss_scaler) scaler_->restore(*state.loss_scaler);
-  train_loader_->set_cursor(state.data_cursor);
+  // The global batch is a setting a resume repeats, so an older checkpoint's step counts its samples.
+  consumed_samples_ = state.consumed_samples.value_or(state.step * step_samples());
+  if (!state.consumed_samples)
+    std::printf(
+        "note: %s predates globally numbered samples: continuing the data at sample %lld of the "
+        "current order\n",
+        checkpoint_dir.c_str(), static_cast<long long>(consumed_samples_));
   resumed_metrics_ = state.metrics;
   std::printf("resumed from %s at step %lld (loss %s)\n", checkpoint_dir.c_str(),
               static_cast<long long>(state.step),
@@ -157,8 +181,7 @@ uint32_t Trainer::state_hash() {
                                      for (const ckpt::StateTensor& t : states)
                                        memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
                                    });
-  const LoaderCursor cursor = train_loader_->cursor();
-  const int64_t counters[4] = {optimizer_->updates_taken(), cursor.epoch, cursor.shard, cursor.window};
+  const int64_t counters[2] = {optimizer_->updates_taken(), consumed_samples_};
   crc = crc32c(counters, sizeof counters, crc);
   if (scaler_) {
     const LossScaler::State s = scaler_->state();

@@ -229,17 +229,16 @@ void check_views(const std::vector<View>& views, const CaseRun& run, std::vector
   }
 }
 
-std::vector<int64_t> counted_targets(const ModelGraph& model, const TensorMap& before) {
-  std::vector<int64_t> counted;
+// The targets the loss counts in all of the graph's batches together.
+int64_t counted_targets(const ModelGraph& model, const TensorMap& before) {
+  int64_t counted = 0;
   for (const BatchTensors& batch : model.batches) {
     const TensorTable& table = model.graph.table;
     if (batch.loss_mask < 0) {
-      counted.push_back(table[batch.targets].numel());
+      counted += table[batch.targets].numel();
       continue;
     }
-    int64_t n = 0;
-    for (double m : before.at(table[batch.loss_mask].name).values) n += m != 0;
-    counted.push_back(n);
+    for (double m : before.at(table[batch.loss_mask].name).values) counted += m != 0;
   }
   return counted;
 }
@@ -251,8 +250,7 @@ void run_in_memory(const OpCase& c, const ModelGraph& model, const Plan& plan, G
   const std::vector<View> views = views_of(model, memory, c.training);
   for (const View& v : views) fill(backend, v, model, c.spec);
   out.before = read_views(backend, views);
-  const std::vector<int64_t> counted = counted_targets(model, out.before);
-  OpRun run{c.spec, model.graph, memory, c.training, kGradScale, kDraw, counted};
+  OpRun run{c.spec, model.graph, memory, c.training, kGradScale, kDraw, counted_targets(model, out.before)};
   run.tp = c.step.tp;
   run.tp_rank = c.step.tp_rank;
   if (c.step.tp > 1) {

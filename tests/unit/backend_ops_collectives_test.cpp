@@ -77,7 +77,7 @@ TensorMap run_through_executor(const CaseContext& context) {
   Executor exec(context.c.spec, graph, context.memory, context.backend);
   if (graph.tp > 1) exec.set_tensor_group(&tensor_group);
   if (graph.pp > 1) exec.set_pipeline(&pipeline);
-  exec.train_step(kGradScale, kDraw, context.run.counted_targets);
+  exec.train_step(kGradScale, kDraw, context.run.loss_targets);
   return {};
 }
 

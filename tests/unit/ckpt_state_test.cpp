@@ -11,7 +11,7 @@ CheckpointState sample_state() {
   s.step = 12;
   s.optimizer_updates = 10;  // two skipped steps
   s.loss_scaler = LossScaler::State{32768.0f, 3, 1};
-  s.data_cursor = {2, 1, 17};
+  s.consumed_samples = 217;
   s.seed = 99;
   s.run = {{"--lr", 0.0006000000284984708}, {"--seed", 99}};
   s.model = {{"n_layer", 2}};
@@ -34,9 +34,7 @@ TEST(CheckpointState, SurvivesAJsonRoundTrip) {
   EXPECT_EQ(r.loss_scaler->scale, 32768.0f);
   EXPECT_EQ(r.loss_scaler->good_steps, 3);
   EXPECT_EQ(r.loss_scaler->hysteresis_left, 1);
-  EXPECT_EQ(r.data_cursor.epoch, 2);
-  EXPECT_EQ(r.data_cursor.shard, 1);
-  EXPECT_EQ(r.data_cursor.window, 17);
+  EXPECT_EQ(r.consumed_samples, 217);
   EXPECT_EQ(r.seed, 99u);
   EXPECT_EQ(r.run, s.run);  // floats come back with the same bits
   EXPECT_EQ(r.model, s.model);
@@ -92,6 +90,23 @@ TEST(CheckpointState, RecordsEachStagesParameterCount) {
   nlohmann::json disagreeing = j;
   disagreeing["layout"]["pp"] = 3;
   EXPECT_THROW(state_from_json(disagreeing, "state.json"), Error);
+}
+
+// A checkpoint of an older memtrain counted windows of one micro-batch: it loads without a sample count, and
+// a negative count is refused.
+TEST(CheckpointState, AnOlderWindowCursorLoadsWithoutASampleCount) {
+  nlohmann::json j = to_json(sample_state());
+  j["data"] = {{"epoch", 2}, {"shard", 1}, {"window", 17}, {"shuffle_seed", 99}};
+  EXPECT_FALSE(state_from_json(j, "state.json").consumed_samples.has_value());
+  j["data"] = {{"consumed_samples", -3}};
+  try {
+    state_from_json(j, "old/state.json");
+    FAIL() << "a negative sample count was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("old/state.json: data.consumed_samples is negative"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(CheckpointState, RejectsMissingFieldsAndOutOfRangeTensors) {

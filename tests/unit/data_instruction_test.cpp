@@ -149,24 +149,21 @@ TEST(DataInstruction, LoaderReadsTheTargetsMask) {
   write_shard(shard, tokens);
   write_loss_mask(loss_mask_path(shard), {1, 0, 1, 1, 0, 0, 1, 0, 1});
   std::vector<uint16_t> window(5);
-  Loader loader({shard}, {.batch = 1, .seq_len = 4, .shuffle = false, .vocab_size = 16, .loss_mask = true},
+  Loader loader({shard}, {.seq_len = 4, .shuffle = false, .vocab_size = 16, .loss_mask = true},
                 window.data());
-  std::vector<int32_t> in(4), tgt(4);
-  std::vector<uint8_t> mask(4);
-  loader.next_batch(in.data(), tgt.data(), mask.data());
-  EXPECT_EQ(tgt, (std::vector<int32_t>{1, 2, 3, 4}));
-  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 1, 1, 0}));
-  loader.next_batch(in.data(), tgt.data(), mask.data());
-  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 1, 0, 1}));
+  std::vector<int32_t> in(8), tgt(8);
+  std::vector<uint8_t> mask(8);
+  EXPECT_EQ(loader.read(0, 2, {.inputs = in.data(), .targets = tgt.data(), .loss_mask = mask.data()}), 4);
+  EXPECT_EQ(tgt, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(mask, (std::vector<uint8_t>{0, 1, 1, 0, 0, 1, 0, 1}));
+  EXPECT_EQ(loader.count_targets(0, 2), 4);
+  EXPECT_EQ(loader.count_targets(1, 1), 2);
 
-  test::expect_data_error(
-      [&] { Loader({shard}, {.batch = 1, .seq_len = 4, .vocab_size = 16}, window.data()); },
-      shard + ": has a loss mask");
+  test::expect_data_error([&] { Loader({shard}, {.seq_len = 4, .vocab_size = 16}, window.data()); },
+                          shard + ": has a loss mask");
   write_shard(shard, std::vector<uint16_t>(tokens.begin(), tokens.end() - 1));
   test::expect_data_error(
-      [&] {
-        Loader({shard}, {.batch = 1, .seq_len = 4, .vocab_size = 16, .loss_mask = true}, window.data());
-      },
+      [&] { Loader({shard}, {.seq_len = 4, .vocab_size = 16, .loss_mask = true}, window.data()); },
       "loss mask of 9 tokens, but its shard has 8");
 }
 

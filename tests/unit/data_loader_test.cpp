@@ -24,55 +24,54 @@ struct Shards {
   }
 };
 
-LoaderConfig config(int64_t b, int64_t t, bool shuffle, uint64_t seed) {
-  return LoaderConfig{.batch = b, .seq_len = t, .shuffle = shuffle, .seed = seed, .vocab_size = 1000};
+LoaderConfig config(int64_t t, bool shuffle, uint64_t seed) {
+  return LoaderConfig{.seq_len = t, .shuffle = shuffle, .seed = seed, .vocab_size = 1000};
 }
 
-// The first input token of each batch in one epoch: it identifies the window.
-std::vector<int32_t> epoch_starts(Loader& loader, int64_t bt) {
-  std::vector<int32_t> in(bt), tg(bt), starts;
-  const int64_t epoch = loader.cursor().epoch;
-  while (loader.cursor().epoch == epoch) {
-    loader.next_batch(in.data(), tg.data());
-    starts.push_back(in[0]);
-  }
+// Rows of samples [first, first + count): inputs, then targets.
+std::vector<int32_t> rows(Loader& loader, int64_t t, int64_t first, int64_t count) {
+  std::vector<int32_t> in(count * t), tg(count * t);
+  loader.read(first, count, {.inputs = in.data(), .targets = tg.data()});
+  in.insert(in.end(), tg.begin(), tg.end());
+  return in;
+}
+
+// The first input token of each sample of epoch `epoch`: it identifies the sample.
+std::vector<int32_t> epoch_starts(Loader& loader, int64_t t, int64_t epoch) {
+  std::vector<int32_t> starts;
+  const int64_t n = loader.samples_per_epoch();
+  for (int64_t g = epoch * n; g < (epoch + 1) * n; ++g) starts.push_back(rows(loader, t, g, 1)[0]);
   return starts;
 }
 
-TEST(DataLoader, InOrderWindowsAreTheStreamShiftedByOne) {
-  Shards shards({23, 9});  // windows of B*T = 2*3: 3 in the first shard, 1 in the second
-  const LoaderConfig cfg = config(2, 3, false, 0);
+TEST(DataLoader, InOrderSamplesAreTheStreamShiftedByOne) {
+  Shards shards({23, 9});  // samples of T = 3: 7 in the first shard, 2 in the second
+  const LoaderConfig cfg = config(3, false, 0);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   Loader loader(shards.paths, cfg, buffer.data());
-  EXPECT_EQ(loader.windows_in_shard(0), 3);
-  EXPECT_EQ(loader.windows_in_shard(1), 1);
-  std::vector<int32_t> in(6), tg(6);
-  for (int64_t shard_start : {0, 23}) {
-    for (int64_t w = 0; w < loader.windows_in_shard(shard_start ? 1 : 0); ++w) {
-      loader.next_batch(in.data(), tg.data());
-      for (int64_t i = 0; i < 6; ++i) {
-        ASSERT_EQ(in[i], shards.stream[shard_start + w * 6 + i]);
-        ASSERT_EQ(tg[i], shards.stream[shard_start + w * 6 + i + 1]);
-      }
+  ASSERT_EQ(loader.samples_per_epoch(), 9);
+  const std::vector<int32_t> all = rows(loader, 3, 0, 9);
+  for (int64_t row = 0; row < 9; ++row) {
+    const int64_t start = row < 7 ? row * 3 : 23 + (row - 7) * 3;
+    for (int64_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(all[row * 3 + i], shards.stream[start + i]);
+      ASSERT_EQ(all[27 + row * 3 + i], shards.stream[start + i + 1]);
     }
   }
-  EXPECT_EQ(loader.cursor().epoch, 1);
-  EXPECT_EQ(loader.cursor().shard, 0);
-  loader.next_batch(in.data(), tg.data());
-  EXPECT_EQ(in[0], shards.stream[0]);
+  EXPECT_EQ(rows(loader, 3, 9, 1)[0], shards.stream[0]);  // the next epoch starts over
 }
 
-TEST(DataLoader, ShuffleVisitsEachWindowOncePerEpochDeterministically) {
-  const std::vector<int64_t> sizes = {41, 25, 61};  // 10 + 6 + 15 windows of 4
+TEST(DataLoader, ShuffleVisitsEachSampleOncePerEpochDeterministically) {
+  const std::vector<int64_t> sizes = {41, 25, 61};  // 10 + 6 + 15 samples of 4
   Shards shards(sizes);
-  const LoaderConfig cfg = config(1, 4, true, 7);
+  const LoaderConfig cfg = config(4, true, 7);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   Loader a(shards.paths, cfg, buffer.data());
   std::set<int32_t> expected;
   for (int64_t s = 0, start = 0; s < 3; start += sizes[s], ++s) {
     for (int64_t w = 0; w < (sizes[s] - 1) / 4; ++w) expected.insert(shards.stream[start + w * 4]);
   }
-  const std::vector<int32_t> e0 = epoch_starts(a, 4), e1 = epoch_starts(a, 4);
+  const std::vector<int32_t> e0 = epoch_starts(a, 4, 0), e1 = epoch_starts(a, 4, 1);
   EXPECT_EQ(e0.size(), 31u);
   EXPECT_EQ(std::set<int32_t>(e0.begin(), e0.end()), expected);
   EXPECT_EQ(std::set<int32_t>(e1.begin(), e1.end()), expected);
@@ -80,32 +79,37 @@ TEST(DataLoader, ShuffleVisitsEachWindowOncePerEpochDeterministically) {
   std::vector<int32_t> in_order(e0);
   std::sort(in_order.begin(), in_order.end());
   EXPECT_NE(e0, in_order);
+  // One shard at a time: the shard (its first stream position) changes only twice in an epoch.
+  const auto shard_of = [&](int32_t token) { return token < 41 ? 0 : token < 66 ? 1 : 2; };
+  int changes = 0;
+  for (size_t i = 1; i < e0.size(); ++i) changes += shard_of(e0[i]) != shard_of(e0[i - 1]);
+  EXPECT_EQ(changes, 2);
 
   Loader same(shards.paths, cfg, buffer.data());
-  EXPECT_EQ(epoch_starts(same, 4), e0);
-  Loader other(shards.paths, config(1, 4, true, 8), buffer.data());
-  EXPECT_NE(epoch_starts(other, 4), e0);
+  EXPECT_EQ(epoch_starts(same, 4, 1), e1);  // random access: epoch 1 without reading epoch 0
+  Loader other(shards.paths, config(4, true, 8), buffer.data());
+  EXPECT_NE(epoch_starts(other, 4, 0), e0);
 }
 
-TEST(DataLoader, RestoredCursorContinuesIdentically) {
+// Which samples a step reads is a function of their global numbers only: reading a global batch as one
+// micro-batch or as several gives the same rows, across an epoch's end too.
+TEST(DataLoader, AStepsSamplesDoNotDependOnItsSplit) {
   Shards shards({41, 25});
-  const LoaderConfig cfg = config(2, 2, true, 3);
+  const LoaderConfig cfg = config(2, true, 3);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
-  Loader a(shards.paths, cfg, buffer.data());
-  std::vector<int32_t> in(4), tg(4), in2(4), tg2(4);
-  for (int i = 0; i < 13; ++i) a.next_batch(in.data(), tg.data());
-  const LoaderCursor saved = a.cursor();
-  Loader b(shards.paths, cfg, buffer.data());
-  b.set_cursor(saved);
-  for (int i = 0; i < 30; ++i) {
-    a.next_batch(in.data(), tg.data());
-    b.next_batch(in2.data(), tg2.data());
-    ASSERT_EQ(in, in2);
-    ASSERT_EQ(tg, tg2);
+  Loader loader(shards.paths, cfg, buffer.data());
+  const int64_t first = loader.samples_per_epoch() - 5, global_batch = 12;
+  const std::vector<int32_t> whole = rows(loader, 2, first, global_batch);
+  for (int64_t b : {1, 2, 3, 4, 6}) {
+    std::vector<int32_t> inputs;
+    for (int64_t at = first; at < first + global_batch; at += b) {
+      const std::vector<int32_t> part = rows(loader, 2, at, b);
+      inputs.insert(inputs.end(), part.begin(), part.begin() + b * 2);
+    }
+    EXPECT_EQ(inputs, std::vector<int32_t>(whole.begin(), whole.begin() + global_batch * 2)) << "b=" << b;
   }
-  test::expect_data_error([&] { b.set_cursor({0, 2, 0}); }, "loader cursor (epoch 0, shard 2, window 0)");
-  test::expect_data_error([&] { b.set_cursor({0, 0, 100}); }, "out of range");
-  test::expect_data_error([&] { b.set_cursor({-1, 0, 0}); }, "out of range");
+  EXPECT_EQ(loader.count_targets(first, global_batch), global_batch * 2);  // no masks: every target
+  test::expect_data_error([&] { rows(loader, 2, -1, 1); }, "sample -1 is out of range");
 }
 
 TEST(DataLoader, BadTokensAndShortShardsNameTheFile) {
@@ -114,13 +118,13 @@ TEST(DataLoader, BadTokensAndShortShardsNameTheFile) {
   std::vector<uint16_t> tokens(50, 5);
   tokens[37] = 1000;
   write_shard(path, tokens);
-  const LoaderConfig cfg = config(1, 4, false, 0);
+  const LoaderConfig cfg = config(4, false, 0);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   test::expect_data_error([&] { Loader(std::vector<std::string>{path}, cfg, buffer.data()); },
                           path + ": token 1000 at position 37");
   write_shard(path, {1, 2, 3});
   test::expect_data_error([&] { Loader(std::vector<std::string>{path}, cfg, buffer.data()); },
-                          path + ": 3 tokens, fewer than one window");
+                          path + ": 3 tokens, fewer than one sample");
 }
 
 }  // namespace

@@ -60,12 +60,12 @@ TEST(DataPack, PreparedShardsGiveTheLoaderEachRecordsPositions) {
   EXPECT_EQ(r.train_tokens % 8, 1);  // whole sequences and the last one's last target
   const std::string shard = dir.file("out/data_train_000000.bin");
   std::vector<uint16_t> window(2 * 8 + 1);
-  LoaderConfig lc{
-      .batch = 2, .seq_len = 8, .shuffle = false, .vocab_size = 256, .loss_mask = true, .packed = true};
+  LoaderConfig lc{.seq_len = 8, .shuffle = false, .vocab_size = 256, .loss_mask = true, .packed = true};
   Loader loader({shard}, lc, window.data());
   std::vector<int32_t> in(16), tgt(16), pos(16);
   std::vector<uint8_t> mask(16);
-  loader.next_batch(in.data(), tgt.data(), mask.data(), pos.data());
+  loader.read(
+      0, 2, {.inputs = in.data(), .targets = tgt.data(), .loss_mask = mask.data(), .positions = pos.data()});
   for (int64_t i = 0; i < 16; ++i) {
     SCOPED_TRACE(i);
     // A record here is "p", its completion and byte 0; padding (zeros too) starts right after a record's 0.
@@ -104,7 +104,7 @@ TEST(DataPack, PreparedShardsGiveTheLoaderEachRecordsPositions) {
     joined.insert(joined.end(), part.begin(), part.end());
   }
   EXPECT_EQ(joined, whole);
-  lc.seq_len = 4, lc.batch = 4;
+  lc.seq_len = 4;
   test::expect_data_error([&] { Loader({shard}, lc, window.data()); },
                           "records packed for sequences of 8 tokens");
   lc.packed = false;

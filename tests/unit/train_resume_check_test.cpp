@@ -29,14 +29,19 @@ TEST(ResumeCheck, SettingDifferencesComeInFlagTableOrder) {
   TrainConfig config;
   const nlohmann::json saved = run_settings(config, 32, 8);
   EXPECT_EQ(setting_differences(saved, saved), "");
+  // The micro-batch size is no setting a resume repeats: only the global batch is.
   config.micro_batch = 2;
-  EXPECT_EQ(
-      setting_differences(saved, run_settings(config, 32, 4)),
-      "--micro-batch-size is 2 here but 4 in the checkpoint, --global-batch-size is 4 here but 8 in the "
-      "checkpoint");
+  EXPECT_EQ(setting_differences(saved, run_settings(config, 32, 8)), "");
+  EXPECT_EQ(setting_differences(saved, run_settings(config, 32, 4)),
+            "--global-batch-size is 4 here but 8 in the checkpoint");
+  config.lr = 1e-3f;
+  EXPECT_EQ(setting_differences(saved, run_settings(config, 32, 4)),
+            "--global-batch-size is 4 here but 8 in the checkpoint, --lr is 0.0010000000474974513 here but "
+            "0.0006000000284984708 in the checkpoint");
   nlohmann::json older = saved;  // a setting the checkpoint predates is not compared; one it has is
   older.erase("--seed");
   older["--gone"] = 1;
+  older["--micro-batch-size"] = 4;  // recorded before samples were numbered globally: no longer compared
   EXPECT_EQ(setting_differences(older, saved), "--gone is absent here but 1 in the checkpoint");
 }
 

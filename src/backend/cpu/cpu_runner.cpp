@@ -130,7 +130,7 @@ void CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
   const int64_t N = table[a.targets].numel(), C = spec.n_embd, Vp = table[a.weight].shape[0];
   const int64_t V = std::clamp<int64_t>(spec.vocab_size - a.vocab_begin, 0, Vp);
   const int64_t rows = table[a.logits].numel() / Vp;
-  const int64_t counted = operands::counted_targets(a, r);
+  const int64_t counted = r.loss_targets;
   const uint8_t* loss_mask = a.loss_mask >= 0 ? m.u8(a.loss_mask) : nullptr;
   float* losses = m.f32(a.losses);
   std::optional<kernels::VocabSplit> split;
@@ -164,7 +164,7 @@ void CpuBackend<T, G>::lm_head_loss(const Op& op, const OpRun& r) {
         .split = split ? &*split : nullptr,
     });
   }
-  // A batch without counted targets has loss 0 (and no gradient).
+  // A step without counted targets has loss 0 (and no gradient).
   if (counted == 0) return;
   double loss_sum = 0;
   for (int64_t i = 0; i < N; ++i) loss_sum += losses[i];
