@@ -210,7 +210,8 @@ class Prepare(InputsTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("validation holds 1025 of 3000 tokens (34%), more than --val-fraction 0.05 asks: "
                       "--min-val-tokens 1025", result.stdout)
-        kept = memtrain("prepare", text, "--tokenizer", "byte", "--min-val-tokens", "0", "--out", self.tmp / "d")
+        kept = memtrain("prepare", text, "--tokenizer", "byte", "--min-val-tokens", "0", "--overwrite-shards",
+                        "--out", self.tmp / "d")
         self.assertIn("2850 train and 150 validation tokens", kept.stdout)
         self.assertNotIn("validation holds", kept.stdout)
 
