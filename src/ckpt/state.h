@@ -52,13 +52,14 @@ struct CheckpointLayout {
 };
 
 struct CheckpointState {
-  int64_t step = 0;                                   // optimizer steps taken, skipped ones included
-  int64_t optimizer_updates = 0;                      // Adam's t: skipped steps do not count
-  std::optional<LossScaler::State> loss_scaler;       // fp16 only
-  LoaderCursor data_cursor;                           // of the global sample order, after `step`
-  uint64_t seed = 0;                                  // every random stream derives from it (see to_json)
-  nlohmann::json run = nlohmann::json::object();      // flag -> value that a resume must repeat
-  nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
+  int64_t step = 0;                                 // optimizer steps taken, skipped ones included
+  int64_t optimizer_updates = 0;                    // Adam's t: skipped steps do not count
+  std::optional<LossScaler::State> loss_scaler;     // fp16 only
+  LoaderCursor data_cursor;                         // of the global sample order, after `step`
+  uint64_t seed = 0;                                // every random stream derives from it (see to_json)
+  nlohmann::json run = nlohmann::json::object();    // flag -> value that a resume must repeat
+  nlohmann::json model = nlohmann::json::object();  // Hugging Face style config.json
+  std::string model_name;  // --model as given (a preset or a config's path); "" in older checkpoints
   nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
   CheckpointLayout layout;
   // A LoRA run's frozen base from --init-from, which the checkpoint names instead of holding: its weight

@@ -36,9 +36,10 @@ const std::vector<ckpt::ManifestFile>& Trainer::base_files() {
   return *base_files_;
 }
 
-void Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
-  if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return;  // a seed's base: the settings name it
+bool Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
+  if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return false;  // a seed's base: the settings name it
   ckpt::check_recorded_base(state, base_files(), cfg_.init_from, where);
+  return state.base_files.has_value();
 }
 
 ckpt::ModelPart Trainer::model_part() const {
@@ -64,6 +65,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   s.run_id = run_id_;
   s.run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
   s.model = hf_config_json(spec_);
+  s.model_name = spec_.name;
   s.metrics = std::move(metrics);
   s.layout = {.num_params = stage_param_counts(),
               .world = world_,
@@ -124,13 +126,15 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   const std::string where = "resume from " + checkpoint_dir + ": ";
   if (const std::string d = model_differences(state.model, hf_config_json(spec_)); !d.empty())
     fail_usage(where + "its model differs from --model " + cfg_.model + ": " + d);
-  const nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
+  nlohmann::json run = run_settings(cfg_, seq_len_, accum_ * place_.dp * cfg_.micro_batch);
+  // The same base by content is the same setting, whichever path (relative, absolute, a link) names it.
+  if (check_resumed_base(state, where) && state.run.contains("--init-from"))
+    run["--init-from"] = state.run.at("--init-from");
   if (const std::string d = setting_differences(state.run, run); !d.empty())
     fail_usage(where + d + "; a resume repeats the run's settings");
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
-  check_resumed_base(state, where);
   ckpt::load_model_states(checkpoint_dir, state, *memory_, spec_, model_part());
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);
