@@ -88,13 +88,14 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceT
       break;
     }
   }
-  trainer.finish();
   // A stopped run that kept nothing did not succeed: it exits as the signal's second delivery would, 128 +
-  // signal (143 for SIGTERM), so that a scheduler does not count it as done.
+  // signal (143 for SIGTERM), so that a scheduler does not count it as done, and, as any failed run, without
+  // memory.json.
   if (keeps_nothing && stop_signal() != 0)
     throw Error(static_cast<ErrorKind>(128 + stop_signal()),
                 std::string("stopped by ") + (stop_signal() == SIGINT ? "SIGINT" : "SIGTERM") +
                     " with no --save, --save-weights or --save-adapter: the steps trained are lost");
+  trainer.finish();
 }
 
 void read_data_shape(TrainConfig& cfg) {

@@ -140,6 +140,7 @@ class StopWithNothingToSave(CliTestCase):
         self.assertTrue(lines[0].startswith("memtrain: warning: "), stderr)
         self.assertIn("nothing will be saved", lines[0])
         self.assertTrue(lines[1].startswith("memtrain: error: stopped by SIGTERM"), stderr)
+        self.assertFalse((out / "memory.json").exists(), "a run that saved nothing reported as finished")
 
 
 if __name__ == "__main__":
