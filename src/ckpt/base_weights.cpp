@@ -24,24 +24,27 @@ std::vector<ManifestFile> checksum_base(const std::string& init_from, const std:
 
 namespace {
 
+// Files are matched by content (size and CRC-32C), so that another path to the same file is the same base;
+// names only say what differs.
 void check_base(const std::vector<ManifestFile>& recorded, const std::vector<ManifestFile>& current,
                 const std::string& where) {
-  const auto named = [](const std::vector<ManifestFile>& files, const std::string& name) {
-    return std::ranges::find(files, name, &ManifestFile::name);
+  const auto same = [](const ManifestFile& a, const ManifestFile& b) {
+    return a.bytes == b.bytes && a.crc32c == b.crc32c;
   };
   for (const ManifestFile& was : recorded) {
-    const auto now = named(current, was.name);
+    if (std::ranges::any_of(current, [&](const ManifestFile& now) { return same(now, was); })) continue;
+    auto now = std::ranges::find(current, was.name, &ManifestFile::name);
+    if (now == current.end() && current.size() == 1 && recorded.size() == 1) now = current.begin();
     if (now == current.end())
       fail_data(where + "base file " + was.name + " is missing: the checkpoint was trained on it (CRC-32C " +
-                crc32c_hex(was.crc32c) + ")");
-    if (now->crc32c != was.crc32c || now->bytes != was.bytes)
-      fail_data(where + "base file " + was.name + " has CRC-32C " + crc32c_hex(now->crc32c) + " (" +
-                std::to_string(now->bytes) + " bytes), the checkpoint was trained on CRC-32C " +
-                crc32c_hex(was.crc32c) + " (" + std::to_string(was.bytes) +
-                " bytes): the base changed after training");
+                crc32c_hex(was.crc32c) + ", " + std::to_string(was.bytes) + " bytes)");
+    fail_data(where + "base file " + now->name + " has CRC-32C " + crc32c_hex(now->crc32c) + " (" +
+              std::to_string(now->bytes) + " bytes), the checkpoint was trained on CRC-32C " +
+              crc32c_hex(was.crc32c) + " (" + std::to_string(was.bytes) + " bytes, " + was.name +
+              "): the base changed after training");
   }
   for (const ManifestFile& now : current)
-    if (named(recorded, now.name) == recorded.end())
+    if (std::ranges::none_of(recorded, [&](const ManifestFile& was) { return same(now, was); }))
       fail_data(where + "base file " + now.name + " is not one the checkpoint was trained on (its base: " +
                 std::to_string(recorded.size()) + " files)");
 }

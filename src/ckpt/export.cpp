@@ -4,6 +4,7 @@
 #include <optional>
 #include <vector>
 
+#include "ckpt/adapter_export.h"
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
@@ -35,25 +36,27 @@ std::optional<SavedParams> saved_params(const std::string& checkpoint_dir, const
 
 }  // namespace
 
-void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir, bool merge_adapter) {
+void export_checkpoint(const std::string& checkpoint_dir, const std::string& out_dir, ExportAs as,
+                       const std::string& base) {
+  if (!base.empty() && as != ExportAs::merged)
+    fail_usage("--init-from names the base of --merge-adapter: give both, or neither");
   const CheckpointState state = read_state(checkpoint_dir);
   const CheckpointLayout& layout = state.layout;
   const auto adapter =
       std::ranges::find_if(layout.tensors, [](const CheckpointTensor& t) { return is_lora_a(t.name); });
   const bool lora = adapter != layout.tensors.end();
   // Its model.safetensors holds adapters, not a whole model.
-  if (lora && !merge_adapter)
-    fail_usage(
-        "export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + adapter->name +
-        ") holds adapters, not a whole model: pass --merge-adapter to write the base with them merged");
+  if (lora && as == ExportAs::model)
+    fail_usage("export " + checkpoint_dir + ": a LoRA checkpoint (tensor " + adapter->name +
+               ") holds adapters, not a whole model: pass --merge-adapter to write the base with them "
+               "merged, or --adapter to write the adapters in PEFT's layout");
   // A flag that would change nothing is a mistaken command, not one to ignore.
-  if (!lora && merge_adapter)
-    fail_usage("--merge-adapter: " + checkpoint_dir +
-               " is not a LoRA checkpoint (no adapters to merge); export it without --merge-adapter");
-  if (lora) {
-    export_merged(checkpoint_dir, state, out_dir);
-    return;
-  }
+  const char* flag = as == ExportAs::merged ? "--merge-adapter" : "--adapter";
+  if (!lora && as != ExportAs::model)
+    fail_usage(std::string(flag) + ": " + checkpoint_dir +
+               " is not a LoRA checkpoint (it has no adapters); export it without " + flag);
+  if (as == ExportAs::merged) return export_merged(checkpoint_dir, state, out_dir, base);
+  if (as == ExportAs::adapter) return export_adapter(checkpoint_dir, state, out_dir);
   create_export_dir(out_dir);
   const std::string source = layout.master ? "master" : "weights";
   const DType dtype = export_dtype(layout);

@@ -1,8 +1,10 @@
 #include "ckpt/flat_states.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
+#include "core/half.h"
 
 namespace mt::ckpt {
 
@@ -31,6 +33,21 @@ std::vector<StateTensor> state_tensors(const Plan& plan) {
   return tensors;
 }
 
+namespace {
+
+// The first of n stored values that is NaN or infinite, or -1: every floating state a checkpoint holds is
+// finite after a step (an overflowing step is skipped), so one that is not is corruption.
+int64_t first_non_finite(const char* raw, DType dtype, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (dtype == DType::f32 && !std::isfinite(reinterpret_cast<const float*>(raw)[i])) return i;
+    if (dtype == DType::bf16 && !std::isfinite(to_f32(reinterpret_cast<const bf16*>(raw)[i]))) return i;
+    if (dtype == DType::f16 && !std::isfinite(to_f32(reinterpret_cast<const f16*>(raw)[i]))) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
 RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int part) {
   for (int r = 0; r < layout.world; ++r) {
     if (layout.file_part(r).index() != part) continue;
@@ -54,9 +71,13 @@ void RankFiles::read(const StateTensor& t, FlatRange range, char* dst) const {
                 std::to_string(entry->numel()) + "], expected " + std::string(dtype_name(t.dtype)) + " [" +
                 std::to_string(stored) + "]");
     // Blocked tensors: first is a block's start (both ranges are cut on blocks).
+    char* into = dst + (first / t.per - range.begin / t.per) * size;
     file.read_part(*entry, static_cast<uint64_t>((first / t.per - saved.begin / t.per) * size),
-                   static_cast<uint64_t>(t.bytes(first, last)),
-                   dst + (first / t.per - range.begin / t.per) * size);
+                   static_cast<uint64_t>(t.bytes(first, last)), into);
+    // Found here, it names the file; trained on, it would read as a diverged step.
+    if (const int64_t bad = first_non_finite(into, t.dtype, t.entries(first, last)); bad >= 0)
+      fail_data(file.path() + ": tensor " + t.name + " holds a NaN or infinite value (entry " +
+                std::to_string(first / t.per - saved.begin / t.per + bad) + "): the checkpoint is corrupt");
   }
 }
 

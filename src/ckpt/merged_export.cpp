@@ -7,6 +7,7 @@
 #include <set>
 #include <vector>
 
+#include "ckpt/adapter_export.h"
 #include "ckpt/base_weights.h"
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
@@ -23,15 +24,6 @@ namespace mt::ckpt {
 namespace {
 
 constexpr size_t kChecksumChunk = 1 << 20;
-
-template <typename T>
-T run_setting(const CheckpointState& state, const char* flag, const std::string& where) {
-  try {
-    return state.run.at(flag).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail_data(where + "its run settings hold no valid " + flag);
-  }
-}
 
 void widen_to_f32(const char* raw, DType dtype, int64_t n, float* dst) {
   for (int64_t i = 0; i < n; ++i) {
@@ -64,7 +56,8 @@ void add_delta(float* w, const std::vector<float>& a, const std::vector<float>& 
 // The model a LoRA checkpoint was trained as, and where its tensors come from.
 class MergedModel {
  public:
-  MergedModel(const std::string& checkpoint_dir, const CheckpointState& state);
+  // `base`: the base's path when not the recorded --init-from ("").
+  MergedModel(const std::string& checkpoint_dir, const CheckpointState& state, const std::string& base);
   // The base's file tensors, grouped as its shard files hold them (one group, "", for a single file).
   std::vector<WeightShard> shards() const;
   // Tensor f as exported, in fp32: the base's or the trained value, plus its module's adapter.
@@ -90,20 +83,26 @@ class MergedModel {
   std::vector<float> a_, b_;
 };
 
-MergedModel::MergedModel(const std::string& checkpoint_dir, const CheckpointState& state)
+MergedModel::MergedModel(const std::string& checkpoint_dir, const CheckpointState& state,
+                         const std::string& base)
     : state_(state), where_("export " + checkpoint_dir + ": "), files_(checkpoint_dir, state.layout) {
-  lora_.rank = run_setting<int64_t>(state, "--lora-rank", where_);
-  lora_.alpha = run_setting<float>(state, "--lora-alpha", where_);
-  lora_.target = run_setting<std::string>(state, "--lora-target", where_);
-  lora_.train_modules = run_setting<std::string>(state, "--lora-train-modules", where_);
-  if (lora_.rank <= 0) fail_data(where_ + "its adapters have no --lora-rank in its run settings");
+  lora_ = recorded_lora(state, where_);
   spec_ = model_config(state.model, checkpoint_dir + "/" + kStateFile);
   spec_.padded_vocab_size = spec_.vocab_size;  // file tensors hold no padding
   model_ = build_model_graph(spec_, {.lora = lora_, .seed = state.seed});
   for (const CheckpointTensor& t : state.layout.tensors) trained_[t.name] = &t;
   check_adapted_modules();
-  const std::string init_from = run_setting<std::string>(state, "--init-from", where_);
-  if (init_from.empty()) return;
+  const std::string recorded = recorded_init_from(state, where_);
+  if (recorded.empty() && !base.empty())
+    fail_usage("--init-from " + base + ": " + checkpoint_dir +
+               " was trained over a base drawn from the seed, not from files");
+  if (recorded.empty()) return;
+  // The recorded path is relative to where training ran: from elsewhere the base is named again.
+  if (base.empty() && !std::filesystem::exists(recorded))
+    fail_data(
+        where_ + "its base " + recorded +
+        " is missing here (a LoRA checkpoint holds the adapters, not the base): name it with --init-from");
+  const std::string init_from = base.empty() ? recorded : base;
   std::vector<char> buffer(kChecksumChunk);
   const std::vector<ManifestFile> current = checksum_base(init_from, where_, buffer);
   check_recorded_base(state, current, init_from, where_);
@@ -189,8 +188,9 @@ void create_export_dir(const std::string& out_dir) {
 }
 
 void export_merged(const std::string& checkpoint_dir, const CheckpointState& state,
-                   const std::string& out_dir) {
-  MergedModel model(checkpoint_dir, state);  // checks the settings and the base before anything is written
+                   const std::string& out_dir, const std::string& base) {
+  MergedModel model(checkpoint_dir, state,
+                    base);  // checks the settings and the base before anything is written
   create_export_dir(out_dir);
   const DType dtype = export_dtype(state.layout);
   std::vector<WeightShard> shards = model.shards();

@@ -20,7 +20,9 @@ void create_export_dir(const std::string& out_dir);
 // drawn again from the seed, the checkpoint's trained tensors (--lora-train-modules) in their place, each
 // adapter merged into its module's weight in fp32, then rounded to export_dtype. model.safetensors, or the
 // base's shard files and a model.safetensors.index.json when the base has several; then config.json.
+// `base` names the base's files instead of the recorded --init-from (a relative path from another folder,
+// a moved base): checked against the recorded checksums all the same.
 void export_merged(const std::string& checkpoint_dir, const CheckpointState& state,
-                   const std::string& out_dir);
+                   const std::string& out_dir, const std::string& base);
 
 }  // namespace mt::ckpt

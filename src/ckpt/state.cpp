@@ -47,6 +47,7 @@ nlohmann::json to_json(const CheckpointState& s) {
          "counter-based (seed, optimizer updates_taken, flat element): no other state"}}},
       {"run", s.run},
       {"model", s.model},
+      {"model_name", s.model_name},
       {"metrics", s.metrics},
       {"layout",
        {{"num_params", s.layout.num_params},
@@ -93,6 +94,7 @@ CheckpointState state_from_json(const nlohmann::json& j, const std::string& path
     s.seed = j.at("rng").at("seed").get<uint64_t>();
     s.run = j.at("run");
     s.model = j.at("model");
+    s.model_name = j.value("model_name", std::string());
     s.metrics = j.at("metrics");
     const nlohmann::json& l = j.at("layout");
     // One number in checkpoints saved before pipeline parallelism.

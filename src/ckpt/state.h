@@ -63,6 +63,7 @@ struct CheckpointState {
   uint64_t seed = 0;                                  // every random stream derives from it (see to_json)
   nlohmann::json run = nlohmann::json::object();      // flag -> value that a resume must repeat
   nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
+  std::string model_name;  // --model as given (a preset or a config's path); "" in older checkpoints
   nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
   CheckpointLayout layout;
   // A LoRA run's frozen base from --init-from, which the checkpoint names instead of holding: its weight

@@ -8,6 +8,7 @@
 #include "ckpt/layout.h"
 #include "ckpt/manifest.h"
 #include "core/error.h"
+#include "core/warning.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 
@@ -97,15 +98,32 @@ void remove_checkpoint(const fs::path& dir) {
   remove_all_or_fail(doomed);
 }
 
-// Keeps the newest `keep` checkpoints of run `run_id`; other runs' checkpoints are not this run's to delete.
+// The first entry of a checkpoint directory that no save writes there (another run's --out or --save placed
+// inside it, say); "" when it holds only a checkpoint's files.
+std::string foreign_entry(const fs::path& dir) {
+  static const std::regex own(R"(rank\d+\.safetensors|model\.safetensors|state\.json|manifest\.json)");
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_regular_file() || !std::regex_match(name, own)) return name;
+  }
+  return "";
+}
+
+// Keeps the newest `keep` checkpoints of run `run_id`; other runs' checkpoints are not this run's to delete,
+// nor is a checkpoint that holds anything a save did not write: it stays, with a warning.
 void prune_lineage(const std::string& save_dir, const std::string& run_id, size_t keep) {
   size_t kept = 0;
   for (const std::string& dir : list_checkpoints(save_dir)) {
     if (checkpoint_run_id(dir) != run_id) continue;
-    if (kept < keep)
+    if (kept < keep) {
       ++kept;
-    else
+    } else if (const std::string foreign = foreign_entry(dir); !foreign.empty()) {
+      warn("--save " + save_dir + ": kept checkpoint " + dir + " past --keep-checkpoints: it holds " +
+           foreign + ", which no checkpoint save wrote");
+    } else {
       remove_checkpoint(dir);
+    }
   }
 }
 

@@ -1,11 +1,12 @@
 // `memtrain calibrate`: this machine's rates into a hardware profile JSON for `memtrain plan --profile`.
 #include <cstdio>
-#include <fstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "devices/devices.h"
 #include "forecast/calibrate.h"
+#include "io/atomic_file.h"
+#include "io/output_path.h"
 
 namespace mt::cli {
 
@@ -32,11 +33,12 @@ void add_calibrate_command(CLI::App& app) {
     if (*threads < 0) fail_usage("--threads must be 0 (all cores) or positive");
     // Ranks share the machine's cores: one thread each unless --threads says otherwise.
     open_device("cpu", *threads > 0 ? *threads : comm->size() > 1 ? 1 : process_threads());
+    // Rank 0 writes it: checked before the minutes of measuring, not after.
+    if (comm->rank() == 0) check_output_file("--out", *out);
     const HardwareProfile profile = calibrate(*comm, *options);
     if (comm->rank() != 0) return;
     const std::string text = hardware_profile_json(profile).dump(2) + "\n";
-    std::ofstream file(*out);
-    if (!(file << text)) fail_data("--out " + *out + ": cannot write");
+    write_file_atomically(*out, text);
     std::printf("%s", text.c_str());
   });
 }

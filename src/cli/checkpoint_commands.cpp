@@ -101,14 +101,30 @@ void add_checkpoint_commands(CLI::App& app) {
       ->required();
   export_cmd->add_option("--out", *out, "the model directory to write")->required();
   auto merge_adapter = std::make_shared<bool>(false);
-  export_cmd->add_flag(
+  CLI::Option* merge = export_cmd->add_flag(
       "--merge-adapter", *merge_adapter,
       "a LoRA checkpoint: write its base (the recorded --init-from, checksums checked, or the "
       "seed's) with every adapter merged, W + (lora_alpha / r) B A");
-  export_cmd->callback([export_dir, out, merge_adapter] {
+  auto adapter = std::make_shared<bool>(false);
+  export_cmd
+      ->add_flag("--adapter", *adapter,
+                 "a LoRA checkpoint: write its adapters alone in PEFT's layout (adapter_model.safetensors, "
+                 "adapter_config.json), the files --save-adapter writes")
+      ->excludes(merge);
+  auto base = std::make_shared<std::string>();
+  export_cmd->add_option(
+      "--init-from", *base,
+      "--merge-adapter: the base's weights (a file or folder), when the path the checkpoint "
+      "recorded does not reach them from here; checked against its recorded checksums");
+  export_cmd->callback([export_dir, out, merge_adapter, adapter, base] {
     const std::string chosen = chosen_checkpoint("export", *export_dir);
-    ckpt::export_checkpoint(chosen, *out, *merge_adapter);
-    std::printf("exported %s to %s: Hugging Face weights and config.json\n", chosen.c_str(), out->c_str());
+    const ckpt::ExportAs as = *adapter         ? ckpt::ExportAs::adapter
+                              : *merge_adapter ? ckpt::ExportAs::merged
+                                               : ckpt::ExportAs::model;
+    ckpt::export_checkpoint(chosen, *out, as, *base);
+    std::printf(
+        "exported %s to %s: %s\n", chosen.c_str(), out->c_str(),
+        as == ckpt::ExportAs::adapter ? "PEFT adapter files" : "Hugging Face weights and config.json");
   });
 }
 

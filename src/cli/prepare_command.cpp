@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/names.h"
 #include "data/prepare.h"
+#include "io/dir_lock.h"
+#include "io/output_path.h"
 
 namespace mt::cli {
 
@@ -74,6 +76,24 @@ void print_packing(const PackStats& p) {
       static_cast<long long>(p.unpacked_padding() - p.padding()));
 }
 
+// --out claimed before the input is read: created when missing, checked writable, and locked, so that a
+// second prepare into it is refused rather than interleaved. A prepare that fails removes the folder it
+// created while nothing is in it.
+PrepareResult prepare_in_claimed_folder(const PrepareConfig& config, const Tokenizer& tokenizer) {
+  const bool created = make_output_dir("--out", config.out_dir);
+  DirectoryLock lock("--out", config.out_dir);
+  try {
+    return prepare_shards(config, tokenizer);
+  } catch (...) {
+    if (created) {
+      std::error_code ec;
+      lock.remove_file();
+      fs::remove(config.out_dir, ec);  // only while empty: written shards stay
+    }
+    throw;
+  }
+}
+
 void run_prepare(const PrepareArgs& a) {
   if (a.pack != (a.config.pack_seq_len > 0))
     fail_usage(
@@ -94,7 +114,7 @@ void run_prepare(const PrepareArgs& a) {
     std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
     tokenizer = load_gpt2_tokenizer(encoder, bpe);
   }
-  const PrepareResult r = prepare_shards(a.config, *tokenizer);
+  const PrepareResult r = prepare_in_claimed_folder(a.config, *tokenizer);
   std::printf("prepared %lld train and %lld validation tokens (%s, vocabulary %d) into %s:\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
               tokenizer->name().c_str(), tokenizer->vocab_size(), a.config.out_dir.c_str());
@@ -136,6 +156,8 @@ void add_prepare_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
+  cmd->add_flag("--overwrite-shards", args->config.overwrite,
+                "replace the shards of --name that --out already holds (refused otherwise)");
   cmd->add_option("--tokenizer", args->tokenizer, "gpt2 or byte")->capture_default_str();
   cmd->add_option(
       "--encoder-json", args->encoder_json,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "config/run_flag_table.h"
@@ -143,6 +144,15 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
   check_flag_bounds(c, {"--lr", "--min-lr"});
   if (c.min_lr > c.lr) fail_usage("--lr and --min-lr must satisfy 0 <= min-lr <= lr");
   check_flag_bounds(c, {"--lr-warmup-iters", "--weight-decay"});
+  // AdamW's decay scales each weight by 1 - lr x weight decay a step: at 1 or more it zeroes or flips them,
+  // which would surface only as a diverged step blamed on --lr.
+  if (const double product = static_cast<double>(c.lr) * c.adam.weight_decay; product >= 1.0) {
+    char text[160];
+    std::snprintf(text, sizeof text,
+                  "--weight-decay %g with --lr %g: lr x weight decay is %g, expected below 1",
+                  static_cast<double>(c.adam.weight_decay), static_cast<double>(c.lr), product);
+    fail_usage(std::string(text) + " (each step scales the weights by 1 - lr x weight decay)");
+  }
   for (const float beta : {c.adam.beta1, c.adam.beta2})
     if (!(beta >= 0 && beta < 1)) fail_usage("--adam-beta1 and --adam-beta2 must be in [0, 1)");
   check_flag_bounds(c, {"--adam-eps", "--clip-grad"});

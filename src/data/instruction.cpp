@@ -95,6 +95,11 @@ void render_record(const json& record, const InstructionKeys& keys, const Record
   if (!record.is_object()) src.fail("record is " + type_of(record) + ", expected a JSON object");
   out.begin(src.line);
   if (const auto chat = record.find(keys.messages); chat != record.end()) {
+    // Rendering one of the two would drop the other without a word.
+    for (const std::string& key : {keys.prompt, keys.completion})
+      if (record.contains(key))
+        src.fail("both \"" + keys.messages + "\" and \"" + key +
+                 "\": a record is a chat or a prompt and completion, not both");
     render_chat(*chat, keys.messages, src, out);
   } else {
     const std::string& prompt = text_at(record, keys.prompt, src, "");

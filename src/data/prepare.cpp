@@ -85,18 +85,31 @@ void write_splits(const PrepareConfig& cfg, const TokenStream& stream, int64_t v
   }
 }
 
+// Whether `file` is a shard or mask that a prepare named cfg.name writes.
+bool named_shard(const PrepareConfig& cfg, const std::string& file) {
+  const bool shard = file.ends_with(".bin") || file.ends_with(".mask");
+  return shard && (file.starts_with(cfg.name + "_train_") || file.starts_with(cfg.name + "_val_"));
+}
+
 // Shards of the same name left by an earlier, larger run would otherwise join this run's splits.
 void remove_stale_shards(const PrepareConfig& cfg, const PrepareResult& result) {
   const std::set<std::string> written(result.files.begin(), result.files.end());
-  for (const char* split : {"train", "val"}) {
-    const std::string prefix = cfg.name + "_" + split + "_";
-    for (const auto& entry : std::filesystem::directory_iterator(cfg.out_dir)) {
-      const std::string file = entry.path().filename().string();
-      const bool ours = file.ends_with(".bin") || file.ends_with(".mask");
-      if (file.starts_with(prefix) && ours && !written.count(entry.path().string())) {
-        std::filesystem::remove(entry.path());
-      }
-    }
+  for (const auto& entry : std::filesystem::directory_iterator(cfg.out_dir)) {
+    if (named_shard(cfg, entry.path().filename().string()) && !written.count(entry.path().string()))
+      std::filesystem::remove(entry.path());
+  }
+}
+
+// Another prepare's shards of the same name are replaced only when asked: two prepares into one folder would
+// otherwise both succeed, one's shards lost.
+void refuse_earlier_shards(const PrepareConfig& cfg) {
+  if (cfg.overwrite) return;
+  std::error_code ec;  // a folder not there yet holds nothing
+  for (const auto& entry : std::filesystem::directory_iterator(cfg.out_dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (named_shard(cfg, file))
+      fail_data("--out " + cfg.out_dir + " holds " + file + " of an earlier prepare named " + cfg.name +
+                ": give another --out or --name, or --overwrite-shards to replace them");
   }
 }
 
@@ -123,14 +136,41 @@ int64_t validation_tokens(const PrepareConfig& cfg, const TokenStream& stream) {
     val = cfg.min_val_tokens;
   }
   if (val == 0 || stream.record_starts.empty()) return val;
-  const auto after = std::upper_bound(stream.record_starts.begin(), stream.record_starts.end(), total - val);
-  const int64_t cut = *(after - 1);
+  const auto& starts = stream.record_starts;
+  const size_t held = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), total - val) -
+                                          starts.begin() - 1);  // the record that holds the cut
+  const int64_t cut = starts[held];
   if (cut == 0) {
     fail_data("--jsonl " + cfg.jsonl + ": " + std::to_string(stream.record_starts.size()) +
               " records are too few to hold out --val-fraction " + std::to_string(cfg.val_fraction) +
               " of whole records and still train; give more records or --val-fraction 0");
   }
+  // Whole records would move a record longer than the split, and all after it, to validation.
+  const int64_t length = (held + 1 < starts.size() ? starts[held + 1] : total) - cut;
+  if (length > val)
+    fail_data("--jsonl " + cfg.jsonl + " line " + std::to_string(stream.record_lines[held]) +
+              ": a record of " + std::to_string(length) + " tokens where validation's " +
+              std::to_string(val) + " begin: whole records would hold out " + std::to_string(total - cut) +
+              " of " + std::to_string(total) +
+              " tokens; move it away from the end, or give --val-fraction 0");
   return total - cut;
+}
+
+// Reads the input and writes both splits into the claimed folder.
+PrepareResult write_prepared(const PrepareConfig& cfg, const Tokenizer& tokenizer) {
+  const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
+                                               : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
+  const int64_t val = validation_tokens(cfg, stream);
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.out_dir, ec);
+  if (ec) fail_data("--out " + cfg.out_dir + ": cannot create directory: " + ec.message());
+  PrepareResult result;
+  result.records = static_cast<int64_t>(stream.record_starts.size());
+  result.record_tokens = static_cast<int64_t>(stream.tokens.size());
+  result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
+  write_splits(cfg, stream, val, record_end_token(tokenizer), result);
+  remove_stale_shards(cfg, result);
+  return result;
 }
 
 }  // namespace
@@ -150,19 +190,8 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
     fail_usage("prepare: tokenizer " + tokenizer.name() + " has " + std::to_string(tokenizer.vocab_size()) +
                " tokens; shard tokens are uint16 (at most 65536)");
   }
-  const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
-                                               : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
-  const int64_t val = validation_tokens(cfg, stream);
-  std::error_code ec;
-  std::filesystem::create_directories(cfg.out_dir, ec);
-  if (ec) fail_data("output directory " + cfg.out_dir + ": cannot create: " + ec.message());
-  PrepareResult result;
-  result.records = static_cast<int64_t>(stream.record_starts.size());
-  result.record_tokens = static_cast<int64_t>(stream.tokens.size());
-  result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
-  write_splits(cfg, stream, val, record_end_token(tokenizer), result);
-  remove_stale_shards(cfg, result);
-  return result;
+  refuse_earlier_shards(cfg);  // before the input is read: a refusal costs nothing
+  return write_prepared(cfg, tokenizer);
 }
 
 }  // namespace mt

@@ -25,6 +25,8 @@ struct PrepareConfig {
   int64_t min_val_tokens = 1025;
   // With jsonl: pack records whole into sequences of this many tokens (data/pack.h); 0: one stream.
   int64_t pack_seq_len = 0;
+  // Replace shards named `name` that out_dir already holds; otherwise they are refused (a data error).
+  bool overwrite = false;
 };
 
 struct PrepareResult {
@@ -36,6 +38,7 @@ struct PrepareResult {
   std::vector<std::string> files;
 };
 
+// Refuses shards of cfg.name in out_dir unless cfg.overwrite, before reading the input; creates out_dir.
 PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenizer);
 
 }  // namespace mt

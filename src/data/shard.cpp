@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <stdexcept>
 
@@ -151,6 +152,20 @@ bool shards_have_loss_masks(const std::vector<std::string>& shard_paths) {
                              " has one: shards of one run are all masked or none is");
   }
   return with != shard_paths.end();
+}
+
+bool masks_count_a_target(const std::vector<std::string>& shard_paths) {
+  std::vector<char> chunk(1 << 20);
+  for (const std::string& shard : shard_paths) {
+    std::ifstream in(loss_mask_path(shard), std::ios::binary);
+    // A shard's first token is no target of its own windows: its mask is skipped with the header.
+    in.seekg(kHeaderBytes + 1);
+    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+      const auto end = chunk.begin() + in.gcount();
+      if (std::any_of(chunk.begin(), end, [](char v) { return (v & kLossMaskCounted) != 0; })) return true;
+    }
+  }
+  return false;
 }
 
 int64_t packed_seq_len(const std::vector<std::string>& shard_paths) {

@@ -38,6 +38,8 @@ inline uint8_t max_loss_mask_value(int64_t packed_seq_len) {
 // Whether the shards have loss masks: true when all do, false when none does, a data error naming a shard
 // without one when only some do.
 bool shards_have_loss_masks(const std::vector<std::string>& shard_paths);
+// Whether the masks beside the shards count any target (masks that packed_seq_len has checked).
+bool masks_count_a_target(const std::vector<std::string>& shard_paths);
 // The sequence length the shards' masks were packed for: 0 when they are not packed (or have no masks), a
 // data error naming two shards that differ.
 int64_t packed_seq_len(const std::vector<std::string>& shard_paths);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "model/hf_tensors.h"
+#include "model/peft_config.h"
 #include "model/weights.h"
 
 namespace mt {
@@ -36,8 +37,13 @@ nlohmann::json target_modules(const ModelGraph& model, const LoraConfig& lora) {
   return std::vector<std::string>(names.begin(), names.end());
 }
 
-// The run's adapters under their PEFT keys.
-std::vector<FileTensor> adapter_tensors(const ModelSpec& spec, const ModelGraph& model) {
+}  // namespace
+
+std::string peft_base_name(const std::string& init_from, const std::string& model) {
+  return init_from.empty() ? model : init_from;
+}
+
+std::vector<FileTensor> peft_adapter_tensors(const ModelSpec& spec, const ModelGraph& model) {
   std::vector<FileTensor> adapters;
   for (int id : model.params)
     if (const TensorDesc& t = model.graph.table[id]; is_lora_a(t.name) || is_lora_b(t.name))
@@ -45,7 +51,20 @@ std::vector<FileTensor> adapter_tensors(const ModelSpec& spec, const ModelGraph&
   return adapters;
 }
 
-}  // namespace
+nlohmann::json peft_adapter_config(const ModelSpec& spec, const ModelGraph& model, const LoraConfig& lora,
+                                   const std::string& base) {
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"r", lora.rank},
+          {"lora_alpha", lora.alpha},
+          {"lora_dropout", lora.dropout},
+          {"target_modules", target_modules(model, lora)},
+          {"bias", "none"},
+          {"fan_in_fan_out", peft_fan_in_fan_out(spec)},
+          {"modules_to_save", nullptr},
+          {"base_model_name_or_path", base},
+          {"inference_mode", true}};
+}
 
 bool peft_fan_in_fan_out(const ModelSpec& spec) {
   return spec.arch == Arch::gpt2;
@@ -57,7 +76,7 @@ std::string peft_adapter_key(const ModelSpec& spec, const std::string& param_nam
 
 void load_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
                        Allocation& memory, const LoraConfig& lora) {
-  const std::string config_path = dir + "/adapter_config.json";
+  const std::string config_path = dir + "/" + kPeftConfigFile;
   std::ifstream in(config_path);
   if (!in) fail_data("--init-adapter " + dir + ": cannot read " + config_path);
   nlohmann::json config;
@@ -66,20 +85,8 @@ void load_peft_adapter(const std::string& dir, const ModelSpec& spec, const Mode
   } catch (const nlohmann::json::exception& e) {
     fail_data("--init-adapter " + config_path + ": not valid JSON (" + e.what() + ")");
   }
-  const auto field = [&](const char* key) {
-    return config.is_object() && config.contains(key) ? config[key] : nlohmann::json();
-  };
-  const auto refuse = [&](const char* key, const std::string& expected) {
-    fail_data("--init-adapter " + config_path + ": \"" + key + "\" is " +
-              (field(key).is_null() ? "absent" : field(key).dump()) + ", expected " + expected);
-  };
-  if (field("peft_type") != "LORA") refuse("peft_type", "\"LORA\"");
-  if (!field("r").is_number_integer() || field("r").get<int64_t>() != lora.rank)
-    refuse("r", std::to_string(lora.rank) + " (--lora-rank)");
-  if (!field("lora_alpha").is_number() ||
-      field("lora_alpha").get<double>() != static_cast<double>(lora.alpha))
-    refuse("lora_alpha", nlohmann::json(lora.alpha).dump() + " (--lora-alpha)");
-  load_weight_file(dir + "/adapter_model.safetensors", adapter_tensors(spec, model), memory);
+  check_peft_config(config, config_path, model, lora);
+  load_weight_file(dir + "/" + kPeftAdapterFile, peft_adapter_tensors(spec, model), memory);
 }
 
 void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
@@ -87,19 +94,9 @@ void save_peft_adapter(const std::string& dir, const ModelSpec& spec, const Mode
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail_data("--save-adapter " + dir + ": cannot create directory: " + ec.message());
-  write_weight_file(dir + "/adapter_model.safetensors", adapter_tensors(spec, model), memory);
-  const nlohmann::json config = {{"peft_type", "LORA"},
-                                 {"task_type", "CAUSAL_LM"},
-                                 {"r", lora.rank},
-                                 {"lora_alpha", lora.alpha},
-                                 {"lora_dropout", lora.dropout},
-                                 {"target_modules", target_modules(model, lora)},
-                                 {"bias", "none"},
-                                 {"fan_in_fan_out", peft_fan_in_fan_out(spec)},
-                                 {"modules_to_save", nullptr},
-                                 {"base_model_name_or_path", base},
-                                 {"inference_mode", true}};
-  write_file_atomically(dir + "/adapter_config.json", config.dump(2) + "\n");
+  write_weight_file(dir + "/" + kPeftAdapterFile, peft_adapter_tensors(spec, model), memory);
+  write_file_atomically(dir + "/" + kPeftConfigFile,
+                        peft_adapter_config(spec, model, lora, base).dump(2) + "\n");
 }
 
 }  // namespace mt

@@ -188,7 +188,13 @@ std::vector<std::string> weight_files(const std::string& path) {
   std::set<std::string> shards;  // sorted, so the shards open in name order
   for (const auto& [name, shard] : index["weight_map"].items()) {
     if (!shard.is_string()) fail_data(file + ": weight_map[\"" + name + "\"] is not a file name");
-    shards.insert(shard.get<std::string>());
+    // Shards lie beside their index: a path would read (and a LoRA checkpoint record) files outside it.
+    const std::string shard_name = shard.get<std::string>();
+    if (shard_name.empty() || shard_name == "." || shard_name == ".." ||
+        fs::path(shard_name).filename() != shard_name)
+      fail_data(file + ": weight_map[\"" + name + "\"] is " + shard.dump() +
+                ", expected the name of a file beside the index (no folder)");
+    shards.insert(shard_name);
   }
   std::vector<std::string> files;
   for (const std::string& shard : shards) files.push_back((fs::path(file).parent_path() / shard).string());

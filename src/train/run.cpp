@@ -1,5 +1,6 @@
 #include "train/run.h"
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -61,7 +62,11 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceT
   // Only now, with every input read and checked, does the run write anything.
   trainer.open_outputs(resumed);
   int64_t last_saved = resumed;
-  begin_steps();  // until now a signal ended the process at once: nothing was trained that could be saved
+  // Until now a signal ended the process at once: nothing was trained that could be saved.
+  const bool keeps_nothing = cfg.save.empty() && cfg.save_weights.empty() && cfg.save_adapter.empty();
+  begin_steps(keeps_nothing ? "memtrain: warning: stopping after the step in progress; no --save, "
+                              "--save-weights or --save-adapter: nothing will be saved\n"
+                            : nullptr);
   for (int64_t step = resumed + 1; step <= cfg.train_iters; ++step) {
     const StepOutcome outcome = trainer.step(step);
     trainer.log(step, outcome);
@@ -83,6 +88,13 @@ void run_training(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceT
       break;
     }
   }
+  // A stopped run that kept nothing did not succeed: it exits as the signal's second delivery would, 128 +
+  // signal (143 for SIGTERM), so that a scheduler does not count it as done, and, as any failed run, without
+  // memory.json.
+  if (keeps_nothing && stop_signal() != 0)
+    throw Error(static_cast<ErrorKind>(128 + stop_signal()),
+                std::string("stopped by ") + (stop_signal() == SIGINT ? "SIGINT" : "SIGTERM") +
+                    " with no --save, --save-weights or --save-adapter: the steps trained are lost");
   trainer.finish();
 }
 
@@ -90,6 +102,10 @@ void read_data_shape(TrainConfig& cfg) {
   const std::vector<std::string> shards = find_shards(cfg.data, "train");
   cfg.loss_mask = shards_have_loss_masks(shards);
   cfg.packed = packed_seq_len(shards) > 0;
+  // A mask that counts nothing trains at loss 0 and learns nothing.
+  if (cfg.loss_mask && !masks_count_a_target(shards))
+    fail_data("--data " + cfg.data +
+              ": the loss masks beside its train shards count no target token, so nothing would be trained");
 }
 
 void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {

@@ -36,6 +36,16 @@ void refuse_used_save_dir(const TrainConfig& c) {
             "): continue that run with --resume auto, or start over with --overwrite-checkpoints");
 }
 
+// A directory inside a checkpoint goes when the run that saved the checkpoint prunes it.
+void refuse_inside_checkpoint(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  const fs::path full = fs::weakly_canonical(fs::absolute(dir), ec);
+  for (fs::path p = full.parent_path(); !ec && p != p.parent_path(); p = p.parent_path())
+    if (ckpt::is_checkpoint_dir(p.string()))
+      fail_data(flag + " " + dir + ": inside checkpoint " + p.string() +
+                ", which its run deletes when it prunes old checkpoints: choose a directory outside it");
+}
+
 }  // namespace
 
 RunDirectories::RunDirectories(const TrainConfig& config, Communicator& comm) {
@@ -77,12 +87,15 @@ void RunDirectories::claim_all(const TrainConfig& c) {
     claim_dir("--save", c.save);
     refuse_used_save_dir(c);
   }
+  // Written at the end: a bad path found then would cost the whole run.
+  if (!c.save_adapter.empty()) claim_dir("--save-adapter", c.save_adapter);
   if (!c.save_weights.empty()) check_output_file("--save-weights", c.save_weights);
   if (!c.memory_timeline.empty()) check_output_file("--memory-timeline", c.memory_timeline);
   if (c.offload_optimizer != OffloadOptimizer::none) check_existing_dir("--offload-path", c.offload_path);
 }
 
 void RunDirectories::claim_dir(const std::string& flag, const std::string& dir) {
+  refuse_inside_checkpoint(flag, dir);
   const bool created = make_output_dir(flag, dir);
   std::error_code ec;
   for (const Claimed& held : claimed_)

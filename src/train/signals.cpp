@@ -15,6 +15,8 @@ namespace {
 
 std::atomic<bool> stop_flag{false};
 std::atomic<bool> stepping{false};  // begin_steps was called: a first signal waits for the step to end
+std::atomic<int> stop_signal_number{0};
+std::atomic<const char*> stop_warning{nullptr};  // begin_steps' text, said when a first signal arrives
 
 [[noreturn]] void exit_on_signal(int signal) {
   // write(2), strlen and constant text: this may run in a signal handler.
@@ -25,6 +27,10 @@ std::atomic<bool> stepping{false};  // begin_steps was called: a first signal wa
 
 void on_stop_signal(int signal) {
   if (!stepping.load() || stop_flag.exchange(true)) exit_on_signal(signal);
+  stop_signal_number.store(signal);
+  if (const char* text = stop_warning.load()) {
+    [[maybe_unused]] const ssize_t written = write(STDERR_FILENO, text, std::strlen(text));
+  }
 }
 
 }  // namespace
@@ -54,12 +60,17 @@ void catch_stop_signals() {
   });
 }
 
-void begin_steps() {
+void begin_steps(const char* warning) {
+  stop_warning.store(warning);
   stepping.store(true);
 }
 
 bool stop_requested() {
   return stop_flag.load();
+}
+
+int stop_signal() {
+  return stop_signal_number.load();
 }
 
 }  // namespace mt

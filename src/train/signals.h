@@ -10,8 +10,11 @@ namespace mt {
 // later, and a watcher thread takes them. A handler interrupting compute threads is what this avoids: a
 // signal frame pushed onto the stack of oneDNN's JIT kernels was seen to corrupt the heap.
 void catch_stop_signals();
-// From now on a first signal asks the run to stop after its step instead of ending the process.
-void begin_steps();
+// From now on a first signal asks the run to stop after its step instead of ending the process; `warning`
+// (constant text, one line), when given, goes to stderr at once when it does.
+void begin_steps(const char* warning = nullptr);
 bool stop_requested();
+// The signal that asked the run to stop; 0 while none has.
+int stop_signal();
 
 }  // namespace mt

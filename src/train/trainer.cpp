@@ -207,7 +207,8 @@ StepOutcome Trainer::step(int64_t step) {
   if (out.update.skipped && !scaler_)
     fail_data("training diverged: the gradient norm is " + std::to_string(out.update.grad_norm) +
               " at step " + std::to_string(step) + " (no loss scaler in " +
-              precision_name(cfg_.precision.precision) + "; try a lower --lr)");
+              precision_name(cfg_.precision.precision) +
+              "; the weights and optimizer state it started from were finite: try a lower --lr)");
   if (scaler_) scaler_->update(out.update.skipped);
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The tensor group's and the pipeline's exchanges sit between kernels that wait for them: all exposed.
@@ -279,10 +280,21 @@ void Trainer::finish_already_complete(int64_t step) {
   const bool write_weights = !cfg_.save_weights.empty() && !std::filesystem::exists(cfg_.save_weights);
   if (write_weights)
     save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, weight_writers());
+  // The final outputs a requeue finds missing are written from the checkpoint, which holds the same values.
+  const bool write_adapter =
+      !cfg_.save_adapter.empty() && !std::filesystem::exists(cfg_.save_adapter + "/" + kPeftAdapterFile);
+  if (write_adapter && rank_ == 0) save_adapter();
+  std::string wrote;
+  if (write_weights) wrote += ", wrote --save-weights " + cfg_.save_weights;
+  if (write_adapter) wrote += ", wrote --save-adapter " + cfg_.save_adapter;
   std::printf(
       "the run is complete: its checkpoint is at step %lld of --train-iters %lld; nothing to train%s\n",
-      static_cast<long long>(step), static_cast<long long>(cfg_.train_iters),
-      write_weights ? (", wrote --save-weights " + cfg_.save_weights).c_str() : "");
+      static_cast<long long>(step), static_cast<long long>(cfg_.train_iters), wrote.c_str());
+}
+
+void Trainer::save_adapter() {
+  save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
+                    peft_base_name(cfg_.init_from, spec_.name));
 }
 
 WeightWriters Trainer::weight_writers() {
@@ -296,9 +308,7 @@ WeightWriters Trainer::weight_writers() {
 void Trainer::finish() {
   if (!cfg_.save_weights.empty())
     save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, weight_writers());
-  if (!cfg_.save_adapter.empty() && rank_ == 0)
-    save_peft_adapter(cfg_.save_adapter, spec_, model_, *memory_, cfg_.lora,
-                      cfg_.init_from.empty() ? spec_.name : cfg_.init_from);
+  if (!cfg_.save_adapter.empty() && rank_ == 0) save_adapter();
   CategoryBytes measured = memory_->measured();
   measured[Category::comm] += groups_.buffer_bytes();  // the communicators' own receive buffers
   const MemoryReport report{plan_.bytes,

@@ -75,13 +75,16 @@ class Trainer {
   void log(int64_t step, const StepOutcome& outcome);
   // Why rank 0 could not append to metrics.jsonl; "" while it can (and on the other ranks).
   std::string log_failure() const { return metrics_ ? metrics_->failure() : ""; }
-  // --save-weights, then the memory report printed and written; throws if measured differs from planned.
+  // --save-weights and --save-adapter, then the memory report printed and written; throws if measured
+  // differs from planned.
   void finish();
   // A resume found the run at --train-iters (a requeued job that had finished): says so and writes
-  // --save-weights if it is missing, leaving memory.json and metrics.jsonl as the finished run wrote them.
+  // --save-weights and --save-adapter if missing, leaving memory.json and metrics.jsonl as the finished run
+  // wrote them.
   void finish_already_complete(int64_t step);
 
  private:
+  void save_adapter();  // rank 0's --save-adapter
   // The model, batch, precision, recompute and offload lines (and --memory-report) before allocating.
   void print_banner(size_t train_shards) const;
   // Allocates exactly the plan, then the weights (initialised or loaded), loaders, optimizer and executor.
@@ -100,8 +103,10 @@ class Trainer {
   nlohmann::json trajectory_settings() const;
   // LoRA from --init-from: the base's files and checksums, computed at the first call.
   const std::vector<ckpt::ManifestFile>& base_files();
-  // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise.
-  void check_resumed_base(const ckpt::CheckpointState& state, const std::string& where);
+  // A LoRA checkpoint's base must be this run's --init-from, bit for bit: a data error otherwise. Returns
+  // whether its files' checksums were compared (the checkpoint records them), which identifies the base
+  // whatever path names it.
+  bool check_resumed_base(const ckpt::CheckpointState& state, const std::string& where);
   std::string save_state(const std::string& save_dir, const ckpt::CheckpointState& state);
   // This rank's model part (ckpt::ModelPart).
   ckpt::ModelPart model_part() const;

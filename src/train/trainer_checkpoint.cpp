@@ -36,9 +36,10 @@ const std::vector<ckpt::ManifestFile>& Trainer::base_files() {
   return *base_files_;
 }
 
-void Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
-  if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return;  // a seed's base: the settings name it
+bool Trainer::check_resumed_base(const ckpt::CheckpointState& state, const std::string& where) {
+  if (!cfg_.lora.enabled() || cfg_.init_from.empty()) return false;  // a seed's base: the settings name it
   ckpt::check_recorded_base(state, base_files(), cfg_.init_from, where);
+  return state.base_files.has_value();
 }
 
 ckpt::ModelPart Trainer::model_part() const {
@@ -65,6 +66,7 @@ ckpt::CheckpointState Trainer::checkpoint_state(int64_t step, nlohmann::json met
   s.run_id = run_id_;
   s.run = trajectory_settings();
   s.model = hf_config_json(spec_);
+  s.model_name = spec_.name;
   s.metrics = std::move(metrics);
   s.layout = {.num_params = stage_param_counts(),
               .world = world_,
@@ -136,7 +138,11 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   const nlohmann::json& decay =
       state.run.contains("--lr-decay-iters") ? state.run.at("--lr-decay-iters") : nlohmann::json();
   if (cfg_.lr_decay_iters == 0 && decay.is_number_integer()) schedule_.decay_iters = decay.get<int64_t>();
-  if (const std::string d = setting_differences(state.run, trajectory_settings()); !d.empty())
+  nlohmann::json run = trajectory_settings();
+  // The same base by content is the same setting, whichever path (relative, absolute, a link) names it.
+  if (check_resumed_base(state, where) && state.run.contains("--init-from"))
+    run["--init-from"] = state.run.at("--init-from");
+  if (const std::string d = setting_differences(state.run, run); !d.empty())
     fail_usage(where + d + "; a resume repeats the run's settings");
   if (cfg_.lr_decay_iters == 0 && schedule_.decay_iters != cfg_.train_iters)
     std::printf("learning rate: the checkpoint's schedule, decaying until step %lld (--lr-decay-iters)\n",
@@ -148,7 +154,6 @@ int64_t Trainer::resume_from(const std::string& checkpoint_dir) {
   if (state.step > cfg_.train_iters)
     fail_usage(where + "it is at step " + std::to_string(state.step) + ", past --train-iters " +
                std::to_string(cfg_.train_iters));
-  check_resumed_base(state, where);
   ckpt::load_model_states(checkpoint_dir, state, *memory_, spec_, model_part());
   if (!state.run_id.empty()) run_id_ = state.run_id;  // the same run, continued
   optimizer_->restore_updates_taken(state.optimizer_updates);

@@ -107,6 +107,28 @@ class InstructionData(CliTestCase):
                           "--jsonl")
         self.assert_error(memtrain("prepare", "--out", self.tmp / "o"), 2, "--jsonl")
 
+    def test_a_record_with_both_forms_is_refused_naming_its_line(self):
+        jsonl = self.tmp / "both.jsonl"
+        both = {"prompt": "Q", "completion": "A", "messages": [{"role": "assistant", "content": "B"}]}
+        jsonl.write_text(records(3) + json.dumps(both) + "\n")
+        self.assert_error(prepare_jsonl(jsonl, self.tmp / "o"), 1, f"{jsonl} line 4", '"messages" and "prompt"')
+        self.assertFalse((self.tmp / "o").exists())
+
+    def test_a_huge_last_record_is_refused_rather_than_moved_to_validation(self):
+        jsonl = self.tmp / "huge.jsonl"
+        jsonl.write_text(records(400) + json.dumps({"prompt": "Q", "completion": "x" * 60000}) + "\n")
+        result = prepare_jsonl(jsonl, self.tmp / "o")
+        self.assert_error(result, 1, f"{jsonl} line 401", "a record of 60002 tokens", "--val-fraction 0")
+        self.assertEqual(prepare_jsonl(jsonl, self.tmp / "o", "--val-fraction", 0).returncode, 0)
+
+    def test_masks_that_count_nothing_are_refused(self):
+        data = self.tmp / "uncounted"
+        shutil.copytree(self.sft, data)
+        for mask in data.glob("data_train_*.mask"):
+            blob = mask.read_bytes()
+            write_mask(mask, bytes(len(blob) - 4 * SHARD_HEADER_INTS))
+        self.assert_train_fails(1, f"--data {data}", "count no target", data=data)
+
     def test_training_counts_the_masked_targets_only(self):
         out = self.tmp / "sft-run"
         evaluated = {"eval_interval": 10, "eval_iters": 2}

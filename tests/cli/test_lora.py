@@ -134,7 +134,9 @@ class LoraAdapterFile(CliTestCase):
         self.assert_train_fails(2, "--init-adapter", "--lora-rank", init_adapter=trained)
         self.assert_train_fails(1, "\"r\" is 4, expected 8 (--lora-rank)", init_adapter=trained, lora_rank=8)
         self.assert_train_fails(1, "\"lora_alpha\" is 8", init_adapter=trained, lora_rank=4, lora_alpha=16)
-        self.assert_train_fails(1, "unexpected tensor", init_adapter=trained, lora_rank=4, lora_target="c_fc")
+        # The config's target_modules names modules the run does not adapt: refused before the tensors are read.
+        self.assert_train_fails(1, '"target_modules"', "--lora-target c_fc", init_adapter=trained, lora_rank=4,
+                                lora_target="c_fc")
         self.assert_train_fails(1, "adapter_config.json", init_adapter=self.tmp / "nowhere", **LORA)
 
     def test_needs_lora_and_no_full_modules(self):

@@ -78,6 +78,14 @@ class StepSplits(SplitCase):
     def test_one_mean_per_step_shuffled(self):
         self.assert_splits_agree("--log-interval", "1")
 
+    def test_packed_records_split_the_same(self):
+        # Several records a sequence, their positions restarting: the split changes nothing either.
+        _, packed, _ = prepare_records(self.class_tmp.name, "packed64", "--pack", "--seq-length", 64)
+        flags = ["--log-interval", "1", "--data", packed, "--seq-length", 64]
+        whole = self.run_split("packed-whole", 4, 1, *flags)
+        got = self.run_split("packed-b1k4", 1, 4, *flags)
+        self.assert_same_steps(got, whole, "packed 1 x 4")
+
     def test_the_logged_loss_is_the_mean_over_counted_targets(self):
         # The evaluation's loss is one mean too: over 2 x 2 samples or 4 x 1, the same validation samples.
         first = self.train(self.tmp / "eval-a", "--micro-batch-size", 2, "--eval-interval", 1, "--eval-iters", 2,

@@ -129,13 +129,18 @@ TEST(DataInstruction, PrepareWritesMasksBesideTheShardsAndSplitsOnRecords) {
             (std::vector<uint8_t>{0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1}));
   EXPECT_TRUE(shards_have_loss_masks(find_shards(cfg.out_dir, "val")));
 
+  cfg.overwrite = true;
   test::write_text(dir.file("r.jsonl"), lines + "{\n");
   test::expect_data_error([&] { prepare_shards(cfg, *bytes); }, " line 11: invalid JSON");
   EXPECT_EQ(read_mask(loss_mask_path(train)), mask);
 
   // Text prepared over the same name removes the masks, which no longer match.
   test::write_text(dir.file("t.txt"), std::string(200, 't'));
-  cfg = {.inputs = {dir.file("t.txt")}, .out_dir = dir.file("out"), .name = "sft", .min_val_tokens = 0};
+  cfg = {.inputs = {dir.file("t.txt")},
+         .out_dir = dir.file("out"),
+         .name = "sft",
+         .min_val_tokens = 0,
+         .overwrite = true};
   prepare_shards(cfg, *bytes);
   EXPECT_FALSE(shards_have_loss_masks(find_shards(cfg.out_dir, "train")));
 }

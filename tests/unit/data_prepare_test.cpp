@@ -29,8 +29,12 @@ TEST(DataPrepare, WritesTrainAndValShardsWithTheRightCounts) {
   EXPECT_EQ(open_shard(dir.file("out/shards/t_val_000000.bin")).num_tokens, 100);
   EXPECT_EQ(r.files.size(), 4u);
 
-  // A smaller rerun leaves no stale shard behind; validation grows to one window when the stream allows.
+  // A rerun into the same folder is refused unless told to replace its shards, which are kept meanwhile.
   cfg.inputs = {dir.file("b.txt")};
+  test::expect_data_error([&] { prepare_shards(cfg, *bytes); }, "--overwrite-shards");
+  EXPECT_EQ(find_shards(cfg.out_dir, "train").size(), 3u);
+  // A smaller rerun leaves no stale shard behind; validation grows to one window when the stream allows.
+  cfg.overwrite = true;
   cfg.shard_tokens = 1000;
   cfg.min_val_tokens = 150;
   const PrepareResult small = prepare_shards(cfg, *bytes);
