@@ -288,7 +288,7 @@ class MpiCommunicator final : public Communicator {
 
   // MPI_Waitall polls without pause, which on a machine with no spare core takes the core from the kernels
   // that the collective is meant to overlap. Poll, and after a while poll with pauses of kPollPause.
-  // Past the time limit, the job ends (time_out).
+  // Past the time limit, the job ends (end_job_if_still_waiting).
   void wait_all(int count) {
     const auto start = std::chrono::steady_clock::now();
     for (int polls = 0;; ++polls) {
@@ -299,7 +299,7 @@ class MpiCommunicator final : public Communicator {
       std::this_thread::sleep_for(kPollPause);
       if (timeout_ > 0 &&
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_)
-        time_out(count);
+        return end_job_if_still_waiting(count);
     }
   }
 
@@ -310,10 +310,11 @@ class MpiCommunicator final : public Communicator {
     wait_all(1);
   }
 
-  // One line naming the exchange, this rank and host, and the world ranks it still waits for; then the job
-  // ends. Aborting, rather than throwing, also ends the exchanges queued behind this one, each of which would
-  // otherwise wait out its own time limit.
-  [[noreturn]] void time_out(int count) {
+  // Past the time limit: one line naming the exchange, this rank and host, and the world ranks it still waits
+  // for; then the job ends. Aborting, rather than throwing, also ends the exchanges queued behind this one,
+  // each of which would otherwise wait out its own time limit. Returns when nothing is pending any more (a
+  // process stopped past the limit, then continued, finds its messages arrived).
+  void end_job_if_still_waiting(int count) {
     std::string waited;
     for (int i = 0; i < count; ++i) {
       int done = 0;
@@ -324,6 +325,7 @@ class MpiCommunicator final : public Communicator {
                                    : "world rank " + std::to_string(world_rank(peer));
       if (!done && waited.find(name) == std::string::npos) waited += (waited.empty() ? "" : ", ") + name;
     }
+    if (waited.empty()) return;
     std::ostringstream minutes;
     minutes << timeout_ / 60;
     print_error(std::string(operation_) + ": world rank " + std::to_string(world_rank(rank_)) + " on " +
@@ -364,7 +366,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_;
   Releases releases_;
   double timeout_;              // seconds; 0: no limit
-  const char* operation_ = "";  // the exchange under way, for time_out's message
+  const char* operation_ = "";  // the exchange under way, for the timeout's message
   std::vector<int> world_ranks_;
   int rank_ = 0;
   int size_ = 1;

@@ -1,14 +1,19 @@
 """The ranks of one mpirun job agree before step 1 (src/train/job_agreement.h): ranks given different flags
 (`mpirun -np 1 memtrain ... : -np 1 memtrain ...`) are refused by name, before anything is written and without
 hanging, however the flags differ (a learning rate, --train-iters, tensor-parallel sizes); a flag error is
-printed once per job, or by the one rank that has it, naming that rank and its host; the banner shows the
-layout; and --distributed-timeout-minutes is a flag like any other.
+printed once per job, or by the one rank that has it, naming that rank and its host; paths and data that a rank
+does not share with rank 0 (a relative path under another working directory) are refused before step 1; the
+banner shows the layout; --distributed-timeout-minutes is a flag like any other, and a stopped pipeline stage
+ends the job within it.
 
 Runs the binary memtrain_cli.py names.
 """
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import time
 import unittest
 from pathlib import Path
 
@@ -112,6 +117,43 @@ class JobChecks(CliTestCase):
     def test_data_that_differs_between_hosts_is_refused(self):
         result = self.hosts_apart(other_text=sample_text(3000), out=self.tmp / "out")
         self.assert_one_error(result, 1, "rank 1 on", "--data data: this rank sees other shards than rank 0")
+
+    def test_a_stopped_pipeline_stage_ends_the_job_within_the_timeout(self):
+        out = self.tmp / "stopped"
+        words = run_flags(data=self.data, out=out, train_iters=100000, global_batch_size=8,
+                          pipeline_model_parallel_size=2, distributed_timeout_minutes=0.05)
+        job = subprocess.Popen([*mpirun(2), MEMTRAIN, "train", *map(str, words)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+                self.assertLess(time.monotonic(), deadline, "no step within 60 s")
+                time.sleep(0.2)
+            ranks = [int(p) for p in os.listdir("/proc") if p.isdigit() and self.runs_into(int(p), out)]
+            self.assertEqual(len(ranks), 2)
+            os.kill(max(ranks), signal.SIGSTOP)
+            stopped = time.monotonic()
+            _, err = job.communicate(timeout=60)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.communicate()
+        self.assertNotEqual(job.returncode, 0, err)
+        self.assertLess(time.monotonic() - stopped, 30, err)
+        lines = [line for line in err.splitlines() if line.startswith("memtrain: error: ")]
+        self.assertTrue(lines, err)
+        for line in lines:
+            # The stages exchange activations (send_recv) and sum the step's loss (all_reduce_sum).
+            self.assertRegex(line, r"^memtrain: error: (send_recv|all_reduce_sum): world rank [01] on \S+ waited "
+                                   r"longer than --distributed-timeout-minutes 0.05 for world rank [01] \(", err)
+
+    @staticmethod
+    def runs_into(pid: int, out) -> bool:
+        try:
+            words = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            return False
+        return words[0] == MEMTRAIN.encode() and str(out).encode() in words
 
     def test_distributed_timeout_bounds(self):
         for bad in ("-1", "nan", "ten"):
