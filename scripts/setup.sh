@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev googletest             # tests
   libcli11-dev nlohmann-json3-dev                  # command line, JSON
   libopenmpi-dev openmpi-bin                       # collectives
+  iproute2 util-linux                              # the two-host test: ip netns, unshare
   python3-torch python3-numpy                      # the reference in parity tests and bench/
   fortunes                                         # English text for the demo
   jq                                               # bench/ reads the runs' JSON

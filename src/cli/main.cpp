@@ -30,8 +30,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "memtrain: error: %s (see --help)\n", e.what());
     return static_cast<int>(mt::ErrorKind::usage);
+  } catch (const mt::ReportedElsewhere& e) {
+    return e.exit_code();
   } catch (const mt::Error& e) {
-    std::fprintf(stderr, "memtrain: error: %s\n", e.what());
+    mt::print_error(e.what());
     return e.exit_code();
   } catch (const mt::SizeOverflow& e) {
     // A size no check named the flags of (layout/run_layout.cpp names them for the plan's).

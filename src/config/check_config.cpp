@@ -14,7 +14,7 @@ namespace mt {
 namespace {
 
 void check_parallel_flags(const TrainConfig& c) {
-  check_flag_bounds(c, {"--zero-stage", "--bucket-size-mb"});
+  check_flag_bounds(c, {"--zero-stage", "--bucket-size-mb", "--distributed-timeout-minutes"});
   if (c.zero_stage == 3 && !c.save_weights.empty())
     fail_usage(
         "--save-weights with --zero-stage 3: no rank holds whole weights to write; use --save DIR (every "

@@ -298,6 +298,12 @@ const RunFlag kRunFlags[] = {
      .help = "auto (MPI under mpirun), single or mpi",
      .field = &config_field<&C::dist_backend>,
      .show_default = true},
+    {.names = "--distributed-timeout-minutes",
+     .help = "end the job when a rank waits longer than this for another rank in an exchange (a lost host or "
+             "link), naming the exchange and the rank; fractions allowed, 0 = wait forever",
+     .field = &config_field<&C::distributed_timeout_minutes>,
+     .show_default = true,
+     .bound = {.low = 0, .text = "must be 0 (no limit) or a positive number of minutes"}},
     {.names = "--tensor-model-parallel-size",
      .help =
          "tensor-parallel ranks: each holds 1/N of every layer's products, heads and vocabulary (Megatron's "
@@ -519,12 +525,14 @@ const RunFlag kRunFlags[] = {
              "build without CUDA says so)",
      .field = &config_field<&C::device>,
      .show_default = true,
-     .memory = true},
+     .memory = true,
+     .per_rank = true},
     {.names = "--threads",
      .help = "OpenMP threads, 0 = all cores",
      .field = &config_field<&C::threads>,
      .show_default = true,
      .memory = true,
+     .per_rank = true,
      .bound = {.text = "must be 0 (all cores) or positive"}},
     {.names = "--memory-report",
      .help = "print the memory plan and the ten largest activations with their lifetimes before training",

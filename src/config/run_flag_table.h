@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -67,6 +68,9 @@ struct RunFlag {
   bool show_default = false;  // --help shows the default
   bool memory = false;        // changes the memory plan: `estimate` reads it
   bool trajectory = false;    // changes the losses: a checkpoint records it and a resume must repeat it
+  // May differ between the ranks of one job (a host's cores); every other flag must match on every rank,
+  // which the ranks check before step 1 (train/job_agreement.h).
+  bool per_rank = false;
   // The arguments that give `config`'s value, empty for the default or when another flag's arguments carry
   // it; null: the field's value after the flag's name.
   std::string (*print)(const TrainConfig& config) = nullptr;
@@ -106,6 +110,10 @@ std::string flag_args(const TrainConfig& config, std::string_view name);
 std::string flag_with_value(const TrainConfig& config, std::string_view name);
 // `names`' arguments for `config`, each after a space, skipping those that print nothing.
 std::string command_line_args(const TrainConfig& config, const std::vector<std::string_view>& names);
+
+// Every flag the ranks of one job must share (all but the per_rank ones), with its arguments in `config`
+// (flag_args: empty for the default).
+std::vector<std::pair<std::string_view, std::string>> job_wide_args(const TrainConfig& config);
 
 // The settings that shape the trajectory, keyed by flag, with the sequence length and the global batch as
 // the run resolved them. Left out: --train-iters (a resume may extend the run), the world size, ZeRO stage

@@ -182,6 +182,13 @@ std::string command_line_args(const TrainConfig& config, const std::vector<std::
   return s;
 }
 
+std::vector<std::pair<std::string_view, std::string>> job_wide_args(const TrainConfig& config) {
+  std::vector<std::pair<std::string_view, std::string>> args;
+  for (const RunFlag& flag : run_flag_table())
+    if (!flag.per_rank) args.emplace_back(flag.name(), flag_args(config, flag.name()));
+  return args;
+}
+
 nlohmann::json run_settings(const TrainConfig& config, int64_t seq_len, int64_t samples_per_step) {
   RunFlagInput resolved = input_of(config);
   resolved.config.seq_len = seq_len;

@@ -57,7 +57,10 @@ struct TrainConfig {
   bool sequence_parallel = false;  // the norms and the residual stream split by tokens over those ranks
   int pipeline_parallel = 1;       // stages, each an equal run of layers, under the 1F1B schedule
   double bucket_size_mb = 25;      // gradient and weight exchanges in chunks of this many MiB
-  bool overlap_comm = true;        // exchanges run alongside the kernels; off: each one is waited for at once
+  // A rank that waits longer than this for another in an exchange ends the job; 0: no limit. Megatron's
+  // default: long enough for a peer's checkpoint write or weight load, short of an idle day.
+  double distributed_timeout_minutes = 10;
+  bool overlap_comm = true;  // exchanges run alongside the kernels; off: each one is waited for at once
   OffloadOptimizer offload_optimizer = OffloadOptimizer::none;
   std::string offload_path;     // nvme: directory for this run's optimizer-state files
   double offload_chunk_mb = 4;  // nvme: chunk of fp32 elements streamed per I/O, in MiB

@@ -1,6 +1,7 @@
 // Errors that reach the user: one line that names the file or flag and what was expected, and an exit code.
 #pragma once
 
+#include <cstdio>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,19 @@ class Error : public std::runtime_error {
  private:
   ErrorKind kind_;
 };
+
+// An error one rank of a job has printed for all of them (train/job_agreement.h): the others exit with its
+// code and print nothing, so that an error is read once per job.
+class ReportedElsewhere : public Error {
+ public:
+  explicit ReportedElsewhere(ErrorKind kind) : Error(kind, "reported by another rank") {}
+};
+
+// The one line an error reaches the user as.
+inline void print_error(const std::string& message) {
+  std::fprintf(stderr, "memtrain: error: %s\n", message.c_str());
+  std::fflush(stderr);
+}
 
 [[noreturn]] inline void fail_usage(const std::string& message) {
   throw Error(ErrorKind::usage, message);

@@ -93,13 +93,14 @@ DistBackend parse_dist_backend(const std::string& name) {
   return kDistBackendNames.parse_or_fail("--dist-backend", name);
 }
 
-std::unique_ptr<Communicator> make_communicator(DistBackend backend) {
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, double timeout_seconds) {
   const int ranks = launched_ranks();
   const bool want_mpi = backend == DistBackend::mpi || (backend == DistBackend::automatic && ranks > 1);
   if (!want_mpi) return std::make_unique<SingleCommunicator>();
 #ifdef MEMTRAIN_HAVE_MPI
-  return make_mpi_communicator();
+  return make_mpi_communicator(timeout_seconds);
 #else
+  (void)timeout_seconds;  // one process waits for no one
   if (backend == DistBackend::mpi) fail_usage("--dist-backend mpi: this memtrain was built without MPI");
   fail_usage(
       "--dist-backend auto: launched as " + std::to_string(ranks) +

@@ -87,6 +87,11 @@ DistBackend parse_dist_backend(const std::string& name);
 // unwinds skips MPI_Finalize (which waits for every rank) and MPI_Comm_free (collective): the process then
 // exits without finalising, and mpirun ends the whole job instead of leaving the other ranks blocked in a
 // collective.
-std::unique_ptr<Communicator> make_communicator(DistBackend backend);
+//
+// A rank of an MPI communicator that waits longer than `timeout_seconds` (> 0; 0: no limit) for another rank
+// in any exchange (a collective, a point-to-point exchange, a barrier, a split) ends the job: it prints one
+// line naming the exchange, itself and its host, and the world ranks it waited for, then calls MPI_Abort
+// (exit code 1). A lost host or link then ends the job instead of hanging every rank.
+std::unique_ptr<Communicator> make_communicator(DistBackend backend, double timeout_seconds = 0);
 
 }  // namespace mt

@@ -8,13 +8,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/error.h"
+#include "core/host_name.h"
 #include "dist/local_sum.h"
 
 namespace mt {
@@ -71,15 +75,33 @@ void initialise_mpi() {
 // What a communicator releases when destroyed: the world's finalises MPI, a group's frees its MPI_Comm.
 enum class Releases { mpi, comm };
 
+// The world rank of each rank of `comm`, for messages that name a peer.
+std::vector<int> world_ranks(MPI_Comm comm, int size) {
+  MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  check(MPI_Comm_group(comm, &group), "MPI_Comm_group");
+  check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+  std::vector<int> ranks(static_cast<std::size_t>(size)), in_world(ranks.size());
+  for (int r = 0; r < size; ++r) ranks[static_cast<std::size_t>(r)] = r;
+  check(MPI_Group_translate_ranks(group, size, ranks.data(), world, in_world.data()),
+        "MPI_Group_translate_ranks");
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+  return in_world;
+}
+
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, Releases releases) : comm_(comm), releases_(releases) {
+  MpiCommunicator(MPI_Comm comm, Releases releases, double timeout_seconds)
+      : comm_(comm), releases_(releases), timeout_(timeout_seconds) {
     // Errors come back as codes, which become exceptions, instead of aborting inside MPI.
     check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    world_ranks_ = world_ranks(comm_, size_);
     buffer_.resize(static_cast<std::size_t>(mpi_buffer_bytes(size_)));
-    requests_.resize(static_cast<std::size_t>(2 * (size_ - 1)));
+    // At least one: a barrier's, even in a group of one rank.
+    requests_.resize(static_cast<std::size_t>(std::max(1, 2 * (size_ - 1))));
+    request_peers_.resize(requests_.size());
     parts_.resize(static_cast<std::size_t>(size_));
   }
 
@@ -102,6 +124,7 @@ class MpiCommunicator final : public Communicator {
   int64_t buffer_bytes() const override { return static_cast<int64_t>(buffer_.size()); }
 
   void all_reduce_sum(void* data, int64_t count, DType dtype) override {
+    operation_ = "all_reduce_sum";
     const int64_t es = summed_element_bytes(count, dtype, "all_reduce_sum");
     auto* base = static_cast<std::byte*>(data);
     // Windows of size() rounds: each rank sums one chunk of the window, then every rank gathers every chunk.
@@ -121,6 +144,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter_sum(const void* send, void* recv, int64_t count, DType dtype) override {
+    operation_ = "reduce_scatter_sum";
     const int64_t es = summed_element_bytes(count, dtype, "reduce_scatter_sum");
     const auto* in = static_cast<const std::byte*>(send);
     auto* out = static_cast<std::byte*>(recv);
@@ -134,6 +158,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_sum(const void* send, void* recv, int64_t count, DType dtype, int root) override {
+    operation_ = "reduce_sum";
     const int64_t es = summed_element_bytes(count, dtype, "reduce_sum");
     check_root(root, "reduce_sum");
     const auto* in = static_cast<const std::byte*>(send);
@@ -153,6 +178,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_gather(const void* send, void* recv, int64_t count, DType dtype) override {
+    operation_ = "all_gather";
     check_count(count, "all_gather");
     const int64_t es = static_cast<int64_t>(dtype_size(dtype));
     const auto* in = static_cast<const std::byte*>(send);
@@ -168,6 +194,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void broadcast(void* data, int64_t count, DType dtype, int root) override {
+    operation_ = "broadcast";
     check_count(count, "broadcast");
     check_root(root, "broadcast");
     auto* bytes = static_cast<std::byte*>(data);
@@ -188,6 +215,7 @@ class MpiCommunicator final : public Communicator {
 
   void send_recv(const void* send, int64_t send_count, void* recv, int64_t recv_count, DType dtype,
                  int peer) override {
+    operation_ = "send_recv";
     check_count(send_count, "send_recv");
     check_count(recv_count, "send_recv");
     if (peer < 0 || peer >= size_ || peer == rank_)
@@ -206,16 +234,30 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
-  void barrier() override { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+  void barrier() override {
+    operation_ = "barrier";
+    meet();
+  }
 
  protected:
   std::unique_ptr<Communicator> split_into_group(int color, int key) override {
+    // MPI_Comm_split has no nonblocking form: the ranks meet first, within the time limit, so that the split
+    // itself waits for no one.
+    operation_ = "split";
+    meet();
     MPI_Comm group = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color, key, &group), "MPI_Comm_split");
-    return std::make_unique<MpiCommunicator>(group, Releases::comm);
+    return std::make_unique<MpiCommunicator>(group, Releases::comm, timeout_);
   }
 
  private:
+  int world_rank(int rank) const { return world_ranks_[static_cast<std::size_t>(rank)]; }
+  std::string group_members() const {
+    std::string members;
+    for (const int r : world_ranks_) members += (members.empty() ? "" : ", ") + std::to_string(r);
+    return members;
+  }
+
   // Where peer p's contribution to this rank's chunk lands during a sum.
   std::byte* slot(int p) { return buffer_.data() + (p < rank_ ? p : p - 1) * kMpiRoundBytes; }
 
@@ -228,9 +270,11 @@ class MpiCommunicator final : public Communicator {
   // Nonblocking send or receive of one message to or from a peer, as request r (then r + 1); wait_all
   // completes them.
   void post_send(const std::byte* data, int64_t bytes, int peer, std::size_t& r) {
+    request_peers_[r] = peer;
     check(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &requests_[r++]), "MPI_Isend");
   }
   void post_recv(std::byte* data, int64_t bytes, int peer, std::size_t& r) {
+    request_peers_[r] = peer;
     check(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm_, &requests_[r++]), "MPI_Irecv");
   }
 
@@ -244,13 +288,51 @@ class MpiCommunicator final : public Communicator {
 
   // MPI_Waitall polls without pause, which on a machine with no spare core takes the core from the kernels
   // that the collective is meant to overlap. Poll, and after a while poll with pauses of kPollPause.
+  // Past the time limit, the job ends (end_job_if_still_waiting).
   void wait_all(int count) {
+    const auto start = std::chrono::steady_clock::now();
     for (int polls = 0;; ++polls) {
       int done = 0;
       check(MPI_Testall(count, requests_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
       if (done) return;
-      if (polls >= kBusyPolls) std::this_thread::sleep_for(kPollPause);
+      if (polls < kBusyPolls) continue;
+      std::this_thread::sleep_for(kPollPause);
+      if (timeout_ > 0 &&
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeout_)
+        return end_job_if_still_waiting(count);
     }
+  }
+
+  // Every rank of the group reaches this point (a nonblocking barrier, waited for as any exchange).
+  void meet() {
+    request_peers_[0] = kWholeGroup;
+    check(MPI_Ibarrier(comm_, &requests_[0]), "MPI_Ibarrier");
+    wait_all(1);
+  }
+
+  // Past the time limit: one line naming the exchange, this rank and host, and the world ranks it still waits
+  // for; then the job ends. Aborting, rather than throwing, also ends the exchanges queued behind this one,
+  // each of which would otherwise wait out its own time limit. Returns when nothing is pending any more (a
+  // process stopped past the limit, then continued, finds its messages arrived).
+  void end_job_if_still_waiting(int count) {
+    std::string waited;
+    for (int i = 0; i < count; ++i) {
+      int done = 0;
+      MPI_Test(&requests_[static_cast<std::size_t>(i)], &done, MPI_STATUS_IGNORE);
+      const int peer = request_peers_[static_cast<std::size_t>(i)];
+      const std::string name = peer == kWholeGroup
+                                   ? "the ranks of its group (world ranks " + group_members() + ")"
+                                   : "world rank " + std::to_string(world_rank(peer));
+      if (!done && waited.find(name) == std::string::npos) waited += (waited.empty() ? "" : ", ") + name;
+    }
+    if (waited.empty()) return;
+    std::ostringstream minutes;
+    minutes << timeout_ / 60;
+    print_error(std::string(operation_) + ": world rank " + std::to_string(world_rank(rank_)) + " on " +
+                host_name() + " waited longer than --distributed-timeout-minutes " + minutes.str() + " for " +
+                waited + " (a rank stopped, or the network between the hosts is down); ending the job");
+    MPI_Abort(MPI_COMM_WORLD, static_cast<int>(ErrorKind::data));
+    std::_Exit(static_cast<int>(ErrorKind::data));
   }
 
   // Sends send_of(p) to and receives recv_of(p) from every peer p, and waits for all of it.
@@ -278,20 +360,27 @@ class MpiCommunicator final : public Communicator {
     sum_in_rank_order(parts_, out, n, dtype);
   }
 
+  // A request that waits for the whole group (a barrier), not one peer.
+  static constexpr int kWholeGroup = -1;
+
   MPI_Comm comm_;
   Releases releases_;
+  double timeout_;              // seconds; 0: no limit
+  const char* operation_ = "";  // the exchange under way, for the timeout's message
+  std::vector<int> world_ranks_;
   int rank_ = 0;
   int size_ = 1;
   std::vector<std::byte> buffer_;
   std::vector<MPI_Request> requests_;
+  std::vector<int> request_peers_;  // the peer of each request, or kWholeGroup
   std::vector<const void*> parts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Communicator> make_mpi_communicator() {
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds) {
   initialise_mpi();
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, Releases::mpi);
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, Releases::mpi, timeout_seconds);
 }
 
 }  // namespace mt

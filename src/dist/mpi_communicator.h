@@ -8,7 +8,7 @@
 namespace mt {
 
 // Initialises MPI (std::runtime_error if this process already did) and returns a communicator over
-// MPI_COMM_WORLD.
-std::unique_ptr<Communicator> make_mpi_communicator();
+// MPI_COMM_WORLD, whose waits end the job after `timeout_seconds` (0: never; make_communicator).
+std::unique_ptr<Communicator> make_mpi_communicator(double timeout_seconds);
 
 }  // namespace mt

@@ -11,7 +11,9 @@
 #include "config/check_config.h"
 #include "core/error.h"
 #include "data/shard.h"
+#include "train/job_agreement.h"
 #include "train/run_directories.h"
+#include "train/shared_files.h"
 #include "train/signals.h"
 #include "train/trainer.h"
 #include "train/verify_resume.h"
@@ -109,20 +111,27 @@ void read_data_shape(TrainConfig& cfg) {
 }
 
 void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
-  TrainConfig cfg = given;
-  read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
-  check_config(cfg);
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
   // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
-  AsyncCommunicator comm(make_communicator(cfg.dist_backend));
+  AsyncCommunicator comm(make_communicator(given.dist_backend, given.distributed_timeout_minutes * 60));
+  // Every rank checks its flags and data, and the job agrees before going on: an error is printed once,
+  // and differing flags are refused before any exchange could wait for a step the other ranks never take.
+  TrainConfig cfg = given;
+  agree_on_failure(comm, [&] {
+    read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
+    check_config(cfg);
+    data_parallel_size(cfg, comm.size());
+  });
+  agree_on_failure(comm, [&] { check_same_settings(cfg, comm); });
   // Where the run writes, claimed before anything else can fail half-way (train/run_directories.h).
   const RunDirectories directories(cfg, comm);
+  agree_on_failure(comm, [&] { check_shared_files(cfg, comm); });
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
   const DeviceTarget device = open_device(cfg.device, rank_threads(cfg, comm.size()));
-  if (check_fit) check_fit(cfg, comm.size());
+  if (check_fit) agree_on_failure(comm, [&] { check_fit(cfg, comm.size()); });
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm, device);
   else

@@ -49,27 +49,25 @@ void refuse_inside_checkpoint(const std::string& flag, const std::string& dir) {
 }  // namespace
 
 RunDirectories::RunDirectories(const TrainConfig& config, Communicator& comm) {
-  check_overwrite_flags(config);
   if (comm.size() == 1) {
+    check_overwrite_flags(config);
     claim(config);
     return;
   }
+  // Rank 0's refusal is the job's: printed once, before the broadcast lets any rank exit (mpirun then ends
+  // the others), and every rank exits with its code.
   double exit_code = 0;
-  std::exception_ptr refusal;
   if (comm.rank() == 0) {
     try {
+      check_overwrite_flags(config);  // the same flags on every rank (train/job_agreement.h)
       claim(config);
     } catch (const Error& e) {
+      print_error(e.what());
       exit_code = e.exit_code();
-      refusal = std::current_exception();
     }
   }
   comm.broadcast(&exit_code, 1, DType::f64, 0);
-  if (refusal) std::rethrow_exception(refusal);
-  if (exit_code != 0)
-    throw Error(static_cast<ErrorKind>(exit_code),
-                "rank " + std::to_string(comm.rank()) +
-                    ": rank 0 refused the run's output paths (its message says why)");
+  if (exit_code != 0) throw ReportedElsewhere(static_cast<ErrorKind>(exit_code));
 }
 
 void RunDirectories::claim(const TrainConfig& config) {

@@ -70,6 +70,9 @@ void Trainer::print_banner(size_t train_shards) const {
               precision_name(cfg.precision.precision).c_str(), model_states_text(policy).c_str(),
               model_state_bytes_per_param(plan_.bytes, plan_.num_params), static_cast<long long>(accum_),
               accum_ == 1 ? "" : "es");
+  if (world_ > 1)
+    std::printf("world %d ranks = tensor %d x pipeline %d x data %d%s | ZeRO stage %d\n", world_, place_.tp,
+                place_.pp, place_.dp, cfg.sequence_parallel ? " (sequence parallel)" : "", cfg.zero_stage);
   if (place_.pp > 1) {
     const int64_t layers = spec_.n_layer / place_.pp, first = place_.pp_rank * layers;
     std::printf(

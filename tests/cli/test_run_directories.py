@@ -99,16 +99,16 @@ class Locking(RunDirCase):
         self.train_in(self.tmp / "run", save=save)
         self.assertEqual(checkpoints(save), [step_name(2)])
 
-    def test_a_held_lock_under_mpirun_is_refused_by_every_rank(self):
+    def test_a_held_lock_under_mpirun_is_refused_once_for_the_job(self):
         save = self.tmp / "held-mpi"
         with lock_held(save, "4343"):
             result = self.train_in(self.tmp / "run", save=save, global_batch_size=4, ranks=2, expect=None,
                                    timeout=120)
         self.assertNotEqual(result.returncode, 0, result.stderr)
         errors = [line for line in result.stderr.splitlines() if line.startswith("memtrain: error: ")]
-        self.assertEqual(len(errors), 2, result.stderr)  # rank 0's reason, and rank 1 saying it stops with it
-        self.assertTrue(any(f"--save {save}" in line and "pid 4343" in line for line in errors), result.stderr)
-        self.assertTrue(any("rank 1: rank 0 refused" in line for line in errors), result.stderr)
+        self.assertEqual(len(errors), 1, result.stderr)  # rank 0's reason; rank 1 exits with it, silently
+        self.assertIn(f"--save {save}", errors[0])
+        self.assertIn("pid 4343", errors[0])
         self.assertFalse((self.tmp / "run").exists())
 
     def test_save_equal_to_out_takes_one_lock(self):

@@ -8,6 +8,9 @@
 //                                        (_exit(9)), kill (SIGKILL) or throw (an exception unwinds past the
 //                                        communicator)
 //   dist_mpi_test --fail-in-group MODE   the same, while its partner is in an all-reduce of their group
+//   dist_mpi_test --stall EXCHANGE       under a time limit of 1.5 s, the last rank never joins EXCHANGE
+//                                        (send_recv, all_reduce_sum, barrier, or group: its partner's
+//                                        all-reduce in a group of two), in which the others wait
 #include <unistd.h>
 
 #include <algorithm>
@@ -374,6 +377,37 @@ int run_failure(const std::string& mode, bool in_group) {
   return 0;
 }
 
+// The last rank sleeps instead of joining `exchange`; the ranks waiting in it must end the job once the time
+// limit is past, naming the exchange and the last rank.
+int run_stall(const std::string& exchange) {
+  constexpr double kLimitSeconds = 1.5;
+  const auto comm = std::make_unique<AsyncCommunicator>(make_communicator(DistBackend::mpi, kLimitSeconds));
+  g_rank = comm->rank();
+  const int last = comm->size() - 1;
+  const auto group = exchange == "group" ? comm->split(g_rank / 2, 0) : nullptr;
+  if (g_rank == last) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::fprintf(stderr, "dist_mpi_test: rank %d: nobody ended the job\n", g_rank);
+    return 1;
+  }
+  std::vector<float> data(1000, 1.0f);
+  if (exchange == "send_recv") {
+    if (g_rank == 0) comm->send_recv(nullptr, 0, data.data(), 1000, DType::f32, last);
+  } else if (exchange == "all_reduce_sum") {
+    comm->all_reduce_sum(data.data(), 1000, DType::f32);
+  } else if (exchange == "barrier") {
+    comm->barrier();
+  } else if (exchange == "group") {
+    group->all_reduce_sum(data.data(), 1000, DType::f32);
+  } else {
+    std::fprintf(stderr, "dist_mpi_test: unknown --stall exchange %s\n", exchange.c_str());
+    return 2;
+  }
+  // The others wait here for the ranks that wait for the last one.
+  std::this_thread::sleep_for(std::chrono::seconds(60));
+  return 0;
+}
+
 }  // namespace
 }  // namespace mt
 
@@ -381,8 +415,10 @@ int main(int argc, char** argv) {
   try {
     if (argc == 3 && std::string(argv[1]) == "--fail") return mt::run_failure(argv[2], false);
     if (argc == 3 && std::string(argv[1]) == "--fail-in-group") return mt::run_failure(argv[2], true);
+    if (argc == 3 && std::string(argv[1]) == "--stall") return mt::run_stall(argv[2]);
     if (argc == 1) return mt::run_checks();
-    std::fprintf(stderr, "usage: dist_mpi_test [--fail|--fail-in-group exit|kill|throw]\n");
+    std::fprintf(stderr,
+                 "usage: dist_mpi_test [--fail|--fail-in-group exit|kill|throw | --stall EXCHANGE]\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dist_mpi_test: rank %d: error: %s\n", mt::g_rank, e.what());

@@ -65,6 +65,7 @@ TrainConfig changed_config() {
   c.save = "ck";
   c.resume = ResumeMode::automatic;
   c.threads = 3;
+  c.distributed_timeout_minutes = 0.05;
   return c;
 }
 
@@ -79,6 +80,50 @@ TEST(RunFlagTable, PrintedArgumentsParseBackToTheSameConfig) {
   EXPECT_EQ(back.offload_path, "/tmp/x");
   EXPECT_FALSE(back.overlap_comm);
   EXPECT_EQ(back.resume, ResumeMode::automatic);
+  EXPECT_EQ(back.distributed_timeout_minutes, 0.05);
+}
+
+// What the ranks of a job compare before step 1: every flag but the per-rank ones (a host's cores, its
+// device).
+TEST(RunFlagTable, JobWideArgsAreEveryFlagButThePerRankOnes) {
+  const TrainConfig c = changed_config();
+  const auto args = job_wide_args(c);
+  EXPECT_EQ(args.size(), run_flag_table().size() - 2);
+  auto args_of = [](const TrainConfig& config, std::string_view name) {
+    for (const auto& [flag, printed] : job_wide_args(config))
+      if (flag == name) return printed;
+    return std::string("absent");
+  };
+  EXPECT_EQ(args_of(c, "--threads"), "absent");
+  EXPECT_EQ(args_of(c, "--device"), "absent");
+  EXPECT_EQ(args_of(c, "--train-iters"), "--train-iters 7");
+  EXPECT_EQ(args_of(c, "--distributed-timeout-minutes").rfind("--distributed-timeout-minutes 0.05", 0), 0u);
+  EXPECT_EQ(args_of(TrainConfig{}, "--lr"), "");  // the default prints nothing, the same on every rank
+  TrainConfig other_cores = c;
+  other_cores.threads = 5;
+  EXPECT_EQ(job_wide_args(other_cores), args);
+  for (auto change : {+[](TrainConfig& x) { x.lr = 1e-3f; }, +[](TrainConfig& x) { x.tensor_parallel = 2; },
+                      +[](TrainConfig& x) { x.seed = 7; }, +[](TrainConfig& x) { x.data = "other"; }}) {
+    TrainConfig changed = c;
+    change(changed);
+    EXPECT_NE(job_wide_args(changed), args);
+  }
+}
+
+TEST(RunFlagTable, DistributedTimeoutTakesFractionsAndRefusesNegatives) {
+  const std::string run = "--model gpt2-tiny --data d --train-iters 1 ";
+  EXPECT_EQ(parse(run + "--distributed-timeout-minutes 0.25").distributed_timeout_minutes, 0.25);
+  EXPECT_EQ(parse(run + "--distributed-timeout-minutes 0").distributed_timeout_minutes, 0);
+  EXPECT_EQ(TrainConfig{}.distributed_timeout_minutes, 10);
+  for (const std::string bad : {"-1", "nan"}) {
+    try {
+      check_flag_bounds(parse(run + "--distributed-timeout-minutes " + bad),
+                        {"--distributed-timeout-minutes"});
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--distributed-timeout-minutes"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(RunFlagTable, DefaultsPrintNothing) {
