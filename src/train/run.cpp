@@ -8,6 +8,7 @@
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
 #include "config/check_config.h"
+#include "config/data_bounds.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "train/run_directories.h"
@@ -99,6 +100,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   catch_stop_signals();  // first: every thread the run starts inherits the blocked signals
   // Collectives run on a worker thread, overlapping the kernels (dist/async_communicator.h).
   AsyncCommunicator comm(make_communicator(cfg.dist_backend));
+  check_data_bounds(cfg, comm.size());
   // Where the run writes, claimed before anything else can fail half-way (train/run_directories.h).
   const RunDirectories directories(cfg, comm);
   // Rank 0 logs; the other ranks' progress lines would only repeat it. Errors still reach stderr from all.

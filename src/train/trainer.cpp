@@ -16,6 +16,7 @@
 #include "model/pipeline_schedule.h"
 #include "model/weights.h"
 #include "parallel/gradient_sums.h"
+#include "train/signals.h"
 
 namespace mt {
 
@@ -164,6 +165,7 @@ StepOutcome Trainer::step(int64_t step) {
   const int dp = place_.dp;
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
+    report_step_progress(step, pass * per_pass + 1, accum_);
     std::vector<int64_t> counted;  // per micro-batch of the pass: the targets its loss counts
     for (const BatchTensors& batch : model_.batches)
       counted.push_back(load_batch(*train_loader_, batch, true));
