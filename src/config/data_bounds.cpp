@@ -30,9 +30,10 @@ std::string tokens_text(int64_t sequences, int64_t seq_len) {
 // The flags that set a step's sequences: the global batch when given, else the accumulation.
 std::string step_flags(const TrainConfig& cfg, int64_t dp) {
   if (cfg.global_batch > 0) return flag_source_with_value(cfg, "--global-batch-size");
-  return flag_source_with_value(cfg, "--grad-accum-steps") + " x " +
-         flag_source_with_value(cfg, "--micro-batch-size") + " x " + std::to_string(dp) +
-         " data-parallel ranks";
+  const std::string per_step =
+      flag_source_with_value(cfg, "--micro-batch-size") + " x " + std::to_string(dp) + " data-parallel ranks";
+  if (cfg.grad_accum_steps == 0) return per_step;
+  return flag_source_with_value(cfg, "--grad-accum-steps") + " x " + per_step;
 }
 
 }  // namespace

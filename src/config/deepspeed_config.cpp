@@ -15,8 +15,8 @@
 
 #include "config/run_flag_table.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/warning.h"
-#include "io/json_text.h"
 
 namespace mt {
 

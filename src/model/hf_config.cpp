@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_text.h"
+#include "core/json_text.h"
 
 namespace mt {
 

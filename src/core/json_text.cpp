@@ -1,4 +1,4 @@
-#include "io/json_text.h"
+#include "core/json_text.h"
 
 #include <algorithm>
 
