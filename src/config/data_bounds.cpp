@@ -54,7 +54,9 @@ void check_data_bounds(const TrainConfig& cfg, int world) {
   if (sequences > train_sequences)
     fail_usage(step + " is more than the " + tokens_text(train_sequences, seq_len) + " of --data " +
                cfg.data + "'s training shards");
-  if (cfg.eval_interval == 0) return;
+  // An evaluation repeats the validation windows past the end of the split; the default's batches may, as
+  // prepare holds out as little as one window, but more than both reads the same windows over and over.
+  if (cfg.eval_interval == 0 || cfg.eval_iters <= TrainConfig{}.eval_iters) return;
   const std::optional<int64_t> eval_sequences = product_if_fits(cfg.eval_iters, cfg.micro_batch);
   const int64_t val_sequences = sequences_in(cfg, "val", seq_len);
   if (!eval_sequences || *eval_sequences > val_sequences)

@@ -8,8 +8,8 @@
 namespace mt {
 
 // Usage errors naming the flags: a step's sequences against the training shards' (each sequence T+1 tokens,
-// T apart), an evaluation's sequences against the validation shards', and the tokens of the whole run
-// (--train-iters steps) against 64 bits. `world`: the ranks of the job.
+// T apart), an evaluation of more batches than the default against the validation shards' sequences, and the
+// tokens of the whole run (--train-iters steps) against 64 bits. `world`: the ranks of the job.
 void check_data_bounds(const TrainConfig& cfg, int world);
 
 }  // namespace mt
