@@ -1,11 +1,29 @@
 #include "cli/run_flags.h"
 
+#include <charconv>
+#include <limits>
 #include <string>
 #include <type_traits>
 
 namespace mt::cli {
 
 namespace {
+
+// The whole text as a T, else the range a T holds: CLI11 would wrap -1 into an unsigned field and clamp a
+// value beyond the type's range to its end.
+template <typename T>
+CLI::Validator whole_number() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        T value{};
+        const char* end = text.data() + text.size();
+        const std::from_chars_result parsed = std::from_chars(text.data(), end, value);
+        if (parsed.ec == std::errc() && parsed.ptr == end) return "";
+        return text + ": expected a whole number from " + std::to_string(std::numeric_limits<T>::min()) +
+               " to " + std::to_string(std::numeric_limits<T>::max());
+      },
+      "");
+}
 
 // One table entry as a CLI11 option or flag bound to its field; a mode parses through its name table.
 CLI::Option* declare_flag(CLI::App& cmd, const RunFlag& flag, RunFlagInput& input) {
@@ -23,6 +41,7 @@ CLI::Option* declare_flag(CLI::App& cmd, const RunFlag& flag, RunFlagInput& inpu
           return option;
         } else {
           CLI::Option* option = cmd.add_option(names, *field, help);
+          if constexpr (std::is_integral_v<T>) option->check(whole_number<T>());
           if (flag.show_default) option->capture_default_str();
           if (flag.kind == FlagKind::optional_value) option->expected(0, 1)->type_name("[FILE]");
           return option;

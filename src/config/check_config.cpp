@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "config/run_flag_table.h"
 #include "core/error.h"
+#include "core/int_math.h"
 #include "devices/devices.h"
 
 namespace mt {
@@ -52,18 +54,25 @@ void check_config(const TrainConfig& c) {
 }
 
 int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {
-  check_flag_bounds(c, {"--grad-accum-steps", "--global-batch-size"});
-  const int64_t per_step = c.micro_batch * data_parallel;
-  if (c.global_batch == 0) return std::max<int64_t>(c.grad_accum_steps, 1);
-  if (c.global_batch % per_step != 0)
-    fail_usage("--global-batch-size " + std::to_string(c.global_batch) + " is not divisible by micro-batch " +
-               std::to_string(c.micro_batch) + " x data-parallel size " + std::to_string(data_parallel));
-  const int64_t k = c.global_batch / per_step;
-  if (c.grad_accum_steps != 0 && c.grad_accum_steps != k)
-    fail_usage("--grad-accum-steps " + std::to_string(c.grad_accum_steps) +
-               " disagrees with --global-batch-size " + std::to_string(c.global_batch) + " (" +
-               std::to_string(k) + " micro-batches of " + std::to_string(c.micro_batch) + ")");
-  return k;
+  check_flag_bounds(c, {"--micro-batch-size", "--grad-accum-steps", "--global-batch-size"});
+  const std::string micro = flag_source_with_value(c, "--micro-batch-size"),
+                    global = flag_source_with_value(c, "--global-batch-size"),
+                    accum = flag_source_with_value(c, "--grad-accum-steps");
+  const int64_t k = std::max<int64_t>(c.grad_accum_steps, 1);
+  const std::optional<int64_t> per_step = product_if_fits(c.micro_batch, data_parallel);
+  if (!per_step || (c.global_batch == 0 && !product_if_fits(*per_step, k)))
+    fail_usage((c.global_batch == 0 ? accum + " x " : "") + micro + " x data-parallel size " +
+               std::to_string(data_parallel) + ": the sequences of a step overflow 64 bits");
+  if (c.global_batch == 0) return k;
+  if (c.global_batch % *per_step != 0)
+    fail_usage(global + " is not divisible by " + micro + " x data-parallel size " +
+               std::to_string(data_parallel));
+  const int64_t made = c.global_batch / *per_step;
+  if (c.grad_accum_steps != 0 && c.grad_accum_steps != made)
+    fail_usage(accum + " disagrees with " + global + " (" + std::to_string(made) + " micro-batches of " +
+               std::to_string(c.micro_batch) + " x data-parallel size " + std::to_string(data_parallel) +
+               ")");
+  return made;
 }
 
 int data_parallel_size(const TrainConfig& c, int world) {

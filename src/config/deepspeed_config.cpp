@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 
 #include "config/run_flag_table.h"
 #include "core/error.h"
+#include "core/json_text.h"
 #include "core/warning.h"
 
 namespace mt {
@@ -252,6 +254,7 @@ class DeepSpeedConfig {
     check_given_value(flag, input.config, label);
     settle(flag.name(), input.config, key + " " + v.dump());
     config_ = input.config;
+    config_.set_by.emplace(flag.name(), label);
   }
 
   // "bf16": true, or "bf16": {"enabled": true}; the same for fp16. fp16's other settings count only under
@@ -316,6 +319,7 @@ class DeepSpeedConfig {
     set.bucket_size_mb = static_cast<double>(*elements) * 4 / (1 << 20);
     settle("--bucket-size-mb", set, from + " " + std::to_string(*elements));
     config_ = set;
+    config_.set_by.emplace("--bucket-size-mb", where(from));
   }
 
   void apply_initial_scale_power() {
@@ -366,12 +370,8 @@ class DeepSpeedConfig {
 void apply_deepspeed_config(const std::string& path, const GivenFlags& given_flags, TrainConfig& config) {
   std::ifstream in(path);
   if (!in) fail_usage("--deepspeed-config " + path + ": cannot open the file");
-  json root;
-  try {
-    root = json::parse(in);
-  } catch (const json::parse_error& e) {
-    fail_usage("--deepspeed-config " + path + ": not valid JSON (" + e.what() + ")");
-  }
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const json root = parse_json_text(text, "--deepspeed-config " + path, /*usage=*/true);
   if (!root.is_object()) fail_usage("--deepspeed-config " + path + ": expected a JSON object");
   DeepSpeedConfig(path, root, given_flags, config).apply();
 }

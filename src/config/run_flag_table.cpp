@@ -84,6 +84,13 @@ std::string printed_by_offload(const TrainConfig&) {
   return "";
 }
 
+// A size in MiB of fp32 elements: from one element (4 bytes; less would round to none) to 1 TiB, more than
+// any host streams or exchanges at once (1e20 once wrapped into a chunk of one element).
+constexpr FlagBound kMiBOfElements = {
+    .low = 0x1p-18,
+    .high = 0x1p20,
+    .text = "must be from 0.000003814697265625 (one fp32 element) to 1048576 MiB"};
+
 using K = FlagKind;
 using C = TrainConfig;
 
@@ -348,7 +355,7 @@ const RunFlag kRunFlags[] = {
      .field = &config_field<&C::bucket_size_mb>,
      .show_default = true,
      .memory = true,
-     .bound = {.low = 0, .open = true, .text = "must be positive"}},
+     .bound = kMiBOfElements},
     {.names = "--offload-optimizer",
      .help = "none, or nvme: master weights and Adam moments in files under --offload-path",
      .field = &config_field<&C::offload_optimizer>,
@@ -366,7 +373,7 @@ const RunFlag kRunFlags[] = {
      .field = &config_field<&C::offload_chunk_mb>,
      .show_default = true,
      .memory = true,
-     .bound = {.low = 0, .open = true, .text = "must be positive"}},
+     .bound = kMiBOfElements},
     {.names = "--deepspeed-config",
      .help =
          "DeepSpeed-style JSON (zero_optimization, batch sizes, bf16/fp16, optimizer, gradient_clipping); "

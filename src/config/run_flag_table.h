@@ -95,6 +95,10 @@ std::span<const RunFlag> run_flag_table();
 // By its first name; std::logic_error for a name not in the table.
 const RunFlag& run_flag(std::string_view name);
 
+// How errors name flag `name` in `config`: the flag, or the file key that set it (TrainConfig::set_by).
+std::string flag_source(const TrainConfig& config, std::string_view name);
+// flag_source with the value ("--micro-batch-size 4", "--deepspeed-config ds.json: train_batch_size 8").
+std::string flag_source_with_value(const TrainConfig& config, std::string_view name);
 // A usage error for the first of `names` whose value in `config` is outside its table bound.
 void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names);
 // The checks of a value given explicitly as `label` (a flag, or a DeepSpeed key): its bound, if it has one,

@@ -1,5 +1,6 @@
 // What the run flags' values mean and how they print: bounds, resolving the aliases, command lines, a
 // checkpoint's run settings, and the modes' names. The flags themselves are kRunFlags (run_flag_table.cpp).
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <type_traits>
@@ -116,18 +117,30 @@ void check_bound(const RunFlag& flag, const TrainConfig& config, std::string_vie
   RunFlagInput input = input_of(config);
   const FlagBound& b = flag.bound;
   const double v = numeric_value(flag.field(input));
+  if (!std::isfinite(v))
+    fail_usage(std::string(label) + " " + value_text(flag.field(input)) + ": expected a finite number");
   if (!(b.open ? v > b.low : v >= b.low) || !(v <= b.high))
     fail_usage(std::string(label) + " " + std::string(b.text));
 }
 
 }  // namespace
 
+std::string flag_source(const TrainConfig& config, std::string_view name) {
+  const auto it = config.set_by.find(name);
+  return it == config.set_by.end() ? std::string(name) : it->second;
+}
+
+std::string flag_source_with_value(const TrainConfig& config, std::string_view name) {
+  RunFlagInput given = input_of(config);
+  return flag_source(config, name) + " " + value_text(run_flag(name).field(given));
+}
+
 void check_flag_bounds(const TrainConfig& config, std::initializer_list<std::string_view> names) {
   for (std::string_view name : names) {
     const RunFlag& flag = run_flag(name);
     if (flag.bound.text.empty())
       throw std::logic_error("run flag table: " + std::string(name) + " has no bound");
-    check_bound(flag, config, name);
+    check_bound(flag, config, flag_source(config, name));
   }
 }
 

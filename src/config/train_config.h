@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 
 #include "core/names.h"
@@ -96,6 +98,9 @@ struct TrainConfig {
   // Empty: off. Otherwise the bytes per category during each op of step 1 go to OUT/memory_timeline.json
   // (read by `memtrain report`) and to this path (CSV when it ends in .csv, else JSON).
   std::string memory_timeline;
+  // Flags whose value a file set instead (--deepspeed-config's keys), each with how errors name it
+  // ("--deepspeed-config ds.json: train_batch_size").
+  std::map<std::string, std::string, std::less<>> set_by;
 
   // The step at which the learning rate's decay ends: --lr-decay-iters, else --train-iters.
   int64_t decay_iters() const { return lr_decay_iters > 0 ? lr_decay_iters : train_iters; }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 
 namespace mt {
@@ -24,6 +25,13 @@ constexpr int64_t checked_add(int64_t a, int64_t b) {
   int64_t sum = 0;
   if (__builtin_add_overflow(a, b, &sum)) throw SizeOverflow("a sum of sizes overflows 64 bits");
   return sum;
+}
+
+// a * b, or none when it overflows 64 bits: for the products whose check names the flags that set them.
+constexpr std::optional<int64_t> product_if_fits(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) return std::nullopt;
+  return product;
 }
 
 // n / m rounded up, for n >= 0 and m > 0.

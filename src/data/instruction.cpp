@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace mt {
 namespace {
@@ -130,8 +131,8 @@ TokenStream read_instruction_records(const std::string& path, const InstructionK
     json record;
     try {
       record = json::parse(line);
-    } catch (const json::parse_error& e) {
-      src.fail("invalid JSON at byte " + std::to_string(e.byte) + " of the line");
+    } catch (const json::exception& e) {
+      src.fail("invalid JSON: " + json_error_text(e));
     }
     render_record(record, keys, src, writer);
   }

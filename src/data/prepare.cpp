@@ -160,6 +160,12 @@ int64_t validation_tokens(const PrepareConfig& cfg, const TokenStream& stream) {
 PrepareResult write_prepared(const PrepareConfig& cfg, const Tokenizer& tokenizer) {
   const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
                                                : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
+  // Best-fit packing fills each sequence but the last more than half, so what it writes stays within a
+  // few times the records' tokens, unless a sequence is longer than all of them.
+  if (cfg.pack_seq_len > static_cast<int64_t>(stream.tokens.size()))
+    fail_usage("prepare: --seq-length " + std::to_string(cfg.pack_seq_len) + " is more than the " +
+               std::to_string(stream.tokens.size()) + " tokens of all --jsonl " + cfg.jsonl +
+               " records: --pack's sequences would be padding");
   const int64_t val = validation_tokens(cfg, stream);
   std::error_code ec;
   std::filesystem::create_directories(cfg.out_dir, ec);

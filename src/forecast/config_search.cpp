@@ -238,8 +238,9 @@ struct ModelParallelLayout {
 std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base, const ModelSpec& spec,
                                                         int ranks) {
   std::vector<ModelParallelLayout> layouts;
-  for (int tp = 1; tp <= ranks; ++tp)
-    for (int pp = 1; tp * pp <= ranks; ++pp) {
+  // T divides the heads and P the layers: the loops stop there, not at the ranks (up to 2^31 - 1).
+  for (int64_t tp = 1; tp <= std::min<int64_t>(ranks, spec.n_head); ++tp)
+    for (int64_t pp = 1; pp <= std::min<int64_t>(ranks / tp, spec.n_layer); ++pp) {
       if (ranks % (tp * pp) != 0) continue;
       TrainConfig config = base;
       config.tensor_parallel = tp;
@@ -248,7 +249,7 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
       try {
         check_tensor_parallel_flags(config, spec, base.seq_len != 0 ? base.seq_len : spec.n_positions);
         check_pipeline_parallel_flags(config, spec);
-        layouts.push_back({tp, pp});
+        layouts.push_back({static_cast<int>(tp), static_cast<int>(pp)});
       } catch (const Error&) {
       }
     }
@@ -265,6 +266,10 @@ SearchResult search_configs(const SearchRequest& request) {
     fail_usage("--global-batch-size must be a positive multiple of --ranks");
   const ModelSpec spec = resolve_model(base.model, base.pad_vocab_multiple);
 
+  // A micro-batch's token ids alone (4 bytes each) must fit the device: the micro-batch sizes tried stop
+  // there rather than at a global batch of up to 2^63 - 1 sequences.
+  const int64_t seq_len = base.seq_len > 0 ? base.seq_len : spec.n_positions;
+  const int64_t most_micro = std::max<int64_t>(1, request.device_memory / 4 / seq_len);
   SearchResult result;
   GroupSearch group(request, result);
   for (const auto [tp, pp] : model_parallel_choices(base, spec, request.ranks))
@@ -287,7 +292,7 @@ SearchResult search_configs(const SearchRequest& request) {
             config.precision = precision;
             config.zero_stage = stage;
             config.offload_optimizer = offload;
-            for (int64_t micro = 1; micro <= per_rank; ++micro) {
+            for (int64_t micro = 1; micro <= std::min(per_rank, most_micro); ++micro) {
               if (per_rank % micro != 0) continue;
               config.micro_batch = micro;
               if (!group.search(config, spec.n_layer / pp)) break;  // recompute counts a stage's layers

@@ -289,8 +289,9 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
   add_pipeline_costs(run, profile, compute_s, c);
   c.step_s =
       compute_s + c.bubble_s + c.optimizer_s + c.comm_exposed_s + c.tp_comm_s + c.pp_comm_s + c.offload_s;
-  const double tokens =
-      static_cast<double>(run.accum * config.micro_batch * run.seq_len) * static_cast<double>(data_parallel);
+  // In doubles: the global batch's tokens may pass 2^63, which int64_t would wrap negative ("-0 tokens/s").
+  const double tokens = static_cast<double>(run.accum) * static_cast<double>(config.micro_batch) *
+                        static_cast<double>(run.seq_len) * static_cast<double>(data_parallel);
   c.tokens_per_sec = tokens / c.step_s;
   return c;
 }

@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <sstream>
 
 #include "config/check_config.h"
+#include "config/run_flag_table.h"
 #include "core/error.h"
+#include "core/int_math.h"
 #include "layout/run_layout.h"
 #include "memory/report.h"
 #include "model/pipeline_schedule.h"
@@ -14,6 +17,10 @@
 namespace mt {
 
 namespace {
+
+// Each rank's plan is laid out in turn (a fraction of a millisecond for a small model): a job of more ranks
+// than this is the `plan` command's, which lays out each pipeline stage's largest.
+constexpr int64_t kMostEstimatedRanks = 65536;
 
 std::string percent(double fraction) {
   char text[16];
@@ -176,6 +183,14 @@ const RankEstimate& Estimate::largest() const {
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa) {
   if (dp < 1) fail_usage("--dp must be at least 1");
   check_config(config);
+  check_flag_bounds(config, {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"});
+  const std::optional<int64_t> world = product_if_fits(int64_t{dp} * config.tensor_parallel,
+                                                       config.pipeline_parallel);  // each below 2^31
+  if (!world || *world > kMostEstimatedRanks)
+    fail_usage("--dp " + std::to_string(dp) + " x --tp " + std::to_string(config.tensor_parallel) +
+               " x --pp " + std::to_string(config.pipeline_parallel) +
+               " ranks: estimate lays out every rank's plan, at most " + std::to_string(kMostEstimatedRanks) +
+               " ranks (memtrain plan --ranks N plans each stage's largest)");
   Estimate e;
   e.config = config;
   e.dp = dp;

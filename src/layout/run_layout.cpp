@@ -84,10 +84,9 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
                           .stage = cfg.zero_stage,
                           .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
                           .comm_internal_bytes = comm_buffer_bytes};
-  const OptimizerOffload offload{
-      .enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
-      .path = cfg.offload_path,
-      .chunk_elems = std::max<int64_t>(1, static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4))};
+  const OptimizerOffload offload{.enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
+                                 .path = cfg.offload_path,
+                                 .chunk_elems = static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4)};
   run.plan = make_plan(table, traits.alignment, policy, sharding, offload);
   return run;
 }

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 
 namespace mt {
 
@@ -117,13 +119,8 @@ ModelSpec read_model_config(const std::string& path) {
     for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
     fail_usage("--model " + path + ": not a preset (" + names + ") and not a readable config file");
   }
-  nlohmann::json config;
-  try {
-    in >> config;
-  } catch (const nlohmann::json::exception& e) {
-    fail_usage("--model " + path + ": not valid JSON (" + e.what() + ")");
-  }
-  return model_config(config, path);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  return model_config(parse_json_text(text, "--model " + path, /*usage=*/true), path);
 }
 
 ModelSpec model_config(const nlohmann::json& config, const std::string& path) {

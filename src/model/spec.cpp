@@ -1,8 +1,11 @@
 #include "model/spec.h"
 
+#include <limits>
 #include <map>
+#include <optional>
 
 #include "core/error.h"
+#include "core/int_math.h"
 #include "model/hf_config.h"
 
 namespace mt {
@@ -107,8 +110,14 @@ ModelSpec resolve_model(const std::string& model, int64_t pad_vocab_multiple) {
   const auto it = presets().find(model);
   ModelSpec spec = it != presets().end() ? it->second : read_model_config(model);
   spec.name = model;
-  spec.padded_vocab_size =
-      (spec.vocab_size + pad_vocab_multiple - 1) / pad_vocab_multiple * pad_vocab_multiple;
+  // Token ids are 32-bit: a vocabulary padded past them has rows no token can reach.
+  const std::optional<int64_t> padded = product_if_fits(
+      spec.vocab_size / pad_vocab_multiple + (spec.vocab_size % pad_vocab_multiple != 0), pad_vocab_multiple);
+  if (!padded || *padded > std::numeric_limits<int32_t>::max())
+    fail_usage("--make-vocab-size-divisible-by " + std::to_string(pad_vocab_multiple) +
+               " pads the vocabulary of " + std::to_string(spec.vocab_size) +
+               " past 2^31 - 1, the most 32-bit token ids reach");
+  spec.padded_vocab_size = *padded;
   if (spec.n_embd % spec.n_head != 0)
     fail_usage("--model " + model + ": n_embd " + std::to_string(spec.n_embd) +
                " is not divisible by n_head " + std::to_string(spec.n_head));

@@ -9,6 +9,7 @@
 #include "ckpt/layout.h"
 #include "ckpt/writer.h"
 #include "config/check_config.h"
+#include "config/data_bounds.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "train/job_agreement.h"
@@ -121,6 +122,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
     read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
     check_config(cfg);
     data_parallel_size(cfg, comm.size());
+    check_data_bounds(cfg, comm.size());
   });
   agree_on_failure(comm, [&] { check_same_settings(cfg, comm); });
   // Where the run writes, claimed before anything else can fail half-way (train/run_directories.h).

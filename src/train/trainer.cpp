@@ -16,6 +16,7 @@
 #include "model/pipeline_schedule.h"
 #include "model/weights.h"
 #include "parallel/gradient_sums.h"
+#include "train/signals.h"
 
 namespace mt {
 
@@ -125,11 +126,6 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   if (evaluating_)
     val_loader_ = std::make_unique<Loader>(val_shards, run_.val_data,
                                            static_cast<uint16_t*>(memory.data(run_.val_window)));
-  // A step that would read a sample twice cannot mean what its flags say.
-  if (const int64_t n = train_loader_->samples_per_epoch(); step_samples() > n)
-    fail_usage("--global-batch-size " + std::to_string(step_samples()) +
-               ": a step would read more samples than " + "the training data of --data " + cfg.data +
-               " holds (" + std::to_string(n) + " of " + std::to_string(T) + " tokens)");
 
   std::vector<ParamGroup> groups;
   // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first; a
@@ -176,6 +172,7 @@ StepOutcome Trainer::step(int64_t step) {
   const int64_t step_targets = train_loader_->count_targets(first, step_samples());
   StepOutcome out;
   for (int64_t pass = 0; pass < passes; ++pass) {
+    report_step_progress(step, pass * per_pass + 1, accum_);
     for (int64_t i = 0; i < per_pass; ++i)
       load_batch(*train_loader_, model_.batches[static_cast<size_t>(i)],
                  first + ((pass * per_pass + i) * dp + place_.dp_rank) * b);

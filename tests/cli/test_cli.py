@@ -228,7 +228,7 @@ class PrecisionFlags(CliTestCase):
         self.assert_train_fails(2, "--loss-scale", "--fp16", loss_scale=128, bf16=True)
 
     def test_global_batch_not_divisible_by_micro_batch(self):
-        self.assert_train_fails(2, "--global-batch-size 3", "micro-batch 2", global_batch_size=3)
+        self.assert_train_fails(2, "--global-batch-size 3", "--micro-batch-size 2", global_batch_size=3)
 
     def test_global_batch_disagreeing_with_accumulation_steps(self):
         self.assert_train_fails(2, "--grad-accum-steps 3", global_batch_size=4, grad_accum_steps=3)

@@ -92,7 +92,7 @@ class Numbers(InputsTestCase):
         for flag in ("lr", "min_lr"):
             for value in ("nan", "inf"):
                 with self.subTest(flag=flag, value=value):
-                    self.assert_train_fails(2, "--" + flag.replace("_", "-") + " must be a finite number",
+                    self.assert_train_fails(2, "--" + flag.replace("_", "-") + f" {value}: expected a finite number",
                                             **{flag: value})
 
     def test_negative_weight_decay_is_refused(self):
