@@ -37,13 +37,22 @@ std::vector<uint8_t> mask_bytes(const TokenStream& stream, int64_t begin, int64_
   return mask;
 }
 
+// Shard names number their shards in six digits, the order find_shards sorts them in.
+constexpr int64_t kMaxShardsPerSplit = 1'000'000;
+
+// Tokens per shard: --shard-tokens, in whole sequences when packed.
+int64_t shard_chunk(const PrepareConfig& cfg) {
+  const int64_t T = cfg.pack_seq_len;
+  return T > 0 ? std::max(T, cfg.shard_tokens / T * T) : cfg.shard_tokens;
+}
+
 // Writes tokens [first, last) of the stream as {name}_{split}_000000.bin, ... of at most shard_tokens each,
 // each with its loss mask when the stream has one. A packed stream's shards hold whole sequences and the
 // token after them (their last target, the next sequence's first token or the closing padding).
 void write_split(const PrepareConfig& cfg, const std::string& split, const TokenStream& stream, int64_t first,
                  int64_t last, PrepareResult& result) {
   const int64_t T = cfg.pack_seq_len, overlap = T > 0 ? 1 : 0;
-  const int64_t chunk = T > 0 ? std::max(T, cfg.shard_tokens / T * T) : cfg.shard_tokens;
+  const int64_t chunk = shard_chunk(cfg);
   for (int64_t start = first, index = 0; start < last; start += chunk, ++index) {
     char suffix[32];
     std::snprintf(suffix, sizeof(suffix), "_%06lld.bin", static_cast<long long>(index));
@@ -64,6 +73,12 @@ void write_split(const PrepareConfig& cfg, const std::string& split, const Token
 void write_splits(const PrepareConfig& cfg, const TokenStream& stream, int64_t val, int32_t pad_token,
                   PrepareResult& result) {
   const int64_t total = static_cast<int64_t>(stream.tokens.size());
+  // Checked before any shard is written: the records' tokens bound each split's (packing adds padding).
+  if (const int64_t shards = (total + shard_chunk(cfg) - 1) / shard_chunk(cfg); shards > kMaxShardsPerSplit)
+    fail_usage("prepare: --shard-tokens " + std::to_string(cfg.shard_tokens) + " would cut the " +
+               std::to_string(total) + " tokens into " + std::to_string(shards) + " shards, more than the " +
+               std::to_string(kMaxShardsPerSplit) +
+               " that shard names number (give a larger --shard-tokens)");
   if (cfg.pack_seq_len == 0) {
     result.train_tokens = total - val;
     result.val_tokens = val;

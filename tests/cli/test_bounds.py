@@ -115,6 +115,13 @@ class JsonInput(CliTestCase):
         self.assertFalse((self.tmp / "out").exists())
 
 
+    def test_more_shards_than_their_names_number_is_refused_before_writing(self):
+        text = self.tmp / "big.txt"
+        text.write_text("ab" * 600_000)  # 1.2 M byte tokens: 1.2 M shards of one token
+        result = memtrain("prepare", text, "--tokenizer", "byte", "--out", self.tmp / "shards", "--shard-tokens", 1)
+        self.assert_error(result, 2, "--shard-tokens 1 would cut the", "more than the 1000000 that shard names")
+        self.assertEqual(list((self.tmp / "shards").glob("*.bin")), [])
+
 class StopSignal(CliTestCase):
     def test_a_first_sigterm_in_a_long_step_says_so_at_once(self):
         args = command("train", *run_flags(data=self.data, out=self.tmp / "run", train_iters=1000,

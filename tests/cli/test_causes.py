@@ -136,10 +136,12 @@ class StopWithNothingToSave(CliTestCase):
         _, stderr = process.communicate(timeout=60)
         lines = stderr.splitlines()
         self.assertEqual(process.returncode, 128 + signal.SIGTERM, stderr)
-        self.assertEqual(len(lines), 2, stderr)
-        self.assertTrue(lines[0].startswith("memtrain: warning: "), stderr)
-        self.assertIn("nothing will be saved", lines[0])
-        self.assertTrue(lines[1].startswith("memtrain: error: stopped by SIGTERM"), stderr)
+        # The step's progress (train/signals.h), the warning, and the error at the end.
+        self.assertEqual(len(lines), 3, stderr)
+        self.assertTrue(lines[0].startswith("memtrain: SIGTERM: stopping after step "), stderr)
+        self.assertTrue(lines[1].startswith("memtrain: warning: "), stderr)
+        self.assertIn("nothing will be saved", lines[1])
+        self.assertTrue(lines[2].startswith("memtrain: error: stopped by SIGTERM"), stderr)
         self.assertFalse((out / "memory.json").exists(), "a run that saved nothing reported as finished")
 
 
