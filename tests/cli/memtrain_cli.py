@@ -144,6 +144,16 @@ def sample_text(words: int) -> str:
     return " ".join(vocabulary[(i * i + 3 * i) % len(vocabulary)] for i in range(words)) + "\n"
 
 
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli, reflected 0x82F63B78), bit by bit: the checksum of memtrain's manifests."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
 def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION):
     """An llm.c token shard: 256 int32 header [magic, version, token count, 0...], then uint16 tokens."""
     header = [magic, version, len(tokens)] + [0] * (SHARD_HEADER_INTS - 3)

@@ -21,21 +21,11 @@ import test_gpt2_parity as gpt2  # noqa: E402
 import test_llama_parity as llama  # noqa: E402
 from parity_common import read_safetensors, rel, write_safetensors  # noqa: E402
 
-from memtrain_cli import CliTestCase, memtrain  # noqa: E402
+from memtrain_cli import CliTestCase, crc32c, memtrain  # noqa: E402
 
 RANK, ALPHA = 4, 8.0
 LORA = {"lora_rank": RANK, "lora_alpha": ALPHA, "lora_target": "all-linear"}
 FAMILIES = {"gpt2-tiny": (gpt2.forward, True), "llama-tiny": (llama.forward, False)}  # forward, Conv1D weights
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli, reflected 0x82F63B78), bit by bit: the checksum of memtrain's manifests."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def read_weights(path: Path) -> dict:

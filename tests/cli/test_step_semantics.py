@@ -11,7 +11,7 @@ import json
 import unittest
 from pathlib import Path
 
-from memtrain_cli import ResumeTestCase, memtrain, read_metrics
+from memtrain_cli import ResumeTestCase, crc32c, memtrain, read_metrics
 from test_instruction_data import prepare_records
 
 # fp32 on masked records: the same step split differently sums in another order only.
@@ -19,16 +19,6 @@ TOLERANCE = 1e-6
 STEPS = 4
 # Micro-batch size and accumulation steps, one process: each a global batch of 4.
 SPLITS = [(4, 1), (2, 2), (1, 4)]
-
-
-def crc32c(data: bytes) -> int:
-    """CRC-32C (Castagnoli), as checkpoint manifests checksum files."""
-    crc = 0xFFFFFFFF
-    for byte in data:
-        crc ^= byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
-    return crc ^ 0xFFFFFFFF
 
 
 def rewrite_state(checkpoint: Path, change):

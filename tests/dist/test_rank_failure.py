@@ -4,33 +4,17 @@ well within a minute, instead of leaving the others blocked forever.
 usage: test_rank_failure.py MODE MPIRUN-COMMAND...
   (the command runs dist_mpi_test --fail MODE or --fail-in-group MODE)
 """
-import os
-import signal
-import subprocess
 import sys
-import time
+
+from bounded_job import run_bounded
 
 LIMIT_S = 60
 
 
 def main() -> int:
     mode, command = sys.argv[1], sys.argv[2:]
-    start = time.monotonic()
-    # A session of its own, so that a hung job's ranks can be killed with mpirun.
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
-    try:
-        output, _ = job.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        print(f"FAIL: the job still ran after {LIMIT_S} s: the other ranks hang", file=sys.stderr)
-        return 1
-    elapsed = time.monotonic() - start
-    print(output)
-    print(f"exit status {job.returncode} after {elapsed:.1f} s")
-    if job.returncode == 0:
-        print("FAIL: mpirun exited 0", file=sys.stderr)
+    output = run_bounded(command, LIMIT_S, "the other ranks hang")
+    if output is None:
         return 1
     if "completed without the failed rank" in output:
         print("FAIL: a collective completed without every rank", file=sys.stderr)

@@ -5,32 +5,17 @@ its host, and the rank it waited for.
 usage: test_timeout.py EXCHANGE STALLED-RANK MPIRUN-COMMAND...
   (the command runs dist_mpi_test --stall EXCHANGE; its limit is 1.5 s, its stalled rank sleeps 60 s)
 """
-import os
-import signal
-import subprocess
 import sys
-import time
+
+from bounded_job import run_bounded
 
 LIMIT_S = 30
 
 
 def main() -> int:
     exchange, stalled, command = sys.argv[1], sys.argv[2], sys.argv[3:]
-    start = time.monotonic()
-    job = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           start_new_session=True)
-    try:
-        output, _ = job.communicate(timeout=LIMIT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate()
-        print(f"FAIL: the job still ran after {LIMIT_S} s: the time limit did not end it", file=sys.stderr)
-        return 1
-    elapsed = time.monotonic() - start
-    print(output)
-    print(f"exit status {job.returncode} after {elapsed:.1f} s")
-    if job.returncode == 0:
-        print("FAIL: mpirun exited 0", file=sys.stderr)
+    output = run_bounded(command, LIMIT_S, "the time limit did not end it")
+    if output is None:
         return 1
     operation = "all_reduce_sum" if exchange == "group" else exchange
     wanted = f"memtrain: error: {operation}: world rank "
