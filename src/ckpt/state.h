@@ -60,9 +60,9 @@ struct CheckpointState {
   std::optional<int64_t> consumed_samples;
   // The training data: Loader::data_crc32c. Absent in checkpoints saved before it was recorded.
   std::optional<uint32_t> data_crc32c;
-  uint64_t seed = 0;                                  // every random stream derives from it (see to_json)
-  nlohmann::json run = nlohmann::json::object();      // flag -> value that a resume must repeat
-  nlohmann::json model = nlohmann::json::object();    // Hugging Face style config.json
+  uint64_t seed = 0;                                // every random stream derives from it (see to_json)
+  nlohmann::json run = nlohmann::json::object();    // flag -> value that a resume must repeat
+  nlohmann::json model = nlohmann::json::object();  // Hugging Face style config.json
   std::string model_name;  // --model as given (a preset or a config's path); "" in older checkpoints
   nlohmann::json metrics = nlohmann::json::object();  // the step's loss, lr, grad norm, ...
   CheckpointLayout layout;

@@ -8,6 +8,7 @@
 #include "config/run_flag_table.h"
 #include "core/error.h"
 #include "core/int_math.h"
+#include "data/loader.h"
 #include "data/shard.h"
 #include "model/spec.h"
 
@@ -15,11 +16,11 @@ namespace mt {
 
 namespace {
 
-// Sequences of `seq_len` targets the split's shards hold (a shard of n tokens: (n - 1) / seq_len).
+// Sequences of `seq_len` targets the split's shards hold, as the loader counts its samples.
 int64_t sequences_in(const TrainConfig& cfg, const std::string& split, int64_t seq_len) {
   int64_t sequences = 0;
   for (const std::string& path : find_shards(cfg.data, split))
-    sequences += (open_shard(path).num_tokens - 1) / seq_len;
+    sequences += Loader::samples_in_shard(open_shard(path).num_tokens, seq_len);
   return sequences;
 }
 

@@ -213,7 +213,7 @@ Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, ui
       fail_data("shard " + path + ": " + std::to_string(n) +
                 " tokens, fewer than one sample of T+1 = " + std::to_string(cfg.seq_len + 1));
     }
-    impl->samples.push_back((n - 1) / cfg.seq_len);
+    impl->samples.push_back(samples_in_shard(n, cfg.seq_len));
     impl->total += impl->samples.back();
   }
   if (shards_have_loss_masks(shard_paths) != cfg.loss_mask) {

@@ -44,6 +44,8 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   static int64_t window_tokens(const LoaderConfig& cfg) { return cfg.seq_len + 1; }
+  // Samples of seq_len targets in a shard of `tokens` (at least one token).
+  static int64_t samples_in_shard(int64_t tokens, int64_t seq_len) { return (tokens - 1) / seq_len; }
 
   // Samples in one epoch: every shard's, together.
   int64_t samples_per_epoch() const;
