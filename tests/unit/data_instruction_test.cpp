@@ -63,6 +63,7 @@ TEST(DataInstruction, GptTwoClosesRecordsWithEndOfText) {
     int32_t vocab_size() const override { return 50257; }
     int32_t end_of_text() const override { return 50256; }
     std::string name() const override { return "with-end"; }
+    uint32_t fingerprint() const override { return 0; }
 
    private:
     std::unique_ptr<Tokenizer> bytes_ = make_byte_tokenizer();

