@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/int_math.h"
+#include "core/warning.h"
 #include "devices/devices.h"
 
 int main(int argc, char** argv) {
@@ -28,7 +29,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::Success& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "memtrain: error: %s (see --help)\n", e.what());
+    // Every rank of a job parses the same command line: one of them says what is wrong with it.
+    if (!mt::command_line_reported_by_rank_zero())
+      std::fprintf(stderr, "memtrain: error: %s (see --help)\n", e.what());
     return static_cast<int>(mt::ErrorKind::usage);
   } catch (const mt::ReportedElsewhere& e) {
     return e.exit_code();

@@ -16,6 +16,11 @@ bool launcher_rank_zero() {
 
 }  // namespace
 
+bool command_line_reported_by_rank_zero() {
+  const char* command_lines = std::getenv("OMPI_NUM_APP_CTX");
+  return command_lines != nullptr && std::string_view(command_lines) == "1" && !launcher_rank_zero();
+}
+
 void warn(const std::string& message) {
   if (launcher_rank_zero()) std::fprintf(stderr, "memtrain: warning: %s\n", message.c_str());
 }

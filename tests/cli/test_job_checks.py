@@ -1,7 +1,7 @@
 """The ranks of one mpirun job agree before step 1 (src/train/job_agreement.h): ranks given different flags
 (`mpirun -np 1 memtrain ... : -np 1 memtrain ...`) are refused by name, before anything is written and without
 hanging, however the flags differ (a learning rate, --train-iters, tensor-parallel sizes); a flag error is
-printed once per job, or by the one rank that has it, naming that rank and its host; paths and data that a rank
+printed once per job (before the communicator exists too, when every rank runs one command line), or by the one rank that has it, naming that rank and its host; paths and data that a rank
 does not share with rank 0 (a relative path under another working directory) are refused before step 1; the
 banner shows the layout; --distributed-timeout-minutes is a flag like any other, and a stopped pipeline stage
 ends the job within it.
@@ -66,6 +66,24 @@ class JobChecks(CliTestCase):
             capture_output=True, text=True, timeout=120)
         line = self.assert_one_error(result, 2, "--tensor-model-parallel-size 3", "does not divide")
         self.assertNotIn("rank ", line.split("error: ")[1][:5])
+
+    def test_a_command_line_error_every_rank_sees_is_printed_once(self):
+        """Before the communicator exists: an unknown flag (CLI11's parse) and contradicting flags (resolving
+        them into a configuration), each the same on every rank of one command line."""
+        for words, mention in ((["--no-such-flag"], "--no-such-flag"),
+                               (["--bf16", "--fp16"], "--bf16 and --fp16 exclude each other")):
+            with self.subTest(words=words):
+                result = subprocess.run([*mpirun(2), MEMTRAIN, "train", *run_flags(
+                    *words, data=self.data, out=self.tmp / "run")], capture_output=True, text=True, timeout=120)
+                self.assert_one_error(result, 2, mention)
+
+    def test_a_command_line_error_of_one_command_line_of_two_is_printed(self):
+        """`mpirun A : B`: rank 0 cannot speak for rank 1's command line, so rank 1 prints its own error."""
+        ranks = [["-np", "1", MEMTRAIN, "train", *run_flags(*words, data=self.data, out=self.tmp / "run")]
+                 for words in ([], ["--bf16", "--fp16"])]
+        result = subprocess.run([*MPI, *ranks[0], ":", *ranks[1]], capture_output=True, text=True, timeout=120)
+        self.assertNotEqual(result.returncode, 0, result.stderr)
+        self.assertIn("memtrain: error: --bf16 and --fp16 exclude each other", result.stderr)
 
     def test_a_flag_error_one_rank_sees_is_printed_by_that_rank_naming_its_host(self):
         result = self.two_ranks({}, {"tensor_model_parallel_size": 3})
