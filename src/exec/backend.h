@@ -22,9 +22,9 @@ struct OpRun {
   const ModelSpec& spec;
   const Graph& graph;
   const Allocation& memory;
-  bool training;      // backward ops and the loss's gradients run only then
-  float grad_scale;   // the factor parameter gradients are accumulated with (Executor::train_step)
-  uint64_t draw = 0;  // the run's micro-batch number (Executor::train_step): keys LoRA dropout's masks
+  bool training;              // backward ops and the loss's gradients run only then
+  float grad_scale;           // the factor parameter gradients are accumulated with (Executor::train_step)
+  uint64_t first_sample = 0;  // the pass's first sample, numbered globally: keys LoRA dropout's masks
   // The targets the loss is a mean over: the step's (or the evaluation's) counted ones, as the loader counted
   // them, so no loss op reads a mask back. 0: the loss counts nothing (its loss is 0, with no gradient).
   int64_t loss_targets = 0;

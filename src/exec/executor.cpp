@@ -33,8 +33,8 @@ void Executor::check_groups() const {
                            " pipeline stages, but runs among " + std::to_string(stages));
 }
 
-OpRun Executor::op_run(bool training, float grad_scale, uint64_t draw, int64_t loss_targets) const {
-  OpRun run{spec_, graph_, memory_, training, grad_scale, draw, loss_targets};
+OpRun Executor::op_run(bool training, float grad_scale, uint64_t first_sample, int64_t loss_targets) const {
+  OpRun run{spec_, graph_, memory_, training, grad_scale, first_sample, loss_targets};
   if (tensor_group_) {
     Communicator& group = *tensor_group_;
     run.tp = group.size();
@@ -85,10 +85,11 @@ void Executor::run_collective(const Op& op) {
   }
 }
 
-void Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw, int64_t loss_targets) {
+void Executor::run_ops(int end, bool training, float grad_scale, uint64_t first_sample,
+                       int64_t loss_targets) {
   check_groups();
   backend_.begin_pass(graph_);
-  const OpRun run = op_run(training, grad_scale, draw, loss_targets);
+  const OpRun run = op_run(training, grad_scale, first_sample, loss_targets);
   for (int i = 0; i < end; ++i) {
     memory_.begin_op(i);
     if (hooks_) hooks_->before(i, training);
@@ -104,8 +105,8 @@ void Executor::run_ops(int end, bool training, float grad_scale, uint64_t draw, 
   if (hooks_) hooks_->end_pass();
 }
 
-void Executor::train_step(float grad_scale, uint64_t draw, int64_t step_targets) {
-  run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale, draw, step_targets);
+void Executor::train_step(float grad_scale, uint64_t first_sample, int64_t step_targets) {
+  run_ops(static_cast<int>(graph_.ops.size()), /*training=*/true, grad_scale, first_sample, step_targets);
 }
 
 void Executor::eval_step(int64_t targets) {

@@ -32,11 +32,11 @@ class Executor {
   Executor(const ModelSpec& spec, const Graph& graph, Allocation& memory, Backend& backend);
 
   // Forward, loss and backward; parameter gradients are accumulated into memory.grads() scaled by grad_scale
-  // (1, times the loss scale under fp16). `draw` numbers the run's micro-batches (in the global sample
-  // order), so that dropout's masks repeat on a resume. The loss is a mean over `step_targets`: every
-  // counted target of the step, on every micro-batch and data-parallel rank (Loader::count_targets), so a
-  // step means the same however it is split.
-  void train_step(float grad_scale, uint64_t draw, int64_t step_targets);
+  // (1, times the loss scale under fp16). `first_sample` is the global number of the pass's first sample:
+  // dropout's masks follow the samples, so they repeat on a resume however the step is split. The loss is a
+  // mean over `step_targets`: every counted target of the step, on every micro-batch and data-parallel rank
+  // (Loader::count_targets), so a step means the same however it is split.
+  void train_step(float grad_scale, uint64_t first_sample, int64_t step_targets);
   // Forward and loss only, the loss a mean over `targets`: every counted target of the evaluation.
   void eval_step(int64_t targets);
   // The loss scalar (Graph::loss_sum): each pass's loss ops add their targets' losses over the mean's
@@ -58,12 +58,12 @@ class Executor {
 
  private:
   // Runs ops [0, end) with their tensors bound and released.
-  void run_ops(int end, bool training, float grad_scale, uint64_t draw, int64_t loss_targets);
+  void run_ops(int end, bool training, float grad_scale, uint64_t first_sample, int64_t loss_targets);
   // An all-reduce, all-gather, reduce-scatter or pipeline exchange, over its group.
   void run_collective(const Op& op);
   // The checks that the graph was made for this process's groups.
   void check_groups() const;
-  OpRun op_run(bool training, float grad_scale, uint64_t draw, int64_t loss_targets) const;
+  OpRun op_run(bool training, float grad_scale, uint64_t first_sample, int64_t loss_targets) const;
   Communicator& tensor_group(const Op& op) const;
 
   const ModelSpec& spec_;

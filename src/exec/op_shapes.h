@@ -46,11 +46,14 @@ struct LoraShape {
   float scale = 1.0f;      // alpha / r
 };
 
-// Dropout on the adapter's input (p > 0): element i is kept, times 1 / (1 - p), when the counter-based
-// uniform of (seed, stream, draw * n + i) is at least p; the same bits in the forward and the backward.
+// Dropout on the adapter's input [samples, ...] (p > 0): element i is kept, times 1 / (1 - p), when the
+// counter-based uniform of (seed, stream, first_sample * n / samples + i) is at least p: each sample's
+// elements are keyed by its global number, so the masks follow the samples however a step is split. The same
+// bits in the forward and the backward.
 struct DropoutMask {
   float p = 0.0f;
-  uint64_t seed = 0, stream = 0, draw = 0;
+  uint64_t seed = 0, stream = 0, first_sample = 0;
+  int64_t samples = 1;
 };
 
 }  // namespace mt

@@ -81,9 +81,13 @@ inline LoraShape lora_shape(const TensorTable& table, int inp, int out, int a, i
           .scale = scale};
 }
 
-// Dropout runs in training only.
-inline DropoutMask dropout_mask(const ops::LoraDropout& d, const OpRun& r) {
-  return {.p = r.training ? d.p : 0.0f, .seed = d.seed, .stream = d.stream, .draw = r.draw};
+// Dropout runs in training only; `inp` is the adapter's input, whose first dimension is the samples.
+inline DropoutMask dropout_mask(const ops::LoraDropout& d, int inp, const OpRun& r) {
+  return {.p = r.training ? d.p : 0.0f,
+          .seed = d.seed,
+          .stream = d.stream,
+          .first_sample = r.first_sample,
+          .samples = r.graph.table[inp].shape.at(0)};
 }
 
 }  // namespace mt::operands

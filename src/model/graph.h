@@ -184,9 +184,10 @@ struct Zero {  // out = 0: a gradient that backward ops accumulate into
   auto ids() { return std::tie(out); }
 };
 
-// LoRA's dropout on the adapter's input, training only: element i of micro-batch `draw` (OpRun) is kept with
-// probability 1 - p and scaled by 1 / (1 - p), by counter-based bits of (seed, stream, draw * n + i); the
-// backward draws the same mask again rather than keeping it.
+// LoRA's dropout on the adapter's input, training only: each element is kept with probability 1 - p and
+// scaled by 1 / (1 - p), by counter-based bits of (seed, stream, the element's place among all samples' in
+// the global sample order: exec/op_shapes.h DropoutMask); the backward draws the same mask again rather than
+// keeping it.
 struct LoraDropout {
   float p = 0.0f;
   uint64_t seed = 0, stream = 0;  // the run's seed; the module's name hashed

@@ -183,8 +183,8 @@ StepOutcome Trainer::step(int64_t step) {
         timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
       });
     sync_->set_final_micro_batch(pass == passes - 1);
-    const auto draw = static_cast<uint64_t>(((step - 1) * accum_ + pass) * dp + place_.dp_rank);  // global
-    exec_->train_step(loss_scale, draw, step_targets);
+    const auto first_sample = static_cast<uint64_t>(first + (pass * per_pass * dp + place_.dp_rank) * b);
+    exec_->train_step(loss_scale, first_sample, step_targets);
     if (record) {
       exec_->set_op_observer({});
       save_memory_timeline();

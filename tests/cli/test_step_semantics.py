@@ -1,5 +1,6 @@
 """A step means the same thing however it is split (issue 31, items 1, 2 and 7): on instruction data with a loss
-mask, micro-batch b x accumulation k x data-parallel d is one micro-batch of b*k*d within 1e-6 (fp32), the logged
+mask, micro-batch b x accumulation k x data-parallel d is one micro-batch of b*k*d within 1e-6 (fp32; LoRA's
+dropout masks included), the logged
 loss one mean over the step's counted targets; which samples a step reads depends on the global batch only, so a
 resume may change the micro-batch size, accumulation and the data-parallel size as long as the global batch
 stays (a changed one is refused by name); a resume that extends --train-iters keeps its learning-rate schedule
@@ -75,6 +76,10 @@ class StepSplits(SplitCase):
         whole = self.run_split("packed-whole", 4, 1, *flags)
         got = self.run_split("packed-b1k4", 1, 4, *flags)
         self.assert_same_steps(got, whole, "packed 1 x 4")
+
+    def test_lora_dropout_masks_split_the_same(self):
+        # Each sample's dropout mask is keyed by its global number, not by the micro-batch it falls in.
+        self.assert_splits_agree("--log-interval", "1", "--lora-rank", 4, "--lora-dropout", 0.3)
 
     def test_the_logged_loss_is_the_mean_over_counted_targets(self):
         # The evaluation's loss is one mean too: over 2 x 2 samples or 4 x 1, the same validation samples.

@@ -3,6 +3,7 @@
 // counter-based bits), and dropout's mask: its keep rate and its repeat for the same draw only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "backend/cpu/lora.h"
@@ -30,7 +31,8 @@ Reference reference(const std::vector<float>& x, const std::vector<float>& a, co
   const LoraShape& s = kShape;
   std::vector<double> xd(s.M * s.in), h(s.M * s.rank, 0.0), g(s.M * s.rank, 0.0);
   for (int64_t i = 0; i < s.M * s.in; ++i) {
-    const bool keep = m.p <= 0 || random_uniform(m.seed, m.stream, m.draw * s.M * s.in + i) >= m.p;
+    const bool keep =
+        m.p <= 0 || random_uniform(m.seed, m.stream, m.first_sample * (s.M * s.in / m.samples) + i) >= m.p;
     xd[i] = keep ? x[i] / (1.0 - m.p) : 0.0;
   }
   Reference r{to_double(out), std::vector<double>(s.rank * s.in, 0.0),
@@ -81,16 +83,18 @@ TEST(KernelLora, ForwardAndGradientsOnAColumnRange) {
 }
 
 TEST(KernelLora, DropoutForwardAndGradientsDrawTheSameMask) {
-  check({.p = 0.3f, .seed = 7, .stream = 11, .draw = 5});
+  check({.p = 0.3f, .seed = 7, .stream = 11, .first_sample = 5, .samples = 7});
 }
 
 TEST(KernelLora, DropoutKeepsOneMinusPAndChangesWithTheDraw) {
   const LoraShape s{.M = 64, .in = 256, .rank = 1, .width = 1, .out_stride = 1, .column = 0, .scale = 1.0f};
   const std::vector<float> x(s.M * s.in, 1.0f), a(s.in, 0.0f), b(1, 0.0f);
   std::vector<float> out(s.M), hidden(s.M), first(s.M * s.in), again(s.M * s.in), other(s.M * s.in);
-  for (auto [draw, into] : {std::pair{3ull, &first}, std::pair{3ull, &again}, std::pair{4ull, &other}})
+  for (auto [first_sample, into] :
+       {std::pair{3ull, &first}, std::pair{3ull, &again}, std::pair{4ull, &other}})
     lora_forward(out.data(), hidden.data(), x.data(), a.data(), b.data(), s,
-                 {.p = 0.25f, .seed = 1, .stream = 2, .draw = draw}, into->data(), nullptr);
+                 {.p = 0.25f, .seed = 1, .stream = 2, .first_sample = first_sample, .samples = 4},
+                 into->data(), nullptr);
   int64_t kept = 0;
   for (float v : first) {
     EXPECT_TRUE(v == 0.0f || v == 1.0f / 0.75f);
@@ -99,6 +103,27 @@ TEST(KernelLora, DropoutKeepsOneMinusPAndChangesWithTheDraw) {
   EXPECT_NEAR(static_cast<double>(kept) / first.size(), 0.75, 0.02);
   EXPECT_EQ(first, again);
   EXPECT_NE(first, other);
+}
+
+TEST(KernelLora, DropoutMasksFollowTheSamplesHoweverTheBatchIsSplit) {
+  // Samples 8..11 as one micro-batch of 4, and as two of 2 (from samples 8 and 10): the same masks.
+  const LoraShape whole{
+      .M = 4 * 6, .in = 16, .rank = 1, .width = 1, .out_stride = 1, .column = 0, .scale = 1.0f};
+  LoraShape half = whole;
+  half.M = whole.M / 2;
+  const std::vector<float> x(whole.M * whole.in, 1.0f), a(whole.in, 0.0f), b(1, 0.0f);
+  std::vector<float> out(whole.M), hidden(whole.M), one(whole.M * whole.in), two(whole.M * whole.in);
+  const DropoutMask mask{.p = 0.5f, .seed = 3, .stream = 9, .first_sample = 8, .samples = 4};
+  lora_forward(out.data(), hidden.data(), x.data(), a.data(), b.data(), whole, mask, one.data(), nullptr);
+  for (uint64_t part = 0; part < 2; ++part) {
+    DropoutMask halves = mask;
+    halves.first_sample = 8 + 2 * part;
+    halves.samples = 2;
+    lora_forward(out.data(), hidden.data(), x.data(), a.data(), b.data(), half, halves,
+                 two.data() + part * half.M * half.in, nullptr);
+  }
+  EXPECT_EQ(one, two);
+  EXPECT_NE(std::count(one.begin(), one.end(), 0.0f), 0);  // dropout did drop
 }
 
 }  // namespace

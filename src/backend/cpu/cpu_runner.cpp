@@ -95,7 +95,7 @@ void CpuBackend<T, G>::lora(const Op& op, const OpRun& r) {
   const Allocation& m = r.memory;
   kernels::lora_forward(
       m.as<T>(a.out), m.as<T>(a.hidden), m.as<T>(a.inp), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
-      lora_shape(r.graph.table, a.inp, a.out, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
+      lora_shape(r.graph.table, a.inp, a.out, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, a.inp, r),
       optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
 }
 
@@ -106,8 +106,8 @@ void CpuBackend<T, G>::lora_backward(const Op& op, const OpRun& r) {
   kernels::lora_backward(
       m.as<T>(a.dinp), grad<G>(m, op, a.a), grad<G>(m, op, a.b), m.as<T>(a.grad_hidden), m.as<T>(a.dout),
       m.as<T>(a.inp), m.as<T>(a.hidden), weights<T>(m, op, a.a), weights<T>(m, op, a.b),
-      lora_shape(r.graph.table, a.inp, a.dout, a.a, a.b, a.column, a.scale), dropout_mask(a.dropout, r),
-      optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
+      lora_shape(r.graph.table, a.inp, a.dout, a.a, a.b, a.column, a.scale),
+      dropout_mask(a.dropout, a.inp, r), optional<T>(m, a.dropped), optional<float>(m, a.matmul_scratch));
 }
 
 template <typename T, typename G>

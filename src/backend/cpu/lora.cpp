@@ -21,7 +21,7 @@ void scale_in_place(T* x, int64_t n, float scale) {
 template <typename T>
 void apply_dropout(T* dst, const T* src, int64_t n, const DropoutMask& m) {
   const float keep_scale = 1.0f / (1.0f - m.p);
-  const uint64_t first = m.draw * static_cast<uint64_t>(n);
+  const uint64_t first = m.first_sample * static_cast<uint64_t>(n / m.samples);
 #pragma omp parallel for
   for (int64_t i = 0; i < n; ++i) {
     const bool keep = random_uniform(m.seed, m.stream, first + static_cast<uint64_t>(i)) >= m.p;
