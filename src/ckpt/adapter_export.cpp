@@ -39,6 +39,8 @@ LoraConfig recorded_lora(const CheckpointState& state, const std::string& where)
   lora.dropout = run_setting<float>(state, "--lora-dropout", where);
   lora.target = run_setting<std::string>(state, "--lora-target", where);
   lora.train_modules = run_setting<std::string>(state, "--lora-train-modules", where);
+  // Checkpoints from before --lora-rslora existed scaled by alpha / r.
+  lora.rslora = state.run.contains("--lora-rslora") && run_setting<bool>(state, "--lora-rslora", where);
   if (lora.rank <= 0) fail_data(where + "its adapters have no --lora-rank in its run settings");
   return lora;
 }

@@ -168,8 +168,8 @@ void check_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len) {
 }
 
 void check_lora_flags(const TrainConfig& c, const std::set<std::string, std::less<>>& given) {
-  for (const char* flag : {"--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules",
-                           "--init-adapter", "--save-adapter"})
+  for (const char* flag : {"--lora-alpha", "--lora-rslora", "--lora-dropout", "--lora-target",
+                           "--lora-train-modules", "--init-adapter", "--save-adapter"})
     if (given.contains(flag) && !c.lora.enabled()) fail_usage(std::string(flag) + " needs --lora-rank R");
   if (c.base_quant.enabled() && !c.lora.enabled())
     fail_usage("--base-quant " + std::string(kBaseQuantNames.name(c.base_quant.format)) +

@@ -269,6 +269,12 @@ const RunFlag kRunFlags[] = {
      .show_default = true,
      .trajectory = true,
      .bound = {.low = 0, .open = true, .text = "must be positive"}},
+    {.names = "--lora-rslora",
+     .help =
+         "LoRA: scale the adapters' output by alpha / sqrt(rank) (PEFT's use_rslora) instead of alpha / rank",
+     .field = &group_field<&C::lora, &LoraConfig::rslora>,
+     .kind = K::switch_on,
+     .trajectory = true},
     {.names = "--lora-dropout",
      .help = "LoRA: dropout probability on the adapters' input, in [0, 1)",
      .field = &group_field<&C::lora, &LoraConfig::dropout>,

@@ -4,6 +4,7 @@
 // unless --lora-train-modules names its module; the adapters are the trainable parameters.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -16,9 +17,13 @@ struct LoraConfig {
   float dropout = 0.0f;               // on the adapter's input only
   std::string target = "all-linear";  // Hugging Face module names, comma-separated, or all-linear
   std::string train_modules = {};     // base modules trained in full too (PEFT's modules_to_save)
+  bool rslora = false;                // PEFT's use_rslora: rank-stabilised scaling (Kalajdzievski, 2023)
 
   bool enabled() const { return rank > 0; }
-  float scaling() const { return alpha / static_cast<float>(rank); }
+  // PEFT's: alpha / r, or alpha / sqrt(r) with rslora.
+  float scaling() const {
+    return alpha / (rslora ? std::sqrt(static_cast<float>(rank)) : static_cast<float>(rank));
+  }
 };
 
 // A comma-separated list's items, without empty ones.

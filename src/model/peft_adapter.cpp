@@ -57,6 +57,7 @@ nlohmann::json peft_adapter_config(const ModelSpec& spec, const ModelGraph& mode
           {"task_type", "CAUSAL_LM"},
           {"r", lora.rank},
           {"lora_alpha", lora.alpha},
+          {"use_rslora", lora.rslora},
           {"lora_dropout", lora.dropout},
           {"target_modules", target_modules(model, lora)},
           {"bias", "none"},

@@ -36,9 +36,9 @@ nlohmann::json peft_adapter_config(const ModelSpec& spec, const ModelGraph& mode
 // Writes both files into `dir` (created when missing), each atomically; the adapters in fp32 when this rank
 // holds the master copy whole, else in the weights' dtype. `base` names the base model in the config.
 // Reads an adapter directory of that layout (ours or PEFT's) into the run's adapters. Its config must
-// describe them (check_peft_config: LoRA with the run's r, lora_alpha and modules, nothing it does not
-// implement), and its tensors be exactly the run's adapters: a data error naming --init-adapter and the file
-// otherwise.
+// describe them (check_peft_config: LoRA with the run's r, lora_alpha, use_rslora and modules, nothing it
+// does not implement), and its tensors be exactly the run's adapters: a data error naming --init-adapter and
+// the file otherwise.
 void load_peft_adapter(const std::string& dir, const ModelSpec& spec, const ModelGraph& model,
                        Allocation& memory, const LoraConfig& lora);
 

@@ -32,7 +32,6 @@ constexpr std::string_view kIgnored[] = {"task_type",         "base_model_name_o
 
 // Keys that change the adapters' computation, accepted only unset: what memtrain does not implement.
 constexpr std::pair<std::string_view, std::string_view> kUnsupported[] = {
-    {"use_rslora", "rank-stabilised scaling (memtrain scales by lora_alpha / r)"},
     {"use_dora", "DoRA's magnitude vectors"},
     {"alpha_pattern", "a lora_alpha per module"},
     {"rank_pattern", "a rank per module"},
@@ -107,8 +106,12 @@ void check_peft_config(const json& config, const std::string& path, const ModelG
   if (!r.at("lora_alpha").is_number() || r.at("lora_alpha").get<double>() != static_cast<double>(lora.alpha))
     r.refuse("lora_alpha", json(lora.alpha).dump() + " (--lora-alpha)");
   if (!unset(r.at("bias")) && r.at("bias") != "none") r.refuse("bias", "\"none\" (no trained biases)");
+  if (!(r.at("use_rslora").is_null() || r.at("use_rslora").is_boolean()) ||
+      !unset(r.at("use_rslora")) != lora.rslora)
+    r.refuse("use_rslora", lora.rslora ? "true (--lora-rslora)" : "false or absent (no --lora-rslora)");
   check_targets(r, model, lora);
-  const std::set<std::string_view> honoured = {"peft_type", "r", "lora_alpha", "bias", "target_modules"};
+  const std::set<std::string_view> honoured = {"peft_type",  "r",    "lora_alpha",
+                                               "use_rslora", "bias", "target_modules"};
   for (const auto& [key, value] : config.items()) {
     if (honoured.contains(key) || std::ranges::find(kIgnored, key) != std::end(kIgnored)) continue;
     const auto known =

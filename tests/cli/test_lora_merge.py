@@ -1,6 +1,7 @@
 """`memtrain export CKPT --merge-adapter` (issue 18) against PEFT's merge written here in plain torch: a tiny GPT-2
 (Conv1D weights, fan_in_fan_out) and a tiny LLaMA (GQA; q/k/v and gate/up fused in memtrain, one adapter per
-Hugging Face module) train LoRA on every linear module, and the merged export holds base + (alpha / r) B A for each
+Hugging Face module) train LoRA on every linear module, and the merged export holds base + (alpha / r) B A (alpha /
+sqrt(r) with --lora-rslora, PEFT's use_rslora) for each
 adapted module (the base from the seed, a file or shards; the adapters and trained modules from the checkpoint),
 to fp32 rounding; the merged model's logits are those of the base with its adapters kept apart; it loads back with
 --init-from and trains. A checkpoint names its base by checksum: a changed or missing base is a data error on
@@ -39,14 +40,15 @@ def read_weights(path: Path) -> dict:
     return {k: v for shard in sorted(shards) for k, v in read_safetensors(path.parent / shard).items()}
 
 
-def peft_merge(base: dict, trained: dict, conv1d: bool) -> dict:
-    """PEFT's merge_and_unload: every module with lora_A/lora_B gets W + (alpha / r) B A (its transpose for
-    fan_in_fan_out); tensors the checkpoint trained in full replace the base's."""
+def peft_merge(base: dict, trained: dict, conv1d: bool, scaling=ALPHA / RANK) -> dict:
+    """PEFT's merge_and_unload: every module with lora_A/lora_B gets W + scaling B A (its transpose for
+    fan_in_fan_out; scaling alpha / r, or alpha / sqrt(r) with use_rslora); tensors the checkpoint trained in full
+    replace the base's."""
     merged = {name: trained.get(name, t) for name, t in base.items()}
     for name, a in trained.items():
         if name.endswith(".lora_A.weight"):
             module = name[: -len(".lora_A.weight")]
-            delta = (trained[module + ".lora_B.weight"] @ a) * (ALPHA / RANK)
+            delta = (trained[module + ".lora_B.weight"] @ a) * scaling
             merged[module + ".weight"] = merged[module + ".weight"] + (delta.t() if conv1d else delta)
     return merged
 
@@ -55,23 +57,24 @@ class Adapted:
     """A module weight with its adapter kept apart, as PEFT's unmerged forward applies it: x W (Conv1D) or x W^T,
     plus (alpha / r) x A^T B^T. The references multiply by `weight` or `weight.t()`."""
 
-    def __init__(self, weight, a, b, transposed=False):
-        self.weight, self.a, self.b, self.transposed = weight, a, b, transposed
+    def __init__(self, weight, a, b, scaling, transposed=False):
+        self.weight, self.a, self.b, self.scaling, self.transposed = weight, a, b, scaling, transposed
 
     def t(self):
-        return Adapted(self.weight, self.a, self.b, not self.transposed)
+        return Adapted(self.weight, self.a, self.b, self.scaling, not self.transposed)
 
     def __rmatmul__(self, x):
         base = x @ (self.weight.t() if self.transposed else self.weight)
-        return base + (ALPHA / RANK) * (x @ self.a.t()) @ self.b.t()
+        return base + self.scaling * (x @ self.a.t()) @ self.b.t()
 
 
-def unmerged(base: dict, trained: dict) -> dict:
+def unmerged(base: dict, trained: dict, scaling) -> dict:
     params = {name: trained.get(name, t) for name, t in base.items()}
     for name, a in trained.items():
         if name.endswith(".lora_A.weight"):
             module = name[: -len(".lora_A.weight")]
-            params[module + ".weight"] = Adapted(params[module + ".weight"], a, trained[module + ".lora_B.weight"])
+            params[module + ".weight"] = Adapted(params[module + ".weight"], a, trained[module + ".lora_B.weight"],
+                                                 scaling)
     return params
 
 
@@ -100,12 +103,12 @@ class MergedExport(CliTestCase):
     def export(self, checkpoint, out, *extra):
         return memtrain("export", checkpoint, "--out", out, *extra)
 
-    def check_merge(self, model, base_weights, checkpoint, merged_dir):
+    def check_merge(self, model, base_weights, checkpoint, merged_dir, scaling=ALPHA / RANK):
         forward, conv1d = FAMILIES[model]
         base, merged = read_weights(base_weights), read_weights(merged_dir)
         trained = read_safetensors(checkpoint / "model.safetensors")
         self.assertEqual(set(merged), set(base))
-        expected = peft_merge(base, trained, conv1d)
+        expected = peft_merge(base, trained, conv1d, scaling)
         adapted = {n[: -len(".lora_A.weight")] + ".weight" for n in trained if n.endswith(".lora_A.weight")}
         for name, want in expected.items():
             with self.subTest(model=model, tensor=name):
@@ -116,7 +119,7 @@ class MergedExport(CliTestCase):
         tokens = torch.randint(0, config["vocab_size"], (2, 16), generator=torch.Generator().manual_seed(5))
         with torch.no_grad():
             logits = forward(merged, config, tokens)
-            reference = forward(unmerged(base, trained), config, tokens)
+            reference = forward(unmerged(base, trained, scaling), config, tokens)
         self.assertLess(rel(logits, reference), 1e-5, model)
         return len(adapted)
 
@@ -139,6 +142,22 @@ class MergedExport(CliTestCase):
         for name, want in peft_merge(read_weights(seed_base), peft, conv1d=True).items():
             torch.testing.assert_close(exported[name], want, rtol=1e-6, atol=1e-7)
         self.train(init_from=merged, out=self.tmp / "again", expect=0)
+
+    def test_rslora_scales_by_alpha_over_the_root_of_the_rank(self):
+        # PEFT's use_rslora: alpha / sqrt(r) in training and in the merge; the adapter file says so.
+        seed_base = self.tmp / "seed.safetensors"
+        self.train(lr=0, save_weights=seed_base, expect=0)
+        adapter = self.tmp / "adapter"
+        checkpoint = self.lora_checkpoint("gpt2-tiny", save_adapter=adapter, lora_rslora=True)
+        merged = self.tmp / "merged"
+        result = self.export(checkpoint, merged, "--merge-adapter")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.check_merge("gpt2-tiny", seed_base, checkpoint, merged, scaling=ALPHA / RANK ** 0.5)
+        self.assertIs(json.loads((adapter / "adapter_config.json").read_text())["use_rslora"], True)
+        # The adapter it wrote loads back into an rslora run only.
+        self.train(init_adapter=adapter, lora_rslora=True, out=self.tmp / "again", expect=0, **LORA)
+        refused = self.train(init_adapter=adapter, out=self.tmp / "plain", expect=1, **LORA)
+        self.assertIn('"use_rslora" is true, expected false or absent (no --lora-rslora)', refused.stderr)
 
     def test_llama_from_shards_with_a_trained_module(self):
         weights = self.tmp / "base.safetensors"
