@@ -5,6 +5,7 @@
 
 #include "data/loader.h"
 #include "data_test_util.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 namespace {
@@ -183,6 +184,30 @@ TEST(DataLoader, ReadsThirtyTwoBitShardsThroughANarrowWindow) {
     Loader loader(shards.paths, cfg, buffer.data());
     expect_in_order_rows(loader, shards, t, sizes);
   }
+}
+
+// The plan holds each loader's window at the width of the model's ids: 2 bytes up to 65,536 ids, 4 past.
+TEST(DataLoader, ThePlanHoldsTheWindowAtTheWidthOfTheModelsIds) {
+  test::TempDir dir;
+  const auto window = [&](int64_t vocab_size) {
+    const std::string model = dir.file("vocab" + std::to_string(vocab_size) + ".json");
+    test::write_text(model,
+                     R"({"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": )" +
+                         std::to_string(vocab_size) + "}");
+    TrainConfig cfg;
+    cfg.model = model;
+    cfg.seq_len = 32;
+    cfg.train_iters = 1;
+    const RunLayout run =
+        lay_out_run(cfg, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+    const TensorTable& table = run.model.graph.table;
+    EXPECT_EQ(table[run.train_window].numel(), 33);
+    EXPECT_EQ(table[run.val_window].dtype, table[run.train_window].dtype);
+    return table[run.train_window].dtype;
+  };
+  EXPECT_EQ(window(65'536), DType::u16);
+  EXPECT_EQ(window(65'537), DType::i32);
+  EXPECT_EQ(window(151'669), DType::i32);
 }
 
 }  // namespace
