@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/tokenizer_choice.h"
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "io/dir_lock.h"
@@ -85,9 +86,13 @@ void run_prepare(const PrepareArgs& a) {
   if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
   const std::unique_ptr<Tokenizer> tokenizer = open_tokenizer(a.tokenizer);
   const PrepareResult r = prepare_in_claimed_folder(a.config, *tokenizer);
-  std::printf("prepared %lld train and %lld validation tokens (%s, vocabulary %d) into %s:\n",
-              static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens),
-              tokenizer->name().c_str(), tokenizer->vocab_size(), a.config.out_dir.c_str());
+  // What the shards record of their tokenizer, for `train --tokenizer` to check against.
+  std::printf(
+      "prepared %lld train and %lld validation tokens (%s, vocabulary %d, fingerprint crc32c %s, %d-bit "
+      "ids) into %s:\n",
+      static_cast<long long>(r.train_tokens), static_cast<long long>(r.val_tokens), tokenizer->name().c_str(),
+      r.made_by.vocab_size, crc32c_hex(r.made_by.fingerprint).c_str(),
+      static_cast<int>(8 * shard_token_bytes(r.made_by)), a.config.out_dir.c_str());
   for (const std::string& f : r.files) std::printf("  %s\n", f.c_str());
   if (!a.config.jsonl.empty())
     std::printf(

@@ -26,12 +26,22 @@ inline constexpr auto kOffloadOptimizerNames = names_in_order<OffloadOptimizer>(
 enum class ResumeMode { off, automatic };
 inline constexpr auto kResumeModeNames = name_table(std::pair{ResumeMode::automatic, "auto"});
 
+// `train --tokenizer`: the tokenizer that the data's shards and the model's vocabulary are checked against
+// (config/data_vocabulary.h). Set by the train command, which opens it (cli/tokenizer_choice.h).
+struct RunTokenizer {
+  std::string name;  // as --tokenizer named it; empty: no --tokenizer
+  int32_t vocab_size = 0;
+  uint32_t fingerprint = 0;
+  bool allow_mismatch = false;  // --allow-tokenizer-mismatch: shards of another tokenizer warn, not fail
+};
+
 struct TrainConfig {
   std::string model;                // preset name or config.json
   int64_t pad_vocab_multiple = 64;  // --make-vocab-size-divisible-by
   std::string data;                 // shard directory or glob
   bool loss_mask = false;           // not a flag: train sets it when the training shards have loss masks
   bool packed = false;              // not a flag: ... and when those pack several records a sequence
+  RunTokenizer tokenizer;           // train's --tokenizer (not in the run flag table)
   int64_t seq_len = 0;              // 0: the model's n_positions
   int64_t micro_batch = 4;
   int64_t global_batch = 0;      // sequences per optimizer step; 0: from grad_accum_steps

@@ -61,7 +61,7 @@ class RecordWriter {
   // A record's first token is never counted: nothing of its record comes before it (an empty prompt).
   void push(int32_t token, bool counted) {
     const bool first = static_cast<int64_t>(out_.tokens.size()) == out_.record_starts.back();
-    out_.tokens.push_back(static_cast<uint16_t>(token));
+    out_.tokens.push_back(token);
     out_.loss_mask.push_back(counted && !first ? 1 : 0);
   }
 

@@ -28,7 +28,7 @@ struct InstructionKeys {
 // Records in file order, one after another: tokens, the mask of each token (1: the loss counts it as a
 // target), where each record starts and the line it came from (0: padding).
 struct TokenStream {
-  std::vector<uint16_t> tokens;
+  std::vector<int32_t> tokens;
   std::vector<uint8_t> loss_mask;
   std::vector<int64_t> record_starts, record_lines;
 };

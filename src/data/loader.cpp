@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <span>
 #include <stdexcept>
 
 #include "core/crc32c.h"
@@ -56,7 +57,8 @@ int64_t permute(int64_t pos, int64_t n, uint64_t seed, uint64_t stream) {
 
 struct Loader::Impl {
   LoaderConfig cfg;
-  uint16_t* window = nullptr;  // T+1 tokens, or (T+1)*2 mask bytes
+  char* window = nullptr;  // window_tokens ids of window_token_bytes each, read as tokens or mask bytes
+  int64_t window_bytes = 0;
   std::vector<ShardInfo> shards;
   std::vector<int64_t> samples;  // per shard, in path order
   int64_t total = 0;             // samples per epoch
@@ -89,7 +91,7 @@ struct Loader::Impl {
       if (file.fd < 0) fail_data("shard " + name + ": cannot open: " + std::strerror(errno));
       file.shard = s;
     }
-    const off_t elem_bytes = of_mask ? sizeof(uint8_t) : sizeof(uint16_t);
+    const off_t elem_bytes = of_mask ? 1 : shards[s].token_bytes;
     char* out = static_cast<char*>(dst);
     size_t left = static_cast<size_t>(count * elem_bytes);
     off_t offset = kHeaderBytes + first * elem_bytes;
@@ -105,21 +107,33 @@ struct Loader::Impl {
     }
   }
 
-  // Every token must be a valid id; checked once, a window at a time.
+  // Tokens [first, first + count) of shard s through the window, in pieces it holds: visit(offset, piece)
+  // for each, `piece` the ids of tokens first + offset on.
+  template <typename Visit>
+  void read_tokens(int64_t s, int64_t first, int64_t count, Visit&& visit) {
+    const int64_t width = shards[s].token_bytes, most = window_bytes / width;
+    for (int64_t offset = 0; offset < count; offset += most) {
+      const int64_t n = std::min(most, count - offset);
+      read(tokens, s, false, first + offset, n, window);
+      if (width == 2)
+        visit(offset, std::span<const uint16_t>(reinterpret_cast<const uint16_t*>(window), n));
+      else
+        visit(offset, std::span<const uint32_t>(reinterpret_cast<const uint32_t*>(window), n));
+    }
+  }
+
+  // Every token must be a valid id; checked once, a window at a time. The checksum is of the file's bytes.
   void scan(int64_t s) {
-    const int64_t chunk = cfg.seq_len + 1;
-    for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
-      const int64_t count = std::min(chunk, shards[s].num_tokens - first);
-      read(tokens, s, false, first, count, window);
-      crc = crc32c(window, static_cast<size_t>(count) * sizeof(uint16_t), crc);
-      for (int64_t i = 0; i < count; ++i) {
-        if (window[i] >= cfg.vocab_size) {
-          fail_data("shard " + shards[s].path + ": token " + std::to_string(window[i]) + " at position " +
-                    std::to_string(first + i) + " is not below the vocabulary size " +
+    read_tokens(s, 0, shards[s].num_tokens, [&](int64_t offset, auto piece) {
+      crc = crc32c(piece.data(), piece.size_bytes(), crc);
+      for (size_t i = 0; i < piece.size(); ++i) {
+        if (piece[i] >= static_cast<uint32_t>(cfg.vocab_size)) {
+          fail_data("shard " + shards[s].path + ": token " + std::to_string(piece[i]) + " at position " +
+                    std::to_string(offset + static_cast<int64_t>(i)) + " is not below the vocabulary size " +
                     std::to_string(cfg.vocab_size));
         }
       }
-    }
+    });
   }
 
   // The mask must be packed as the run is (for its seq_len, or not at all) and hold no other bits; read
@@ -135,7 +149,7 @@ struct Loader::Impl {
                 " (prepare --pack --seq-length N packs for N)");
     }
     const uint8_t max = max_loss_mask_value(packed_for);
-    const int64_t chunk = (cfg.seq_len + 1) * static_cast<int64_t>(sizeof(uint16_t));
+    const int64_t chunk = window_bytes;
     const auto* bytes = reinterpret_cast<const uint8_t*>(window);
     for (int64_t first = 0; first < shards[s].num_tokens; first += chunk) {
       const int64_t count = std::min(chunk, shards[s].num_tokens - first);
@@ -195,17 +209,17 @@ struct Loader::Impl {
   }
 };
 
-Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, uint16_t* window_buffer) {
+Loader::Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, void* window_buffer) {
   if (cfg.seq_len < 1 || cfg.seq_len >= std::numeric_limits<int32_t>::max())
     fail_usage("loader: seq_len " + std::to_string(cfg.seq_len) + " must be positive and fit a shard");
-  if (cfg.vocab_size < 1 || cfg.vocab_size > 65536) {
-    fail_usage("loader: vocab_size " + std::to_string(cfg.vocab_size) + " must be in [1, 65536]");
-  }
+  if (cfg.vocab_size < 1)
+    fail_usage("loader: vocab_size " + std::to_string(cfg.vocab_size) + " must be positive");
   if (shard_paths.empty()) fail_usage("loader: no shards given");
   if (shard_paths.size() > std::numeric_limits<uint32_t>::max()) fail_usage("loader: too many shards");
   auto impl = std::make_unique<Impl>();
   impl->cfg = cfg;
-  impl->window = window_buffer;
+  impl->window = static_cast<char*>(window_buffer);
+  impl->window_bytes = window_tokens(cfg) * window_token_bytes(cfg);
   for (const std::string& path : shard_paths) {
     impl->shards.push_back(open_shard(path));
     const int64_t n = impl->shards.back().num_tokens;
@@ -247,10 +261,16 @@ int64_t Loader::read(int64_t first, int64_t count, const SampleRows& rows) {
   int64_t counted = 0;
   for (int64_t row = 0; row < count; ++row) {
     const auto [s, k] = impl_->locate(first + row);
-    impl_->read(impl_->tokens, s, false, k * T, T + 1, impl_->window);
-    const uint16_t* window = impl_->window;
     int32_t *inputs = rows.inputs + row * T, *targets = rows.targets + row * T;
-    for (int64_t i = 0; i < T; ++i) inputs[i] = window[i], targets[i] = window[i + 1];
+    // Token j of the sample is input j (j < T) and target j - 1 (j > 0).
+    impl_->read_tokens(s, k * T, T + 1, [&](int64_t offset, auto piece) {
+      for (size_t i = 0; i < piece.size(); ++i) {
+        const int64_t j = offset + static_cast<int64_t>(i);
+        const auto id = static_cast<int32_t>(piece[i]);
+        if (j < T) inputs[j] = id;
+        if (j > 0) targets[j - 1] = id;
+      }
+    });
     counted += rows.loss_mask ? impl_->read_mask(s, k, rows.loss_mask + row * T,
                                                  rows.positions ? rows.positions + row * T : nullptr)
                               : T;

@@ -17,7 +17,7 @@ struct LoaderConfig {
   int64_t seq_len = 1;  // T: a shard of n tokens holds floor((n - 1) / T) samples, at offsets k*T
   bool shuffle = true;  // permute the shard order and each shard's sample order every epoch, seeded
   uint64_t seed = 0;
-  int32_t vocab_size = 0;  // tokens >= this are a data error naming the shard
+  int32_t vocab_size = 0;  // tokens >= this are a data error naming the shard; also sets the window's width
   bool loss_mask = false;  // every shard has a loss mask (data/shard.h), read with its tokens
   bool packed = false;     // the masks are packed for seq_len: positions restart at each record's start
 };
@@ -34,16 +34,22 @@ struct SampleRows {
 
 class Loader {
  public:
-  // window_buffer holds window_tokens(cfg) uint16 values and is owned by the caller (the memory plan's
-  // "other" category); the loader allocates nothing per batch. All shards are scanned once at construction
-  // (through window_buffer) for ids >= vocab_size, and their masks with cfg.loss_mask. Shards shorter than
-  // one sample, and shards whose masks disagree with cfg.loss_mask, are data errors.
-  Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, uint16_t* window_buffer);
+  // window_buffer holds window_tokens(cfg) ids of window_token_bytes(cfg) each and is owned by the caller
+  // (the memory plan's "other" category); the loader allocates nothing per batch. Shards of either width
+  // (data/shard.h), mixed or not, are read through it: a sample of a wider shard than the window, in pieces.
+  // All shards are scanned once at construction (through window_buffer) for ids >= vocab_size, and their
+  // masks with cfg.loss_mask. Shards shorter than one sample, and shards whose masks disagree with
+  // cfg.loss_mask, are data errors.
+  Loader(std::vector<std::string> shard_paths, const LoaderConfig& cfg, void* window_buffer);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
   static int64_t window_tokens(const LoaderConfig& cfg) { return cfg.seq_len + 1; }
+  // The bytes of an id below the vocabulary: 4 past 16 bits' ids (kMost16BitIds), else 2.
+  static int64_t window_token_bytes(const LoaderConfig& cfg) {
+    return cfg.vocab_size > kMost16BitIds ? 4 : 2;
+  }
   // Samples of seq_len targets in a shard of `tokens` (at least one token).
   static int64_t samples_in_shard(int64_t tokens, int64_t seq_len) { return (tokens - 1) / seq_len; }
 

@@ -48,7 +48,7 @@ TokenStream pack_records(const TokenStream& stream, int64_t first, int64_t last,
   const auto append_padding = [&](int64_t count) {
     out.record_starts.push_back(static_cast<int64_t>(out.tokens.size()));
     out.record_lines.push_back(0);
-    out.tokens.insert(out.tokens.end(), static_cast<size_t>(count), static_cast<uint16_t>(pad_token));
+    out.tokens.insert(out.tokens.end(), static_cast<size_t>(count), pad_token);
     out.loss_mask.insert(out.loss_mask.end(), static_cast<size_t>(count), uint8_t{0});
   };
   for (const std::vector<int64_t>& records : sequences) {

@@ -59,7 +59,8 @@ void write_split(const PrepareConfig& cfg, const std::string& split, const Token
     const std::string path =
         (std::filesystem::path(cfg.out_dir) / (cfg.name + "_" + split + suffix)).string();
     const int64_t end = std::min(last, start + chunk) + overlap;
-    write_shard(path, std::vector<uint16_t>(stream.tokens.begin() + start, stream.tokens.begin() + end));
+    write_shard(path, std::vector<int32_t>(stream.tokens.begin() + start, stream.tokens.begin() + end),
+                result.made_by);
     result.files.push_back(path);
     if (stream.loss_mask.empty()) continue;
     const std::string mask = loss_mask_path(path);
@@ -132,12 +133,11 @@ void refuse_earlier_shards(const PrepareConfig& cfg) {
 TokenStream read_documents(const std::vector<std::string>& inputs, const Tokenizer& tokenizer) {
   TokenStream stream;
   for (size_t d = 0; d < inputs.size(); ++d) {
-    if (d > 0 && tokenizer.end_of_text() >= 0)
-      stream.tokens.push_back(static_cast<uint16_t>(tokenizer.end_of_text()));
+    if (d > 0 && tokenizer.end_of_text() >= 0) stream.tokens.push_back(tokenizer.end_of_text());
     const std::vector<int32_t> tokens = tokenizer.encode(read_document(inputs[d]));
     // Shards of nothing would only fail later, in train, far from the cause.
     if (tokens.empty()) fail_data("input " + inputs[d] + ": empty, no text to tokenize");
-    for (int32_t t : tokens) stream.tokens.push_back(static_cast<uint16_t>(t));
+    stream.tokens.insert(stream.tokens.end(), tokens.begin(), tokens.end());
   }
   return stream;
 }
@@ -186,6 +186,7 @@ PrepareResult write_prepared(const PrepareConfig& cfg, const Tokenizer& tokenize
   std::filesystem::create_directories(cfg.out_dir, ec);
   if (ec) fail_data("--out " + cfg.out_dir + ": cannot create directory: " + ec.message());
   PrepareResult result;
+  result.made_by = {tokenizer.vocab_size(), tokenizer.fingerprint()};
   result.records = static_cast<int64_t>(stream.record_starts.size());
   result.record_tokens = static_cast<int64_t>(stream.tokens.size());
   result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
@@ -206,10 +207,6 @@ PrepareResult prepare_shards(const PrepareConfig& cfg, const Tokenizer& tokenize
     fail_usage("prepare: --pack needs --jsonl records and a positive --seq-length");
   if (cfg.shard_tokens < 1 || cfg.min_val_tokens < 0) {
     fail_usage("prepare: shard_tokens must be positive and min_val_tokens non-negative");
-  }
-  if (tokenizer.vocab_size() > 65536) {
-    fail_usage("prepare: tokenizer " + tokenizer.name() + " has " + std::to_string(tokenizer.vocab_size()) +
-               " tokens; shard tokens are uint16 (at most 65536)");
   }
   refuse_earlier_shards(cfg);  // before the input is read: a refusal costs nothing
   return write_prepared(cfg, tokenizer);

@@ -8,6 +8,7 @@
 
 #include "data/instruction.h"
 #include "data/pack.h"
+#include "data/shard.h"
 #include "data/tokenizer.h"
 
 namespace mt {
@@ -35,6 +36,7 @@ struct PrepareResult {
   int64_t records = 0, record_tokens = 0,
           counted_tokens = 0;  // instruction records, their tokens, those counted
   PackStats pack = {};         // with pack_seq_len
+  ShardTokenizer made_by;      // what every shard records: the tokenizer's vocabulary and fingerprint
   std::vector<std::string> files;
 };
 

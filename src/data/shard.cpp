@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -45,18 +46,20 @@ void sync_dir(const std::string& path) {
   }
 }
 
-// Writes header {magic, version, count, extra} and count elements of elem_bytes each, atomically.
-void write_with_header(const std::string& path, int32_t magic, int32_t version, int32_t extra,
-                       const void* data, size_t count, size_t elem_bytes) {
+using Header = std::array<int32_t, kShardHeaderInts>;
+
+// Writes `header` with [2] the count, then count elements of elem_bytes each, atomically.
+void write_with_header(const std::string& path, Header header, const void* data, size_t count,
+                       size_t elem_bytes) {
   if (count > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     fail_usage("shard " + path + ": " + std::to_string(count) + " tokens do not fit the int32 count");
   }
-  int32_t header[kShardHeaderInts] = {magic, version, static_cast<int32_t>(count), extra};
+  header[2] = static_cast<int32_t>(count);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail_shard(tmp, std::string("cannot create: ") + std::strerror(errno));
   try {
-    write_all(fd, reinterpret_cast<const char*>(header), sizeof(header), tmp);
+    write_all(fd, reinterpret_cast<const char*>(header.data()), sizeof(header), tmp);
     write_all(fd, static_cast<const char*>(data), count * elem_bytes, tmp);
     if (::fsync(fd) != 0) fail_shard(tmp, std::string("fsync failed: ") + std::strerror(errno));
   } catch (...) {
@@ -73,21 +76,19 @@ void write_with_header(const std::string& path, int32_t magic, int32_t version, 
   sync_dir(path);
 }
 
-struct HeaderFields {
-  int64_t count = 0;
-  int32_t extra = 0;  // header[3]
-};
+// The bytes of one element of a file of `version` (0: a version not read).
+using ElementBytes = int64_t (*)(int32_t version);
 
 // Checks the header {magic, version, count, ...} and that the file holds exactly count elements of
-// elem_bytes.
-HeaderFields read_checked_header(const std::string& path, int32_t magic, int32_t version,
-                                 int64_t elem_bytes) {
+// elem_bytes(version) bytes; `versions` names the versions read.
+Header read_checked_header(const std::string& path, int32_t magic, ElementBytes elem_bytes,
+                           const std::string& versions) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail_shard(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;
-  int32_t header[kShardHeaderInts];
+  Header header;
   const bool stat_ok = ::fstat(fd, &st) == 0;
-  const ssize_t got = stat_ok ? ::pread(fd, header, sizeof(header), 0) : -1;
+  const ssize_t got = stat_ok ? ::pread(fd, header.data(), sizeof(header), 0) : -1;
   ::close(fd);
   if (!stat_ok || got < 0) fail_shard(path, std::string("cannot read: ") + std::strerror(errno));
   if (got < kHeaderBytes) {
@@ -97,28 +98,61 @@ HeaderFields read_checked_header(const std::string& path, int32_t magic, int32_t
   if (header[0] != magic) {
     fail_shard(path, "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(magic) + ")");
   }
-  if (header[1] != version) {
-    fail_shard(path,
-               "bad version " + std::to_string(header[1]) + " (expected " + std::to_string(version) + ")");
-  }
+  const int64_t width = elem_bytes(header[1]);
+  if (width == 0)
+    fail_shard(path, "bad version " + std::to_string(header[1]) + " (expected " + versions + ")");
   if (header[2] < 0) fail_shard(path, "negative token count " + std::to_string(header[2]));
-  const int64_t expected = kHeaderBytes + int64_t{header[2]} * elem_bytes;
+  const int64_t expected = kHeaderBytes + int64_t{header[2]} * width;
   if (st.st_size != expected) {
     fail_shard(path, std::string(st.st_size < expected ? "truncated" : "oversized") + ": header says " +
-                         std::to_string(header[2]) + " tokens, expected " + std::to_string(expected) +
+                         std::to_string(header[2]) + " tokens of " + std::to_string(width) +
+                         (width == 1 ? " byte" : " bytes") + ", expected " + std::to_string(expected) +
                          " bytes, file has " + std::to_string(st.st_size));
   }
-  return {header[2], header[3]};
+  return header;
+}
+
+int64_t version_token_bytes(int32_t version) {
+  return version == kShardVersion16 ? 2 : version == kShardVersion32 ? 4 : 0;
+}
+
+int64_t mask_value_bytes(int32_t version) {
+  return version == kLossMaskVersion ? 1 : 0;
+}
+
+// The tokens at `width` bytes each, every one checked to fit.
+template <typename T>
+std::vector<T> narrowed(const std::string& path, const std::vector<int32_t>& tokens) {
+  std::vector<T> out(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || static_cast<uint64_t>(tokens[i]) > std::numeric_limits<T>::max())
+      throw std::logic_error("shard " + path + ": token " + std::to_string(tokens[i]) + " does not fit " +
+                             std::to_string(sizeof(T) * 8) + " bits");
+    out[i] = static_cast<T>(tokens[i]);
+  }
+  return out;
 }
 
 }  // namespace
 
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens) {
-  write_with_header(path, kShardMagic, kShardVersion, 0, tokens.data(), tokens.size(), sizeof(uint16_t));
+void write_shard(const std::string& path, const std::vector<int32_t>& tokens, const ShardTokenizer& made_by) {
+  const bool wide = shard_token_bytes(made_by) == 4;
+  const Header header = {kShardMagic, wide ? kShardVersion32 : kShardVersion16, 0, made_by.vocab_size,
+                         static_cast<int32_t>(made_by.fingerprint)};
+  if (wide) {
+    const std::vector<uint32_t> body = narrowed<uint32_t>(path, tokens);
+    write_with_header(path, header, body.data(), body.size(), sizeof(uint32_t));
+  } else {
+    const std::vector<uint16_t> body = narrowed<uint16_t>(path, tokens);
+    write_with_header(path, header, body.data(), body.size(), sizeof(uint16_t));
+  }
 }
 
 ShardInfo open_shard(const std::string& path) {
-  return {path, read_checked_header(path, kShardMagic, kShardVersion, sizeof(uint16_t)).count};
+  const Header h =
+      read_checked_header(path, kShardMagic, version_token_bytes, "1: uint16 tokens, or 2: uint32");
+  if (h[3] < 0) fail_shard(path, "negative tokenizer vocabulary size " + std::to_string(h[3]));
+  return {path, h[2], version_token_bytes(h[1]), {h[3], static_cast<uint32_t>(h[4])}};
 }
 
 std::string loss_mask_path(const std::string& shard_path) {
@@ -129,18 +163,18 @@ void write_loss_mask(const std::string& path, const std::vector<uint8_t>& mask, 
   const uint8_t max = max_loss_mask_value(packed_seq_len);
   if (std::any_of(mask.begin(), mask.end(), [&](uint8_t v) { return v > max; }))
     throw std::logic_error("loss mask " + path + ": values must be at most " + std::to_string(max));
-  write_with_header(path, kLossMaskMagic, kLossMaskVersion, static_cast<int32_t>(packed_seq_len), mask.data(),
-                    mask.size(), sizeof(uint8_t));
+  write_with_header(path, {kLossMaskMagic, kLossMaskVersion, 0, static_cast<int32_t>(packed_seq_len)},
+                    mask.data(), mask.size(), sizeof(uint8_t));
 }
 
 int64_t check_loss_mask(const std::string& path, int64_t num_tokens) {
-  const HeaderFields h = read_checked_header(path, kLossMaskMagic, kLossMaskVersion, sizeof(uint8_t));
-  if (h.count != num_tokens) {
-    fail_shard(path, "loss mask of " + std::to_string(h.count) + " tokens, but its shard has " +
+  const Header h = read_checked_header(path, kLossMaskMagic, mask_value_bytes, "1");
+  if (h[2] != num_tokens) {
+    fail_shard(path, "loss mask of " + std::to_string(h[2]) + " tokens, but its shard has " +
                          std::to_string(num_tokens));
   }
-  if (h.extra < 0) fail_shard(path, "negative packed sequence length " + std::to_string(h.extra));
-  return h.extra;
+  if (h[3] < 0) fail_shard(path, "negative packed sequence length " + std::to_string(h[3]));
+  return h[3];
 }
 
 bool shards_have_loss_masks(const std::vector<std::string>& shard_paths) {

@@ -1,8 +1,15 @@
-// Token shards in llm.c's format: a header of 256 int32 (magic 20240520, version 1, token count, rest zero),
-// then the tokens as uint16. A shard may have a loss mask beside it (X.bin -> X.mask): the same header with
-// magic 20261201, version 1 and [3] the sequence length its records were packed for (0: not packed), then one
-// uint8 per token of X.bin: bit 0 set when the loss counts that token as a target (it is predicted from the
-// tokens before it), bit 1, in packed masks only, when the token starts a record.
+// Token shards in llm.c's format: a header of 256 int32, then the tokens. The header:
+//   [0] magic 20240520
+//   [1] version: 1 for uint16 tokens, 2 for uint32 tokens (llm.c's own convention: GPT-2's vs LLaMA-3's)
+//   [2] the token count
+//   [3] the vocabulary size of the tokenizer that made the shard, 0 when not recorded (llm.c's shards, and
+//       memtrain's from before it was recorded)
+//   [4] that tokenizer's fingerprint (Tokenizer::fingerprint, a CRC-32C, as the int32 of its bits)
+//   rest zero.
+// A shard may have a loss mask beside it (X.bin -> X.mask): the same header with magic 20261201, version 1
+// and [3] the sequence length its records were packed for (0: not packed), then one uint8 per token of X.bin:
+// bit 0 set when the loss counts that token as a target (it is predicted from the tokens before it), bit 1,
+// in packed masks only, when the token starts a record.
 #pragma once
 
 #include <cstdint>
@@ -12,11 +19,29 @@
 namespace mt {
 
 constexpr int32_t kShardMagic = 20240520;
-constexpr int32_t kShardVersion = 1;
+constexpr int32_t kShardVersion16 = 1, kShardVersion32 = 2;
 constexpr int64_t kShardHeaderInts = 256;
+// Tokenizers of more ids than this write 32-bit shards.
+constexpr int32_t kMost16BitIds = 65536;
 
-// Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written shard.
-void write_shard(const std::string& path, const std::vector<uint16_t>& tokens);
+// The tokenizer a shard records having made it.
+struct ShardTokenizer {
+  int32_t vocab_size = 0;  // 0: not recorded
+  uint32_t fingerprint = 0;
+  bool recorded() const { return vocab_size > 0; }
+  bool operator==(const ShardTokenizer&) const = default;
+};
+
+// The bytes of each token in a shard made by `made_by`: 4 when it has more than kMost16BitIds ids, else 2.
+inline int64_t shard_token_bytes(const ShardTokenizer& made_by) {
+  return made_by.vocab_size > kMost16BitIds ? 4 : 2;
+}
+
+// Writes atomically (temporary file, fsync, rename): a crash never leaves a half-written shard. Version 2
+// (uint32) or 1 (uint16) as shard_token_bytes(made_by) says; a token that is negative or does not fit that
+// width is a logic error.
+void write_shard(const std::string& path, const std::vector<int32_t>& tokens,
+                 const ShardTokenizer& made_by = {});
 
 constexpr int32_t kLossMaskMagic = 20261201;
 constexpr int32_t kLossMaskVersion = 1;
@@ -44,11 +69,13 @@ bool masks_count_a_target(const std::vector<std::string>& shard_paths);
 // data error naming two shards that differ.
 int64_t packed_seq_len(const std::vector<std::string>& shard_paths);
 
-// Opens and checks a shard without loading its tokens: magic, version, size matches the count.
-// Every failure is a data error naming the file.
+// Opens and checks a shard without loading its tokens: magic, version, size matches the count and the
+// version's width. Every failure is a data error naming the file.
 struct ShardInfo {
   std::string path;
   int64_t num_tokens = 0;
+  int64_t token_bytes = 2;  // 2 (version 1) or 4 (version 2)
+  ShardTokenizer made_by;
 };
 ShardInfo open_shard(const std::string& path);
 

@@ -68,9 +68,11 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   const auto host_buffer = [&](const std::string& name, int64_t elements, DType dtype) {
     return table.add({.name = name, .shape = {elements}, .dtype = dtype, .space = MemorySpace::host});
   };
-  run.train_window = host_buffer("loader.train.window", Loader::window_tokens(run.train_data), DType::u16);
+  // Ids of a vocabulary past 16 bits take 4 bytes in the window (data/loader.h).
+  const DType window_dtype = Loader::window_token_bytes(run.train_data) == 4 ? DType::i32 : DType::u16;
+  run.train_window = host_buffer("loader.train.window", Loader::window_tokens(run.train_data), window_dtype);
   if (cfg.eval_interval > 0)
-    run.val_window = host_buffer("loader.val.window", Loader::window_tokens(run.val_data), DType::u16);
+    run.val_window = host_buffer("loader.val.window", Loader::window_tokens(run.val_data), window_dtype);
   // Checkpoints stream tensors straight from the model states; reading files back to checksum them goes
   // through this buffer, at most one tensor (and 1 MiB) in size.
   if (!cfg.save.empty() || !cfg.load.empty() || cfg.resume != ResumeMode::off || cfg.verify_resume > 0) {

@@ -10,6 +10,7 @@
 #include "ckpt/writer.h"
 #include "config/check_config.h"
 #include "config/data_bounds.h"
+#include "config/data_vocabulary.h"
 #include "core/error.h"
 #include "data/shard.h"
 #include "train/job_agreement.h"
@@ -123,6 +124,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
     check_config(cfg);
     data_parallel_size(cfg, comm.size());
     check_data_bounds(cfg, comm.size());
+    check_data_vocabulary(cfg);
   });
   agree_on_failure(comm, [&] { check_same_settings(cfg, comm); });
   // Where the run writes, claimed before anything else can fail half-way (train/run_directories.h).

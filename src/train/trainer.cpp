@@ -121,11 +121,9 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
     if (cfg.lora.enabled() && !cfg.save.empty()) base_files();
   }
   if (!cfg.init_adapter.empty()) load_peft_adapter(cfg.init_adapter, spec_, model_, memory, cfg.lora);
-  train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data,
-                                           static_cast<uint16_t*>(memory.data(run_.train_window)));
+  train_loader_ = std::make_unique<Loader>(train_shards, run_.train_data, memory.data(run_.train_window));
   if (evaluating_)
-    val_loader_ = std::make_unique<Loader>(val_shards, run_.val_data,
-                                           static_cast<uint16_t*>(memory.data(run_.val_window)));
+    val_loader_ = std::make_unique<Loader>(val_shards, run_.val_data, memory.data(run_.val_window));
 
   std::vector<ParamGroup> groups;
   // A parameter every tensor-parallel rank holds whole counts once in the gradient's norm: on the first; a

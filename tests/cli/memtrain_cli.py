@@ -154,10 +154,20 @@ def crc32c(data: bytes) -> int:
     return crc ^ 0xFFFFFFFF
 
 
-def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION):
-    """An llm.c token shard: 256 int32 header [magic, version, token count, 0...], then uint16 tokens."""
-    header = [magic, version, len(tokens)] + [0] * (SHARD_HEADER_INTS - 3)
-    path.write_bytes(struct.pack(f"<{SHARD_HEADER_INTS}i", *header) + struct.pack(f"<{len(tokens)}H", *tokens))
+def write_shard(path: Path, tokens, magic=SHARD_MAGIC, version=SHARD_VERSION, made_by=(0, 0)):
+    """An llm.c token shard: 256 int32 header [magic, version, token count, the vocabulary size and fingerprint
+    of the tokenizer that made it (0: not recorded), 0...], then the tokens: uint32 in version 2, else uint16."""
+    vocab_size, fingerprint = made_by
+    header = struct.pack("<3iiI", magic, version, len(tokens), vocab_size, fingerprint)
+    header += bytes(4 * SHARD_HEADER_INTS - len(header))
+    path.write_bytes(header + struct.pack(f"<{len(tokens)}{'I' if version == 2 else 'H'}", *tokens))
+
+
+def read_shard_header(path: Path) -> list:
+    """The 256 int32 of a shard's header, [4] (the tokenizer's fingerprint) as unsigned."""
+    header = list(struct.unpack_from(f"<{SHARD_HEADER_INTS}i", Path(path).read_bytes()))
+    header[4] &= 0xFFFFFFFF
+    return header
 
 
 def read_safetensors(path: Path, dtype="F32") -> dict:

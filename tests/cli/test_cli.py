@@ -77,7 +77,7 @@ class BadShards(CliTestCase):
         self.assert_train_fails(1, shard, data=shard.parent)
 
     def test_wrong_version(self):
-        shard = self.train_shard(self.good_tokens(), version=2)
+        shard = self.train_shard(self.good_tokens(), version=3)
         self.assert_train_fails(1, shard, data=shard.parent)
 
     def test_truncated_body(self):

@@ -27,7 +27,7 @@ TEST(DataInstruction, KeysAndTemplate) {
   auto bytes = make_byte_tokenizer();
   const TokenStream s =
       read_instruction_records(dir.file("r.jsonl"), {.prompt = "q", .completion = "a"}, *bytes);
-  const std::vector<uint16_t> tokens = {'Q', '?', 'A', '.', 0, 'y', 'z', 0};
+  const std::vector<int32_t> tokens = {'Q', '?', 'A', '.', 0, 'y', 'z', 0};
   EXPECT_EQ(s.tokens, tokens);
   // An empty prompt: the completion's first token starts the record and is not counted.
   EXPECT_EQ(s.loss_mask, (std::vector<uint8_t>{0, 0, 1, 1, 1, 0, 1, 1}));
@@ -44,7 +44,7 @@ TEST(DataInstruction, ChatCountsTheAssistantTurns) {
   auto bytes = make_byte_tokenizer();
   const TokenStream s = read_instruction_records(dir.file("c.jsonl"), {}, *bytes);
   const std::string text = "<|user|>\nhi\n<|assistant|>\nyo\n<|user|>\n?\n<|assistant|>\n!\n";
-  std::vector<uint16_t> tokens(text.begin(), text.end());
+  std::vector<int32_t> tokens(text.begin(), text.end());
   tokens.push_back(0);
   EXPECT_EQ(s.tokens, tokens);
   std::vector<uint8_t> mask(tokens.size(), 0);
@@ -71,7 +71,7 @@ TEST(DataInstruction, GptTwoClosesRecordsWithEndOfText) {
   test::TempDir dir;
   test::write_text(dir.file("r.jsonl"), "{\"prompt\": \"a\\u0000\", \"completion\": \"b\"}\n");
   const TokenStream s = read_instruction_records(dir.file("r.jsonl"), {}, tokenizer);
-  EXPECT_EQ(s.tokens, (std::vector<uint16_t>{'a', 0, 'b', 50256}));
+  EXPECT_EQ(s.tokens, (std::vector<int32_t>{'a', 0, 'b', 50256}));
 }
 
 TEST(DataInstruction, BadRecordsNameTheFileAndLine) {
@@ -150,8 +150,8 @@ TEST(DataInstruction, PrepareWritesMasksBesideTheShardsAndSplitsOnRecords) {
 TEST(DataInstruction, LoaderReadsTheTargetsMask) {
   test::TempDir dir;
   const std::string shard = dir.file("m_train_000000.bin");
-  std::vector<uint16_t> tokens(9);
-  for (int i = 0; i < 9; ++i) tokens[i] = static_cast<uint16_t>(i);
+  std::vector<int32_t> tokens(9);
+  for (int i = 0; i < 9; ++i) tokens[i] = i;
   write_shard(shard, tokens);
   write_loss_mask(loss_mask_path(shard), {1, 0, 1, 1, 0, 0, 1, 0, 1});
   std::vector<uint16_t> window(5);
@@ -167,7 +167,7 @@ TEST(DataInstruction, LoaderReadsTheTargetsMask) {
 
   test::expect_data_error([&] { Loader({shard}, {.seq_len = 4, .vocab_size = 16}, window.data()); },
                           shard + ": has a loss mask");
-  write_shard(shard, std::vector<uint16_t>(tokens.begin(), tokens.end() - 1));
+  write_shard(shard, std::vector<int32_t>(tokens.begin(), tokens.end() - 1));
   test::expect_data_error(
       [&] { Loader({shard}, {.seq_len = 4, .vocab_size = 16, .loss_mask = true}, window.data()); },
       "loss mask of 9 tokens, but its shard has 8");

@@ -5,21 +5,24 @@
 
 #include "data/loader.h"
 #include "data_test_util.h"
+#include "layout/run_layout.h"
 
 namespace mt {
 namespace {
 
-// Shards whose tokens are their positions in one stream (mod vocab), so every window is identifiable.
+// Shards whose tokens are their positions in one stream (mod 1000, plus `base`), so every window is
+// identifiable; shard s made by made_by[s] (16-bit ids when not given).
 struct Shards {
   test::TempDir dir;
   std::vector<std::string> paths;
-  std::vector<uint16_t> stream;
-  explicit Shards(const std::vector<int64_t>& sizes) {
+  std::vector<int32_t> stream;
+  explicit Shards(const std::vector<int64_t>& sizes, int32_t base = 0,
+                  const std::vector<ShardTokenizer>& made_by = {}) {
     for (size_t s = 0; s < sizes.size(); ++s) {
-      std::vector<uint16_t> tokens(sizes[s]);
-      for (uint16_t& t : tokens) t = static_cast<uint16_t>(stream.size() % 1000), stream.push_back(t);
+      std::vector<int32_t> tokens(sizes[s]);
+      for (int32_t& t : tokens) t = base + static_cast<int32_t>(stream.size() % 1000), stream.push_back(t);
       paths.push_back(dir.file("d_train_00000" + std::to_string(s) + ".bin"));
-      write_shard(paths.back(), tokens);
+      write_shard(paths.back(), tokens, s < made_by.size() ? made_by[s] : ShardTokenizer{});
     }
   }
 };
@@ -115,7 +118,7 @@ TEST(DataLoader, AStepsSamplesDoNotDependOnItsSplit) {
 TEST(DataLoader, BadTokensAndShortShardsNameTheFile) {
   test::TempDir dir;
   const std::string path = dir.file("d_train_000000.bin");
-  std::vector<uint16_t> tokens(50, 5);
+  std::vector<int32_t> tokens(50, 5);
   tokens[37] = 1000;
   write_shard(path, tokens);
   const LoaderConfig cfg = config(4, false, 0);
@@ -125,6 +128,86 @@ TEST(DataLoader, BadTokensAndShortShardsNameTheFile) {
   write_shard(path, {1, 2, 3});
   test::expect_data_error([&] { Loader(std::vector<std::string>{path}, cfg, buffer.data()); },
                           path + ": 3 tokens, fewer than one sample");
+}
+
+// Every sample of an in-order epoch: the stream shifted by one, whatever width each shard stores.
+void expect_in_order_rows(Loader& loader, const Shards& shards, int64_t t,
+                          const std::vector<int64_t>& sizes) {
+  int64_t row = 0, shard_start = 0;
+  for (const int64_t size : sizes) {
+    for (int64_t k = 0; k < Loader::samples_in_shard(size, t); ++k, ++row) {
+      const std::vector<int32_t> got = rows(loader, t, row, 1);
+      const auto at = shards.stream.begin() + shard_start + k * t;
+      ASSERT_EQ(std::vector<int32_t>(got.begin(), got.begin() + t), std::vector<int32_t>(at, at + t)) << row;
+      ASSERT_EQ(std::vector<int32_t>(got.begin() + t, got.end()), std::vector<int32_t>(at + 1, at + t + 1))
+          << row;
+    }
+    shard_start += size;
+  }
+  EXPECT_EQ(row, loader.samples_per_epoch());
+}
+
+// A vocabulary past 16 bits: 32-bit shards beside a 16-bit one, read through a window of 4-byte ids.
+TEST(DataLoader, ReadsThirtyTwoBitShardsBesideSixteenBitOnes) {
+  const ShardTokenizer wide{.vocab_size = 70'000, .fingerprint = 0xfeedbeefu};
+  const std::vector<int64_t> sizes = {23, 9, 17};
+  Shards shards(sizes, 0, {wide, {}, wide});
+  ASSERT_EQ(open_shard(shards.paths[0]).token_bytes, 4);
+  ASSERT_EQ(open_shard(shards.paths[1]).token_bytes, 2);
+  LoaderConfig cfg = config(3, false, 0);
+  cfg.vocab_size = 70'000;
+  ASSERT_EQ(Loader::window_token_bytes(cfg), 4);
+  std::vector<int32_t> buffer(Loader::window_tokens(cfg));
+  Loader loader(shards.paths, cfg, buffer.data());
+  expect_in_order_rows(loader, shards, 3, sizes);
+
+  // Ids past 65,535, as Qwen3's and Gemma-3's are.
+  Shards high(sizes, 69'000, {wide, wide, wide});
+  Loader high_loader(high.paths, cfg, buffer.data());
+  expect_in_order_rows(high_loader, high, 3, sizes);
+  cfg.vocab_size = 69'040;  // the third shard's position 8 holds stream position 40
+  test::expect_data_error(
+      [&] { Loader(high.paths, cfg, buffer.data()); },
+      high.paths[2] + ": token 69040 at position 8 is not below the vocabulary size 69040");
+}
+
+// A 32-bit shard under a vocabulary of 16-bit ids (llm.c's LLaMA-3 shards of small ids): the window of 2-byte
+// ids holds half a sample of the file's, read in pieces, T odd and even.
+TEST(DataLoader, ReadsThirtyTwoBitShardsThroughANarrowWindow) {
+  const std::vector<int64_t> sizes = {23, 30};
+  Shards shards(sizes, 0, {{.vocab_size = 70'000}, {.vocab_size = 70'000}});
+  for (const int64_t t : {1, 4, 7}) {
+    SCOPED_TRACE(t);
+    const LoaderConfig cfg = config(t, false, 0);
+    ASSERT_EQ(Loader::window_token_bytes(cfg), 2);
+    std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
+    Loader loader(shards.paths, cfg, buffer.data());
+    expect_in_order_rows(loader, shards, t, sizes);
+  }
+}
+
+// The plan holds each loader's window at the width of the model's ids: 2 bytes up to 65,536 ids, 4 past.
+TEST(DataLoader, ThePlanHoldsTheWindowAtTheWidthOfTheModelsIds) {
+  test::TempDir dir;
+  const auto window = [&](int64_t vocab_size) {
+    const std::string model = dir.file("vocab" + std::to_string(vocab_size) + ".json");
+    test::write_text(model,
+                     R"({"n_layer": 2, "n_head": 4, "n_embd": 64, "n_positions": 128, "vocab_size": )" +
+                         std::to_string(vocab_size) + "}");
+    TrainConfig cfg;
+    cfg.model = model;
+    cfg.seq_len = 32;
+    cfg.train_iters = 1;
+    const RunLayout run =
+        lay_out_run(cfg, ParallelRank{.dp = 1}, {.cpu_isa = process_cpu_isa(), .threads = 1}, 0);
+    const TensorTable& table = run.model.graph.table;
+    EXPECT_EQ(table[run.train_window].numel(), 33);
+    EXPECT_EQ(table[run.val_window].dtype, table[run.train_window].dtype);
+    return table[run.train_window].dtype;
+  };
+  EXPECT_EQ(window(65'536), DType::u16);
+  EXPECT_EQ(window(65'537), DType::i32);
+  EXPECT_EQ(window(151'669), DType::i32);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ TokenStream records_of(const std::vector<int64_t>& lengths) {
     s.record_starts.push_back(static_cast<int64_t>(s.tokens.size()));
     s.record_lines.push_back(static_cast<int64_t>(r + 1));
     for (int64_t i = 0; i < lengths[r]; ++i) {
-      s.tokens.push_back(static_cast<uint16_t>(r + 1));
+      s.tokens.push_back(static_cast<int32_t>(r + 1));
       s.loss_mask.push_back(i > 0 ? 1 : 0);
     }
   }
@@ -32,7 +32,7 @@ TEST(DataPack, BestFitDecreasingKeepsRecordsWholeAndPads) {
   const TokenStream in = records_of({3, 5, 1, 4, 2});
   PackStats stats;
   const TokenStream out = pack_records(in, 0, 5, 8, 0, "r.jsonl", stats);
-  const std::vector<uint16_t> tokens = {2, 2, 2, 2, 2, 1, 1, 1, 4, 4, 4, 4, 5, 5, 3, 0, 0};
+  const std::vector<int32_t> tokens = {2, 2, 2, 2, 2, 1, 1, 1, 4, 4, 4, 4, 5, 5, 3, 0, 0};
   EXPECT_EQ(out.tokens, tokens);
   EXPECT_EQ(out.record_starts, (std::vector<int64_t>{0, 5, 8, 12, 14, 15, 16}));
   EXPECT_EQ(out.loss_mask[5], 0);  // each record's first token stays uncounted
