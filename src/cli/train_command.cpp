@@ -63,7 +63,8 @@ TrainConfig resolve_once_per_job(const CLI::App& cmd, const TrainArgs& args) {
 
 void add_train_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("train", "train a model on token shards, reporting its memory plan");
-  auto args = std::make_shared<TrainArgs>(TrainArgs{.flags = add_run_flags(*cmd)});
+  auto args = std::make_shared<TrainArgs>();
+  args->flags = add_run_flags(*cmd);
   cmd->get_option("--data")->required();
   cmd->get_option("--train-iters")->required();
   cmd->add_option("--memory-limit", args->memory_limit,
