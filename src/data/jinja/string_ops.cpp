@@ -1,0 +1,96 @@
+// Python's str methods on UTF-8 text; case mapping changes ASCII letters only.
+#include "data/jinja/string_ops.h"
+
+#include <cctype>
+
+namespace mt::jinja {
+
+bool py_space(unsigned char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
+  const auto strips = [&](char c) {
+    return chars.is_string() ? chars.str().find(c) != std::string::npos
+                             : py_space(static_cast<unsigned char>(c));
+  };
+  size_t begin = 0, end = s.size();
+  while (left && begin < end && strips(s[begin])) ++begin;
+  while (right && end > begin && strips(s[end - 1])) --end;
+  return s.substr(begin, end - begin);
+}
+
+std::string map_case(std::string s, int (*f)(int)) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string capitalize(const std::string& s) {
+  std::string out = map_case(s, [](int c) { return std::tolower(c); });
+  if (!out.empty() && static_cast<unsigned char>(out[0]) < 0x80)
+    out[0] = static_cast<char>(std::toupper(out[0]));
+  return out;
+}
+
+std::string title(const std::string& s) {
+  std::string out = s;
+  bool word_start = true;
+  for (char& c : out) {
+    const auto u = static_cast<unsigned char>(c);
+    const bool letter = std::isalpha(u);
+    if (u < 0x80) c = static_cast<char>(word_start ? std::toupper(u) : std::tolower(u));
+    word_start = !letter && u < 0x80;
+  }
+  return out;
+}
+
+std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count) {
+  std::string out;
+  size_t pos = 0;
+  for (int64_t done = 0; count < 0 || done < count; ++done) {
+    const size_t hit = from.empty() ? (pos <= s.size() ? pos : std::string::npos) : s.find(from, pos);
+    if (hit == std::string::npos) break;
+    out += s.substr(pos, hit - pos) + to;
+    if (from.empty()) {
+      if (hit < s.size()) out += s[hit];
+      pos = hit + 1;
+    } else {
+      pos = hit + from.size();
+    }
+  }
+  return pos <= s.size() ? out + s.substr(pos) : out;
+}
+
+// str.split(sep=None, maxsplit=-1).
+List split(const std::string& s, const Value& sep, int64_t maxsplit) {
+  List out;
+  if (sep.undefined() || sep.none()) {
+    size_t i = 0;
+    while (true) {
+      while (i < s.size() && py_space(static_cast<unsigned char>(s[i]))) ++i;
+      if (i == s.size()) break;
+      size_t end = i;
+      if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
+        out.push_back(strip(s.substr(i), Value{}, false, true));
+        break;
+      }
+      while (end < s.size() && !py_space(static_cast<unsigned char>(s[end]))) ++end;
+      out.push_back(s.substr(i, end - i));
+      i = end;
+    }
+    return out;
+  }
+  if (!sep.is_string()) throw ValueError("split's separator must be a string, not " + type_name(sep));
+  const std::string& d = sep.str();
+  if (d.empty()) throw ValueError("split: empty separator");
+  size_t pos = 0;
+  for (size_t hit; (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) &&
+                   (hit = s.find(d, pos)) != std::string::npos;
+       pos = hit + d.size())
+    out.push_back(s.substr(pos, hit - pos));
+  out.push_back(s.substr(pos));
+  return out;
+}
+
+}  // namespace mt::jinja
