@@ -189,6 +189,14 @@ class Lexer {
       floating = true;
       for (++end; end < src_.size() && std::isdigit(static_cast<unsigned char>(src_[end]));) ++end;
     }
+    if (end < src_.size() && (src_[end] == 'e' || src_[end] == 'E')) {  // 1e20, 2.5e-3
+      size_t exp = end + 1;
+      if (exp < src_.size() && (src_[exp] == '+' || src_[exp] == '-')) ++exp;
+      if (exp < src_.size() && std::isdigit(static_cast<unsigned char>(src_[exp]))) {
+        floating = true;
+        for (end = exp; end < src_.size() && std::isdigit(static_cast<unsigned char>(src_[end]));) ++end;
+      }
+    }
     std::string digits;
     for (size_t i = pos_; i < end; ++i)
       if (src_[i] != '_') digits += src_[i];
