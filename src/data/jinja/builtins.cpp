@@ -1,4 +1,4 @@
-// Filters, tests and methods: each a function of its operand and arguments, by name in a table.
+// Filters and tests: each a function of its operand and arguments, by name in a table.
 #include "data/jinja/builtins.h"
 
 #include <algorithm>
@@ -89,8 +89,11 @@ List pairs_of(const Dict& d) {
 
 using Filter = std::function<Value(const Value&, const Args&)>;
 
-const std::map<std::string, Filter>& filters() {
-  static const std::map<std::string, Filter> table = {
+using Filters = std::map<std::string, Filter>;
+
+// Filters of strings and of any value's text.
+Filters text_filters() {
+  return {
       {"trim",
        [](const Value& v, const Args& a) {
          a.at_most(1, {"chars"});
@@ -100,16 +103,6 @@ const std::map<std::string, Filter>& filters() {
        [](const Value& v, const Args& a) {
          a.at_most(1, {"indent"});
          return Value(to_json_text(v, static_cast<int>(int_arg(a.get(0, "indent"), -1, a.what))));
-       }},
-      {"length",
-       [](const Value& v, const Args& a) {
-         a.at_most(0, {});
-         return Value(length_of(v));
-       }},
-      {"count",
-       [](const Value& v, const Args& a) {
-         a.at_most(0, {});
-         return Value(length_of(v));
        }},
       {"upper",
        [](const Value& v, const Args& a) {
@@ -138,6 +131,33 @@ const std::map<std::string, Filter>& filters() {
          const Value fallback = a.get(0, "default_value");
          return use_default ? (fallback.undefined() ? Value("") : fallback) : v;
        }},
+      {"replace",
+       [](const Value& v, const Args& a) {
+         a.at_most(3, {"old", "new", "count"});
+         return Value(replace(need_string(v, a.what), a.text(0, "old"), a.text(1, "new"),
+                              int_arg(a.get(2, "count"), -1, a.what)));
+       }},
+      {"string",
+       [](const Value& v, const Args& a) {
+         a.at_most(0, {});
+         return Value(to_str(v));
+       }},
+  };
+}
+
+// Filters of sequences and numbers.
+Filters sequence_filters() {
+  return {
+      {"length",
+       [](const Value& v, const Args& a) {
+         a.at_most(0, {});
+         return Value(length_of(v));
+       }},
+      {"count",
+       [](const Value& v, const Args& a) {
+         a.at_most(0, {});
+         return Value(length_of(v));
+       }},
       {"join",
        [](const Value& v, const Args& a) {
          a.at_most(1, {"d"});
@@ -146,12 +166,6 @@ const std::map<std::string, Filter>& filters() {
          const List items = items_of(v, a.what);
          for (size_t i = 0; i < items.size(); ++i) out += (i ? to_str(sep) : "") + to_str(items[i]);
          return Value(out);
-       }},
-      {"replace",
-       [](const Value& v, const Args& a) {
-         a.at_most(3, {"old", "new", "count"});
-         return Value(replace(need_string(v, a.what), a.text(0, "old"), a.text(1, "new"),
-                              int_arg(a.get(2, "count"), -1, a.what)));
        }},
       {"first",
        [](const Value& v, const Args& a) {
@@ -187,11 +201,6 @@ const std::map<std::string, Filter>& filters() {
          if (!v.is_dict()) throw ValueError(a.what + " needs a dict, not " + type_name(v));
          return Value(pairs_of(v.dict()));
        }},
-      {"string",
-       [](const Value& v, const Args& a) {
-         a.at_most(0, {});
-         return Value(to_str(v));
-       }},
       {"int",
        [](const Value& v, const Args& a) {
          a.at_most(0, {});
@@ -214,6 +223,14 @@ const std::map<std::string, Filter>& filters() {
          throw ValueError(a.what + " needs a number, not " + type_name(v));
        }},
   };
+}
+
+const Filters& filters() {
+  static const Filters table = [] {
+    Filters all = text_filters();
+    all.merge(sequence_filters());
+    return all;
+  }();
   return table;
 }
 
