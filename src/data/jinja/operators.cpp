@@ -1,5 +1,6 @@
 // Python's operators, indexing and slicing on template values.
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "data/jinja/builtins.h"
@@ -26,16 +27,17 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (integral(a) && integral(b) && op != "/") {
     const int64_t x = as_int(a), y = as_int(b);
     if ((op == "//" || op == "%") && y == 0) throw ValueError("integer division or modulo by zero");
-    if (op == "+") return x + y;
-    if (op == "-") return x - y;
-    if (op == "*") return x * y;
+    int64_t r = 1;
+    bool overflow = (op == "//" || op == "%") && y == -1 && x == INT64_MIN;
+    if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
+    if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
+    if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+    if (op == "**" && y >= 0)
+      for (int64_t k = 0; k < y && !overflow; ++k) overflow = __builtin_mul_overflow(r, x, &r);
+    if (overflow) throw ValueError("integer " + op + " overflows 64 bits");
     if (op == "//") return x / y - ((x % y != 0 && (x < 0) != (y < 0)) ? 1 : 0);
-    if (op == "%") return ((x % y) + y) % y;
-    if (y >= 0) {
-      int64_t r = 1;
-      for (int64_t k = 0; k < y; ++k) r *= x;
-      return r;
-    }
+    if (op == "%") return x % y != 0 && (x % y < 0) != (y < 0) ? x % y + y : x % y;
+    if (op != "**" || y >= 0) return r;
   }
   const double x = a.is_bool() ? as_int(a) : a.number(), y = b.is_bool() ? as_int(b) : b.number();
   if ((op == "/" || op == "//" || op == "%") && y == 0) throw ValueError("float division by zero");
@@ -48,7 +50,11 @@ Value arithmetic(const std::string& op, const Value& a, const Value& b) {
   return std::pow(x, y);
 }
 
+// Python's sequence * n; a result beyond 1 GiB (or a billion items) is refused, not attempted.
 Value repeat(const Value& seq, int64_t times) {
+  const size_t size = seq.is_string() ? seq.str().size() : seq.list().size();
+  if (times > 0 && size > 0 && static_cast<uint64_t>(times) > (uint64_t{1} << 30) / size)
+    throw ValueError("a sequence repeated " + std::to_string(times) + " times is too large");
   if (seq.is_string()) {
     std::string out;
     for (int64_t i = 0; i < times; ++i) out += seq.str();
@@ -122,6 +128,7 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
 Value unary_op(const std::string& op, const Value& a) {
   if (!numeric(a)) throw ValueError("bad operand type for unary " + op + ": " + type_name(a));
   if (op == "+") return integral(a) ? Value(as_int(a)) : a;
+  if (integral(a) && as_int(a) == INT64_MIN) throw ValueError("integer - overflows 64 bits");
   return integral(a) ? Value(-as_int(a)) : Value(-a.number());
 }
 

@@ -3,6 +3,7 @@
 #include "data/jinja/parser.h"
 
 #include <set>
+#include <stdexcept>
 
 #include "data/jinja/builtins.h"
 
@@ -337,7 +338,11 @@ class Parser {
         return literal(text);
       }
       case TokenKind::integer:
-        return literal(static_cast<int64_t>(std::stoll(tok.text)));
+        try {
+          return literal(static_cast<int64_t>(std::stoll(tok.text)));
+        } catch (const std::out_of_range&) {
+          throw TemplateError(line, "integer " + tok.text + " is out of range (64 bits)");
+        }
       case TokenKind::floating:
         return literal(std::stod(tok.text));
       case TokenKind::name:
