@@ -101,14 +101,17 @@ class Renderer {
                 {"tools", has_tools ? jinja::from_json(*tools) : jinja::Value{}}};
   }
 
-  // The first `count` messages, with or without the generation prompt.
-  std::string render(size_t count, bool generation_prompt) {
+  bool marks_generation() const { return tpl_->marks_generation(); }
+
+  // The first `count` messages, with or without the generation prompt; with spans, its generation blocks'.
+  std::string render(size_t count, bool generation_prompt,
+                     std::vector<std::pair<size_t, size_t>>* spans = nullptr) {
     ordered_json prefix = ordered_json::array();
     for (size_t i = 0; i < count; ++i) prefix.push_back(messages_[i]);
     context_[0].second = jinja::from_json(prefix);
     context_[1].second = generation_prompt;
     try {
-      return tpl_->render(context_);
+      return tpl_->render(context_, spans);
     } catch (const jinja::TemplateError& e) {
       fail_data(
           where_ + ": chat template " + origin_ + " line " + std::to_string(e.line) + ": " + e.what() +
@@ -139,6 +142,13 @@ ChatRender render_chat(const ChatTemplate& chat, const ordered_json& record, con
   }
   Renderer renderer(chat, record, messages_key, where);
   ChatRender out;
+  if (renderer.marks_generation()) {
+    std::vector<std::pair<size_t, size_t>> marked;
+    out.text = renderer.render(messages.size(), add_generation_prompt, &marked);
+    for (const auto& span : marked)
+      if (span.second > span.first) out.assistant_spans.push_back(span);
+    return out;
+  }
   out.text = renderer.render(messages.size(), add_generation_prompt);
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i]["role"] != "assistant") continue;

@@ -2,7 +2,8 @@
 // tokenizer_config.json, rendered with a record's messages, and the assistant turns found in the rendered
 // text so that the loss counts them only.
 //
-// How the assistant spans are found (docs/data.md), by prefix rendering: for each assistant message i, the
+// How the assistant spans are found (docs/data.md): a template that marks them with transformers'
+// {% generation %} blocks gives them, exactly what those blocks write. Otherwise by prefix rendering: for each assistant message i, the
 // conversation before it with the generation prompt (A) and up to and with it without (B). Where the whole
 // conversation's rendering starts with B, and B with A, the text from A's end to B's is the turn: the
 // message as the template writes it and the template's end-of-turn text. A template that renders a turn

@@ -206,6 +206,20 @@ class ChatTemplateTest(unittest.TestCase):
         self.assertEqual(first["assistant_spans"], [[10, 36]])
         self.assertTrue(second["text"].startswith("T1Weather in Paris?"), second["text"])
 
+    def test_generation_blocks_give_the_spans(self):
+        """transformers' {% generation %} marks: the spans are what the blocks write, whatever prefixes do."""
+        template = self.write("marked.jinja", (
+            "{{ bos_token }}{% for m in messages %}<{{ m.role }}>"
+            "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}{{ eos_token }}{% endgeneration %}"
+            "{% else %}{{ m.content }}{% endif %}\n{% endfor %}<assistant>"))
+        records = self.records_file([CONVERSATIONS[1]])
+        result = chat_template(records, template)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        got = json.loads(result.stdout)
+        text = got["text"].encode()
+        self.assertEqual([text[s:e].decode() for s, e in got["assistant_spans"]], ["4.", "6 — six, 六.\n"])
+        self.assertEqual(got["uncounted_turns"], 0)
+
     def assert_template_refused(self, template: str, *mentions, exit_code=1):
         path = self.write("t.jinja", template)
         result = chat_template(self.records_file([CONVERSATIONS[0]]), path)

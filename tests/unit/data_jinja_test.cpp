@@ -107,6 +107,19 @@ TEST(DataJinja, RefusesWhatItDoesNotImplementByNameAndLine) {
             "macro 'f' nests deeper than 64 calls");
 }
 
+TEST(DataJinja, GenerationBlocksMarkTheirText) {
+  const Template t(
+      "{% for m in xs %}<{{ m }}>{% generation %}{{ m | upper }}.{% endgeneration %}\n{% endfor %}");
+  EXPECT_TRUE(t.marks_generation());
+  std::vector<std::pair<size_t, size_t>> spans;
+  EXPECT_EQ(t.render({{"xs", List{Value("a"), Value("bc")}}}, &spans),
+            "<a>A.<bc>BC.");  // trim_blocks: no newline after a block tag
+  EXPECT_EQ(spans, (std::vector<std::pair<size_t, size_t>>{{3, 5}, {9, 12}}));
+  EXPECT_FALSE(Template("{{ generation }}").marks_generation());
+  EXPECT_EQ(error_of("{% set s %}\n{% generation %}x{% endgeneration %}{% endset %}"),
+            std::pair(2, std::string("a generation block inside a set block or a macro is not supported")));
+}
+
 TEST(DataJinja, LexerNumbersItsLines) {
   const std::vector<Token> tokens = tokenize("a\n{{ x }}\r\n{% if y %}");
   ASSERT_GE(tokens.size(), 4u);

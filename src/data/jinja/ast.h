@@ -57,9 +57,9 @@ using Body = std::vector<NodePtr>;
 //   for: targets in expr (if condition), bodies[0] the loop, bodies[1] its else when given;
 //   set: targets = expr, or attribute of targets[0] (a namespace) = expr, or targets[0] = bodies[0]'s output;
 //   macro: name, targets the parameters, defaults beside them (null: none), bodies[0];
-//   break, continue.
+//   break, continue; generation: bodies[0], the text a model generates (transformers' {% generation %}).
 struct Node {
-  enum class Kind { text, output, if_, for_, set, macro, break_, continue_ };
+  enum class Kind { text, output, if_, for_, set, macro, break_, continue_, generation };
   Kind kind;
   int line;
   std::string text;

@@ -10,9 +10,9 @@
 namespace mt::jinja {
 namespace {
 
-const std::set<std::string> kUnsupportedStatements = {"block", "extends", "include",   "import", "from",
-                                                      "call",  "filter",  "with",      "raw",    "autoescape",
-                                                      "do",    "trans",   "generation"};
+const std::set<std::string> kUnsupportedStatements = {"block", "extends",    "include", "import",
+                                                      "from",  "call",       "filter",  "with",
+                                                      "raw",   "autoescape", "do",      "trans"};
 
 class Parser {
  public:
@@ -115,6 +115,13 @@ class Parser {
     if (keyword == "for") return parse_for(line);
     if (keyword == "set") return parse_set(line);
     if (keyword == "macro") return parse_macro(line);
+    if (keyword == "generation") {
+      auto node = make_node(Node::Kind::generation, line);
+      expect_block_end();
+      node->bodies.push_back(parse_body({"endgeneration"}));
+      end_block("endgeneration");
+      return node;
+    }
     if (keyword == "break" || keyword == "continue") {
       expect_block_end();
       return make_node(keyword == "break" ? Node::Kind::break_ : Node::Kind::continue_, line);

@@ -23,6 +23,14 @@ class Evaluator {
     for (const auto& [k, v] : context) scopes_.back()[k] = v;
   }
 
+  // Renders the template's body into out, the [start, end) of each generation block into spans.
+  void render(const Body& body, std::string& out, std::vector<std::pair<size_t, size_t>>& spans) {
+    top_ = &out;
+    exec(body, out);
+    spans = std::move(spans_);
+  }
+
+ private:
   Flow exec(const Body& body, std::string& out) {
     for (const NodePtr& node : body) {
       const Flow flow = exec(*node, out);
@@ -31,7 +39,6 @@ class Evaluator {
     return Flow::normal;
   }
 
- private:
   Flow exec(const Node& node, std::string& out) {
     switch (node.kind) {
       case Node::Kind::text:
@@ -54,12 +61,24 @@ class Evaluator {
       case Node::Kind::macro:
         scopes_.back()[node.text] = Value(std::make_shared<const Macro>(Macro{&node}));
         return Flow::normal;
+      case Node::Kind::generation:
+        return exec_generation(node, out);
       case Node::Kind::break_:
         return Flow::break_loop;
       case Node::Kind::continue_:
         return Flow::continue_loop;
     }
     return Flow::normal;
+  }
+
+  // Offsets are into the rendered text: a block writing into a set block or a macro's text has none.
+  Flow exec_generation(const Node& node, std::string& out) {
+    if (&out != top_)
+      throw TemplateError(node.line, "a generation block inside a set block or a macro is not supported");
+    const size_t start = out.size();
+    const Flow flow = exec(node.bodies[0], out);
+    spans_.emplace_back(start, out.size());
+    return flow;
   }
 
   List iterate(const Value& v, int line) {
@@ -304,16 +323,28 @@ class Evaluator {
 
   std::vector<Scope> scopes_;
   int depth_ = 0;
+  const std::string* top_ = nullptr;  // the rendered text, which generation blocks mark
+  std::vector<std::pair<size_t, size_t>> spans_;
 };
 
 }  // namespace
 
-Template::Template(const std::string& source) : body_(parse(tokenize(source))) {}
+Template::Template(const std::string& source) {
+  const std::vector<Token> tokens = tokenize(source);
+  body_ = parse(tokens);
+  for (size_t i = 0; i + 1 < tokens.size(); ++i)
+    marks_generation_ =
+        marks_generation_ || (tokens[i].kind == TokenKind::block_begin &&
+                              tokens[i + 1].kind == TokenKind::name && tokens[i + 1].text == "generation");
+}
 
-std::string Template::render(const Dict& context) const {
+std::string Template::render(const Dict& context,
+                             std::vector<std::pair<size_t, size_t>>* generation_spans) const {
   Evaluator evaluator(context);
   std::string out;
-  evaluator.exec(body_, out);
+  std::vector<std::pair<size_t, size_t>> spans;
+  evaluator.render(body_, out, spans);
+  if (generation_spans) *generation_spans = std::move(spans);
   return out;
 }
 

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "data/jinja/ast.h"
 #include "data/jinja/lexer.h"
@@ -15,11 +17,16 @@ namespace mt::jinja {
 class Template {
  public:
   explicit Template(const std::string& source);
-  // The globals raise_exception, namespace and range are there besides `context`.
-  std::string render(const Dict& context) const;
+  // The globals raise_exception, namespace and range are there besides `context`. With generation_spans,
+  // the [start, end) byte offsets of what each {% generation %} block wrote.
+  std::string render(const Dict& context,
+                     std::vector<std::pair<size_t, size_t>>* generation_spans = nullptr) const;
+  // Whether the template marks what the model generates with {% generation %} blocks.
+  bool marks_generation() const { return marks_generation_; }
 
  private:
   Body body_;
+  bool marks_generation_ = false;
 };
 
 }  // namespace mt::jinja
