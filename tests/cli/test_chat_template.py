@@ -49,6 +49,37 @@ CONVERSATIONS = [
 ]
 
 
+# Most of the subset at once (docs/data.md), rendered by both.
+KITCHEN_SINK = r"""{#- a kitchen sink of the subset, compared with python3-jinja2 -#}
+{%- macro show(v, label='v') -%}
+[{{ label }}={{ v }}]
+{%- endmacro %}
+{% set ns = namespace(count=0, seen=[]) %}
+{% for m in messages if m.role != 'system' %}
+  {{ loop.index }}/{{ loop.length }} {{ loop.revindex }} {{ loop.revindex0 }} {{ m.role | upper }} {{ m.role | capitalize }} {{ m.content | title }} {{ m.content.title() }}
+  {%- set ns.count = ns.count + m.content | length %}
+  {{ show(m.content[:3], label=m.role) }}{{ show(m.content[-2:]) }}{{ m.content.split(' ', 1) }}
+  {%- if m.content is string and m.content.startswith(('H', 'W')) %} starts{% elif m.content.endswith('?') %} asks{% else %} other{% endif %}
+  {{ m.get('name', 'anon') }} {{ m.name | default('none!') }} {{ m.content.replace('a', 'A', 1) }} {{ m.content | replace('e', '3') }}
+  {% if loop.previtem is defined %}prev={{ loop.previtem.role }}{% endif %} {{ loop.nextitem.role if loop.nextitem else 'end' }}
+{% endfor %}
+count={{ ns.count }}
+{{ messages | length > 2 and 'long' or 'short' }} {{ (messages | first).role }} {{ (messages | last).content | lower }}
+{{ [3, 1, 2] | join(', ') }} {{ [1, [2, 'x'], {'k': none}] | tojson }} {{ {'a': 1, 'b': [1, 2]} | tojson(indent=2) }}
+{{ range(3) | list }} {{ range(1, 10, 3) | list }} {{ 10 / 4 }} {{ 10 // 4 }} {{ 2 ** 3 }} {{ 7 % 3 }} {{ -3 | abs }} {{ '5' | int + 1 }}
+{{ 'x' * 3 }} {{ [1] * 2 }} {{ [1, 2] + [3] }} {{ 'ab' ~ 3 ~ none ~ true }} {{ 1 < 2 < 3 if false else 'chain' }}
+{{ 'é' | length }} {{ 'abc'[::-1] }} {{ 'abcdef'[1:5:2] }} {{ [1,2,3,4,5][-3:] }}
+{{ 4 is even }} {{ 3 is odd }} {{ none is none }} {{ 1 is number }} {{ 1.5 is float }} {{ {} is mapping }} {{ [] is iterable }} {{ 'a' is in 'cat' }}
+{%- for k, v in {'one': 1, 'two': 2}.items() %} {{ k }}:{{ v }}{% endfor %}
+{% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %} {% for x in [] %}{% else %}empty{% endfor %}
+{% set a, b = [1, 2] %}{{ a + b }} {{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 1e3 }} {{ 3.0 }} {{ "tab\there" }} {{ 'q"uote' }} {{ ["it's"] }}
+{{- '  trailing  ' | trim }}|{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '<a>' }}
+"""
+KITCHEN_RECORD = {"messages": [
+    {"role": "system", "content": "Sys"}, {"role": "user", "content": "Hello there, what's up?", "name": "bob"},
+    {"role": "assistant", "content": "Well: all fine eh. (ok) [yes]"}, {"role": "user", "content": "Bye?"}]}
+
+
 def transformers_environment() -> jinja2.Environment:
     """The environment transformers' _compile_jinja_template builds."""
     def raise_exception(message):
@@ -145,6 +176,14 @@ class ChatTemplateTest(unittest.TestCase):
                         self.assertEqual(got["assistant_spans"], reference.spans(record, want))
                         checked += 1
         self.assertGreaterEqual(checked, 24)
+
+    def test_the_subset_renders_as_jinja2(self):
+        template = self.write("sink.jinja", KITCHEN_SINK)
+        want = transformers_environment().from_string(KITCHEN_SINK).render(
+            messages=KITCHEN_RECORD["messages"], add_generation_prompt=False)
+        result = chat_template(self.records_file([KITCHEN_RECORD]), template)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["text"], want)
 
     def span_texts(self, name: str, record: dict) -> list:
         result = chat_template(self.records_file([record]), CONFIGS[name])

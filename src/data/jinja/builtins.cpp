@@ -122,7 +122,7 @@ Filters text_filters() {
       {"title",
        [](const Value& v, const Args& a) {
          a.at_most(0, {});
-         return Value(title(need_string(v, a.what)));
+         return Value(title(need_string(v, a.what), true));
        }},
       {"default",
        [](const Value& v, const Args& a) {

@@ -51,7 +51,7 @@ Value string_method(const std::string& s, const std::string& name, const List& a
   }
   if (name == "upper" || name == "lower" || name == "title" || name == "capitalize") {
     arity(what, args, kwargs, 0, 0);
-    if (name == "title") return title(s);
+    if (name == "title") return title(s, false);
     if (name == "capitalize") return capitalize(s);
     return map_case(
         s, name == "upper" ? [](int c) { return std::toupper(c); } : [](int c) { return std::tolower(c); });

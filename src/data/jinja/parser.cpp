@@ -322,12 +322,16 @@ class Parser {
     }
     return left;
   }
-  ExprPtr parse_unary() {
+  // Unary - and + bind tighter than filters, as in Jinja: -3 | abs is 3.
+  ExprPtr parse_unary(bool with_filters = true) {
+    ExprPtr node;
     if (at_op("-") || at_op("+")) {
       const Token& op = take();
-      return make2(Expr::Kind::unary, op.line, op.text, parse_unary(), nullptr);
+      node = make2(Expr::Kind::unary, op.line, op.text, parse_unary(false), nullptr);
+    } else {
+      node = parse_postfix(parse_primary());
     }
-    return parse_filters(parse_postfix(parse_primary()));
+    return with_filters ? parse_filters(std::move(node)) : std::move(node);
   }
 
   ExprPtr parse_primary() {
@@ -453,6 +457,15 @@ class Parser {
     }
   }
 
+  // Whether a test's argument without parentheses follows, as Jinja reads it.
+  bool starts_test_argument() const {
+    const Token& t = peek();
+    if (t.kind == TokenKind::name)
+      return t.text != "else" && t.text != "or" && t.text != "and" && t.text != "if";
+    return t.kind == TokenKind::string || t.kind == TokenKind::integer || t.kind == TokenKind::floating ||
+           at_op("[") || at_op("{");
+  }
+
   ExprPtr parse_filters(ExprPtr e) {
     while (true) {
       const int line = peek().line;
@@ -470,7 +483,11 @@ class Parser {
         auto t = make(Expr::Kind::test, line, name);
         t->negated = negated;
         t->args.push_back(std::move(e));
-        if (skip_op("(")) parse_arguments(*t);
+        if (skip_op("(")) {
+          parse_arguments(*t);
+        } else if (starts_test_argument()) {  // `x is divisibleby 3`, `x is in 'cat'`: one argument
+          t->args.push_back(parse_postfix(parse_primary()));
+        }
         e = std::move(t);
       } else {
         return e;

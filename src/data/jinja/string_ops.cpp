@@ -2,6 +2,7 @@
 #include "data/jinja/string_ops.h"
 
 #include <cctype>
+#include <string_view>
 
 namespace mt::jinja {
 
@@ -33,14 +34,14 @@ std::string capitalize(const std::string& s) {
   return out;
 }
 
-std::string title(const std::string& s) {
+std::string title(const std::string& s, bool jinja_words) {
   std::string out = s;
   bool word_start = true;
   for (char& c : out) {
     const auto u = static_cast<unsigned char>(c);
-    const bool letter = std::isalpha(u);
     if (u < 0x80) c = static_cast<char>(word_start ? std::toupper(u) : std::tolower(u));
-    word_start = !letter && u < 0x80;
+    word_start = jinja_words ? py_space(u) || std::string_view("-({[<").find(c) != std::string_view::npos
+                             : !std::isalpha(u) && u < 0x80;
   }
   return out;
 }

@@ -15,7 +15,9 @@ std::string strip(const std::string& s, const Value& chars, bool left, bool righ
 // str.upper/lower with toupper/tolower, on ASCII letters.
 std::string map_case(std::string s, int (*f)(int));
 std::string capitalize(const std::string& s);
-std::string title(const std::string& s);
+// str.title(), where a word starts after any non-letter; with jinja_words Jinja's title filter, where a word
+// starts after whitespace, -, (, {, [ or <.
+std::string title(const std::string& s, bool jinja_words);
 // str.replace(from, to, count); count < 0: all.
 std::string replace(const std::string& s, const std::string& from, const std::string& to, int64_t count);
 // str.split(sep=None, maxsplit=-1).
