@@ -103,6 +103,16 @@ TEST(DataJinja, RefusesWhatItDoesNotImplementByNameAndLine) {
   EXPECT_EQ(error_of("{{ x.y.z }}"), std::pair(1, std::string("undefined has no attribute 'y'")));
   EXPECT_EQ(error_of("{% if x %}\n{% endfor %}").first, 2);
   EXPECT_EQ(error_of("{{ 'open }}").second, "a string literal is never closed");
+  EXPECT_EQ(error_of("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}").second,
+            "nested deeper than 200 levels");
+  EXPECT_EQ(error_of("{{ " + std::string(5000, '-') + "1 }}").second, "nested deeper than 200 levels");
+  EXPECT_EQ(error_of([] {
+              std::string deep;
+              for (int i = 0; i < 300; ++i) deep += "{% if true %}";
+              return deep;
+            }())
+                .second,
+            "nested deeper than 200 levels");
   EXPECT_EQ(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").second,
             "macro 'f' nests deeper than 64 calls");
 }

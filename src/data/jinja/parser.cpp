@@ -25,6 +25,20 @@ class Parser {
   }
 
  private:
+  // Recursion is bounded: a template nesting deeper is refused rather than the stack exhausted.
+  static constexpr int kMaxNesting = 200;
+  struct Nesting {
+    explicit Nesting(Parser& p) : parser(p) {
+      if (++parser.depth_ > kMaxNesting)
+        throw TemplateError(parser.peek().line,
+                            "nested deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    ~Nesting() { --parser.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+    Parser& parser;
+  };
+
   const Token& peek(size_t ahead = 0) const { return t_[std::min(i_ + ahead, t_.size() - 1)]; }
   const Token& take() { return t_[i_ < t_.size() - 1 ? i_++ : i_]; }
   [[noreturn]] void fail(const std::string& what) const { throw TemplateError(peek().line, what); }
@@ -108,6 +122,7 @@ class Parser {
   }
 
   NodePtr parse_statement() {
+    const Nesting nesting(*this);
     ++i_;  // block_begin
     const int line = peek().line;
     const std::string keyword = peek().kind == TokenKind::name ? take().text : "";
@@ -230,6 +245,7 @@ class Parser {
 
  public:
   ExprPtr parse_expression() {
+    const Nesting nesting(*this);
     ExprPtr value = parse_or();
     while (at_name("if")) {
       const int line = take().line;
@@ -263,6 +279,7 @@ class Parser {
     return left;
   }
   ExprPtr parse_not() {
+    const Nesting nesting(*this);
     if (at_name("not")) {
       const int line = take().line;
       return make2(Expr::Kind::logical_not, line, "", parse_not(), nullptr);
@@ -324,6 +341,7 @@ class Parser {
   }
   // Unary - and + bind tighter than filters, as in Jinja: -3 | abs is 3.
   ExprPtr parse_unary(bool with_filters = true) {
+    const Nesting nesting(*this);
     ExprPtr node;
     if (at_op("-") || at_op("+")) {
       const Token& op = take();
@@ -497,6 +515,7 @@ class Parser {
 
   const std::vector<Token>& t_;
   size_t i_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace
