@@ -73,6 +73,8 @@ count={{ ns.count }}
 {%- for k, v in {'one': 1, 'two': 2}.items() %} {{ k }}:{{ v }}{% endfor %}
 {% for x in [1, 2, 3] %}{% if x == 2 %}{% continue %}{% endif %}{{ x }}{% endfor %} {% for x in [] %}{% else %}empty{% endfor %}
 {% set a, b = [1, 2] %}{{ a + b }} {{ 1.5 + 1 }} {{ 0.1 + 0.2 }} {{ 1e3 }} {{ 3.0 }} {{ "tab\there" }} {{ 'q"uote' }} {{ ["it's"] }}
+{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | list }} {{ messages | rejectattr('name') | map(attribute='role') | unique | list }}
+{{ [0, 1, 2, none] | select | list }} {{ [1, 2, 3, 4] | reject('odd') | list }} {{ messages | selectattr('name', 'defined') | list | length }} {{ messages | map(attribute='name', default='-') | join(',') }}
 {{- '  trailing  ' | trim }}|{{ '  x  '.strip() }}|{{ 'xxhixx'.strip('x') }}|{{ '<a>' }}
 """
 KITCHEN_RECORD = {"messages": [

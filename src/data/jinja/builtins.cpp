@@ -225,10 +225,74 @@ Filters sequence_filters() {
   };
 }
 
+// An item's attribute for map and selectattr: a dict's key, "a.b" a path of them; undefined when missing.
+Value attribute_of(const Value& item, const Value& path, const std::string& what) {
+  if (!path.is_string()) throw ValueError(what + ": the attribute must be a string, not " + type_name(path));
+  Value v = item;
+  for (const Value& key : split(path.str(), Value("."), -1)) {
+    if (!v.is_dict()) return {};
+    v = lookup(v.dict(), key.str());
+  }
+  return v;
+}
+
+// select/reject(test, args...) and selectattr/rejectattr(attribute, test, args...): the items whose value
+// passes the named test (or is true without one) are kept, or dropped.
+Value select(const Value& v, const Args& a, bool by_attribute, bool keep) {
+  if (!a.kwargs.empty()) throw ValueError(a.what + ": keyword arguments are not supported");
+  const size_t test_at = by_attribute ? 1 : 0;
+  if (by_attribute && a.positional.empty()) throw ValueError(a.what + " needs an attribute");
+  const Value test = a.get(test_at, "");
+  if (!test.undefined() && !(test.is_string() && has_test(test.str())))
+    throw ValueError(a.what + ": test " + to_repr(test) + " is not supported");
+  const List test_args(a.positional.begin() + std::min(a.positional.size(), test_at + 1), a.positional.end());
+  List out;
+  for (const Value& item : items_of(v, a.what)) {
+    const Value subject = by_attribute ? attribute_of(item, a.positional[0], a.what) : item;
+    const bool passes = test.undefined() ? truthy(subject) : apply_test(test.str(), subject, test_args);
+    if (passes == keep) out.push_back(item);
+  }
+  return out;
+}
+
+// Filters that pick or map the items of a sequence.
+Filters selection_filters() {
+  return {
+      {"select", [](const Value& v, const Args& a) { return select(v, a, false, true); }},
+      {"reject", [](const Value& v, const Args& a) { return select(v, a, false, false); }},
+      {"selectattr", [](const Value& v, const Args& a) { return select(v, a, true, true); }},
+      {"rejectattr", [](const Value& v, const Args& a) { return select(v, a, true, false); }},
+      {"map",
+       [](const Value& v, const Args& a) {
+         a.at_most(0, {"attribute", "default"});
+         const Value attribute = a.get(0, "attribute"), fallback = a.get(0, "default");
+         if (attribute.undefined()) throw ValueError(a.what + " is supported with attribute= only");
+         List out;
+         for (const Value& item : items_of(v, a.what)) {
+           const Value got = attribute_of(item, attribute, a.what);
+           out.push_back(got.undefined() && !fallback.undefined() ? fallback : got);
+         }
+         return Value(out);
+       }},
+      {"unique",
+       [](const Value& v, const Args& a) {
+         a.at_most(0, {});
+         List out;
+         for (const Value& item : items_of(v, a.what)) {
+           bool seen = false;
+           for (const Value& kept : out) seen = seen || equals(kept, item);
+           if (!seen) out.push_back(item);
+         }
+         return Value(out);
+       }},
+  };
+}
+
 const Filters& filters() {
   static const Filters table = [] {
     Filters all = text_filters();
     all.merge(sequence_filters());
+    all.merge(selection_filters());
     return all;
   }();
   return table;
