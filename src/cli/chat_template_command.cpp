@@ -51,7 +51,8 @@ void add_chat_template_command(CLI::App& app) {
   cmd->add_option("records", args->records, "JSON Lines records with messages (and tools)")
       ->required()
       ->check(CLI::ExistingFile);
-  cmd->add_option("--chat-template", args->chat_template, "a .jinja file or a tokenizer_config.json")
+  cmd->add_option("--chat-template", args->chat_template,
+                  "a .jinja file, a tokenizer_config.json or the folder holding it")
       ->required();
   cmd->add_option("--messages-key", args->messages_key, "the key of a record's messages")
       ->capture_default_str();

@@ -176,8 +176,9 @@ void add_prepare_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--chat-template", args->chat_template,
                   std::string("--jsonl: how chats are rendered: ") + kBuiltinChatTemplate +
-                      " (the plain template, docs/data.md), or a model's own: a .jinja file or a "
-                      "tokenizer_config.json (its chat_template, bos_token, eos_token); the loss counts the "
+                      " (the plain template, docs/data.md), or a model's own: a .jinja file, a "
+                      "tokenizer_config.json or the folder holding it (its chat_template, bos_token, "
+                      "eos_token); the loss counts the "
                       "assistant turns")
       ->capture_default_str();
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();

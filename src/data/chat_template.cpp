@@ -1,6 +1,7 @@
 // Loading a chat template and finding the assistant turns of a rendered conversation (chat_template.h).
 #include "data/chat_template.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -57,7 +58,11 @@ void load_named_templates(const ordered_json& list, const std::string& path, Cha
 
 }  // namespace
 
-ChatTemplate load_chat_template(const std::string& path) {
+ChatTemplate load_chat_template(const std::string& given) {
+  // A model's folder: its tokenizer_config.json.
+  const std::string path = std::filesystem::is_directory(given)
+                               ? (std::filesystem::path(given) / "tokenizer_config.json").string()
+                               : given;
   ChatTemplate chat;
   chat.origin = path;
   const std::string text = read_file(path);

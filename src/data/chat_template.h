@@ -32,7 +32,7 @@ struct ChatTemplate {
   jinja::Value bos_token, eos_token;
 };
 
-// `path`: a .jinja file, or a tokenizer_config.json whose chat_template is a string or a list of
+// `path`: a .jinja file, a model's folder (its tokenizer_config.json), or a tokenizer_config.json whose chat_template is a string or a list of
 // {name, template} (the one named "default", and "tool_use" for records with tools). A file that cannot be
 // read, a missing or ill-typed key, or a template outside the subset are data errors naming the file.
 ChatTemplate load_chat_template(const std::string& path);

@@ -240,7 +240,7 @@ class ChatTemplateTest(unittest.TestCase):
             "chat_template": [{"name": "default", "template": "{{ bos_token }}{% for m in messages %}{{ m.content }}{{ eos_token }}{% endfor %}"},
                               {"name": "tool_use", "template": "T{{ tools | length }}{% for m in messages %}{{ m.content }}{% endfor %}"}]}))
         records = self.records_file([CONVERSATIONS[0], CONVERSATIONS[3]])
-        result = chat_template(records, config)
+        result = chat_template(records, self.tmp)  # the folder holding tokenizer_config.json
         self.assertEqual(result.returncode, 0, result.stderr)
         first, second = [json.loads(line) for line in result.stdout.splitlines()]
         self.assertEqual(first["text"], "<s>Hi!</s>Hello, how can I help?</s>")

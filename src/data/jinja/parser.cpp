@@ -373,7 +373,11 @@ class Parser {
           throw TemplateError(line, "integer " + tok.text + " is out of range (64 bits)");
         }
       case TokenKind::floating:
-        return literal(std::stod(tok.text));
+        try {
+          return literal(std::stod(tok.text));
+        } catch (const std::out_of_range&) {
+          throw TemplateError(line, "float " + tok.text + " is out of range");
+        }
       case TokenKind::name:
         if (tok.text == "true" || tok.text == "True") return literal(true);
         if (tok.text == "false" || tok.text == "False") return literal(false);
