@@ -295,6 +295,12 @@ class ChatTemplateTest(unittest.TestCase):
         self.assert_error(memtrain("prepare", "--jsonl", records, "--tokenizer", "byte", "--chat-template", config,
                                    "--out", self.tmp / "o"), 1, "config.json", "no key \"chat_template\"")
         self.assertFalse((self.tmp / "o").exists())
+        # Each turn rendered last only: no assistant turn is a prefix rendering, nothing would be counted.
+        last_only = self.write("last.jinja", "{{ messages[-1].content }}")
+        self.assert_error(memtrain("prepare", "--jsonl", records, "--tokenizer", "byte", "--chat-template", last_only,
+                                   "--out", self.tmp / "o"), 1, "records.jsonl line 1", "last.jinja",
+                          "renders no assistant turn as a prefix")
+        self.assertFalse((self.tmp / "o").exists())
         self.assert_error(memtrain("prepare", "--jsonl", self.records_file([CONVERSATIONS[4]]), "--tokenizer", "byte",
                                    "--chat-template", CONFIGS["gemma3"], "--out", self.tmp / "o"), 1,
                           "records.jsonl line 1", "no assistant message")
