@@ -35,7 +35,7 @@ CONVERSATIONS = [
                   {"role": "assistant", "content": "6 — six, 六.\n"}]},
     {"messages": [{"role": "user", "content": "Think first."},
                   {"role": "assistant", "content": "<think>\nEasy.\n</think>\n\nDone."},
-                  {"role": "user", "content": "Again"},
+                  {"role": "user", "content": "\u3000Again\u00a0\n"},
                   {"role": "assistant", "content": "Done again."}]},
     {"messages": [{"role": "user", "content": "Weather in Paris?"},
                   {"role": "assistant", "content": "",

@@ -74,6 +74,9 @@ TEST(DataJinja, ValuesFollowPython) {
       render(
           "{{ '\\n\\nx\\n'.strip('\\n') }}|{{ '  x '.lstrip() }}|{{ 'xaa'.rstrip('a') }}|{{ ' t ' | trim }}"),
       "x|x |x|t");
+  // Python's whitespace is Unicode's (ideographic space, NBSP); a split's rest keeps its trailing spaces.
+  EXPECT_EQ(render("[{{ '\u3000x\u00a0\n' | trim }}]{{ ' a  b c '.split(none, 1) }}{{ 'a\u3000b'.split() }}"),
+            "[x]['a', 'b c ']['a', 'b']");
   EXPECT_EQ(render("{{ 'héllo'[1] }}{{ 'héllo'[-1] }}{{ 'héllo'[1:3] }}{{ 'héllo' | length }}"), "éoél5");
   EXPECT_EQ(
       render("{{ 'x' in 'axb' }}{{ 2 not in [1, 2] }}{{ 'k' in {'k': 1} }}{{ 1 == 1.0 }}{{ 'a' < 'b' }}"),

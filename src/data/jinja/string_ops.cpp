@@ -1,8 +1,12 @@
-// Python's str methods on UTF-8 text; case mapping changes ASCII letters only.
+// Python's str methods on UTF-8 text, by code point; case mapping changes ASCII letters only.
 #include "data/jinja/string_ops.h"
 
+#include <algorithm>
 #include <cctype>
 #include <string_view>
+
+#include "data/jinja/builtins.h"
+#include "data/utf8.h"
 
 namespace mt::jinja {
 
@@ -10,15 +14,36 @@ bool py_space(unsigned char c) {
   return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
+namespace {
+
+// str.isspace() of a code point: Python's whitespace, Unicode's included (NBSP, ideographic space, ...).
+bool unicode_space(const std::string& code_point) {
+  int32_t cp;
+  next_utf8(code_point, 0, &cp);
+  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
+         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
+         cp == 0x205f || cp == 0x3000;
+}
+
+std::string joined(const std::vector<std::string>& cps, size_t begin, size_t end) {
+  std::string out;
+  for (size_t i = begin; i < end; ++i) out += cps[i];
+  return out;
+}
+
+}  // namespace
+
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
-  const auto strips = [&](char c) {
-    return chars.is_string() ? chars.str().find(c) != std::string::npos
-                             : py_space(static_cast<unsigned char>(c));
+  const std::vector<std::string> cps = code_points(s);
+  const std::vector<std::string> set =
+      chars.is_string() ? code_points(chars.str()) : std::vector<std::string>{};
+  const auto strips = [&](const std::string& cp) {
+    return chars.is_string() ? std::find(set.begin(), set.end(), cp) != set.end() : unicode_space(cp);
   };
-  size_t begin = 0, end = s.size();
-  while (left && begin < end && strips(s[begin])) ++begin;
-  while (right && end > begin && strips(s[end - 1])) --end;
-  return s.substr(begin, end - begin);
+  size_t begin = 0, end = cps.size();
+  while (left && begin < end && strips(cps[begin])) ++begin;
+  while (right && end > begin && strips(cps[end - 1])) --end;
+  return joined(cps, begin, end);
 }
 
 std::string map_case(std::string s, int (*f)(int)) {
@@ -66,18 +91,18 @@ std::string replace(const std::string& s, const std::string& from, const std::st
 // str.split(sep=None, maxsplit=-1).
 List split(const std::string& s, const Value& sep, int64_t maxsplit) {
   List out;
-  if (sep.undefined() || sep.none()) {
-    size_t i = 0;
-    while (true) {
-      while (i < s.size() && py_space(static_cast<unsigned char>(s[i]))) ++i;
-      if (i == s.size()) break;
-      size_t end = i;
+  if (sep.undefined() || sep.none()) {  // runs of whitespace; the rest after maxsplit keeps its trailing ones
+    const std::vector<std::string> cps = code_points(s);
+    for (size_t i = 0;;) {
+      while (i < cps.size() && unicode_space(cps[i])) ++i;
+      if (i == cps.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-        out.push_back(strip(s.substr(i), Value{}, false, true));
+        out.push_back(joined(cps, i, cps.size()));
         break;
       }
-      while (end < s.size() && !py_space(static_cast<unsigned char>(s[end]))) ++end;
-      out.push_back(s.substr(i, end - i));
+      size_t end = i;
+      while (end < cps.size() && !unicode_space(cps[end])) ++end;
+      out.push_back(joined(cps, i, end));
       i = end;
     }
     return out;
