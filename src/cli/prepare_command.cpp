@@ -178,8 +178,7 @@ void add_prepare_command(CLI::App& app) {
                   std::string("--jsonl: how chats are rendered: ") + kBuiltinChatTemplate +
                       " (the plain template, docs/data.md), or a model's own: a .jinja file, a "
                       "tokenizer_config.json or the folder holding it (its chat_template, bos_token, "
-                      "eos_token); the loss counts the "
-                      "assistant turns")
+                      "eos_token); the loss counts the assistant turns")
       ->capture_default_str();
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
