@@ -12,5 +12,6 @@ void add_report_command(CLI::App& app);
 void add_checkpoint_commands(CLI::App& app);  // inspect, export
 void add_plan_command(CLI::App& app);
 void add_calibrate_command(CLI::App& app);
+void add_chat_template_command(CLI::App& app);
 
 }  // namespace mt::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
     mt::cli::add_checkpoint_commands(app);
     mt::cli::add_plan_command(app);
     mt::cli::add_calibrate_command(app);
+    mt::cli::add_chat_template_command(app);
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);

@@ -24,6 +24,7 @@ struct PrepareArgs {
   PrepareConfig config;
   bool pack = false;
   TokenizerChoice tokenizer;
+  std::string chat_template = kBuiltinChatTemplate;
 };
 
 // Validation got more than --val-fraction asked: one evaluation window, so that evaluating works at all.
@@ -72,7 +73,29 @@ PrepareResult prepare_in_claimed_folder(const PrepareConfig& config, const Token
   }
 }
 
-void run_prepare(const PrepareArgs& a) {
+// --chat-template: the built-in plain template by its name, else a model's from a file (--jsonl only).
+std::shared_ptr<const ChatTemplate> chosen_chat_template(const PrepareArgs& a) {
+  if (a.chat_template == kBuiltinChatTemplate) return nullptr;
+  if (a.config.jsonl.empty())
+    fail_usage("--chat-template " + a.chat_template + " renders --jsonl records; text files have no chats");
+  return std::make_shared<const ChatTemplate>(load_chat_template(a.chat_template));
+}
+
+void print_record_counts(const PrepareConfig& config, const PrepareResult& r) {
+  std::printf("%lld records; the loss counts %lld of their %lld tokens (%s)\n",
+              static_cast<long long>(r.records), static_cast<long long>(r.counted_tokens),
+              static_cast<long long>(r.record_tokens),
+              config.chat_template ? "the completions and the assistant turns the chat template renders"
+                                   : "the completions and each record's end");
+  if (r.uncounted_turns > 0)
+    std::printf(
+        "%lld assistant turns not counted: chat template %s renders them differently once later turns follow "
+        "(docs/data.md: how the assistant turns are found)\n",
+        static_cast<long long>(r.uncounted_turns), config.chat_template->origin.c_str());
+}
+
+void run_prepare(const PrepareArgs& args) {
+  PrepareArgs a = args;
   if (a.pack != (a.config.pack_seq_len > 0))
     fail_usage(
         "--pack and --seq-length go together: --pack --seq-length N packs records into sequences of N");
@@ -84,6 +107,7 @@ void run_prepare(const PrepareArgs& a) {
   if (a.config.val_fraction < 0 || a.config.val_fraction >= 1) fail_usage("--val-fraction must be in [0, 1)");
   if (a.config.shard_tokens <= 0) fail_usage("--shard-tokens must be positive");
   if (a.config.min_val_tokens < 0) fail_usage("--min-val-tokens must not be negative");
+  a.config.chat_template = chosen_chat_template(a);
   const std::unique_ptr<Tokenizer> tokenizer = open_tokenizer(a.tokenizer);
   const PrepareResult r = prepare_in_claimed_folder(a.config, *tokenizer);
   // What the shards record of their tokenizer, for `train --tokenizer` to check against.
@@ -94,11 +118,7 @@ void run_prepare(const PrepareArgs& a) {
       r.made_by.vocab_size, crc32c_hex(r.made_by.fingerprint).c_str(),
       static_cast<int>(8 * shard_token_bytes(r.made_by)), a.config.out_dir.c_str());
   for (const std::string& f : r.files) std::printf("  %s\n", f.c_str());
-  if (!a.config.jsonl.empty())
-    std::printf(
-        "%lld records; the loss counts %lld of their %lld tokens (the completions and each record's end)\n",
-        static_cast<long long>(r.records), static_cast<long long>(r.counted_tokens),
-        static_cast<long long>(r.record_tokens));
+  if (!a.config.jsonl.empty()) print_record_counts(a.config, r);
   if (a.pack) print_packing(r.pack);
   explain_validation_share(a.config, r);
 }
@@ -128,6 +148,12 @@ void add_prepare_command(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--messages-key", args->config.keys.messages,
                   "--jsonl: the key of a chat's list of {role, content} (system, user, assistant)")
+      ->capture_default_str();
+  cmd->add_option("--chat-template", args->chat_template,
+                  std::string("--jsonl: how chats are rendered: ") + kBuiltinChatTemplate +
+                      " (the plain template, docs/data.md), or a model's own: a .jinja file, a "
+                      "tokenizer_config.json or the folder holding it (its chat_template, bos_token, "
+                      "eos_token); the loss counts the assistant turns")
       ->capture_default_str();
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();

@@ -12,7 +12,7 @@
 namespace mt {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // key order kept: a template's tojson shows it
 
 // Where a record came from, for its errors: "FILE line N".
 struct RecordSource {
@@ -70,7 +70,8 @@ class RecordWriter {
   int32_t end_;
 };
 
-void render_chat(const json& messages, const std::string& key, const RecordSource& src, RecordWriter& out) {
+void render_plain_chat(const json& messages, const std::string& key, const RecordSource& src,
+                       RecordWriter& out) {
   if (!messages.is_array() || messages.empty())
     src.fail("\"" + key + "\" is " + type_of(messages) + ", expected a non-empty list of {role, content}");
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -91,17 +92,38 @@ void render_chat(const json& messages, const std::string& key, const RecordSourc
   }
 }
 
-void render_record(const json& record, const InstructionKeys& keys, const RecordSource& src,
-                   RecordWriter& out) {
+// A chat through the model's template: the text between assistant spans read, the spans counted.
+void render_template_chat(const json& record, const std::string& key, const ChatTemplate& chat,
+                          const RecordSource& src, RecordWriter& out, int64_t& uncounted_turns) {
+  const ChatRender r = render_chat(chat, record, key, false, src.path + " line " + std::to_string(src.line));
+  if (r.assistant_spans.empty() && r.uncounted_turns == 0)
+    src.fail("no assistant message, nothing for the loss to count");
+  if (r.assistant_spans.empty())
+    src.fail("chat template " + chat.origin +
+             " renders no assistant turn as a prefix of the whole conversation (docs/data.md), so the loss "
+             "would count nothing");
+  uncounted_turns += r.uncounted_turns;
+  size_t pos = 0;
+  for (const auto& [start, end] : r.assistant_spans) {
+    out.add(r.text.substr(pos, start - pos), false, src);
+    out.add(r.text.substr(start, end - start), true, src);
+    pos = end;
+  }
+  out.add(r.text.substr(pos), false, src);
+}
+
+void render_record(const json& record, const InstructionKeys& keys, const ChatTemplate* chat,
+                   const RecordSource& src, RecordWriter& out, int64_t& uncounted_turns) {
   if (!record.is_object()) src.fail("record is " + type_of(record) + ", expected a JSON object");
   out.begin(src.line);
-  if (const auto chat = record.find(keys.messages); chat != record.end()) {
+  if (const auto chat_messages = record.find(keys.messages); chat_messages != record.end()) {
     // Rendering one of the two would drop the other without a word.
     for (const std::string& key : {keys.prompt, keys.completion})
       if (record.contains(key))
         src.fail("both \"" + keys.messages + "\" and \"" + key +
                  "\": a record is a chat or a prompt and completion, not both");
-    render_chat(*chat, keys.messages, src, out);
+    if (chat) return render_template_chat(record, keys.messages, *chat, src, out, uncounted_turns);
+    render_plain_chat(*chat_messages, keys.messages, src, out);
   } else {
     const std::string& prompt = text_at(record, keys.prompt, src, "");
     const std::string& completion = text_at(record, keys.completion, src, "");
@@ -119,7 +141,9 @@ int32_t record_end_token(const Tokenizer& tokenizer) {
 }
 
 TokenStream read_instruction_records(const std::string& path, const InstructionKeys& keys,
-                                     const Tokenizer& tokenizer) {
+                                     const Tokenizer& tokenizer, const ChatTemplate* chat,
+                                     int64_t* uncounted_turns) {
+  int64_t uncounted = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) fail_data("--jsonl " + path + ": cannot open");
   TokenStream stream;
@@ -134,8 +158,9 @@ TokenStream read_instruction_records(const std::string& path, const InstructionK
     } catch (const json::exception& e) {
       src.fail("invalid JSON: " + json_error_text(e));
     }
-    render_record(record, keys, src, writer);
+    render_record(record, keys, chat, src, writer, uncounted);
   }
+  if (uncounted_turns) *uncounted_turns += uncounted;
   if (in.bad()) fail_data("--jsonl " + path + ": read failed");
   if (stream.record_starts.empty()) fail_data("--jsonl " + path + ": no records");
   return stream;

@@ -8,12 +8,18 @@
 // The loss counts the completion (or every assistant message's content and its "\n") and the closing EOT,
 // nothing else, so the model learns the answers and where a record ends; never a record's first token (an
 // empty prompt's completion), which nothing of its record comes before.
+//
+// With a model's chat template (data/chat_template.h), a chat renders through it instead: the loss counts
+// the assistant turns the template's prefix renderings find, no end token is added (the template writes its
+// own end of turn), and the messages may hold what the template reads (tool_calls, tool messages, ...), the
+// record its "tools". Prompt/completion records keep the plain template.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "data/chat_template.h"
 #include "data/tokenizer.h"
 
 namespace mt {
@@ -39,8 +45,10 @@ int32_t record_end_token(const Tokenizer& tokenizer);
 // Reads and renders every record of a JSON Lines file (blank lines are skipped). Invalid JSON, a missing
 // key, a value of the wrong type, an unknown role, an empty completion, a chat without an assistant message
 // or not ending with one, text holding the byte tokenizer's end-of-record byte, and a file without records
-// are data errors naming the file and line.
+// are data errors naming the file and line; with `chat`, so is a chat that renders no counted assistant turn,
+// and the turns it leaves uncounted are added to *uncounted_turns.
 TokenStream read_instruction_records(const std::string& path, const InstructionKeys& keys,
-                                     const Tokenizer& tokenizer);
+                                     const Tokenizer& tokenizer, const ChatTemplate* chat = nullptr,
+                                     int64_t* uncounted_turns = nullptr);
 
 }  // namespace mt

@@ -173,8 +173,11 @@ int64_t validation_tokens(const PrepareConfig& cfg, const TokenStream& stream) {
 
 // Reads the input and writes both splits into the claimed folder.
 PrepareResult write_prepared(const PrepareConfig& cfg, const Tokenizer& tokenizer) {
-  const TokenStream stream = cfg.jsonl.empty() ? read_documents(cfg.inputs, tokenizer)
-                                               : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer);
+  int64_t uncounted_turns = 0;
+  const TokenStream stream = cfg.jsonl.empty()
+                                 ? read_documents(cfg.inputs, tokenizer)
+                                 : read_instruction_records(cfg.jsonl, cfg.keys, tokenizer,
+                                                            cfg.chat_template.get(), &uncounted_turns);
   // Best-fit packing fills each sequence but the last more than half, so what it writes stays within a
   // few times the records' tokens, unless a sequence is longer than all of them.
   if (cfg.pack_seq_len > static_cast<int64_t>(stream.tokens.size()))
@@ -188,6 +191,7 @@ PrepareResult write_prepared(const PrepareConfig& cfg, const Tokenizer& tokenize
   PrepareResult result;
   result.made_by = {tokenizer.vocab_size(), tokenizer.fingerprint()};
   result.records = static_cast<int64_t>(stream.record_starts.size());
+  result.uncounted_turns = uncounted_turns;
   result.record_tokens = static_cast<int64_t>(stream.tokens.size());
   result.counted_tokens = std::count(stream.loss_mask.begin(), stream.loss_mask.end(), uint8_t{1});
   write_splits(cfg, stream, val, record_end_token(tokenizer), result);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@ struct PrepareConfig {
   std::vector<std::string> inputs = {};  // text files, read whole, each one a document
   std::string jsonl = {};  // or instruction records (data/instruction.h); exactly one of the two
   InstructionKeys keys = {};
+  // With jsonl: the model's chat template for chat records (data/chat_template.h); null: the plain one.
+  std::shared_ptr<const ChatTemplate> chat_template = nullptr;
   std::string out_dir;
   std::string name = "data";   // shards are named {name}_{train|val}_{NNNNNN}.bin
   double val_fraction = 0.05;  // the last fraction of the token stream goes to validation (whole records)
@@ -34,9 +37,10 @@ struct PrepareResult {
   int64_t train_tokens = 0;
   int64_t val_tokens = 0;
   int64_t records = 0, record_tokens = 0,
-          counted_tokens = 0;  // instruction records, their tokens, those counted
-  PackStats pack = {};         // with pack_seq_len
-  ShardTokenizer made_by;      // what every shard records: the tokenizer's vocabulary and fingerprint
+          counted_tokens = 0;   // instruction records, their tokens, those counted
+  int64_t uncounted_turns = 0;  // assistant turns a chat template left uncounted (chat_template.h)
+  PackStats pack = {};          // with pack_seq_len
+  ShardTokenizer made_by;       // what every shard records: the tokenizer's vocabulary and fingerprint
   std::vector<std::string> files;
 };
 

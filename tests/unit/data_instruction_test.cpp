@@ -54,6 +54,47 @@ TEST(DataInstruction, ChatCountsTheAssistantTurns) {
   EXPECT_EQ(s.loss_mask, mask);
 }
 
+// A model's template: the text encoded in segments, read / counted / read ..., the counted ones the assistant
+// turns with their end of turn, and no end token after the record.
+TEST(DataInstruction, ModelTemplateCountsTheAssistantTurnsInSegments) {
+  class Recording : public Tokenizer {
+   public:
+    std::vector<int32_t> encode(std::string_view text) const override {
+      segments.emplace_back(text);
+      return bytes_->encode(text);
+    }
+    std::string decode(const std::vector<int32_t>& t) const override { return bytes_->decode(t); }
+    int32_t vocab_size() const override { return 256; }
+    int32_t end_of_text() const override { return -1; }
+    std::string name() const override { return "recording"; }
+    mutable std::vector<std::string> segments;
+
+   private:
+    std::unique_ptr<Tokenizer> bytes_ = make_byte_tokenizer();
+  } tokenizer;
+  test::TempDir dir;
+  test::write_text(dir.file("t.jinja"),
+                   "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}\n"
+                   "{% if add_generation_prompt %}<assistant>{% endif %}");
+  test::write_text(
+      dir.file("c.jsonl"),
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},)"
+      R"( {"role": "user", "content": "?"}, {"role": "assistant", "content": "!"}]})"
+      "\n");
+  const ChatTemplate chat = load_chat_template(dir.file("t.jinja"));
+  int64_t uncounted = 0;
+  const TokenStream s = read_instruction_records(dir.file("c.jsonl"), {}, tokenizer, &chat, &uncounted);
+  EXPECT_EQ(tokenizer.segments, (std::vector<std::string>{"<user>hi</s><assistant>", "yo</s>",
+                                                          "<user>?</s><assistant>", "!</s>", ""}));
+  const std::string text = "<user>hi</s><assistant>yo</s><user>?</s><assistant>!</s>";
+  EXPECT_EQ(s.tokens, std::vector<uint16_t>(text.begin(), text.end()));
+  std::vector<uint8_t> mask(text.size(), 0);
+  for (const std::string counted : {"yo</s>", "!</s>"})
+    std::fill_n(mask.begin() + static_cast<int64_t>(text.find(counted)), counted.size(), 1);
+  EXPECT_EQ(s.loss_mask, mask);
+  EXPECT_EQ(uncounted, 0);
+}
+
 TEST(DataInstruction, GptTwoClosesRecordsWithEndOfText) {
   // A stand-in with GPT-2's end-of-text id; the byte tokenizer's encode otherwise.
   class WithEnd : public Tokenizer {
