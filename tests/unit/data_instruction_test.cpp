@@ -67,6 +67,7 @@ TEST(DataInstruction, ModelTemplateCountsTheAssistantTurnsInSegments) {
     int32_t vocab_size() const override { return 256; }
     int32_t end_of_text() const override { return -1; }
     std::string name() const override { return "recording"; }
+    uint32_t fingerprint() const override { return 0; }
     mutable std::vector<std::string> segments;
 
    private:
@@ -87,7 +88,7 @@ TEST(DataInstruction, ModelTemplateCountsTheAssistantTurnsInSegments) {
   EXPECT_EQ(tokenizer.segments, (std::vector<std::string>{"<user>hi</s><assistant>", "yo</s>",
                                                           "<user>?</s><assistant>", "!</s>", ""}));
   const std::string text = "<user>hi</s><assistant>yo</s><user>?</s><assistant>!</s>";
-  EXPECT_EQ(s.tokens, std::vector<uint16_t>(text.begin(), text.end()));
+  EXPECT_EQ(s.tokens, std::vector<int32_t>(text.begin(), text.end()));
   std::vector<uint8_t> mask(text.size(), 0);
   for (const std::string counted : {"yo</s>", "!</s>"})
     std::fill_n(mask.begin() + static_cast<int64_t>(text.find(counted)), counted.size(), 1);
