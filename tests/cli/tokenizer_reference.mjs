@@ -1,7 +1,7 @@
 // The reference tokenizer (@huggingface/tokenizers) on each line of a file, as `memtrain tokenize` prints:
 //   node tokenizer_reference.mjs NODE_MODULES TOKENIZER_DIR FILE [--add-special-tokens] [--decode] [--time]
 // TOKENIZER_DIR holds tokenizer.json and tokenizer_config.json. The file is read as UTF-8 into JavaScript
-// strings (ill-formed bytes become U+FFFD). --decode prints, per line, decode(encode(line)) as a JSON string.
+// strings (ill-formed bytes become U+FFFD). --decode prints [ids, decode(ids)] per line instead of ids.
 // --time prints only the seconds the encoding took, and the bytes encoded.
 import fs from "fs";
 import path from "path";
@@ -25,7 +25,7 @@ if (flags.includes("--time")) {
   const out = lines.map((line) => {
     const ids = tok.encode(line, { add_special_tokens }).ids;
     if (!flags.includes("--decode")) return JSON.stringify(ids);
-    return JSON.stringify(ids.length ? tok.decode(ids) : "");
+    return JSON.stringify([ids, ids.length ? tok.decode(ids) : ""]);  // decode refuses no ids
   });
   fs.writeSync(1, out.join("\n") + (out.length ? "\n" : ""));
 }

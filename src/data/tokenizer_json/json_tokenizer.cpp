@@ -41,6 +41,10 @@ class JsonTokenizer : public Tokenizer {
     const Node root(json, file, "");
     root.only({"version", "truncation", "padding", "added_tokens", "normalizer", "pre_tokenizer",
                "post_processor", "decoder", "model"});
+    // Encoding whole texts, memtrain neither truncates nor pads.
+    for (const char* key : {"truncation", "padding"}) {
+      if (root.has(key)) root.unsupported(key);
+    }
     static const nlohmann::json kNull;
     const auto field = [&](const char* key) {
       return Node(json.contains(key) ? json.at(key) : kNull, file, key);
