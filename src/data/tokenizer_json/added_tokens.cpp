@@ -23,9 +23,8 @@ AddedTokens::AddedTokens(const Node& list, BpeModel* model) {
     }
     // Unset, "normalized" is true for a token that is not special (the reference's default).
     if (token.boolean_or("normalized", !token.boolean_or("special", false))) {
-      if (!token.has("normalized"))
-        token.fail("normalized (unset, so true for a token not special) is not supported");
-      token.unsupported("normalized");
+      if (token.has("normalized")) token.unsupported("normalized");
+      token.fail("normalized (unset, so true for a token that is not special) is not supported");
     }
     model->add_token(content, static_cast<int32_t>(id));
     insert(content, static_cast<int32_t>(id));

@@ -35,7 +35,7 @@ class ByteLevel : public Decoder {
         int32_t cp;
         const size_t len = next_utf8(token, i, &cp);
         const auto it = byte_of_.find(token.substr(i, len));
-        if (it != byte_of_.end()) bytes.push_back(it->second);  // the reference drops other characters
+        if (it != byte_of_.end()) bytes.push_back(it->second);  // no byte-level vocabulary spells others
         i += len;
       }
     }

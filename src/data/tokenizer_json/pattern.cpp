@@ -7,6 +7,8 @@
 #include <cctype>
 #include <cstring>
 
+#include "core/error.h"
+
 namespace mt::tokjson {
 
 namespace {
@@ -171,7 +173,7 @@ std::string oniguruma_to_pcre2(const std::string& pattern, const Node& where) {
   return Rewriter{pattern, where, {}}.run();
 }
 
-Regex::Regex(const std::string& pattern, const Node& where) {
+Regex::Regex(const std::string& pattern, const Node& where) : pattern_(pattern) {
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -195,7 +197,14 @@ std::vector<Span> Regex::matches(std::string_view text) const {
   const auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   for (size_t at = 0; at <= text.size();) {
     const int rc = pcre2_match(code(code_), subject, text.size(), at, PCRE2_NO_UTF_CHECK, data, nullptr);
-    if (rc < 0) break;  // no match (text is valid UTF-8 and the patterns have no recursion to run out)
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {  // a limit (JIT stack, backtracking): never a silently shorter list of matches
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(rc, message, sizeof(message));
+      pcre2_match_data_free(data);
+      fail_data("tokenizer regex " + nlohmann::json(pattern_).dump() + " on a piece of " +
+                std::to_string(text.size()) + " bytes: " + reinterpret_cast<const char*>(message));
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     spans.emplace_back(ovector[0], ovector[1]);
     at = ovector[1];

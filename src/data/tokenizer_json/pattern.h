@@ -26,6 +26,7 @@ class Regex {
   std::vector<Span> matches(std::string_view text) const;
 
  private:
+  std::string pattern_;
   void* code_;  // pcre2_code_8
 };
 
