@@ -61,11 +61,14 @@ TEST(DataTokenizerJson, OnigurumaRewrite) {
   EXPECT_EQ(rewrite("[^\\s\\p{L}\\d]?"), "[^\\p{White_Space}\\p{L}\\p{Nd}]?");
   EXPECT_EQ(rewrite("\\uFF21\\x41\\p{N}{1,3}."), "\\x{FF21}\\x{41}\\p{N}{1,3}[^\\n]");
   EXPECT_EQ(rewrite("a+?b*c"), "a+?b*c");
+  EXPECT_EQ(rewrite("\\p{N}{,3}x{2}"), "\\p{N}{0,3}x{2}");
   test::expect_data_error([] { rewrite("\\bword"); }, "the escape \\b at offset 0 is not supported");
   test::expect_data_error([] { rewrite("^a"); }, "the anchor ^");
   test::expect_data_error([] { rewrite("a++"); }, "a possessive quantifier");
   test::expect_data_error([] { rewrite("(?<name>a)"); }, "the group (?<n");
   test::expect_data_error([] { rewrite("[a"); }, "an unclosed [");
+  test::expect_data_error([] { rewrite("[a[b]]"); }, "a nested class");
+  test::expect_data_error([] { rewrite("[a-z&&[^b]]"); }, "intersection");
 }
 
 // A tokenizer over "a", "b", "c" and what `merges` make, with `model` changing the BPE model.

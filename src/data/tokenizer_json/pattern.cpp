@@ -112,6 +112,8 @@ struct Rewriter {
     if (in_class || !std::strchr("+*?}", c)) after_quantifier = false;
     if (in_class) {
       if (c == ']') in_class = false;
+      // Oniguruma nests classes, intersects them and names POSIX ones; PCRE2 reads them otherwise.
+      if (c == '[' || in.compare(i, 2, "&&") == 0) refuse("a nested class, intersection or POSIX class");
       if (fold_stack.back() && std::isalpha(static_cast<unsigned char>(c)))
         refuse("a letter in a class under (?i:");
       out += c, ++i;
@@ -131,6 +133,9 @@ struct Rewriter {
         return;
       case '.':
         out += "[^\\n]", ++i;
+        return;
+      case '{':  // Oniguruma's {,n} is {0,n}; PCRE2 10.42 would read it as text
+        out += in.compare(i, 2, "{,") == 0 ? "{0" : "{", ++i;
         return;
       case '^':
       case '$':
