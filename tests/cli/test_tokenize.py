@@ -199,6 +199,17 @@ class CraftedFiles(unittest.TestCase):
                 self.assertIn("not supported", result.stderr)
                 self.assertEqual(result.stdout, "")
 
+    def test_config_that_disagrees_with_the_post_processor_is_refused(self):
+        """add_eos_token asks for an EOS the post-processor does not add: refused, not silently dropped."""
+        self.write(lambda t: None)
+        config = self.dir / "tokenizer_config.json"
+        config.write_text(json.dumps({"eos_token": "<eos>", "add_bos_token": False, "add_eos_token": False}))
+        self.assertEqual(tokenize("--tokenizer", self.dir, self.dir / "text.txt", "--add-special-tokens"), b"[2,2]\n")
+        config.write_text(json.dumps({"eos_token": "<eos>", "add_eos_token": True}))
+        result = memtrain("tokenize", "--tokenizer", self.dir, self.dir / "text.txt")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn(f"{config}: add_eos_token true is not supported", result.stderr)
+
     def test_bad_input_is_an_error_naming_it(self):
         path = self.write(lambda t: None)
         result = memtrain("tokenize", "--tokenizer", self.dir / "missing", self.dir / "text.txt")

@@ -57,6 +57,8 @@ class JsonTokenizer : public Tokenizer {
       const int32_t id = model_.id_of(token);
       return id >= 0 && added_->is_added(id);
     });
+    check_agrees("add_bos_token", settings_.add_bos, !post_.before.empty(), "before");
+    check_agrees("add_eos_token", settings_.add_eos, !post_.after.empty(), "after");
     for (int32_t id : post_.before) check_id(root, id);
     for (int32_t id : post_.after) check_id(root, id);
     if (!settings_.end_of_text.empty()) {
@@ -110,6 +112,13 @@ class JsonTokenizer : public Tokenizer {
   uint32_t fingerprint() const override { return settings_.fingerprint; }
 
  private:
+  void check_agrees(const char* key, std::optional<bool> asked, bool added, const char* where) const {
+    if (!asked || *asked == added) return;
+    fail_data(settings_.config_file + ": " + key + " " + (*asked ? "true" : "false") +
+              " is not supported: the " + "tokenizer.json's post_processor adds " +
+              (added ? "a token " : "nothing ") + where + " the text");
+  }
+
   void check_id(const Node& root, int32_t id) const {
     if (!model_.token(id))
       root.fail("post_processor's special token id " + std::to_string(id) + " is not in the vocabulary");

@@ -42,6 +42,9 @@ void read_config(const fs::path& path, tokjson::Settings* settings) {
     if (config.boolean_or(flag, false)) config.unsupported(flag);
   }
   settings->clean_up_spaces = config.boolean_or("clean_up_tokenization_spaces", true);
+  settings->config_file = path.string();
+  if (config.has("add_bos_token")) settings->add_bos = config.boolean_or("add_bos_token", false);
+  if (config.has("add_eos_token")) settings->add_eos = config.boolean_or("add_eos_token", false);
   if (config.has("eos_token")) {
     const tokjson::Node eos = config.at("eos_token");
     settings->end_of_text = eos.json().is_object() ? eos.string("content") : config.string("eos_token");
