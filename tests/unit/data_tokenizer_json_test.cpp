@@ -93,6 +93,13 @@ TEST(DataTokenizerJson, BpeMergeOrder) {
   EXPECT_EQ(tiny(vocab, json::array())->encode("abc"), (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(tiny(vocab, json::array(), {{"ignore_merges", true}})->encode("abc"), (std::vector<int32_t>{5}));
   EXPECT_EQ(t->vocab_size(), 7);
+  // Ids are dense: a vocabulary of n tokens has ids 0..n-1, so its size is bounded by the file's.
+  test::expect_data_error(
+      [] {
+        tiny({{"a", 0}, {"b", 5}}, json::array());
+      },
+      "t.json: model.vocab: token \"b\" has id 5, expected an id in [0, 2)");
+  test::expect_data_error([] { tiny({{"a", 0}, {"b", 1}}, {"a c"}); }, "uses or makes a token missing");
 }
 
 // A character the vocabulary lacks: its bytes' <0xNN> tokens, else the unknown token (runs fused with

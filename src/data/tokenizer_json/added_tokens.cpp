@@ -10,12 +10,14 @@ namespace mt::tokjson {
 AddedTokens::AddedTokens(const Node& list, BpeModel* model) {
   if (list.json().is_null()) return;
   if (!list.json().is_array()) list.fail("expected a list");
+  // Added tokens follow the model's ids or take some of them (Llama-2's <unk>, <s>, </s>).
+  const int64_t limit = model->size() + static_cast<int64_t>(list.size());
   for (size_t k = 0; k < list.size(); ++k) {
     const Node token = list.at(k);
     token.only({"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"});
     const std::string content = token.string("content");
     const int64_t id = token.integer_or("id", -1);
-    if (id < 0 || id > INT32_MAX - 1) token.fail("expected an \"id\" >= 0");
+    if (id < 0 || id >= limit) token.fail("expected an \"id\" in [0, " + std::to_string(limit) + ")");
     if (content.empty()) token.fail("content is empty");
     // The four model families mark every added token plain: matched as written, nothing stripped.
     for (const char* flag : {"single_word", "lstrip", "rstrip"}) {

@@ -37,8 +37,11 @@ BpeModel::BpeModel(const Node& model) {
 void BpeModel::read_vocab(const Node& vocab) {
   if (!vocab.json().is_object()) vocab.fail("expected an object of token -> id");
   for (const auto& [token, id] : vocab.json().items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX - 1) {
-      vocab.fail("token " + nlohmann::json(token).dump() + " has id " + id.dump() + ", expected an id >= 0");
+    // Ids are 0..n-1 for n tokens (so a vocabulary's size is what it holds, and memory what its file says).
+    const int64_t n = static_cast<int64_t>(vocab.size());
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= n) {
+      vocab.fail("token " + nlohmann::json(token).dump() + " has id " + id.dump() +
+                 ", expected an id in [0, " + std::to_string(n) + ")");
     }
     add_token(token, id.get<int32_t>());
   }

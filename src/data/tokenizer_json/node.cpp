@@ -59,8 +59,9 @@ int64_t Node::integer_or(const char* key, int64_t fallback) const {
 
 void Node::only(std::initializer_list<const char*> known) const {
   if (!value_->is_object()) fail("expected an object");
-  for (const auto& [key, value] : value_->items()) {
-    if (value.is_null()) continue;
+  for (const auto& item : value_->items()) {
+    const std::string& key = item.key();
+    if (item.value().is_null()) continue;
     if (std::none_of(known.begin(), known.end(), [&](const char* k) { return key == k; })) {
       unsupported(key.c_str());
     }
