@@ -12,7 +12,7 @@ packages=(
   libdnnl-dev libopenblas-dev                      # matrix products
   libgtest-dev libgmock-dev googletest             # tests
   libcli11-dev nlohmann-json3-dev                  # command line, JSON
-  libpcre2-dev                                     # tokenizers' pre-tokenizer regexes
+  libpcre2-dev libicu-dev                          # tokenizers: pre-tokenizer regexes, NFC
   libopenmpi-dev openmpi-bin                       # collectives
   iproute2 util-linux                              # the two-host test: ip netns, unshare
   python3-torch python3-numpy                      # the reference in parity tests and bench/

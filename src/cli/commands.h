@@ -8,6 +8,7 @@ namespace mt::cli {
 void add_train_command(CLI::App& app);
 void add_estimate_command(CLI::App& app);
 void add_prepare_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 void add_report_command(CLI::App& app);
 void add_checkpoint_commands(CLI::App& app);  // inspect, export
 void add_plan_command(CLI::App& app);

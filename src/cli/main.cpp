@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     mt::cli::add_train_command(app);
     mt::cli::add_estimate_command(app);
     mt::cli::add_prepare_command(app);
+    mt::cli::add_tokenize_command(app);
     mt::cli::add_report_command(app);
     mt::cli::add_checkpoint_commands(app);
     mt::cli::add_plan_command(app);

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -40,7 +41,10 @@ std::string gpt2_vocabulary_file(const std::string& given, const char* flag, con
 }  // namespace
 
 void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice) {
-  cmd->add_option("--tokenizer", choice->spec, "gpt2 or byte")->capture_default_str();
+  cmd->add_option("--tokenizer", choice->spec,
+                  "gpt2, byte, or a Hugging Face tokenizer.json (or the folder holding it and "
+                  "tokenizer_config.json)")
+      ->capture_default_str();
   cmd->add_option(
       "--encoder-json", choice->encoder_json,
       "GPT-2 encoder.json (default: PREFIX/share/memtrain/gpt2/ beside the binary, else the source "
@@ -49,12 +53,25 @@ void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice) {
                   "GPT-2 vocab.bpe (default: beside encoder.json's default)");
 }
 
-std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice) {
-  if (kTokenizerNames.parse_or_fail("--tokenizer", choice.spec) == TokenizerKind::byte)
-    return make_byte_tokenizer();
+std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice, std::FILE* say) {
+  // A name, else a path: a tokenizer.json or the folder it is in.
+  const std::optional<TokenizerKind> kind = kTokenizerNames.parse(choice.spec);
+  if (!kind) {
+    std::error_code ec;
+    if (!fs::exists(choice.spec, ec)) {
+      fail_usage("--tokenizer " + choice.spec + ": expected " + kTokenizerNames.list() +
+                 ", or a tokenizer.json or the folder holding it (no such file)");
+    }
+    if (!choice.encoder_json.empty() || !choice.vocab_bpe.empty()) {
+      fail_usage("--encoder-json and --vocab-bpe are GPT-2's files: give them with --tokenizer gpt2 only");
+    }
+    std::fprintf(say, "tokenizer.json from %s\n", choice.spec.c_str());
+    return load_tokenizer_json(choice.spec);
+  }
+  if (*kind == TokenizerKind::byte) return make_byte_tokenizer();
   const std::string encoder = gpt2_vocabulary_file(choice.encoder_json, "--encoder-json", "encoder.json");
   const std::string bpe = gpt2_vocabulary_file(choice.vocab_bpe, "--vocab-bpe", "vocab.bpe");
-  std::printf("GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
+  std::fprintf(say, "GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
   return load_gpt2_tokenizer(encoder, bpe);
 }
 

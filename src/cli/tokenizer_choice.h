@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -11,14 +12,14 @@
 namespace mt::cli {
 
 struct TokenizerChoice {
-  std::string spec = "gpt2";
+  std::string spec = "gpt2";            // gpt2, byte, or a tokenizer.json / the folder holding it
   std::string encoder_json, vocab_bpe;  // empty: found beside the binary or in the source tree
 };
 
 void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice);
 
-// The tokenizer chosen, saying on stdout which files it was read from; a bad --tokenizer is a usage error,
+// The tokenizer chosen, saying on `say` which files it was read from; a bad --tokenizer is a usage error,
 // a missing or malformed file a data error naming it.
-std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice);
+std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice, std::FILE* say = stdout);
 
 }  // namespace mt::cli

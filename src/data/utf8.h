@@ -1,8 +1,9 @@
-// UTF-8 decoding shared by the GPT-2 pre-tokenizer and vocabulary loader.
+// UTF-8 decoding shared by the tokenizers.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace mt {
@@ -38,5 +39,9 @@ inline size_t next_utf8(std::string_view s, size_t i, int32_t* cp) {
   *cp = value;
   return len;
 }
+
+// The text with each ill-formed byte sequence replaced by U+FFFD, one for each maximal part of a sequence
+// (WHATWG's UTF-8 decoder: what JavaScript's TextDecoder, and so the reference tokenizers, read).
+std::string to_valid_utf8(std::string_view s);
 
 }  // namespace mt
