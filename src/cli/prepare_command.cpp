@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
@@ -24,7 +25,7 @@ struct PrepareArgs {
   PrepareConfig config;
   bool pack = false;
   TokenizerChoice tokenizer;
-  std::string chat_template = kBuiltinChatTemplate;
+  std::string chat_template;  // empty: the --tokenizer folder's template, else the built-in one
 };
 
 // Validation got more than --val-fraction asked: one evaluation window, so that evaluating works at all.
@@ -73,8 +74,22 @@ PrepareResult prepare_in_claimed_folder(const PrepareConfig& config, const Token
   }
 }
 
-// --chat-template: the built-in plain template by its name, else a model's from a file (--jsonl only).
+// --chat-template: the built-in plain template by its name, else a model's from a file (--jsonl only). Not
+// given: the template of the model whose tokenizer --tokenizer PATH names, else the built-in one.
 std::shared_ptr<const ChatTemplate> chosen_chat_template(const PrepareArgs& a) {
+  if (a.chat_template.empty()) {
+    const std::string folder = tokenizer_folder(a.tokenizer);
+    if (a.config.jsonl.empty() || folder.empty()) return nullptr;
+    std::optional<ChatTemplate> model = model_chat_template(folder);
+    if (!model) {
+      std::printf("chat template: %s (the tokenizer's folder %s has none)\n", kBuiltinChatTemplate,
+                  folder.c_str());
+      return nullptr;
+    }
+    std::printf("chat template: the model's, from %s (--chat-template %s: the plain one)\n",
+                model->origin.c_str(), kBuiltinChatTemplate);
+    return std::make_shared<const ChatTemplate>(std::move(*model));
+  }
   if (a.chat_template == kBuiltinChatTemplate) return nullptr;
   if (a.config.jsonl.empty())
     fail_usage("--chat-template " + a.chat_template + " renders --jsonl records; text files have no chats");
@@ -153,8 +168,9 @@ void add_prepare_command(CLI::App& app) {
                   std::string("--jsonl: how chats are rendered: ") + kBuiltinChatTemplate +
                       " (the plain template, docs/data.md), or a model's own: a .jinja file, a "
                       "tokenizer_config.json or the folder holding it (its chat_template, bos_token, "
-                      "eos_token); the loss counts the assistant turns")
-      ->capture_default_str();
+                      "eos_token); the loss counts the assistant turns. Default: the template of the model "
+                      "whose tokenizer --tokenizer PATH names, else " +
+                      kBuiltinChatTemplate);
   cmd->add_option("--out", args->config.out_dir, "output directory")->required();
   cmd->add_option("--name", args->config.name, "shard name prefix")->capture_default_str();
   cmd->add_flag("--overwrite-shards", args->config.overwrite,

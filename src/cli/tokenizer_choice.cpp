@@ -53,6 +53,12 @@ void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice) {
                   "GPT-2 vocab.bpe (default: beside encoder.json's default)");
 }
 
+std::string tokenizer_folder(const TokenizerChoice& choice) {
+  if (kTokenizerNames.parse(choice.spec)) return {};
+  std::error_code ec;
+  return fs::is_directory(choice.spec, ec) ? choice.spec : fs::path(choice.spec).parent_path().string();
+}
+
 std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice, std::FILE* say) {
   // A name, else a path: a tokenizer.json or the folder it is in.
   const std::optional<TokenizerKind> kind = kTokenizerNames.parse(choice.spec);

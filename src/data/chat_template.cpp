@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 
 #include "core/error.h"
 #include "core/json_text.h"
@@ -87,6 +88,17 @@ ChatTemplate load_chat_template(const std::string& given) {
   chat.bos_token = special_token(config, "bos_token", path);
   chat.eos_token = special_token(config, "eos_token", path);
   return chat;
+}
+
+std::optional<ChatTemplate> model_chat_template(const std::string& folder) {
+  const std::filesystem::path config = std::filesystem::path(folder) / "tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(config, ec)) return std::nullopt;
+  const nlohmann::json parsed =
+      parse_json_text(read_file(config.string()), "--tokenizer " + config.string(), false);
+  if (!parsed.is_object() || !parsed.contains("chat_template") || parsed.at("chat_template").is_null())
+    return std::nullopt;
+  return load_chat_template(config.string());
 }
 
 namespace {

@@ -3,17 +3,19 @@
 // text so that the loss counts them only.
 //
 // How the assistant spans are found (docs/data.md): a template that marks them with transformers'
-// {% generation %} blocks gives them, exactly what those blocks write. Otherwise by prefix rendering: for each assistant message i, the
-// conversation before it with the generation prompt (A) and up to and with it without (B). Where the whole
-// conversation's rendering starts with B, and B with A, the text from A's end to B's is the turn: the
-// message as the template writes it and the template's end-of-turn text. A template that renders a turn
-// differently once later turns follow (Qwen3 drops earlier turns' reasoning; Llama-3 base's writes an
-// assistant header after every conversation) breaks this for that turn: it is not counted, and said so.
+// {% generation %} blocks gives them, exactly what those blocks write. Otherwise by prefix rendering: for
+// each assistant message i, the conversation before it with the generation prompt (A) and up to and with it
+// without (B). Where the whole conversation's rendering starts with B, and B with A, the text from A's end to
+// B's is the turn: the message as the template writes it and the template's end-of-turn text. A template that
+// renders a turn differently once later turns follow (Qwen3 drops earlier turns' reasoning; Llama-3 base's
+// writes an assistant header after every conversation) breaks this for that turn: it is not counted, and said
+// so.
 #pragma once
 
 #include <cstddef>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -32,10 +34,15 @@ struct ChatTemplate {
   jinja::Value bos_token, eos_token;
 };
 
-// `path`: a .jinja file, a model's folder (its tokenizer_config.json), or a tokenizer_config.json whose chat_template is a string or a list of
-// {name, template} (the one named "default", and "tool_use" for records with tools). A file that cannot be
-// read, a missing or ill-typed key, or a template outside the subset are data errors naming the file.
+// `path`: a .jinja file, a model's folder (its tokenizer_config.json), or a tokenizer_config.json whose
+// chat_template is a string or a list of {name, template} (the one named "default", and "tool_use" for
+// records with tools). A file that cannot be read, a missing or ill-typed key, or a template outside the
+// subset are data errors naming the file.
 ChatTemplate load_chat_template(const std::string& path);
+
+// The template of the model whose tokenizer files are in `folder`: its tokenizer_config.json's chat_template,
+// or none when the folder has no tokenizer_config.json or it holds no chat_template (Llama-2's has none).
+std::optional<ChatTemplate> model_chat_template(const std::string& folder);
 
 struct ChatRender {
   std::string text;
