@@ -71,13 +71,13 @@ std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice, std::FI
     if (!choice.encoder_json.empty() || !choice.vocab_bpe.empty()) {
       fail_usage("--encoder-json and --vocab-bpe are GPT-2's files: give them with --tokenizer gpt2 only");
     }
-    std::fprintf(say, "tokenizer.json from %s\n", choice.spec.c_str());
+    if (say) std::fprintf(say, "tokenizer.json from %s\n", choice.spec.c_str());
     return load_tokenizer_json(choice.spec);
   }
   if (*kind == TokenizerKind::byte) return make_byte_tokenizer();
   const std::string encoder = gpt2_vocabulary_file(choice.encoder_json, "--encoder-json", "encoder.json");
   const std::string bpe = gpt2_vocabulary_file(choice.vocab_bpe, "--vocab-bpe", "vocab.bpe");
-  std::fprintf(say, "GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
+  if (say) std::fprintf(say, "GPT-2 BPE from %s and %s\n", encoder.c_str(), bpe.c_str());
   return load_gpt2_tokenizer(encoder, bpe);
 }
 

@@ -18,10 +18,9 @@ struct TokenizerChoice {
 
 void add_tokenizer_options(CLI::App* cmd, TokenizerChoice* choice);
 
-// The tokenizer chosen, saying on `say` which files it was read from; a bad --tokenizer is a usage error,
-// a missing or malformed file a data error naming it.
-// The folder of a --tokenizer PATH's files (PATH, or the folder of the tokenizer.json it names); empty for a
-// tokenizer named gpt2 or byte.
+// The tokenizer chosen, saying on `say` (unless null) which files it was read from; a bad --tokenizer is a
+// usage error, a missing or malformed file a data error naming it. The folder of a --tokenizer PATH's files
+// (PATH, or the folder of the tokenizer.json it names); empty for a tokenizer named gpt2 or byte.
 std::string tokenizer_folder(const TokenizerChoice& choice);
 
 std::unique_ptr<Tokenizer> open_tokenizer(const TokenizerChoice& choice, std::FILE* say = stdout);

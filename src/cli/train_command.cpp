@@ -23,7 +23,9 @@ RunTokenizer run_tokenizer(const CLI::App& cmd, const TokenizerChoice& choice, b
     if (allow_mismatch) fail_usage("--allow-tokenizer-mismatch needs --tokenizer, the tokenizer it allows");
     return {};
   }
-  const std::unique_ptr<Tokenizer> opened = open_tokenizer(choice);
+  // Every rank of one command line opens the same files: rank 0 says which.
+  const std::unique_ptr<Tokenizer> opened =
+      open_tokenizer(choice, command_line_reported_by_rank_zero() ? nullptr : stdout);
   return {choice.spec, opened->vocab_size(), opened->fingerprint(), allow_mismatch};
 }
 
