@@ -187,6 +187,23 @@ class ChatTemplateTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(json.loads(result.stdout)["text"], want)
 
+    def test_whitespace_is_pythons_over_all_of_unicode(self):
+        # split() and strip() cut at exactly the code points str.isspace() accepts (from Unicode's data, not a
+        # list of ours): every one of them, and none of the others, between words.
+        spaces = "".join(chr(c) for c in range(0x110000) if chr(c).isspace())
+        others = "\u200b\u180e\ufeff\u00ad\u2060x"
+        content = "a" + "a".join(spaces) + "a" + others + " " + spaces
+        template = self.write("spaces.jinja", "{{ m.content.split() | length }}|{{ m.content.strip() | length }}"
+                              .replace("m.", "messages[0]."))
+        record = {"messages": [{"role": "user", "content": content}, {"role": "assistant", "content": "ok"}]}
+        want = transformers_environment().from_string(
+            "{{ messages[0].content.split() | length }}|{{ messages[0].content.strip() | length }}").render(
+            messages=record["messages"])
+        result = chat_template(self.records_file([record]), template)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout)["text"], want)
+        self.assertEqual(want.split("|")[0], str(len(spaces) + 1))
+
     def span_texts(self, name: str, record: dict) -> list:
         result = chat_template(self.records_file([record]), CONFIGS[name])
         self.assertEqual(result.returncode, 0, result.stderr)

@@ -1,6 +1,8 @@
 // Python's str methods on UTF-8 text, by code point; case mapping changes ASCII letters only.
 #include "data/jinja/string_ops.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string_view>
@@ -16,13 +18,15 @@ bool py_space(unsigned char c) {
 
 namespace {
 
-// str.isspace() of a code point: Python's whitespace, Unicode's included (NBSP, ideographic space, ...).
+// str.isspace() of a code point, by Python's definition over ICU's character data: general category Zs, or
+// bidirectional class WS, B or S (NBSP, the ideographic space, the separators, ...).
 bool unicode_space(const std::string& code_point) {
   int32_t cp;
   next_utf8(code_point, 0, &cp);
-  return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 || cp == 0xa0 ||
-         cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f ||
-         cp == 0x205f || cp == 0x3000;
+  if (u_charType(cp) == U_SPACE_SEPARATOR) return true;
+  const UCharDirection direction = u_charDirection(cp);
+  return direction == U_WHITE_SPACE_NEUTRAL || direction == U_BLOCK_SEPARATOR ||
+         direction == U_SEGMENT_SEPARATOR;
 }
 
 std::string joined(const std::vector<std::string>& cps, size_t begin, size_t end) {
