@@ -2,26 +2,16 @@
 #include "data/chat_template.h"
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <system_error>
 
 #include "core/error.h"
 #include "core/json_text.h"
+#include "core/whole_file.h"
 
 namespace mt {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data("--chat-template " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail_data("--chat-template " + path + ": read failed");
-  return text.str();
-}
 
 std::shared_ptr<const jinja::Template> compile(const std::string& source, const std::string& origin) {
   try {
@@ -66,7 +56,7 @@ ChatTemplate load_chat_template(const std::string& given) {
                                : given;
   ChatTemplate chat;
   chat.origin = path;
-  const std::string text = read_file(path);
+  const std::string text = read_whole_file(path, "--chat-template");
   if (path.ends_with(".jinja")) {
     chat.main = compile(text, path);
     return chat;
@@ -94,8 +84,8 @@ std::optional<ChatTemplate> model_chat_template(const std::string& folder) {
   const std::filesystem::path config = std::filesystem::path(folder) / "tokenizer_config.json";
   std::error_code ec;
   if (!std::filesystem::is_regular_file(config, ec)) return std::nullopt;
-  const nlohmann::json parsed =
-      parse_json_text(read_file(config.string()), "--tokenizer " + config.string(), false);
+  const nlohmann::json parsed = parse_json_text(read_whole_file(config.string(), "--tokenizer"),
+                                                "--tokenizer " + config.string(), false);
   if (!parsed.is_object() || !parsed.contains("chat_template") || parsed.at("chat_template").is_null())
     return std::nullopt;
   return load_chat_template(config.string());

@@ -2,27 +2,18 @@
 // vocab.bpe's lines the merges, and the pre-tokenizer and decoder are ByteLevel (GPT-2's regex, bytes
 // spelled as printable characters). Its <|endoftext|> ends documents but is not an added token: in text
 // it is encoded as characters, as gpt-3-encoder does.
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/whole_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_json/json_tokenizer.h"
 
 namespace mt {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail_data(path + ": read failed");
-  return text.str();
-}
 
 // encoder.json maps each token's spelling to its id; the ids must be exactly 0..n-1.
 nlohmann::json read_encoder(const std::string& path, const std::string& text) {
@@ -67,7 +58,7 @@ nlohmann::json read_merges(const std::string& path, const std::string& text) {
 
 std::unique_ptr<Tokenizer> load_gpt2_tokenizer(const std::string& encoder_json,
                                                const std::string& vocab_bpe) {
-  const std::string encoder_text = read_file(encoder_json), merges_text = read_file(vocab_bpe);
+  const std::string encoder_text = read_whole_file(encoder_json), merges_text = read_whole_file(vocab_bpe);
   nlohmann::json tokenizer = {
       {"model",
        {{"type", "BPE"},

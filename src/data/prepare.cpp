@@ -7,25 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/whole_file.h"
 #include "data/shard.h"
 
 namespace mt {
 namespace {
-
-std::string read_document(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data("input " + path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail_data("input " + path + ": read failed");
-  return text.str();
-}
 
 // The mask of tokens [begin, end), with the record starts marked when the stream is packed.
 std::vector<uint8_t> mask_bytes(const TokenStream& stream, int64_t begin, int64_t end, bool packed) {
@@ -134,7 +124,7 @@ TokenStream read_documents(const std::vector<std::string>& inputs, const Tokeniz
   TokenStream stream;
   for (size_t d = 0; d < inputs.size(); ++d) {
     if (d > 0 && tokenizer.end_of_text() >= 0) stream.tokens.push_back(tokenizer.end_of_text());
-    const std::vector<int32_t> tokens = tokenizer.encode(read_document(inputs[d]));
+    const std::vector<int32_t> tokens = tokenizer.encode(read_whole_file(inputs[d], "input"));
     // Shards of nothing would only fail later, in train, far from the cause.
     if (tokens.empty()) fail_data("input " + inputs[d] + ": empty, no text to tokenize");
     stream.tokens.insert(stream.tokens.end(), tokens.begin(), tokens.end());

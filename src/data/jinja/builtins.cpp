@@ -59,23 +59,6 @@ int64_t int_arg(const Value& v, int64_t fallback, const std::string& what) {
   return v.integer();
 }
 
-// A sequence's items: a list's, a dict's keys, a string's code points.
-List items_of(const Value& v, const std::string& what) {
-  if (v.is_list()) return v.list();
-  if (v.is_dict()) {
-    List keys;
-    for (const auto& kv : v.dict()) keys.push_back(kv.first);
-    return keys;
-  }
-  if (v.is_string()) {
-    List chars;
-    for (auto& c : code_points(v.str())) chars.push_back(c);
-    return chars;
-  }
-  if (v.undefined()) return {};
-  throw ValueError(what + " needs a list, dict or string, not " + type_name(v));
-}
-
 int64_t length_of(const Value& v) {
   if (v.is_dict()) return static_cast<int64_t>(v.dict().size());
   return static_cast<int64_t>(items_of(v, "length").size());
@@ -333,6 +316,22 @@ const std::map<std::string, Test>& tests() {
 }
 
 }  // namespace
+
+List items_of(const Value& v, const std::string& what) {
+  if (v.is_list()) return v.list();
+  if (v.is_dict()) {
+    List keys;
+    for (const auto& kv : v.dict()) keys.push_back(kv.first);
+    return keys;
+  }
+  if (v.is_string()) {
+    List chars;
+    for (auto& c : code_points(v.str())) chars.push_back(c);
+    return chars;
+  }
+  if (v.undefined()) return {};
+  throw ValueError(what + " needs a list, dict or string, not " + type_name(v));
+}
 
 bool has_filter(const std::string& name) {
   return filters().count(name) > 0;

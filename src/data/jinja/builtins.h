@@ -32,6 +32,10 @@ Value unary_op(const std::string& op, const Value& a);
 Value index_value(const Value& object, const Value& key);
 Value slice_value(const Value& object, const Value& start, const Value& stop, const Value& step);
 
+// A sequence's items, as a for loop and the filters take them: a list's, a dict's keys, a string's code
+// points; none for undefined. Anything else is a ValueError naming `what`.
+List items_of(const Value& v, const std::string& what);
+
 // The code points of a UTF-8 string, each as its bytes.
 std::vector<std::string> code_points(const std::string& s);
 

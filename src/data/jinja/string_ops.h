@@ -10,7 +10,8 @@ namespace mt::jinja {
 
 // Python's whitespace, in the ASCII range.
 bool py_space(unsigned char c);
-// str.strip/lstrip/rstrip(chars): chars a string of code points, or undefined/none for whitespace (Unicode's).
+// str.strip/lstrip/rstrip(chars): chars a string of code points, or undefined/none for whitespace
+// (Unicode's).
 std::string strip(const std::string& s, const Value& chars, bool left, bool right);
 // str.upper/lower with toupper/tolower, on ASCII letters.
 std::string map_case(std::string s, int (*f)(int));

@@ -82,19 +82,9 @@ class Evaluator {
   }
 
   List iterate(const Value& v, int line) {
-    if (v.is_list()) return v.list();
-    if (v.undefined()) return {};
-    if (v.is_dict()) {
-      List keys;
-      for (const auto& kv : v.dict()) keys.push_back(kv.first);
-      return keys;
-    }
-    if (v.is_string()) {
-      List chars;
-      for (auto& c : code_points(v.str())) chars.push_back(c);
-      return chars;
-    }
-    throw TemplateError(line, "cannot loop over " + type_name(v));
+    if (!v.is_list() && !v.undefined() && !v.is_dict() && !v.is_string())
+      throw TemplateError(line, "cannot loop over " + type_name(v));
+    return items_of(v, "for");
   }
 
   void bind(const std::vector<std::string>& targets, const Value& v, int line) {

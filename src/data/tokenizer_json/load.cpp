@@ -1,10 +1,9 @@
 // Opening a tokenizer.json (or the folder holding it) with the tokenizer_config.json beside it.
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/whole_file.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_json/json_tokenizer.h"
 #include "data/tokenizer_json/node.h"
@@ -14,15 +13,6 @@ namespace mt {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_data(path.string() + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail_data(path.string() + ": read failed");
-  return text.str();
-}
 
 nlohmann::json parse(const std::string& text, const fs::path& path) {
   try {
@@ -35,7 +25,7 @@ nlohmann::json parse(const std::string& text, const fs::path& path) {
 // What tokenizer_config.json says about encoding and decoding; the rest (chat template, padding side, ...)
 // is for other readers. Flags that would change the reference's encoding are refused.
 void read_config(const fs::path& path, tokjson::Settings* settings) {
-  const nlohmann::json json = parse(read_file(path), path);
+  const nlohmann::json json = parse(read_whole_file(path.string()), path);
   const tokjson::Node config(json, path.string(), "");
   if (!json.is_object()) config.fail("expected an object");
   for (const char* flag : {"remove_space", "do_lowercase_and_remove_accent"}) {
@@ -57,7 +47,7 @@ std::unique_ptr<Tokenizer> load_tokenizer_json(const std::string& given) {
   fs::path file = given;
   std::error_code ec;
   if (fs::is_directory(file, ec)) file /= "tokenizer.json";
-  const std::string text = read_file(file);
+  const std::string text = read_whole_file(file);
   tokjson::Settings settings;
   settings.name = file.string();
   settings.fingerprint = crc32c(text.data(), text.size(), 0);
