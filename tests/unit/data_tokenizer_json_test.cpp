@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "data/tokenizer_json/json_tokenizer.h"
 #include "data/tokenizer_json/pattern.h"
 #include "data/tokenizer_json/pre_tokenizer.h"
@@ -27,9 +28,10 @@ TEST(DataTokenizerJson, InvalidUtf8BecomesReplacementCharacters) {
   EXPECT_EQ(to_valid_utf8("\xFF\x80"), kR + kR);
 }
 
-std::vector<std::string> pre_tokenize(const json& config, const std::string& text) {
+std::vector<std::string> pre_tokenize(const json& config, const std::string& text, bool starts_text = true) {
   std::vector<std::string> pieces;
-  tokjson::parse_pre_tokenizer(tokjson::Node(config, "t.json", "pre_tokenizer"))->split(text, &pieces);
+  tokjson::parse_pre_tokenizer(tokjson::Node(config, "t.json", "pre_tokenizer"))
+      ->split(text, starts_text, &pieces);
   return pieces;
 }
 
@@ -55,6 +57,39 @@ std::string rewrite(const std::string& pattern) {
 }
 
 // As the reference rewrites Oniguruma for JavaScript; what it cannot map is refused by name.
+// Metaspace as Hugging Face's library runs it: spaces become the replacement, which a piece gets in front
+// as prepend_scheme says (first: only a piece that starts the text), and with split each one starts a piece.
+TEST(DataTokenizerJson, Metaspace) {
+  const std::string m = "\u2581";
+  const json always = {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "always"}};
+  EXPECT_EQ(pre_tokenize(always, "a b  c"), (std::vector<std::string>{m + "a", m + "b", m, m + "c"}));
+  EXPECT_EQ(pre_tokenize(always, " a", false), (std::vector<std::string>{m + "a"}));  // starts with one
+  json first = always;
+  first["prepend_scheme"] = "first";
+  EXPECT_EQ(pre_tokenize(first, "a b", true), (std::vector<std::string>{m + "a", m + "b"}));
+  EXPECT_EQ(pre_tokenize(first, "a b", false), (std::vector<std::string>{"a", m + "b"}));
+  json whole = always;
+  whole["split"] = false;
+  EXPECT_EQ(pre_tokenize(whole, "a b"), (std::vector<std::string>{m + "a" + m + "b"}));
+  // Older files: add_prefix_space true is "always"; false means "never" to one reference and "always" to the
+  // other, so it is refused by name, as a replacement of more than one character is.
+  EXPECT_EQ(pre_tokenize({{"type", "Metaspace"}, {"add_prefix_space", true}}, "a"),
+            (std::vector<std::string>{m + "a"}));
+  for (const json& refused : {json{{"type", "Metaspace"}, {"add_prefix_space", false}},
+                              json{{"type", "Metaspace"}, {"replacement", "__"}}}) {
+    try {
+      pre_tokenize(refused, "a");
+      ADD_FAILURE() << refused.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(
+          std::string(e.what()).find(refused.contains("replacement") ? "pre_tokenizer.replacement"
+                                                                     : "pre_tokenizer.add_prefix_space"),
+          std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(DataTokenizerJson, OnigurumaRewrite) {
   EXPECT_EQ(rewrite("(?i:'s|'t)"), "(?:'[sS]|'[tT])");
   EXPECT_EQ(rewrite("\\s+(?!\\S)"), "\\p{White_Space}+(?!\\P{White_Space})");

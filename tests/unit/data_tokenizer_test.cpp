@@ -164,7 +164,7 @@ TEST(DataTokenizer, Gpt2PreTokenizerMatchesJavaScriptRegex) {
   ASSERT_TRUE(expected.is_array());
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"use_regex", true}};
   std::vector<std::string> pieces;
-  tokjson::parse_pre_tokenizer(tokjson::Node(byte_level, "test", ""))->split(text, &pieces);
+  tokjson::parse_pre_tokenizer(tokjson::Node(byte_level, "test", ""))->split(text, true, &pieces);
   const std::vector<size_t> want = expected.get<std::vector<size_t>>();
   for (size_t i = 0, at = 0; i < std::min(want.size(), pieces.size()); at += want[i], ++i) {
     size_t bytes = 0;  // each byte of the piece is spelled as one character

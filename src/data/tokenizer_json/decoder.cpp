@@ -67,6 +67,32 @@ class Replace : public Decoder {
   std::string content_;
 };
 
+// Metaspace's replacement back to spaces; the first token's leading space goes (the one the pre-tokenizer put
+// in front). With prepend_scheme "never" the two references differ (Hugging Face's library keeps it, the
+// reference drops it): refused.
+class Metaspace : public Decoder {
+ public:
+  explicit Metaspace(const Node& n) : replacement_(metaspace_settings(n).replacement) {
+    if (metaspace_settings(n).prepend == MetaspaceSettings::Prepend::never) n.unsupported("prepend_scheme");
+  }
+  Tokens decode_chain(Tokens tokens) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      std::string spaced;
+      size_t at = 0;
+      for (size_t found; (found = tokens[i].find(replacement_, at)) != std::string::npos;
+           at = found + replacement_.size())
+        spaced.append(tokens[i], at, found - at).push_back(' ');
+      spaced.append(tokens[i], at);
+      if (i == 0 && spaced.starts_with(' ')) spaced.erase(0, 1);
+      tokens[i] = std::move(spaced);
+    }
+    return tokens;
+  }
+
+ private:
+  std::string replacement_;
+};
+
 // Runs of <0xNN> tokens become the text their bytes spell.
 class ByteFallback : public Decoder {
  public:
@@ -152,6 +178,10 @@ std::unique_ptr<Decoder> parse_decoder(const Node& n, std::function<bool(const s
   if (type == "ByteFallback") return n.only({"type"}), std::make_unique<ByteFallback>();
   if (type == "Fuse") return n.only({"type"}), std::make_unique<Fuse>();
   if (type == "Strip") return n.only({"type", "content", "start", "stop"}), std::make_unique<Strip>(n);
+  if (type == "Metaspace") {
+    n.only({"type", "replacement", "prepend_scheme", "split", "add_prefix_space"});
+    return std::make_unique<Metaspace>(n);
+  }
   if (type == "Sequence") return n.only({"type", "decoders"}), std::make_unique<Sequence>(n, is_added);
   n.unsupported("type");
 }

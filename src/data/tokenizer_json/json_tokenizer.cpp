@@ -75,7 +75,7 @@ class JsonTokenizer : public Tokenizer {
       if (section.token >= 0) {
         ids.push_back(section.token);
       } else {
-        encode_section(section.text, &ids);
+        encode_section(section.text, section.text.data() == valid.data(), &ids);
       }
     }
     return ids;
@@ -124,13 +124,14 @@ class JsonTokenizer : public Tokenizer {
       root.fail("post_processor's special token id " + std::to_string(id) + " is not in the vocabulary");
   }
 
-  void encode_section(std::string_view raw, std::vector<int32_t>* ids) const {
+  // `starts_text`: no added token comes before the section.
+  void encode_section(std::string_view raw, bool starts_text, std::vector<int32_t>* ids) const {
     std::string text(raw);
     if (normalizer_) text = normalizer_->normalize(std::move(text));
     if (text.empty()) return;
     std::vector<std::string> pieces;
     if (pre_tokenizer_) {
-      pre_tokenizer_->split(text, &pieces);
+      pre_tokenizer_->split(text, starts_text, &pieces);
     } else {
       pieces.push_back(std::move(text));
     }

@@ -1,9 +1,10 @@
-// Pre-tokenizers: Split, ByteLevel (GPT-2's regex and byte alphabet) and Sequence.
+// Pre-tokenizers: Split, ByteLevel (GPT-2's regex and byte alphabet), Metaspace and Sequence.
 #include "data/tokenizer_json/pre_tokenizer.h"
 
 #include <array>
 
 #include "data/tokenizer_json/pattern.h"
+#include "data/utf8.h"
 
 namespace mt::tokjson {
 
@@ -30,7 +31,7 @@ class Split : public PreTokenizer {
     if (invert_ && behavior_ != Behavior::isolated) n.unsupported("behavior");
   }
 
-  void split(std::string_view piece, std::vector<std::string>* out) const override {
+  void split(std::string_view piece, bool, std::vector<std::string>* out) const override {
     const std::vector<Span> matches = pattern_.matches(piece);
     if (invert_) {  // the reference keeps the matches alone
       for (const Span& m : matches) {
@@ -87,7 +88,7 @@ class ByteLevel : public PreTokenizer {
       : add_prefix_space_(n.boolean_or("add_prefix_space", false)),
         regex_(n.boolean_or("use_regex", true) ? std::make_unique<Regex>(kGpt2Regex, n) : nullptr) {}
 
-  void split(std::string_view piece, std::vector<std::string>* out) const override {
+  void split(std::string_view piece, bool, std::vector<std::string>* out) const override {
     std::string text = add_prefix_space_ && (piece.empty() || piece[0] != ' ') ? " " : "";
     text.append(piece);
     if (!regex_) return out->push_back(spelled(text));
@@ -106,6 +107,39 @@ class ByteLevel : public PreTokenizer {
   std::unique_ptr<Regex> regex_;
 };
 
+// SentencePiece's spaces: each ' ' becomes the replacement ("▁"), which a piece gets in front too as its
+// prepend scheme says (unless it starts with one); with `split` (the default), each replacement starts a new
+// piece (Hugging Face's split, MergedWithNext), so "▁a▁b" is "▁a", "▁b".
+class Metaspace : public PreTokenizer {
+ public:
+  explicit Metaspace(const Node& n) : settings_(metaspace_settings(n)), split_(n.boolean_or("split", true)) {}
+
+  void split(std::string_view piece, bool first, std::vector<std::string>* out) const override {
+    const std::string& mark = settings_.replacement;
+    std::string text;
+    for (char c : piece) {
+      if (c == ' ')
+        text.append(mark);
+      else
+        text.push_back(c);
+    }
+    using Prepend = MetaspaceSettings::Prepend;
+    const bool prepend =
+        settings_.prepend == Prepend::always || (settings_.prepend == Prepend::first && first);
+    if (prepend && !text.starts_with(mark)) text.insert(0, mark);
+    if (text.empty()) return;
+    if (!split_) return out->push_back(std::move(text));
+    size_t start = 0;
+    for (size_t at = text.find(mark, 1); at != std::string::npos; at = text.find(mark, at + mark.size()))
+      out->push_back(text.substr(start, at - start)), start = at;
+    out->push_back(text.substr(start));
+  }
+
+ private:
+  MetaspaceSettings settings_;
+  bool split_;
+};
+
 class Sequence : public PreTokenizer {
  public:
   explicit Sequence(const Node& n) {
@@ -114,12 +148,13 @@ class Sequence : public PreTokenizer {
     for (size_t k = 0; k < list.size(); ++k) steps_.push_back(parse_pre_tokenizer(list.at(k)));
   }
 
-  void split(std::string_view piece, std::vector<std::string>* out) const override {
+  // A later step's `first` piece is the first of the earlier steps' (Hugging Face's offset 0).
+  void split(std::string_view piece, bool first, std::vector<std::string>* out) const override {
     std::vector<std::string> pieces{std::string(piece)}, next;
     for (const auto& step : steps_) {
       if (!step) continue;
       next.clear();
-      for (const std::string& p : pieces) step->split(p, &next);
+      for (size_t k = 0; k < pieces.size(); ++k) step->split(pieces[k], first && k == 0, &next);
       pieces.swap(next);
     }
     for (std::string& p : pieces) out->push_back(std::move(p));
@@ -130,6 +165,31 @@ class Sequence : public PreTokenizer {
 };
 
 }  // namespace
+
+MetaspaceSettings metaspace_settings(const Node& n) {
+  MetaspaceSettings s;
+  s.replacement = n.string_or("replacement", "\u2581");
+  int32_t cp;
+  if (s.replacement.empty() || next_utf8(s.replacement, 0, &cp) != s.replacement.size())
+    n.unsupported("replacement");  // one character
+  using Prepend = MetaspaceSettings::Prepend;
+  if (n.has("prepend_scheme")) {
+    const std::string scheme = n.string("prepend_scheme");
+    if (scheme == "always") {
+      s.prepend = Prepend::always;
+    } else if (scheme == "first") {
+      s.prepend = Prepend::first;
+    } else if (scheme == "never") {
+      s.prepend = Prepend::never;
+    } else {
+      n.unsupported("prepend_scheme");
+    }
+  } else if (!n.boolean_or("add_prefix_space", true)) {
+    // Older files: Hugging Face's library reads it as "never", the reference ignores it ("always").
+    n.unsupported("add_prefix_space");
+  }
+  return s;
+}
 
 const std::string& byte_level_char(uint8_t b) {
   // The bytes '!'..'~', '¡'..'¬' and '®'..'ÿ' stand for themselves; the other 68 are U+0100, U+0101, ... in
@@ -157,6 +217,10 @@ std::unique_ptr<PreTokenizer> parse_pre_tokenizer(const Node& n) {
     // trim_offsets moves offsets only, which memtrain does not report.
     n.only({"type", "add_prefix_space", "trim_offsets", "use_regex"});
     return std::make_unique<ByteLevel>(n);
+  }
+  if (type == "Metaspace") {
+    n.only({"type", "replacement", "prepend_scheme", "split", "add_prefix_space"});
+    return std::make_unique<Metaspace>(n);
   }
   if (type == "Sequence") return n.only({"type", "pretokenizers"}), std::make_unique<Sequence>(n);
   n.unsupported("type");
