@@ -60,11 +60,12 @@ class GroupSearch {
   }
 
   bool fits(const TrainConfig& config) { return plan(config).rank_bytes <= request_.device_memory; }
+  int64_t arenas_packed() const { return arenas_.packed(); }
 
  private:
   ConfigCandidate plan(const TrainConfig& config) {
     ++result_.candidates_planned;
-    return evaluate_candidate(config, request_.ranks, request_.profile, request_.isa);
+    return evaluate_candidate(config, request_.ranks, request_.profile, request_.isa, &arenas_);
   }
   bool try_add(const TrainConfig& config) {
     ConfigCandidate c = plan(config);
@@ -75,6 +76,7 @@ class GroupSearch {
 
   const SearchRequest& request_;
   SearchResult& result_;
+  ArenaPackCache arenas_;  // the precisions of one micro-batch and recompute share their arenas
 };
 
 bool eight_bit(const PrecisionConfig& p) {
@@ -206,7 +208,7 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
 }
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   CpuIsa isa) {
+                                   CpuIsa isa, ArenaPackCache* cache) {
   ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
   // Each pipeline stage holds its own layers (the first the embedding, the last the head) and micro-batches
   // in flight; on a stage, data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal
@@ -215,7 +217,7 @@ ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const H
   for (int stage = 0; stage < pp; ++stage) {
     const ParallelRank place = parallel_rank(config, ranks, stage * (ranks / pp));
     const DeviceTarget device{.cpu_isa = isa, .threads = rank_threads(config, ranks)};
-    const RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
+    const RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place), cache);
     if (run.plan.bytes.total() > c.rank_bytes) {
       c.rank_bytes = run.plan.bytes.total();
       c.bytes = run.plan.bytes;
@@ -299,6 +301,7 @@ SearchResult search_configs(const SearchRequest& request) {
             }
           }
     }
+  result.arenas_packed = group.arenas_packed();
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });

@@ -15,6 +15,7 @@
 #include "devices/devices.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
+#include "memory/arena_pack_cache.h"
 
 namespace mt {
 
@@ -36,7 +37,9 @@ struct ConfigCandidate {
 struct SearchResult {
   std::vector<ConfigCandidate> fitting;  // fastest first by the cost model
   int64_t candidates_planned = 0;        // lay_out_run calls the search made
-  std::vector<std::string> notes;        // where the ranking agrees or disagrees with the usual advice
+  // Of those calls' arenas (3 each), the ones packed: the rest recurred in the search and were reused.
+  int64_t arenas_packed = 0;
+  std::vector<std::string> notes;  // where the ranking agrees or disagrees with the usual advice
 };
 
 SearchResult search_configs(const SearchRequest& request);
@@ -49,9 +52,9 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
                             const std::function<bool(const TrainConfig&)>& fits);
 
 // Plans one configuration on `ranks` ranks, each pipeline stage's largest rank, with the thread count the
-// trainer would use, at ISA level `isa`.
+// trainer would use, at ISA level `isa`; `cache` keeps the arenas packed for one candidate for the next.
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   CpuIsa isa);
+                                   CpuIsa isa, ArenaPackCache* cache = nullptr);
 
 // The flags of `config` that differ from training's defaults: precision, O2, ZeRO, recompute, batch,
 // offload, threads (with `mpirun -np N` in front for N ranks).

@@ -14,6 +14,7 @@
 #include "forecast/config_search.h"
 #include "forecast/cost_model.h"
 #include "forecast/shipped_profiles.h"
+#include "memory/arena_pack_cache.h"
 #include "memory/report.h"
 
 namespace mt {
@@ -155,10 +156,11 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
   const HardwareProfile& profile = doctor_profile(config, world);
   const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
-  // nowhere.
+  // nowhere. Changes of the moments or gradients alone keep the graph: its arenas are packed once.
+  ArenaPackCache arenas;
   const auto planned = [&](const TrainConfig& changed) -> std::optional<ConfigCandidate> {
     try {
-      return evaluate_candidate(changed, world, profile, isa);
+      return evaluate_candidate(changed, world, profile, isa, &arenas);
     } catch (const Error&) {
       return std::nullopt;
     }

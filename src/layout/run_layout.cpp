@@ -33,7 +33,7 @@ void check_scalar_sizes(const TrainConfig& cfg, const ModelSpec& spec, int64_t T
 }
 
 RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelRank& place,
-                  const DeviceTarget& device, int64_t comm_buffer_bytes) {
+                  const DeviceTarget& device, int64_t comm_buffer_bytes, ArenaPackCache* cache) {
   RunLayout run;
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
@@ -89,7 +89,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   const OptimizerOffload offload{.enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
                                  .path = cfg.offload_path,
                                  .chunk_elems = static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4)};
-  run.plan = make_plan(table, traits.alignment, policy, sharding, offload);
+  run.plan = make_plan(table, traits.alignment, policy, sharding, offload, cache);
   return run;
 }
 
@@ -107,12 +107,12 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
 }  // namespace
 
 RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
-                      int64_t comm_buffer_bytes) {
+                      int64_t comm_buffer_bytes, ArenaPackCache* cache) {
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   check_flags(cfg, spec, run_seq_len(cfg, spec));
   if (spec.n_layer > kMaxPlannedLayers) fail_too_deep(cfg, spec);
   try {
-    return lay_out(cfg, spec, place, device, comm_buffer_bytes);
+    return lay_out(cfg, spec, place, device, comm_buffer_bytes, cache);
   } catch (const SizeOverflow&) {
     fail_plan_overflow(cfg, spec);
   }

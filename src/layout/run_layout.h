@@ -31,8 +31,8 @@ struct RunLayout {
 // The plan of the rank at `place` (its data-, tensor- and pipeline-parallel ranks) on `device` (its traits:
 // the kernels' workspace, the alignment), with communicators holding `comm_buffer_bytes` of their own.
 // Checks the flags first (mt::Error on bad input: a model deeper than planning takes, or byte counts beyond
-// 64 bits, are usage errors too); reads no data.
+// 64 bits, are usage errors too); reads no data. `cache` (make_plan's) serves a search planning many.
 RunLayout lay_out_run(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
-                      int64_t comm_buffer_bytes);
+                      int64_t comm_buffer_bytes, ArenaPackCache* cache = nullptr);
 
 }  // namespace mt

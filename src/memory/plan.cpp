@@ -6,6 +6,7 @@
 
 #include "core/int_math.h"
 #include "memory/arena_occupancy.h"
+#include "memory/arena_pack_cache.h"
 
 namespace mt {
 
@@ -44,7 +45,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
 }
 
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
-               const Sharding& sharding, const OptimizerOffload& offload) {
+               const Sharding& sharding, const OptimizerOffload& offload, ArenaPackCache* cache) {
   Plan plan;
   plan.alignment = alignment;
   plan.policy = policy;
@@ -103,9 +104,12 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
                                             static_cast<int64_t>(dtype_size(policy.grads)));
   plan.bytes[Category::optim] =
       checked_mul(2, checked_add(checked_mul(s, moment_size), checked_mul(plan.moment_scales, 4)));
-  plan.activations = pack_arena(table, Category::activations, alignment);
-  plan.workspace = pack_arena(table, Category::workspace, alignment);
-  plan.comm = pack_arena(table, Category::comm, alignment);
+  const auto pack = [&](Category category) {
+    return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
+  };
+  plan.activations = pack(Category::activations);
+  plan.workspace = pack(Category::workspace);
+  plan.comm = pack(Category::comm);
   for (const auto& [category, layout] :
        {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
         std::pair{Category::comm, &plan.comm}})

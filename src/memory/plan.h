@@ -98,10 +98,13 @@ struct Plan {
 // of `alignment`, that overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alignment);
 
+class ArenaPackCache;
+
 // Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown. `alignment` is
-// the device's (KernelSizes::alignment).
+// the device's (KernelSizes::alignment). With `cache`, arenas it has packed before are not packed again.
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
-               const Sharding& sharding = {}, const OptimizerOffload& offload = {});
+               const Sharding& sharding = {}, const OptimizerOffload& offload = {},
+               ArenaPackCache* cache = nullptr);
 
 // Slots per offloaded state: the chunk being updated and the one in flight.
 constexpr int64_t kOffloadSlots = 2;

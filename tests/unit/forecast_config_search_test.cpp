@@ -99,6 +99,21 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
     }
 }
 
+// Where everything fits, each of the 12 precision settings plans each micro-batch without recompute: 48
+// candidates over only 12 graphs (weights in fp32, bf16 or fp16 at 4 micro-batches), whose 3 arenas each are
+// packed once. The ranking is unchanged by it: the test above compares every candidate with lay_out_run.
+TEST(Planner, PacksTheArenasOfARecurringGraphOnce) {
+  const SearchRequest request{.base = tiny_base("gpt2-tiny", 8),
+                              .ranks = 1,
+                              .device_memory = int64_t{1} << 40,
+                              .profile = testing::tested_profile()};
+  const SearchResult result = search_configs(request);
+  EXPECT_EQ(result.candidates_planned, 48);
+  EXPECT_EQ(result.fitting.size(), 48u);
+  EXPECT_LE(result.arenas_packed, 3 * 3 * 4);
+  EXPECT_GE(result.arenas_packed, 3 * 4);  // at least every micro-batch's own
+}
+
 // bf16 without AVX512-BF16 holds conversion tiles: every candidate's bytes are lay_out_run's at the request's
 // level.
 TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {

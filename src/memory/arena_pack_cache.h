@@ -1,0 +1,41 @@
+// Packings already made, kept by exactly what they packed. A configuration search plans one graph under
+// several model-state settings (the precision's moments and gradients, ZeRO, offload), whose tables hold the
+// same arena tensors: those arenas are packed once. The key is every packed tensor's bytes and lifetime in
+// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "memory/plan.h"
+
+namespace mt {
+
+class ArenaPackCache {
+ public:
+  // pack_arena(table, category, alignment), packed once per distinct key.
+  ArenaLayout pack(const TensorTable& table, Category category, int64_t alignment);
+  int64_t packed() const { return packed_; }  // the pack_arena calls made: the keys not found
+
+ private:
+  struct Packed {
+    int64_t bytes;
+    int first_op, last_op;
+    bool operator==(const Packed&) const = default;
+  };
+  struct Entry {
+    int64_t alignment;
+    std::vector<Packed> key;       // the category's tensors with lifetimes, in id order
+    std::vector<int64_t> offsets;  // theirs, in the same order
+    int64_t size, sum_of_tensors;
+  };
+  // The search's precisions each try every micro-batch, so its arenas recur every few candidates: about a
+  // dozen distinct graphs (weights in fp32, bf16 or fp16 at each micro-batch), three arenas each. The least
+  // recently used go first; the bound keeps what is held (every layer's tensors per entry) to a few plans.
+  static constexpr size_t kEntries = 36;
+  std::deque<Entry> entries_;
+  int64_t packed_ = 0;
+};
+
+}  // namespace mt
