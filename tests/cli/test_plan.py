@@ -206,6 +206,17 @@ class PlanTest(CliTestCase):
         self.assertIsNotNone(change, refused.stdout)
         self.trains_within(with_change(args, shlex.split(change.group(2))), limit, out)
 
+    def test_memory_limit_must_be_a_size(self):
+        result = self.train(*FLAGS, "--memory-limit", "lots", train_iters=1)
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("--memory-limit", result.stderr)
+
+
+
+class CalibrateTest(CliTestCase):
+    """Its own CTest entry (cli.calibrate): the measurements run GPT-2-sized products, which the sanitizer build
+    leaves out (scripts/test.sh)."""
+
     def test_calibrate_writes_a_profile_that_plan_reads(self):
         """One process at this CPU's level: every rate positive and MPI absent; two ranks under mpirun with the kernels
         capped to generic (bf16 products through fp32 tiles, beside the exchanges too): MPI bandwidth and the share
@@ -242,11 +253,6 @@ class PlanTest(CliTestCase):
             planned = memtrain("plan", *FLAGS, "--device-memory", "1GiB", "--global-batch-size", 8, "--profile", path)
             self.assertEqual(planned.returncode, 0, planned.stderr)
             self.assertIn(str(path), planned.stdout)
-
-    def test_memory_limit_must_be_a_size(self):
-        result = self.train(*FLAGS, "--memory-limit", "lots", train_iters=1)
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("--memory-limit", result.stderr)
 
 
 if __name__ == "__main__":
