@@ -50,4 +50,14 @@ struct DecayRun {
   bool decay;
 };
 
+// One tensor's Adam-mini blocks (model/adam_mini_blocks.h) as a kernel reads them: the tensor as a row-major
+// [rows, cols] matrix whose line i (a row, or a column when by_column) belongs to block block_of[i] of
+// `count`, each with one fp32 second moment.
+struct MiniBlockLayout {
+  int64_t rows, cols;
+  bool by_column;
+  const int32_t* block_of;
+  int64_t count;
+};
+
 }  // namespace mt
