@@ -1,0 +1,92 @@
+"""--optimizer adam-mini end to end: every run's memory.json measures its plan, whose optimizer states are the
+first moment per element plus exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a
+block, the blocks counted here from the model's shapes), estimate prints the same bytes and the block count, and
+what Adam-mini does not support yet is refused by a usage error naming both flags. The per-step arithmetic is
+tests/parity/test_adam_mini_parity.py's.
+
+Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
+"""
+import unittest
+
+from memtrain_cli import CATEGORIES, CliTestCase, memtrain, read_memory, run_flags
+from test_estimate import estimate
+
+MINI = ("--optimizer", "adam-mini")
+
+
+def gpt2_tiny_blocks(L=2, H=4, C=64, positions=128, V=256):
+    """wte and wpe per row; per layer: c_attn q and k per head, v per output neuron (a column), its bias one;
+    c_proj, c_fc, mlp.c_proj per output neuron with one block per bias; 2 LayerNorms of 2 vectors; ln_f."""
+    layer = (H + H + C) + 1 + C + 1 + 4 * C + 1 + C + 1 + 4
+    return V + positions + L * layer + 2
+
+
+def llama_tiny_blocks(L=2, H=4, KV=2, C=64, I=176, V=256, untied=True):
+    """embed_tokens (and an untied lm_head) per token; per layer: q per query head, k per KV head, v, o_proj,
+    gate_up and down_proj per output neuron (a row), 2 RMSNorm weights; the final norm."""
+    hs = C // H
+    layer = (H + KV + KV * hs) + C + 2 * I + C + 2
+    return V * (2 if untied else 1) + L * layer + 1
+
+
+class PlanEqualsMeasured(CliTestCase):
+    # name -> (model, flags, bytes of m per parameter, blocks)
+    RUNS = {
+        "gpt2 fp32": ("gpt2-tiny", [], 4, gpt2_tiny_blocks()),
+        "gpt2 bf16 m": ("gpt2-tiny", ["--bf16", "--o2-optimizer"], 2, gpt2_tiny_blocks()),
+        "llama fp32": ("llama-tiny", [], 4, llama_tiny_blocks()),
+    }
+
+    def test_v_is_four_bytes_per_block_planned_measured_and_estimated(self):
+        for name, (model, extra, m_size, blocks) in self.RUNS.items():
+            with self.subTest(name):
+                flags = run_flags(*extra, *MINI, model=model, train_iters=2)
+                out = self.tmp / name.replace(" ", "_")
+                self.train(*flags, out=out, expect=0)
+                memory = read_memory(out)
+                self.assertEqual(memory["planned"], memory["measured"])
+                self.assertEqual(memory["planned"]["optim"], memory["num_params"] * m_size + 4 * blocks)
+                est = estimate(*flags)
+                for c in CATEGORIES:
+                    self.assertEqual(est["ranks"][0]["bytes"][c], memory["planned"][c], f"{name} {c}")
+                text = memtrain("estimate", *flags)
+                self.assertEqual(text.returncode, 0, text.stderr)
+                self.assertIn(f"Adam-mini's v one F32 per block, {blocks} blocks", text.stdout)
+
+    def test_adamw_is_the_default_and_keeps_v_per_element(self):
+        flags = run_flags()
+        self.assertEqual(estimate(*flags), estimate(*flags, "--optimizer", "adamw"))
+        params = 124_672  # gpt2-tiny
+        self.assertEqual(estimate(*flags)["ranks"][0]["bytes"]["optim"], 2 * 4 * params)
+        self.assertEqual(estimate(*flags, *MINI)["ranks"][0]["bytes"]["optim"], 4 * params + 4 * gpt2_tiny_blocks())
+
+
+class Refusals(CliTestCase):
+    def test_what_adam_mini_does_not_support_is_refused_by_name(self):
+        cases = [
+            (["--zero-stage", "1"], "--zero-stage 1"),
+            (["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size 2"),
+            (["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
+            (["--offload-optimizer", "nvme", "--offload-path", str(self.tmp)], "--offload-optimizer nvme"),
+            (["--lora-rank", "4"], "--lora-rank"),
+            (["--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8"], "--exp-avg-dtype int8"),
+            (["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8"], "--exp-avg-dtype fp8"),
+            (["--bf16", "--o2-optimizer", "--o2-stochastic-rounding"], "--o2-stochastic-rounding"),
+            (["--save", str(self.tmp / "ckpt")], "--save"),
+            (["--load", str(self.tmp / "ckpt")], "--load"),
+            (["--verify-resume", "1", "--train-iters", "2"], "--verify-resume"),
+        ]
+        for words, named in cases:
+            with self.subTest(named):
+                out = self.tmp / "failed"
+                self.assert_error(self.train(*MINI, *words, out=out), 2, "--optimizer adam-mini", named)
+                self.assertFalse((out / "memory.json").exists())
+                result = memtrain("estimate", *run_flags(*MINI, *words))
+                self.assert_error(result, 2, "--optimizer adam-mini", named)
+
+    def test_unknown_optimizer(self):
+        self.assert_error(self.train("--optimizer", "sgd"), 2, "--optimizer sgd", "adamw or adam-mini")
+
+
+if __name__ == "__main__":
+    unittest.main()
