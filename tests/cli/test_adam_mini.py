@@ -1,14 +1,15 @@
 """--optimizer adam-mini end to end: every run's memory.json measures its plan, whose optimizer states are the
 first moment per element plus exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a
 block, the blocks counted here from the model's shapes), estimate prints the same bytes and the block count, and
-what Adam-mini does not support yet is refused by a usage error naming both flags. The per-step arithmetic is
+two data-parallel ranks at ZeRO 0 (each holding the whole state) follow one process; what Adam-mini does not
+support yet is refused by a usage error naming both flags. The per-step arithmetic is
 tests/parity/test_adam_mini_parity.py's.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
 """
 import unittest
 
-from memtrain_cli import CATEGORIES, CliTestCase, memtrain, read_memory, run_flags
+from memtrain_cli import CATEGORIES, CliTestCase, memtrain, read_memory, read_metrics, run_flags
 from test_estimate import estimate
 
 MINI = ("--optimizer", "adam-mini")
@@ -59,6 +60,22 @@ class PlanEqualsMeasured(CliTestCase):
         params = 124_672  # gpt2-tiny
         self.assertEqual(estimate(*flags)["ranks"][0]["bytes"]["optim"], 2 * 4 * params)
         self.assertEqual(estimate(*flags, *MINI)["ranks"][0]["bytes"]["optim"], 4 * params + 4 * gpt2_tiny_blocks())
+
+
+class TwoRanks(CliTestCase):
+    def test_zero_0_follows_one_process(self):
+        flags = run_flags(*MINI, train_iters=3, global_batch_size=4)
+        self.train(*flags, out=self.tmp / "one", expect=0)
+        result = self.train(*flags, out=self.tmp / "two", ranks=2)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        one, two = read_metrics(self.tmp / "one"), read_metrics(self.tmp / "two")
+        self.assertEqual(len(one), 3)
+        for a, b in zip(one, two):  # the same sums of gradients, reduced in another order
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-6 * abs(a["loss"]))
+        for rank in range(2):
+            memory = read_memory(self.tmp / "two", rank)
+            self.assertEqual(memory["planned"], memory["measured"])
+            self.assertEqual(memory["planned"]["optim"], memory["num_params"] * 4 + 4 * gpt2_tiny_blocks())
 
 
 class Refusals(CliTestCase):
