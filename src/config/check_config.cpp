@@ -66,9 +66,6 @@ void check_adam_mini_flags(const TrainConfig& c) {
                ": Adam-mini's first moment is fp32 or bf16, its second fp32 per block");
   if (c.precision.o2_stochastic_rounding)
     fail_usage(mini + "--o2-stochastic-rounding: Adam-mini rounds its bf16 first moment to nearest");
-  if (!c.save.empty() || !c.load.empty() || c.resume != ResumeMode::off || c.verify_resume > 0)
-    fail_usage(mini + (c.load.empty() ? (c.save.empty() ? "--verify-resume" : "--save") : "--load") +
-               ": checkpoints do not hold Adam-mini's blocks yet; train without checkpoints, or use adamw");
 }
 
 }  // namespace
