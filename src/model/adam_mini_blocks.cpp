@@ -59,8 +59,4 @@ std::vector<MiniBlocks> adam_mini_blocks(const ModelSpec& spec, const TensorTabl
   return blocks;
 }
 
-int64_t adam_mini_block_count(const std::vector<MiniBlocks>& blocks) {
-  return blocks.empty() ? 0 : blocks.back().first + blocks.back().count;
-}
-
 }  // namespace mt

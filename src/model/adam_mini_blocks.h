@@ -9,28 +9,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/adamw_step.h"
 #include "memory/tensor_table.h"
 #include "model/spec.h"
 
 namespace mt {
 
-// One parameter tensor's blocks: the tensor as a row-major [rows, cols] matrix (a vector is one row) whose
-// blocks are sets of whole rows, or of whole columns (by_column); line i (a row, or a column) belongs to
-// block first + block_of[i] of the run's second moments, and the tensor's blocks are [first, first + count).
-struct MiniBlocks {
-  int param = -1;
-  int64_t rows = 1, cols = 1;
-  bool by_column = false;
-  int64_t first = 0, count = 0;
-  std::vector<int32_t> block_of;
-};
-
 // The blocks of `params` (a whole model's, one process: no tensor or pipeline split), numbered in their
 // order.
 std::vector<MiniBlocks> adam_mini_blocks(const ModelSpec& spec, const TensorTable& table,
                                          const std::vector<int>& params);
-
-// The number of second moments: the blocks of all of them.
-int64_t adam_mini_block_count(const std::vector<MiniBlocks>& blocks);
 
 }  // namespace mt

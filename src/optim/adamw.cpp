@@ -107,8 +107,7 @@ void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier) {
       memory.device().adam_mini_update(
           operands(memory, window.master ? window.master + first : nullptr, first, first + b.rows * b.cols),
           static_cast<char*>(window.m) + first * moment_size, plan.policy.moments,
-          static_cast<float*>(window.v) + b.first, {b.rows, b.cols, b.by_column, b.block_of.data(), b.count},
-          s, rounding);
+          static_cast<float*>(window.v) + b.first, b.layout(), s, rounding);
     }
   });
 }

@@ -10,7 +10,7 @@
 
 #include "memory/allocation.h"
 #include "memory/tensor_table.h"
-#include "model/adam_mini_blocks.h"
+#include "core/adamw_step.h"
 
 namespace mt {
 

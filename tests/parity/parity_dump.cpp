@@ -26,6 +26,7 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
+#include "model/adam_mini_blocks.h"
 #include "model/hf_tensors.h"
 #include "model/lora.h"
 #include "model/model.h"
