@@ -1,7 +1,7 @@
 // The optimizer step over every parameter tensor: overflow check, unscaling, global-norm clipping, then AdamW
 // with weight decay only on the tensors the model says decay. Works for every model-state layout of the
 // Plan's policy (fp32; 16-bit weights with fp32 master; O2 bf16 moments and gradients; no master weights;
-// 8-bit block-quantized moments).
+// 8-bit block-quantized moments), and Adam-mini's step (one fp32 second moment per block; --optimizer).
 #pragma once
 
 #include <cstdint>
