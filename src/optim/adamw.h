@@ -8,9 +8,9 @@
 #include <functional>
 #include <vector>
 
+#include "core/adamw_step.h"
 #include "memory/allocation.h"
 #include "memory/tensor_table.h"
-#include "core/adamw_step.h"
 
 namespace mt {
 
