@@ -43,9 +43,17 @@ struct StateTensor {
     return entries(begin, end) * static_cast<int64_t>(dtype_size(dtype));
   }
 };
-// The policy's optimizer-state tensors: master (when there are master weights), adam_m, adam_v, and the
-// moments' scales when they are blocked (stored as they are: a resume never requantizes).
+// The policy's optimizer-state tensors: master (when there are master weights), adam_m, adam_v (not under
+// Adam-mini), and the moments' scales when they are blocked (stored as they are: a resume never requantizes).
 std::vector<StateTensor> state_tensors(const Plan& plan);
+
+// Adam-mini's second moments (ModelStatePolicy::v_blocks of them, fp32): one per block, not per flat
+// parameter, and held whole by every rank, so rank 0's file holds them all under this name.
+inline constexpr const char* kAdamMiniVTensor = "adam_mini_v";
+// This rank's Adam-mini v (in the device's memory), or null without Adam-mini.
+float* adam_mini_v(const Allocation& memory);
+// Fills it from rank 0's file of `checkpoint_dir`, which must hold plan.policy.v_blocks finite values.
+void read_adam_mini_v(const std::string& checkpoint_dir, Allocation& memory);
 
 // The rank files of one model part of a checkpoint (ModelPart::index; all of them without model
 // parallelism), open for reading.

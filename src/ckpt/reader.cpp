@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 
 #include "ckpt/flat_states.h"
 #include "ckpt/layout.h"
@@ -123,6 +124,7 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
     const RankFiles files(checkpoint_dir, layout, part.index());
     read_model_states(memory,
                       [&](const StateTensor& t, FlatRange range, char* dst) { files.read(t, range, dst); });
+    if (plan.policy.v_blocks > 0) read_adam_mini_v(checkpoint_dir, memory);
     return;
   }
   // A scale stands for a block of one part's flat numbering, which another split cuts elsewhere.
@@ -131,6 +133,8 @@ void load_model_states(const std::string& checkpoint_dir, const CheckpointState&
                std::to_string(layout.tp) + " --pipeline-model-parallel-size " + std::to_string(layout.pp()) +
                ": their block scales do not carry over exactly to " + std::to_string(part.tp) + " x " +
                std::to_string(part.pp) + "; resume with the sizes they were saved under");
+  if (plan.policy.v_blocks > 0)
+    throw std::logic_error("adam-mini runs without tensor or pipeline parallelism (check_config)");
   const SavedParams saved(spec, layout, where);
   std::vector<RankFiles> files;
   for (int p = 0; p < layout.parts(); ++p) files.emplace_back(checkpoint_dir, layout, p);

@@ -30,6 +30,8 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, c
   const std::vector<StateTensor> states = state_tensors(memory.plan());
   std::vector<SafetensorsWriter::Item> items = {{kWeightsTensor, weights.dtype, {range.size()}}};
   for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {t.entries(range.begin, range.end)}});
+  const float* mini_v = rank == 0 ? adam_mini_v(memory) : nullptr;
+  if (mini_v) items.push_back({kAdamMiniVTensor, DType::f32, {memory.plan().policy.v_blocks}});
   const std::string name = rank_file_name(rank);
   SafetensorsWriter writer(dir + "/" + name, items,
                            {{"range_begin", std::to_string(range.begin)},
@@ -46,6 +48,7 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, c
       memory.device().read(t.in_window(w), t.bytes(w.begin, w.end), write);
     });
   }
+  if (mini_v) memory.device().read(mini_v, memory.plan().policy.v_blocks * 4, write);
   writer.finish();
   return {name, writer.bytes_written(), writer.crc32c()};
 }

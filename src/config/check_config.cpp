@@ -45,12 +45,36 @@ void check_checkpoint_flags(const TrainConfig& c) {
         "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
 }
 
+// Adam-mini holds its fp32 second moments whole, in memory, for a whole model's partition, over fp32 or bf16
+// first moments: what would need more is refused by name (docs/optimizer_states.md).
+void check_adam_mini_flags(const TrainConfig& c) {
+  if (c.optimizer != OptimizerKind::adam_mini) return;
+  const std::string mini = "--optimizer adam-mini with ";
+  if (c.zero_stage >= 1)
+    fail_usage(mini + flag_source_with_value(c, "--zero-stage") +
+               ": Adam-mini's blocks are not cut into ZeRO shards; use --zero-stage 0");
+  if (c.tensor_parallel > 1 || c.pipeline_parallel > 1)
+    fail_usage(mini +
+               (c.tensor_parallel > 1 ? flag_source_with_value(c, "--tensor-model-parallel-size")
+                                      : flag_source_with_value(c, "--pipeline-model-parallel-size")) +
+               ": Adam-mini's blocks are a whole model's; use data parallelism");
+  if (c.offload_optimizer == OffloadOptimizer::nvme)
+    fail_usage(mini + "--offload-optimizer nvme: Adam-mini's state is held in memory");
+  if (c.lora.enabled()) fail_usage(mini + "--lora-rank: Adam-mini trains every parameter; use adamw");
+  if (c.precision.moments() == MomentDType::fp8 || c.precision.moments() == MomentDType::int8)
+    fail_usage(mini + "--exp-avg-dtype " + moment_dtype_name(c.precision.moments()) +
+               ": Adam-mini's first moment is fp32 or bf16, its second fp32 per block");
+  if (c.precision.o2_stochastic_rounding)
+    fail_usage(mini + "--o2-stochastic-rounding: Adam-mini rounds its bf16 first moment to nearest");
+}
+
 }  // namespace
 
 void check_config(const TrainConfig& c) {
   check_device(c.device);
   check_parallel_flags(c);
   check_checkpoint_flags(c);
+  check_adam_mini_flags(c);
 }
 
 int64_t accumulation_steps(const TrainConfig& c, int64_t data_parallel) {

@@ -292,6 +292,9 @@ class DeepSpeedConfig {
       fail_usage(where("optimizer.type") + " " + name +
                  ": only AdamW (or Adam, which DeepSpeed runs as AdamW) "
                  "trains here");
+    if (config_.optimizer == OptimizerKind::adam_mini)
+      fail_usage(where("optimizer.type") + " " + name +
+                 " contradicts --optimizer adam-mini; drop one of them");
     if (const json* mode = leaf("optimizer.params.adam_w_mode");
         mode && !value_of<bool>(*mode, where("optimizer.params.adam_w_mode")))
       fail_usage(where("optimizer.params.adam_w_mode") +

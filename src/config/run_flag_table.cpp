@@ -422,6 +422,13 @@ const RunFlag kRunFlags[] = {
      .setting = &lr_decay_iters_setting,
      .bound = {.text = "must be a positive number of steps"},
      .when_absent = "--train-iters"},
+    {.names = "--optimizer",
+     .help = "adamw, or adam-mini: AdamW with one fp32 second moment per block of parameters (Zhang et al. "
+             "2024; docs/optimizer_states.md)",
+     .field = &config_field<&C::optimizer>,
+     .show_default = true,
+     .memory = true,
+     .trajectory = true},
     {.names = "--weight-decay",
      .help = "AdamW decoupled weight decay",
      .field = &group_field<&C::adam, &AdamWConfig::weight_decay>,

@@ -39,8 +39,9 @@ struct RunFlagInput {
 };
 
 // Where a flag's value goes. A mode (an enum) parses with its name table.
-using FlagField = std::variant<std::string*, int64_t*, int*, uint64_t*, float*, double*, bool*, DecayStyle*,
-                               DistBackend*, OffloadOptimizer*, ResumeMode*, MomentDType*, BaseQuant*>;
+using FlagField =
+    std::variant<std::string*, int64_t*, int*, uint64_t*, float*, double*, bool*, DecayStyle*, DistBackend*,
+                 OffloadOptimizer*, ResumeMode*, MomentDType*, BaseQuant*, OptimizerKind*>;
 
 enum class FlagKind {
   value,           // --name VALUE
@@ -132,9 +133,11 @@ void parse_flag_value(std::string_view flag, const std::string& text, OffloadOpt
 void parse_flag_value(std::string_view flag, const std::string& text, ResumeMode& out);
 void parse_flag_value(std::string_view flag, const std::string& text, MomentDType& out);
 void parse_flag_value(std::string_view flag, const std::string& text, BaseQuant& out);
+void parse_flag_value(std::string_view flag, const std::string& text, OptimizerKind& out);
 OffloadOptimizer parse_offload_optimizer(const std::string& name);
 
 std::string_view mode_name(DecayStyle mode);
+std::string_view mode_name(OptimizerKind mode);
 std::string_view mode_name(DistBackend mode);
 std::string_view mode_name(OffloadOptimizer mode);
 std::string_view mode_name(ResumeMode mode);

@@ -245,6 +245,9 @@ void parse_flag_value(std::string_view flag, const std::string& text, MomentDTyp
 void parse_flag_value(std::string_view flag, const std::string& text, BaseQuant& out) {
   out = kBaseQuantNames.parse_or_fail(flag, text);
 }
+void parse_flag_value(std::string_view flag, const std::string& text, OptimizerKind& out) {
+  out = kOptimizerNames.parse_or_fail(flag, text);
+}
 void parse_flag_value(std::string_view, const std::string& text, ResumeMode& out) {
   if (text.empty()) {
     out = ResumeMode::off;
@@ -265,6 +268,9 @@ OffloadOptimizer parse_offload_optimizer(const std::string& name) {
 
 std::string_view mode_name(DecayStyle mode) {
   return kDecayStyleNames.name(mode);
+}
+std::string_view mode_name(OptimizerKind mode) {
+  return kOptimizerNames.name(mode);
 }
 std::string_view mode_name(DistBackend mode) {
   return kDistBackendNames.name(mode);

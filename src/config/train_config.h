@@ -14,6 +14,7 @@
 #include "model/recompute.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
+#include "optim/optimizer_kind.h"
 #include "optim/schedule.h"
 
 namespace mt {
@@ -52,6 +53,7 @@ struct TrainConfig {
   int64_t warmup_iters = 0;
   int64_t lr_decay_iters = 0;  // 0: --train-iters
   DecayStyle decay_style = DecayStyle::cosine;
+  OptimizerKind optimizer = OptimizerKind::adamw;
   AdamWConfig adam;
   PrecisionConfig precision;
   RecomputeConfig recompute;

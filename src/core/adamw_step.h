@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/moment_format.h"
 
@@ -49,5 +50,33 @@ struct DecayRun {
   int64_t begin;
   bool decay;
 };
+
+// One tensor's Adam-mini blocks (model/adam_mini_blocks.h) as a kernel reads them: the tensor as a row-major
+// [rows, cols] matrix whose line i (a row, or a column when by_column) belongs to block block_of[i] of
+// `count`, each with one fp32 second moment.
+struct MiniBlockLayout {
+  int64_t rows, cols;
+  bool by_column;
+  const int32_t* block_of;
+  int64_t count;
+};
+
+// One parameter tensor's Adam-mini blocks, as model/adam_mini_blocks.h partitions them: line i of the
+// tensor's [rows, cols] belongs to block first + block_of[i] of the run's second moments, and the tensor's
+// blocks are [first, first + count).
+struct MiniBlocks {
+  int param = -1;
+  int64_t rows = 1, cols = 1;
+  bool by_column = false;
+  int64_t first = 0, count = 0;
+  std::vector<int32_t> block_of;
+
+  MiniBlockLayout layout() const { return {rows, cols, by_column, block_of.data(), count}; }
+};
+
+// The number of second moments: the blocks of all of them (numbered in order).
+inline int64_t adam_mini_block_count(const std::vector<MiniBlocks>& blocks) {
+  return blocks.empty() ? 0 : blocks.back().first + blocks.back().count;
+}
 
 }  // namespace mt

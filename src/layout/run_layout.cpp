@@ -41,7 +41,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   const int64_t B = cfg.micro_batch, T = run.seq_len;
   check_scalar_sizes(cfg, run.spec, T, device.threads);
 
-  const ModelStatePolicy policy = model_state_policy(cfg.precision);
+  ModelStatePolicy policy = model_state_policy(cfg.precision);
   const DeviceTraits traits = device_traits(device, policy.weights, T, run.spec.head_dim());
   run.model = build_model_graph(run.spec, {.batch = B,
                                            .seq_len = T,
@@ -79,6 +79,10 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
     int64_t largest = 1;
     for (int id : run.model.params) largest = std::max(largest, table[id].numel());
     run.checkpoint_stream = host_buffer("checkpoint.stream", std::min<int64_t>(largest, 1 << 18), DType::f32);
+  }
+  if (cfg.optimizer == OptimizerKind::adam_mini) {
+    run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
+    policy.v_blocks = adam_mini_block_count(run.mini_blocks);
   }
   run.zero = add_zero_schedule(run.model.graph, place.dp > 1 ? cfg.zero_stage : 0, policy.grads);
   const Sharding sharding{.dp = place.dp,

@@ -10,6 +10,7 @@
 #include "data/loader.h"
 #include "devices/devices.h"
 #include "memory/plan.h"
+#include "model/adam_mini_blocks.h"
 #include "model/model.h"
 #include "model/zero_schedule.h"
 #include "parallel/parallel_groups.h"
@@ -25,6 +26,7 @@ struct RunLayout {
   int train_window = -1, val_window = -1;  // the loaders' token windows (val: -1 without evaluation)
   int checkpoint_stream = -1;              // -1 when the run neither saves nor loads checkpoints
   ZeroSchedule zero;
+  std::vector<MiniBlocks> mini_blocks;  // Adam-mini's partition (--optimizer adam-mini), else empty
   Plan plan;
 };
 

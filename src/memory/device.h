@@ -76,6 +76,11 @@ class Device {
   virtual void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                                     const AdamWStep& step, std::span<const DecayRun> runs,
                                     const AdamWRounding& rounding) = 0;
+  // Adam-mini over one tensor (params.n = blocks.rows * blocks.cols): the first moment m in fp32 or bf16
+  // (`moments`), one fp32 second moment per block at v.
+  virtual void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
+                                const MiniBlockLayout& blocks, const AdamWStep& step,
+                                const AdamWRounding& rounding) = 0;
   // A frozen base weight's n values (host fp32) quantized into its buffers (QLoRA).
   virtual void quantize_weight(const float* host_values, const QuantizedWeight& into) = 0;
 };

@@ -9,13 +9,10 @@ StateWindow StateBuffers::window(const ModelStatePolicy& policy, int64_t local, 
                                  int64_t end) const {
   const int64_t moment_bytes = local * static_cast<int64_t>(dtype_size(policy.moments));
   const int64_t block = policy.blocked_moments() ? local / policy.moment_block : 0;
-  return {begin,
-          end,
-          master ? master + local : nullptr,
-          static_cast<char*>(m) + moment_bytes,
-          static_cast<char*>(v) + moment_bytes,
-          m_scales ? m_scales + block : nullptr,
-          v_scales ? v_scales + block : nullptr};
+  return {begin, end, master ? master + local : nullptr, static_cast<char*>(m) + moment_bytes,
+          // Adam-mini's v is held whole (the plan allows no other window): its blocks are not per element.
+          policy.v_blocks > 0 ? v : static_cast<char*>(v) + moment_bytes,
+          m_scales ? m_scales + block : nullptr, v_scales ? v_scales + block : nullptr};
 }
 
 void check_in_shard(const Plan& plan, int64_t begin, int64_t end, StateAccess access) {

@@ -15,9 +15,9 @@ namespace mt {
 // moments, `begin` starts a block, whose scale is m_scales[0] (v_scales[0]).
 struct StateWindow {
   int64_t begin = 0, end = 0;
-  float* master = nullptr;  // null without master weights
-  void* m = nullptr;        // moments in the policy's dtype
-  void* v = nullptr;
+  float* master = nullptr;    // null without master weights
+  void* m = nullptr;          // moments in the policy's dtype
+  void* v = nullptr;          // Adam-mini (ModelStatePolicy::v_blocks): its fp32 blocks, all of them
   float* m_scales = nullptr;  // null without blocked moments
   float* v_scales = nullptr;
 };

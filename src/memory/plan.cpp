@@ -86,6 +86,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   // whole blocks of blocked moments, so that a window starts on a block.
   plan.state_elems = plan.shard_elems;
   plan.moment_scales = policy.moment_scales(plan.shard_elems);
+  if (policy.v_blocks > 0 && (offload.enabled || sharding.shards_optimizer()))
+    throw std::logic_error("adam-mini's second moments are held whole: no offload, no ZeRO sharding");
   if (offload.enabled) {
     if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
     plan.offload = offload;
@@ -102,8 +104,10 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.bytes[Category::master] = checked_mul(s, master_size);
   plan.bytes[Category::grads] = checked_mul(sharding.shards_grads() ? plan.shard_elems : n,
                                             static_cast<int64_t>(dtype_size(policy.grads)));
-  plan.bytes[Category::optim] =
-      checked_mul(2, checked_add(checked_mul(s, moment_size), checked_mul(plan.moment_scales, 4)));
+  plan.m_bytes = checked_mul(s, moment_size);
+  plan.v_bytes = policy.v_blocks > 0 ? checked_mul(policy.v_blocks, 4) : plan.m_bytes;
+  plan.bytes[Category::optim] = checked_add(checked_add(plan.m_bytes, plan.v_bytes),
+                                            checked_mul(2, checked_mul(plan.moment_scales, 4)));
   const auto pack = [&](Category category) {
     return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
   };

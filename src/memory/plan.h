@@ -22,6 +22,9 @@ struct ModelStatePolicy {
   DType moments = DType::f32;  // u8, f8_e4m3: block-quantized, with an fp32 scale per block of each moment
   int64_t moment_block = 0;    // elements per scale; 0: no scales
   bool master_weights = false;
+  // Adam-mini (--optimizer adam-mini): one fp32 second moment per block of its partition, this many in all;
+  // 0: v per element, as m. Held whole (Adam-mini runs neither shard nor offload the optimizer state).
+  int64_t v_blocks = 0;
 
   bool blocked_moments() const { return moment_block > 0; }
   // The scales of `elems` consecutive moment elements from a block's start: one per block begun.
@@ -78,6 +81,8 @@ struct Plan {
   // Held in memory: elements of the master and each moment buffer (the shard, or the offload's chunk
   // slots), and each moment's fp32 scales (blocked moments).
   int64_t state_elems = 0, moment_scales = 0;
+  // Bytes of each moment buffer in memory: m, and v (per element, or Adam-mini's fp32 per block).
+  int64_t m_bytes = 0, v_bytes = 0;
   CategoryBytes bytes;                // planned, per category
   CategoryBytes host;                 // the part of `bytes` in host memory (MemorySpace::host buffers)
   int64_t num_params = 0;             // elements of all parameter tensors

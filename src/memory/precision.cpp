@@ -53,6 +53,8 @@ std::string model_states_text(const ModelStatePolicy& p) {
                      (p.master_weights ? " + F32 master" : "") + ", grads " +
                      std::string(dtype_name(p.grads)) + ", moments " + std::string(dtype_name(p.moments));
   if (p.blocked_moments()) text += " + an F32 scale per " + std::to_string(p.moment_block);
+  if (p.v_blocks > 0)
+    text += " (m; Adam-mini's v one F32 per block, " + std::to_string(p.v_blocks) + " blocks)";
   return text;
 }
 

@@ -5,8 +5,6 @@
 
 namespace mt {
 
-namespace {
-
 // LayerNorm, biases on every projection, fused c_attn in Conv1D layout [in, out], GELU, learned positions and
 // a tied head.
 // Grouped by what they say: the layer's kind, its widths, its modules, the tensors around the layers.
@@ -20,8 +18,6 @@ ModelFamily gpt2_family(const ModelSpec& spec) {
           .embedding = "wte.weight", .positions = "wpe.weight", .embed_out = "embed.out", .final_norm = "ln_f"};
 }
 // clang-format on
-
-}  // namespace
 
 ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step) {
   return build_transformer_graph(spec, step, gpt2_family(spec));

@@ -12,6 +12,7 @@
 
 namespace mt {
 
+ModelFamily gpt2_family(const ModelSpec& spec);
 ModelGraph build_gpt2_graph(const ModelSpec& spec, const StepConfig& step);
 
 // GPT-2 initialisation: N(0, 0.02), residual projections N(0, 0.02/sqrt(2L)), biases 0, LayerNorm weights 1.

@@ -4,8 +4,6 @@
 
 namespace mt {
 
-namespace {
-
 // RMSNorm, RoPE on q and k, SwiGLU, every projection in nn.Linear layout [out, in], no biases but Qwen2's on
 // q, k and v, a tied or untied head.
 // Grouped by what they say: the layer's kind, its widths, its modules, the tensors around the layers.
@@ -26,8 +24,6 @@ ModelFamily llama_family(const ModelSpec& spec) {
           .final_norm = "model.norm", .head = "lm_head.weight"};
 }
 // clang-format on
-
-}  // namespace
 
 ModelGraph build_llama_graph(const ModelSpec& spec, const StepConfig& step) {
   return build_transformer_graph(spec, step, llama_family(spec));

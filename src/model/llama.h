@@ -14,6 +14,7 @@
 
 namespace mt {
 
+ModelFamily llama_family(const ModelSpec& spec);
 ModelGraph build_llama_graph(const ModelSpec& spec, const StepConfig& step);
 
 // Hugging Face's LLaMA initialisation: every matrix N(0, 0.02), RMSNorm weights 1, biases 0; padded

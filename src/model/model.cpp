@@ -12,6 +12,10 @@ ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step) {
   return model;
 }
 
+ModelFamily model_family(const ModelSpec& spec) {
+  return spec.arch == Arch::llama ? llama_family(spec) : gpt2_family(spec);
+}
+
 ModelGraph whole_model(const ModelSpec& spec, const LoraConfig& lora) {
   return build_model_graph(spec, {.batch = 1, .seq_len = 1, .lora = lora});
 }

@@ -8,10 +8,13 @@
 #include "model/graph_builder.h"
 #include "model/init.h"
 #include "model/spec.h"
+#include "model/transformer_graph.h"
 
 namespace mt {
 
 ModelGraph build_model_graph(const ModelSpec& spec, const StepConfig& step);
+// The family's tensors and modules by Hugging Face name.
+ModelFamily model_family(const ModelSpec& spec);
 
 // The whole model as one process holds it, without tensor or pipeline parallelism, with LoRA's adapters
 // when `lora` asks for them: the graph of the smallest step, for its table (what weight files and

@@ -45,7 +45,9 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
     if (coef < 1.0) multiplier = static_cast<float>(coef / loss_scale);
   }
   ++updates_;
-  if (memory.plan().policy.blocked_moments())
+  if (memory.plan().policy.v_blocks > 0)
+    update_mini(memory, lr, multiplier);
+  else if (memory.plan().policy.blocked_moments())
     update_blocked(memory, lr, multiplier);
   else
     update(table, memory, lr, multiplier);
@@ -85,6 +87,29 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) 
         memory.device().adamw_update_blocked(operands(memory, window.master, window.begin, window.end),
                                              moments, s, runs, rounding);
       });
+}
+
+void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier) {
+  const Plan& plan = memory.plan();
+  if (mini_blocks_.size() != params_.size() || adam_mini_block_count(mini_blocks_) != plan.policy.v_blocks)
+    throw std::logic_error("adam-mini: the optimizer's blocks are not the plan's");
+  const int64_t moment_size = static_cast<int64_t>(dtype_size(plan.policy.moments));
+  memory.optimizer_state().visit(0, plan.num_params, StateAccess::update, [&](const StateWindow& window) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const ParamGroup& p = params_[i];
+      const MiniBlocks& b = mini_blocks_[i];
+      if (b.param != p.id) throw std::logic_error("adam-mini: blocks out of the parameters' order");
+      const int64_t first = memory.param_offset(p.id);
+      const AdamWStep s{
+          lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
+          updates_, grad_multiplier};
+      const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), first};
+      memory.device().adam_mini_update(
+          operands(memory, window.master ? window.master + first : nullptr, first, first + b.rows * b.cols),
+          static_cast<char*>(window.m) + first * moment_size, plan.policy.moments,
+          static_cast<float*>(window.v) + b.first, b.layout(), s, rounding);
+    }
+  });
 }
 
 void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {

@@ -1,13 +1,14 @@
 // The optimizer step over every parameter tensor: overflow check, unscaling, global-norm clipping, then AdamW
 // with weight decay only on the tensors the model says decay. Works for every model-state layout of the
 // Plan's policy (fp32; 16-bit weights with fp32 master; O2 bf16 moments and gradients; no master weights;
-// 8-bit block-quantized moments).
+// 8-bit block-quantized moments), and Adam-mini's step (one fp32 second moment per block; --optimizer).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "core/adamw_step.h"
 #include "memory/allocation.h"
 #include "memory/tensor_table.h"
 
@@ -36,8 +37,10 @@ struct OptimizerStepResult {
 
 class AdamW {
  public:
-  AdamW(const AdamWConfig& config, std::vector<ParamGroup> params)
-      : config_(config), params_(std::move(params)) {}
+  // With `mini_blocks` (one per parameter of `params`, the plan's ModelStatePolicy::v_blocks in all) the
+  // step is Adam-mini's: one second moment per block.
+  AdamW(const AdamWConfig& config, std::vector<ParamGroup> params, std::vector<MiniBlocks> mini_blocks = {})
+      : config_(config), params_(std::move(params)), mini_blocks_(std::move(mini_blocks)) {}
 
   // Sums a rank's partial sum of squares over all data-parallel ranks (identity for one process).
   using GlobalSum = std::function<double(double)>;
@@ -56,11 +59,13 @@ class AdamW {
   // Through the device (memory/device.h): moments in fp32 or bf16, or blocked in 8 bits.
   void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
   void update_blocked(Allocation& memory, float lr, float grad_multiplier);
+  void update_mini(Allocation& memory, float lr, float grad_multiplier);
   // The weights and gradients of flat parameters [first, last), with their master copy at `master`.
   AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last) const;
 
   AdamWConfig config_;
   std::vector<ParamGroup> params_;
+  std::vector<MiniBlocks> mini_blocks_;
   // The sum of squares of this rank's gradients that count in the norm.
   double local_sum_of_squares(const Allocation& memory) const;
 

@@ -136,7 +136,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   AdamWConfig adam = cfg.adam;
   adam.stochastic_moments = cfg.precision.o2_stochastic_rounding;
   adam.seed = cfg.seed;
-  optimizer_ = std::make_unique<AdamW>(adam, std::move(groups));
+  optimizer_ = std::make_unique<AdamW>(adam, std::move(groups), run_.mini_blocks);
   exec_ = std::make_unique<Executor>(spec_, model_.graph, memory, *backend_);
   sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.

@@ -186,6 +186,7 @@ uint32_t Trainer::state_hash() {
                                      for (const ckpt::StateTensor& t : states)
                                        memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
                                    });
+  if (const float* v = ckpt::adam_mini_v(*memory_)) memory_->device().read(v, plan_.policy.v_blocks * 4, add);
   const int64_t counters[2] = {optimizer_->updates_taken(), consumed_samples_};
   crc = crc32c(counters, sizeof counters, crc);
   if (scaler_) {
@@ -209,6 +210,7 @@ int64_t Trainer::checkpoint_bytes() const {
   const int64_t weight_size = static_cast<int64_t>(dtype_size(plan_.policy.weights));
   int64_t rank_files = held * weight_size;
   for (const ckpt::StateTensor& t : ckpt::state_tensors(plan_)) rank_files += t.bytes(0, held);
+  rank_files += plan_.policy.v_blocks * 4;  // Adam-mini's v, in rank 0's file
   return rank_files * place_.tp + weights * weight_size;
 }
 

@@ -99,7 +99,7 @@ def random_batches(c, masked=False):
     return batches
 
 
-def run_dump(dump, c, config_json, params, batches, *args, positions=None):
+def run_dump(dump, c, config_json, params, batches, *args, positions=None, steps=STEPS):
     """parity_dump on the weights `params` and `batches`, with its trailing arguments `args`: what it wrote, with
     the tensors of a PEFT adapter it wrote beside it under "adapter/" + their keys. `positions` (one [B, T]
     tensor per batch: each token's position in its record) runs packed sequences."""
@@ -118,7 +118,7 @@ def run_dump(dump, c, config_json, params, batches, *args, positions=None):
                     f.write(p.int().numpy().tobytes())
         out = os.path.join(tmp, "out.safetensors")
         subprocess.run([dump, config, weights, os.path.join(tmp, "batches.bin"), str(c["B"]), str(c["T"]),
-                        str(STEPS), out, *map(str, args)], check=True)
+                        str(steps), out, *map(str, args)], check=True)
         got = read_safetensors(out)
         adapter = os.path.join(out + ".adapter", "adapter_model.safetensors")
         if os.path.exists(adapter):

@@ -26,12 +26,14 @@
 #include "memory/allocation.h"
 #include "memory/plan.h"
 #include "memory/precision.h"
+#include "model/adam_mini_blocks.h"
 #include "model/hf_tensors.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/peft_adapter.h"
 #include "model/weights.h"
 #include "optim/adamw.h"
+#include "optim/optimizer_kind.h"
 #include "optim/schedule.h"
 #include "tests/device_test_util.h"
 #include "tests/dump_tool.h"
@@ -52,12 +54,13 @@ struct Output {
 // `steps` AdamW steps, batch s - 1 for step s, with clipping, warmup then cosine and decay on matrices only
 // (the reference does the same): their losses and gradient norms.
 void train_steps(const ModelGraph& model, const Plan& plan, Allocation& memory, Executor& exec, int64_t steps,
-                 const std::function<void(int64_t)>& load_batch, Output& out) {
+                 const std::function<void(int64_t)>& load_batch, std::vector<MiniBlocks> mini_blocks,
+                 Output& out) {
   const TensorTable& table = model.graph.table;
   std::vector<ParamGroup> groups;
   for (int id : model.params)
     if (table[id].category == Category::params) groups.push_back({id, weight_decays(table[id])});
-  AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups);
+  AdamW optimizer({0.9f, 0.95f, 1e-8f, 0.1f, 1.0f}, groups, std::move(mini_blocks));
   const LrSchedule schedule{1e-3f, 1e-4f, 3, steps, DecayStyle::cosine};
   std::vector<float> losses, norms;
   for (int64_t s = 1; s <= steps; ++s) {
@@ -71,13 +74,16 @@ void train_steps(const ModelGraph& model, const Plan& plan, Allocation& memory, 
 }
 
 int run(int argc, char** argv) {
-  if (argc != 8 && argc != 9 && argc != 11) {
-    std::fprintf(stderr,
-                 "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION [RANK ALPHA]]\n");
+  if (argc != 8 && argc != 9 && argc != 10 && argc != 11) {
+    std::fprintf(
+        stderr,
+        "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION [OPTIMIZER | RANK ALPHA]]\n");
     return 2;
   }
-  const ModelStatePolicy policy =
-      model_state_policy({.precision = parse_precision(argc >= 9 ? argv[8] : "fp32")});
+  ModelStatePolicy policy = model_state_policy({.precision = parse_precision(argc >= 9 ? argv[8] : "fp32")});
+  // adam-mini: the steps are Adam-mini's, and the trained weights are written too.
+  const bool adam_mini =
+      argc == 10 && kOptimizerNames.parse_or_fail("OPTIMIZER", argv[9]) == OptimizerKind::adam_mini;
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
   const LoraConfig lora =
       argc == 11 ? LoraConfig{.rank = std::stoll(argv[9]), .alpha = std::stof(argv[10])} : LoraConfig{};
@@ -100,6 +106,11 @@ int run(int argc, char** argv) {
                                                                     .lora = lora,
                                                                     .loss_mask = masked,
                                                                     .packed = !positions.empty()}));
+  std::vector<MiniBlocks> mini_blocks;
+  if (adam_mini) {
+    mini_blocks = adam_mini_blocks(spec, model.graph.table, model.params);
+    policy.v_blocks = adam_mini_block_count(mini_blocks);
+  }
   const Plan plan = make_plan(model.graph.table, testing::kAlignment, policy);
   Allocation memory(model.graph.table, plan, testing::cpu_backend(plan.policy));
   init_model_params(spec, model, memory, 1234);  // the adapters' initial values; the file has the base's
@@ -142,7 +153,12 @@ int run(int argc, char** argv) {
       out.add("grad." + f.name, f.shape, memory.grad<float>(f.param) + f.offset, f.numel());
   add_adapters("grad.", [&](int id) { return memory.grad<float>(id); });
 
-  train_steps(model, plan, memory, exec, steps, load_batch, out);
+  train_steps(model, plan, memory, exec, steps, load_batch, std::move(mini_blocks), out);
+  if (adam_mini && policy.weights == DType::f32) {
+    for (const FileTensor& f : base)
+      out.add("final." + f.name, f.shape, memory.f32(f.param) + f.offset, f.numel());
+    out.add("v_bytes", {1}, std::vector<float>{static_cast<float>(plan.v_bytes)}.data(), 1);
+  }
   if (lora.enabled() && policy.weights == DType::f32) {
     add_adapters("final.", [&](int id) { return memory.f32(id); });
     // The first batch's gradients again at the trained adapters, where A's are no longer 0.

@@ -167,6 +167,11 @@ class ForwardingBackend : public Backend {
                     const AdamWRounding& rounding) override {
     inner_.adamw_update(params, m, v, moments, step, rounding);
   }
+  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
+                        const MiniBlockLayout& blocks, const AdamWStep& step,
+                        const AdamWRounding& rounding) override {
+    inner_.adam_mini_update(params, m, moments, v, blocks, step, rounding);
+  }
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,
                             const AdamWRounding& rounding) override {

@@ -115,6 +115,15 @@ TEST_F(DeepSpeedConfig, UnsupportedKeysAreRefusedByName) {
     EXPECT_NE(error(json).find(": " + key), std::string::npos) << json;
 }
 
+// The config's optimizer is AdamW; with --optimizer adam-mini one of the two would be silently ignored.
+TEST_F(DeepSpeedConfig, AnOptimizerTypeContradictsAdamMini) {
+  TrainConfig mini;
+  mini.optimizer = OptimizerKind::adam_mini;
+  const std::string e = error(R"({"optimizer": {"type": "AdamW"}})", mini, {"--optimizer"});
+  EXPECT_NE(e.find("optimizer.type AdamW contradicts --optimizer adam-mini"), std::string::npos) << e;
+  EXPECT_EQ(apply(R"({"optimizer": {"type": "AdamW"}})").optimizer, OptimizerKind::adamw);
+}
+
 // Stage 1.5 is not truncated to 1, a negative bucket is not taken, a string is not a boolean.
 TEST_F(DeepSpeedConfig, ValuesOfTheWrongTypeOrRangeAreRefused) {
   for (const auto& [json, text] : std::vector<std::pair<std::string, std::string>>{

@@ -47,6 +47,7 @@ TrainConfig changed_config() {
   c.train_iters = 7;
   c.lr = 3.3e-4f;
   c.decay_style = DecayStyle::linear;
+  c.optimizer = OptimizerKind::adam_mini;
   c.adam.beta2 = 0.95f;
   c.precision = {.precision = Precision::bf16,
                  .exp_avg = MomentDType::bf16,
@@ -146,10 +147,12 @@ TEST(RunFlagTable, HelpShowsTheDefaultsOfTrainConfig) {
   EXPECT_EQ(app.get_option("--lr-decay-style")->get_default_str(), "cosine");
   EXPECT_EQ(app.get_option("--dist-backend")->get_default_str(), "auto");
   EXPECT_EQ(app.get_option("--offload-optimizer")->get_default_str(), "none");
+  EXPECT_EQ(app.get_option("--optimizer")->get_default_str(), "adamw");
 }
 
 TEST(RunFlagTable, UnknownModeNamesAreUsageErrorsNamingTheFlag) {
-  for (const std::string flag : {"--lr-decay-style", "--dist-backend", "--offload-optimizer", "--resume"}) {
+  for (const std::string flag :
+       {"--lr-decay-style", "--dist-backend", "--offload-optimizer", "--resume", "--optimizer"}) {
     try {
       parse("--model x " + flag + " bogus");
       ADD_FAILURE() << flag;
@@ -170,6 +173,7 @@ TEST(RunFlagTable, RunSettingsAreTheTrajectoryFlags) {
   EXPECT_EQ(settings.at("--precision"), "fp32");
   EXPECT_EQ(settings.at("--no-shuffle"), false);
   EXPECT_EQ(settings.at("--lr-decay-style"), "cosine");
+  EXPECT_EQ(settings.at("--optimizer"), "adamw");
 }
 
 // A flag without the memory bit leaves every byte of the plan as it was, whatever its value.

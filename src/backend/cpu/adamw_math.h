@@ -50,13 +50,16 @@ struct Coefficients {
 struct ElementStep {
   float m, v, weight;
 };
-inline ElementStep adamw_element(float weight, float grad, float m, float v, const Coefficients& c) {
-  const float g = grad * c.grad_multiplier;
+// The step from the new second moment vi (the element's own, or its Adam-mini block's) and the unscaled g.
+inline ElementStep adam_element(float weight, float g, float m, float vi, const Coefficients& c) {
   const float p = weight * c.decay;
   const float mi = lerp(m, g, c.m_weight);
-  const float vi = std::fma(v, c.v_keep, c.v_weight * g * g);
   const float denom = std::sqrt(vi) / c.bias_correction2_sqrt + c.eps;
   return {mi, vi, std::fma(c.neg_step_size, mi / denom, p)};
+}
+inline ElementStep adamw_element(float weight, float grad, float m, float v, const Coefficients& c) {
+  const float g = grad * c.grad_multiplier;
+  return adam_element(weight, g, m, std::fma(v, c.v_keep, c.v_weight * g * g), c);
 }
 
 // Where the updated weight comes from and goes to.

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "backend/cpu/adam_mini.h"
 #include "backend/cpu/adamw.h"
 #include "backend/cpu/adamw_8bit.h"
 #include "backend/cpu/attention.h"
@@ -133,6 +134,22 @@ void CpuDevice::adamw_update(const AdamWOperands& p, void* m, void* v, DType mom
         using M = typename decltype(moment)::type;
         kernels::adamw_update(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
                               static_cast<M*>(m), static_cast<M*>(v), p.n, step, rounding);
+      });
+    });
+  });
+}
+
+void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments, float* v,
+                                 const MiniBlockLayout& blocks, const AdamWStep& step,
+                                 const AdamWRounding& rounding) {
+  with_type(p.weights_dtype, "Adam-mini over weights", [&](auto weights) {
+    using P = typename decltype(weights)::type;
+    with_type<false>(p.grads_dtype, "Adam-mini over gradients", [&](auto grads) {
+      using G = typename decltype(grads)::type;
+      with_type<false>(moments, "Adam-mini over moments", [&](auto moment) {
+        using M = typename decltype(moment)::type;
+        kernels::adam_mini_update(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
+                                  static_cast<M*>(m), v, blocks, step, rounding);
       });
     });
   });

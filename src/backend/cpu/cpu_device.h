@@ -24,6 +24,9 @@ class CpuDevice : public Backend {
   double sum_of_squares(const void* x, DType dtype, int64_t n) override;
   void adamw_update(const AdamWOperands& params, void* m, void* v, DType moments, const AdamWStep& step,
                     const AdamWRounding& rounding) override;
+  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
+                        const MiniBlockLayout& blocks, const AdamWStep& step,
+                        const AdamWRounding& rounding) override;
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,
                             const AdamWRounding& rounding) override;

@@ -1,0 +1,136 @@
+"""--optimizer adam-mini end to end: every run's memory.json measures its plan, whose optimizer states are the
+first moment per element plus exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a
+block, the blocks counted here from the model's shapes), estimate prints the same bytes and the block count, and
+two data-parallel ranks at ZeRO 0 (each holding the whole state) follow one process; a resume is bitwise the
+uninterrupted run (rank 0's file holds the v blocks), in one process and on two ranks, and a resume that changes
+--optimizer is refused by name; what Adam-mini does not support yet is refused by a usage error naming both flags. The per-step arithmetic is
+tests/parity/test_adam_mini_parity.py's.
+
+Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
+"""
+import unittest
+
+from memtrain_cli import (CATEGORIES, CliTestCase, ResumeTestCase, memtrain, read_memory, read_metrics,
+                          read_safetensors, run_flags)
+from test_estimate import estimate
+
+MINI = ("--optimizer", "adam-mini")
+
+
+def gpt2_tiny_blocks(L=2, H=4, C=64, positions=128, V=256):
+    """wte and wpe per row; per layer: c_attn q and k per head, v per output neuron (a column), its bias one;
+    c_proj, c_fc, mlp.c_proj per output neuron with one block per bias; 2 LayerNorms of 2 vectors; ln_f."""
+    layer = (H + H + C) + 1 + C + 1 + 4 * C + 1 + C + 1 + 4
+    return V + positions + L * layer + 2
+
+
+def llama_tiny_blocks(L=2, H=4, KV=2, C=64, I=176, V=256, untied=True):
+    """embed_tokens (and an untied lm_head) per token; per layer: q per query head, k per KV head, v, o_proj,
+    gate_up and down_proj per output neuron (a row), 2 RMSNorm weights; the final norm."""
+    hs = C // H
+    layer = (H + KV + KV * hs) + C + 2 * I + C + 2
+    return V * (2 if untied else 1) + L * layer + 1
+
+
+class PlanEqualsMeasured(CliTestCase):
+    # name -> (model, flags, bytes of m per parameter, blocks)
+    RUNS = {
+        "gpt2 fp32": ("gpt2-tiny", [], 4, gpt2_tiny_blocks()),
+        "gpt2 bf16 m": ("gpt2-tiny", ["--bf16", "--o2-optimizer"], 2, gpt2_tiny_blocks()),
+        "llama fp32": ("llama-tiny", [], 4, llama_tiny_blocks()),
+    }
+
+    def test_v_is_four_bytes_per_block_planned_measured_and_estimated(self):
+        for name, (model, extra, m_size, blocks) in self.RUNS.items():
+            with self.subTest(name):
+                flags = run_flags(*extra, *MINI, model=model, train_iters=2)
+                out = self.tmp / name.replace(" ", "_")
+                self.train(*flags, out=out, expect=0)
+                memory = read_memory(out)
+                self.assertEqual(memory["planned"], memory["measured"])
+                self.assertEqual(memory["planned"]["optim"], memory["num_params"] * m_size + 4 * blocks)
+                est = estimate(*flags)
+                for c in CATEGORIES:
+                    self.assertEqual(est["ranks"][0]["bytes"][c], memory["planned"][c], f"{name} {c}")
+                text = memtrain("estimate", *flags)
+                self.assertEqual(text.returncode, 0, text.stderr)
+                self.assertIn(f"Adam-mini's v one F32 per block, {blocks} blocks", text.stdout)
+
+    def test_adamw_is_the_default_and_keeps_v_per_element(self):
+        flags = run_flags()
+        self.assertEqual(estimate(*flags), estimate(*flags, "--optimizer", "adamw"))
+        params = 124_672  # gpt2-tiny
+        self.assertEqual(estimate(*flags)["ranks"][0]["bytes"]["optim"], 2 * 4 * params)
+        self.assertEqual(estimate(*flags, *MINI)["ranks"][0]["bytes"]["optim"], 4 * params + 4 * gpt2_tiny_blocks())
+
+
+class TwoRanks(CliTestCase):
+    def test_zero_0_follows_one_process(self):
+        flags = run_flags(*MINI, train_iters=3, global_batch_size=4)
+        self.train(*flags, out=self.tmp / "one", expect=0)
+        result = self.train(*flags, out=self.tmp / "two", ranks=2)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        one, two = read_metrics(self.tmp / "one"), read_metrics(self.tmp / "two")
+        self.assertEqual(len(one), 3)
+        for a, b in zip(one, two):  # the same sums of gradients, reduced in another order
+            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-6 * abs(a["loss"]))
+        for rank in range(2):
+            memory = read_memory(self.tmp / "two", rank)
+            self.assertEqual(memory["planned"], memory["measured"])
+            self.assertEqual(memory["planned"]["optim"], memory["num_params"] * 4 + 4 * gpt2_tiny_blocks())
+
+
+class OneProcessResume(ResumeTestCase):
+    def test_resume_is_bitwise_and_rank_0_holds_the_blocks(self):
+        for name, extra, blocks in (("gpt2", [], gpt2_tiny_blocks()),
+                                    ("llama-bf16", ["--model", "llama-tiny", "--bf16", "--o2-optimizer"],
+                                     llama_tiny_blocks())):
+            with self.subTest(name):
+                straight = self.assert_bitwise(name, [*MINI, *extra])
+                files = read_safetensors(straight / f"ckpt/step_{2 * self.N:08d}/rank0.safetensors", dtype=None)
+                self.assertNotIn("adam_v", files)
+                self.assertEqual(files["adam_mini_v"][0], [blocks])
+                self.assertEqual(len(files["adam_mini_v"][1]), 4 * blocks)
+
+    def test_a_resume_that_changes_the_optimizer_is_refused(self):
+        for saved, resumed in (("adamw", "adam-mini"), ("adam-mini", "adamw")):
+            with self.subTest(saved=saved):
+                out = self.tmp / saved
+                self.train(out, "--save", str(out / "ckpt"), "--exit-interval", str(self.N), "--optimizer", saved)
+                result = self.train(out, "--save", str(out / "ckpt"), "--resume", "auto", "--optimizer", resumed,
+                                    expect=2)
+                self.assertIn("--optimizer", result.stderr)
+                self.assertIn(resumed, result.stderr)
+
+
+class TwoRanksResume(ResumeTestCase):
+    def test_resume_is_bitwise(self):
+        self.assert_bitwise("two", [*MINI, "--global-batch-size", "4"], ranks=2)
+
+
+class Refusals(CliTestCase):
+    def test_what_adam_mini_does_not_support_is_refused_by_name(self):
+        cases = [
+            (["--zero-stage", "1"], "--zero-stage 1"),
+            (["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size 2"),
+            (["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
+            (["--offload-optimizer", "nvme", "--offload-path", str(self.tmp)], "--offload-optimizer nvme"),
+            (["--lora-rank", "4"], "--lora-rank"),
+            (["--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8"], "--exp-avg-dtype int8"),
+            (["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8"], "--exp-avg-dtype fp8"),
+            (["--bf16", "--o2-optimizer", "--o2-stochastic-rounding"], "--o2-stochastic-rounding"),
+        ]
+        for words, named in cases:
+            with self.subTest(named):
+                out = self.tmp / "failed"
+                self.assert_error(self.train(*MINI, *words, out=out), 2, "--optimizer adam-mini", named)
+                self.assertFalse((out / "memory.json").exists())
+                result = memtrain("estimate", *run_flags(*MINI, *words))
+                self.assert_error(result, 2, "--optimizer adam-mini", named)
+
+    def test_unknown_optimizer(self):
+        self.assert_error(self.train("--optimizer", "sgd"), 2, "--optimizer sgd", "adamw or adam-mini")
+
+
+if __name__ == "__main__":
+    unittest.main()
