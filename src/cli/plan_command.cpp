@@ -15,6 +15,9 @@
 
 namespace mt::cli {
 
+// How often a long search says how far it is.
+constexpr std::chrono::seconds kProgressEvery{10};
+
 namespace {
 
 struct PlanFlags {
@@ -104,6 +107,15 @@ void add_plan_command(CLI::App& app) {
                                                     request->isa, rank_threads(request->base, request->ranks))
                                               : load_hardware_profile(flags->profile);
     const auto start = std::chrono::steady_clock::now();
+    // A deep model's configurations take seconds each: a search that runs long says how far it is.
+    auto said = start;
+    request->on_planned = [start, said](int64_t planned) mutable {
+      const auto now = std::chrono::steady_clock::now();
+      if (now - said < kProgressEvery) return;
+      said = now;
+      std::fprintf(stderr, "memtrain plan: %lld configurations planned in %.0f s, searching on\n",
+                   static_cast<long long>(planned), std::chrono::duration<double>(now - start).count());
+    };
     const SearchResult result = search_configs(*request);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     print_plan(*request, result, flags->top, seconds);

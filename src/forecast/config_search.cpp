@@ -64,8 +64,10 @@ class GroupSearch {
 
  private:
   ConfigCandidate plan(const TrainConfig& config) {
+    ConfigCandidate c = evaluate_candidate(config, request_.ranks, request_.profile, request_.isa, &arenas_);
     ++result_.candidates_planned;
-    return evaluate_candidate(config, request_.ranks, request_.profile, request_.isa, &arenas_);
+    if (request_.on_planned) request_.on_planned(result_.candidates_planned);
+    return c;
   }
   bool try_add(const TrainConfig& config) {
     ConfigCandidate c = plan(config);

@@ -25,6 +25,8 @@ struct SearchRequest {
   int64_t device_memory = 0;  // bytes per rank
   HardwareProfile profile;
   CpuIsa isa = process_cpu_isa();  // every candidate's kernels run at this level
+  // Called after each configuration is planned, with the count so far: a long search's progress.
+  std::function<void(int64_t planned)> on_planned = {};
 };
 
 struct ConfigCandidate {

@@ -114,6 +114,19 @@ TEST(Planner, PacksTheArenasOfARecurringGraphOnce) {
   EXPECT_GE(result.arenas_packed, 3 * 4);  // at least every micro-batch's own
 }
 
+// A long search says how far it is: the hook hears every configuration planned, counted from 1.
+TEST(Planner, ReportsEachConfigurationPlanned) {
+  std::vector<int64_t> heard;
+  const SearchRequest request{.base = tiny_base("gpt2-tiny", 8),
+                              .ranks = 1,
+                              .device_memory = int64_t{1} << 40,
+                              .profile = testing::tested_profile(),
+                              .on_planned = [&](int64_t planned) { heard.push_back(planned); }};
+  const SearchResult result = search_configs(request);
+  ASSERT_EQ(static_cast<int64_t>(heard.size()), result.candidates_planned);
+  for (size_t k = 0; k < heard.size(); ++k) EXPECT_EQ(heard[k], static_cast<int64_t>(k) + 1);
+}
+
 // bf16 without AVX512-BF16 holds conversion tiles: every candidate's bytes are lay_out_run's at the request's
 // level.
 TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
