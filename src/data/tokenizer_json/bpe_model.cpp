@@ -132,8 +132,9 @@ void BpeModel::merge_symbols(std::string_view piece, std::vector<int32_t>* out) 
   };
   std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
   const auto consider = [&](int32_t left) {
+    if (left < 0) return;  // the first symbol has no left neighbour
     const int32_t right = sym[left].next;
-    if (left < 0 || right < 0 || sym[left].id < 0 || sym[right].id < 0) return;
+    if (right < 0 || sym[left].id < 0 || sym[right].id < 0) return;
     const auto it = merges_.find(pair_key(sym[left].id, sym[right].id));
     if (it != merges_.end())
       queue.push({it->second.rank, left, right, sym[left].id, sym[right].id, it->second.merged});

@@ -2,8 +2,6 @@
 // reference's TextDecoder makes them.
 #include "data/tokenizer_json/decoder.h"
 
-#include <cstdlib>
-
 #include "data/tokenizer_json/pattern.h"
 #include "data/tokenizer_json/pre_tokenizer.h"
 #include "data/utf8.h"
@@ -95,16 +93,25 @@ class Metaspace : public Decoder {
 
 // Runs of <0xNN> tokens become the text their bytes spell.
 class ByteFallback : public Decoder {
+  // The byte a "<0xNN>" token stands for (two hex digits), else -1.
+  static int fallback_byte(const std::string& token) {
+    const auto digit = [](char c) -> int {
+      if (c >= '0' && c <= '9') return c - '0';
+      if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+      return -1;
+    };
+    if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
+    const int high = digit(token[3]), low = digit(token[4]);
+    return high < 0 || low < 0 ? -1 : high * 16 + low;
+  }
+
  public:
   Tokens decode_chain(Tokens tokens) const override {
     Tokens out;
     std::string bytes;
     for (const std::string& token : tokens) {
-      char* end = nullptr;
-      const long byte = token.size() == 6 && token.rfind("<0x", 0) == 0 && token[5] == '>'
-                            ? std::strtol(token.substr(3, 2).c_str(), &end, 16)
-                            : -1;
-      if (byte >= 0 && end && *end == '\0') {
+      if (const int byte = fallback_byte(token); byte >= 0) {
         bytes.push_back(static_cast<char>(byte));
         continue;
       }
