@@ -111,6 +111,27 @@ int data_parallel_size(const TrainConfig& c, int world) {
   return world / model_parallel;
 }
 
+void check_optimizer_in_backward(const TrainConfig& c, int64_t data_parallel, int64_t accumulation) {
+  if (!c.optimizer_in_backward) return;
+  const auto refuse = [](bool given, const std::string& other, const std::string& why) {
+    if (given) fail_usage("--optimizer-in-backward with " + other + ": " + why);
+  };
+  refuse(c.adam.clip_grad > 0, flag_source_with_value(c, "--clip-grad"),
+         "clipping by the global norm needs every gradient before the first update; give --clip-grad 0");
+  refuse(c.precision.precision == Precision::fp16, "--fp16",
+         "an overflow skips the whole step, which needs every gradient before the first update; use --bf16");
+  refuse(accumulation > 1, "gradient accumulation (" + std::to_string(accumulation) + " micro-batches a step)",
+         "the update would need the gradients of every micro-batch kept; raise --micro-batch-size instead");
+  refuse(data_parallel > 1 || c.tensor_parallel > 1 || c.pipeline_parallel > 1,
+         std::to_string(data_parallel * c.tensor_parallel * c.pipeline_parallel) + " ranks",
+         "the update in the backward runs on one process only so far");
+  refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer",
+         "the offloaded state is streamed once a step, not block by block");
+  const MomentDType m = c.precision.moments();
+  refuse(m == MomentDType::int8 || m == MomentDType::fp8, "--exp-avg-dtype " + moment_dtype_name(m),
+         "8-bit moments are quantized in blocks that straddle the model's blocks; use fp32 or bf16 moments");
+}
+
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {
   const int64_t pp = c.pipeline_parallel;
   if (pp == 1) return;

@@ -429,6 +429,13 @@ const RunFlag kRunFlags[] = {
      .show_default = true,
      .memory = true,
      .trajectory = true},
+    {.names = "--optimizer-in-backward",
+     .help = "update each block as soon as the backward has its gradients, which then live only until that "
+             "update: the gradients cost the blocks in flight, not the model (needs --clip-grad 0; one process, "
+             "no gradient accumulation, no fp16; docs/optimizer_states.md)",
+     .field = &config_field<&C::optimizer_in_backward>,
+     .kind = K::switch_on,
+     .memory = true},
     {.names = "--weight-decay",
      .help = "AdamW decoupled weight decay",
      .field = &group_field<&C::adam, &AdamWConfig::weight_decay>,

@@ -54,6 +54,9 @@ struct TrainConfig {
   int64_t lr_decay_iters = 0;  // 0: --train-iters
   DecayStyle decay_style = DecayStyle::cosine;
   OptimizerKind optimizer = OptimizerKind::adamw;
+  // Each block's update runs in the backward as soon as its gradients are complete, and its gradients live
+  // only until then (--optimizer-in-backward).
+  bool optimizer_in_backward = false;
   AdamWConfig adam;
   PrecisionConfig precision;
   RecomputeConfig recompute;

@@ -153,12 +153,11 @@ OpPeak peak_op(const Graph& graph, const Plan& plan) {
   // Arena tensors enter at their first op and leave after their last: a running sum over a difference array.
   std::vector<CategoryBytes> change(num_ops + 1);
   CategoryBytes fixed = plan.bytes;
-  for (const auto& [category, layout] :
-       {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
-        std::pair{Category::comm, &plan.comm}}) {
-    fixed[category] -= layout->size;
+  for (Category category : kArenaCategories) {
+    const ArenaLayout& layout = plan.arena(category);
+    fixed[category] -= layout.size;
     for (int id = 0; id < graph.table.size(); ++id) {
-      if (layout->offset[id] < 0) continue;
+      if (layout.offset[id] < 0) continue;
       const TensorDesc& t = graph.table[id];
       change[t.first_op][category] += arena_aligned(t.bytes(), plan.alignment);
       change[t.last_op + 1][category] -= arena_aligned(t.bytes(), plan.alignment);

@@ -38,6 +38,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
   run.accum = accumulation_steps(cfg, place.dp);
+  check_optimizer_in_backward(cfg, place.dp, run.accum);
   const int64_t B = cfg.micro_batch, T = run.seq_len;
   check_scalar_sizes(cfg, run.spec, T, device.threads);
 
@@ -85,6 +86,10 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
     policy.v_blocks = adam_mini_block_count(run.mini_blocks);
   }
   run.zero = add_zero_schedule(run.model.graph, place.dp > 1 ? cfg.zero_stage : 0, policy.grads);
+  if (cfg.optimizer_in_backward) {
+    policy.grads_in_backward = true;
+    run.block_grads = add_block_gradients(run.model.graph, run.zero, policy.grads);
+  }
   const Sharding sharding{.dp = place.dp,
                           .dp_rank = place.dp_rank,
                           .stage = cfg.zero_stage,

@@ -1,6 +1,7 @@
 #include "memory/allocation.h"
 
 #include <stdexcept>
+#include <string>
 
 #include "memory/offloaded_state.h"
 
@@ -14,7 +15,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& devic
       host_tracker_(device.allocator(MemorySpace::host)),
       params_(tracker_, Category::params, plan.bytes[Category::params]),
       master_(tracker_, Category::master, plan.bytes[Category::master]),
-      grads_(tracker_, Category::grads, plan.bytes[Category::grads]),
+      grads_(tracker_, Category::grads, plan.bytes[Category::grads] - plan.grads.size),
       adam_m_(tracker_, Category::optim, plan.m_bytes),
       adam_v_(tracker_, Category::optim, plan.v_bytes),
       m_scales_(tracker_, Category::optim, plan.moment_scales * 4),
@@ -22,7 +23,8 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& devic
       others_(table.size()),
       activations_(table, plan.activations, Category::activations, tracker_.allocator(), plan.alignment),
       workspace_(table, plan.workspace, Category::workspace, tracker_.allocator(), plan.alignment),
-      comm_arena_(table, plan.comm, Category::comm, tracker_.allocator(), plan.alignment) {
+      comm_arena_(table, plan.comm, Category::comm, tracker_.allocator(), plan.alignment),
+      grads_arena_(table, plan.grads, Category::grads, tracker_.allocator(), plan.alignment) {
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != Category::params && !t.has_lifetime())
@@ -43,10 +45,7 @@ void* Allocation::data(int id) const {
     if (plan_.sharding.shards_weights()) throw_not_held(id, "weights");
     return params_.as<char>() + param_offset(id) * static_cast<int64_t>(dtype_size(t.dtype));
   }
-  if (t.has_lifetime()) {
-    if (t.category == Category::activations) return activations_.data(id);
-    return t.category == Category::workspace ? workspace_.data(id) : comm_arena_.data(id);
-  }
+  if (t.has_lifetime()) return arena(t.category).data(id);
   return others_[id].as<void>();
 }
 
@@ -60,8 +59,8 @@ void Allocation::upload(int id) const {
 }
 
 void Allocation::throw_not_held(int param_id, const char* what) const {
-  throw std::logic_error("allocation: this rank holds a shard of the " + std::string(what) + ", not all of " +
-                         table_[param_id].name + " (ZeRO schedule bug: the op names no window buffer)");
+  throw std::logic_error("allocation: this rank's buffer does not hold the " + std::string(what) + " of " +
+                         table_[param_id].name + " (schedule bug: the op names no window buffer)");
 }
 
 int64_t Allocation::block_offset(int block_tensor, int first_param, int param_id) const {
@@ -102,39 +101,44 @@ void Allocation::check_dtype(DType actual, DType requested, int id) const {
         std::string(dtype_name(actual)) + ", accessed as " + std::string(dtype_name(requested)));
 }
 
+const Arena& Allocation::arena(Category category) const {
+  switch (category) {
+    case Category::activations:
+      return activations_;
+    case Category::workspace:
+      return workspace_;
+    case Category::comm:
+      return comm_arena_;
+    case Category::grads:
+      return grads_arena_;
+    default:
+      throw std::logic_error("allocation: no arena holds " + std::string(category_key(category)));
+  }
+}
+
 void Allocation::begin_op(int op) {
-  activations_.begin_op(op);
-  workspace_.begin_op(op);
-  comm_arena_.begin_op(op);
+  for (Arena* a : arenas()) a->begin_op(op);
 }
 
 void Allocation::end_op(int op) {
-  activations_.end_op(op);
-  workspace_.end_op(op);
-  comm_arena_.end_op(op);
+  for (Arena* a : arenas()) a->end_op(op);
 }
 
 void Allocation::reset_arenas() {
-  activations_.reset();
-  workspace_.reset();
-  comm_arena_.reset();
+  for (Arena* a : arenas()) a->reset();
 }
 
 CategoryBytes Allocation::measured() const {
   CategoryBytes bytes = tracker_.peak();
   for (Category c : kAllCategories) bytes[c] += host_tracker_.peak()[c];
-  bytes[Category::activations] += activations_.high_water();
-  bytes[Category::workspace] += workspace_.high_water();
-  bytes[Category::comm] += comm_arena_.high_water();
+  for (Category c : kArenaCategories) bytes[c] += arena(c).high_water();
   return bytes;
 }
 
 CategoryBytes Allocation::live() const {
   CategoryBytes bytes = tracker_.held();
   for (Category c : kAllCategories) bytes[c] += host_tracker_.held()[c];
-  bytes[Category::activations] += activations_.live_bytes();
-  bytes[Category::workspace] += workspace_.live_bytes();
-  bytes[Category::comm] += comm_arena_.live_bytes();
+  for (Category c : kArenaCategories) bytes[c] += arena(c).live_bytes();
   return bytes;
 }
 

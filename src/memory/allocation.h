@@ -7,6 +7,7 @@
 // host's, so code above memory/ reaches the bytes through the device, never by itself.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -47,11 +48,12 @@ class Allocation {
     return static_cast<uint8_t*>(data(id));
   }
   // A parameter's gradient (G = the policy's gradient dtype) in the gradient buffer, which must hold it
-  // whole: under ZeRO-2/3 an op names its window's gradient sum instead (in_block).
+  // whole: under ZeRO-2/3 an op names its window's gradient sum instead (in_block), and under
+  // --optimizer-in-backward its block's gradients.
   template <typename G>
   G* grad(int param_id) const {
     check_dtype(plan_.policy.grads, dtype_of<G>(), param_id);
-    if (plan_.sharding.shards_grads()) throw_not_held(param_id, "gradient");
+    if (!plan_.holds_all_grads()) throw_not_held(param_id, "gradient");
     return grads_.as<G>() + param_offset(param_id);
   }
   // A parameter's place in a comm tensor that holds its block's flat range from first_param on (ZeRO-2/3's
@@ -74,6 +76,7 @@ class Allocation {
   int64_t param_offset(int param_id) const;
   void* params() const { return params_.as<void>(); }
   void* grads() const { return grads_.as<void>(); }
+  int64_t grads_bytes() const { return grads_.bytes(); }  // of the flat buffer: none under grads_in_backward
   OptimizerState& optimizer_state() const { return *optimizer_state_; }
 
   // Host memory the host fills a batch tensor through: the tensor itself where the host can write it, else
@@ -93,6 +96,8 @@ class Allocation {
   CategoryBytes live() const;
   const Arena& activations() const { return activations_; }
   const Arena& workspace() const { return workspace_; }
+  // The arena of a category that has one (kArenaCategories).
+  const Arena& arena(Category category) const;
 
  private:
   void check_dtype(DType actual, DType requested, int id) const;
@@ -106,7 +111,8 @@ class Allocation {
   MemoryTracker tracker_, host_tracker_;
   TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, m_scales_, v_scales_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
-  Arena activations_, workspace_, comm_arena_;
+  Arena activations_, workspace_, comm_arena_, grads_arena_;
+  std::array<Arena*, 4> arenas() { return {&activations_, &workspace_, &comm_arena_, &grads_arena_}; }
   std::unique_ptr<OptimizerState> optimizer_state_;  // over master_, the moments and their scales
 };
 

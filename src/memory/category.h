@@ -16,6 +16,10 @@ constexpr std::array<Category, kNumCategories> kAllCategories = {
     Category::params,      Category::frozen,    Category::master, Category::grads, Category::optim,
     Category::activations, Category::workspace, Category::comm,   Category::other};
 
+// The categories whose tensors with lifetimes the Plan packs into an arena each.
+constexpr std::array<Category, 4> kArenaCategories = {Category::activations, Category::workspace,
+                                                      Category::comm, Category::grads};
+
 std::string_view category_key(Category c);    // "params", "master", ...
 std::string_view category_title(Category c);  // "parameters", "master weights", ...
 

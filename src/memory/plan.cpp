@@ -44,6 +44,21 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
   return layout;
 }
 
+const ArenaLayout& Plan::arena(Category category) const {
+  switch (category) {
+    case Category::activations:
+      return activations;
+    case Category::workspace:
+      return workspace;
+    case Category::comm:
+      return comm;
+    case Category::grads:
+      return grads;
+    default:
+      throw std::logic_error("plan: no arena holds " + std::string(category_key(category)));
+  }
+}
+
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
                const Sharding& sharding, const OptimizerOffload& offload, ArenaPackCache* cache) {
   Plan plan;
@@ -102,8 +117,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.bytes[Category::params] = checked_mul(sharding.shards_weights() ? plan.shard_elems : n,
                                              static_cast<int64_t>(dtype_size(policy.weights)));
   plan.bytes[Category::master] = checked_mul(s, master_size);
-  plan.bytes[Category::grads] = checked_mul(sharding.shards_grads() ? plan.shard_elems : n,
-                                            static_cast<int64_t>(dtype_size(policy.grads)));
+  const int64_t flat_grads = policy.grads_in_backward ? 0 : sharding.shards_grads() ? plan.shard_elems : n;
+  plan.bytes[Category::grads] = checked_mul(flat_grads, static_cast<int64_t>(dtype_size(policy.grads)));
   plan.m_bytes = checked_mul(s, moment_size);
   plan.v_bytes = policy.v_blocks > 0 ? checked_mul(policy.v_blocks, 4) : plan.m_bytes;
   plan.bytes[Category::optim] = checked_add(checked_add(plan.m_bytes, plan.v_bytes),
@@ -114,10 +129,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.activations = pack(Category::activations);
   plan.workspace = pack(Category::workspace);
   plan.comm = pack(Category::comm);
-  for (const auto& [category, layout] :
-       {std::pair{Category::activations, &plan.activations}, std::pair{Category::workspace, &plan.workspace},
-        std::pair{Category::comm, &plan.comm}})
-    plan.bytes[category] = checked_add(plan.bytes[category], layout->size);
+  plan.grads = pack(Category::grads);
+  for (Category c : kArenaCategories) plan.bytes[c] = checked_add(plan.bytes[c], plan.arena(c).size);
   plan.bytes.total();  // every sum of the categories that reports print fits as well
   return plan;
 }

@@ -25,6 +25,9 @@ struct ModelStatePolicy {
   // Adam-mini (--optimizer adam-mini): one fp32 second moment per block of its partition, this many in all;
   // 0: v per element, as m. Held whole (Adam-mini runs neither shard nor offload the optimizer state).
   int64_t v_blocks = 0;
+  // --optimizer-in-backward: no flat gradient buffer; each block's gradients are a tensor with a lifetime
+  // (Category::grads) packed in the gradient arena, updated and dropped within the backward.
+  bool grads_in_backward = false;
 
   bool blocked_moments() const { return moment_block > 0; }
   // The scales of `elems` consecutive moment elements from a block's start: one per block begun.
@@ -90,13 +93,20 @@ struct Plan {
   ArenaLayout activations;
   ArenaLayout workspace;
   ArenaLayout comm;  // the step schedule's gathered weights and gradient sums (ZeRO-2/3)
+  ArenaLayout grads;  // the blocks' gradients under ModelStatePolicy::grads_in_backward
 
   // The flat parameter range whose weights (gradients) this rank's buffer holds: all parameters, or its
-  // shard when ZeRO-3 (ZeRO-2) shards them.
+  // shard when ZeRO-3 (ZeRO-2) shards them; no gradients when the blocks hold them (grads_in_backward).
   int64_t weights_begin() const { return sharding.shards_weights() ? shard_begin : 0; }
   int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
   int64_t grads_begin() const { return sharding.shards_grads() ? shard_begin : 0; }
-  int64_t grads_end() const { return sharding.shards_grads() ? shard_end : num_params; }
+  int64_t grads_end() const {
+    return policy.grads_in_backward ? 0 : sharding.shards_grads() ? shard_end : num_params;
+  }
+  // The packing of a category of kArenaCategories.
+  const ArenaLayout& arena(Category category) const;
+  // Whether the flat gradient buffer holds every parameter's gradient.
+  bool holds_all_grads() const { return !sharding.shards_grads() && !policy.grads_in_backward; }
 };
 
 // Packs the tensors of `category` that have lifetimes: largest first, each at the lowest offset, a multiple

@@ -94,4 +94,39 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
   return schedule;
 }
 
+std::vector<BlockGradients> add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads) {
+  if (schedule.stage >= 2) throw std::logic_error("block gradients: the ZeRO-2/3 windows hold them already");
+  TensorTable& table = graph.table;
+  std::map<int, BlockGradients> by_block;
+  std::map<int, std::vector<int>> params;
+  for (const BlockWindow& window : schedule.windows) {
+    if (!window.writes_grads) continue;
+    auto [it, first] = by_block.try_emplace(window.block);
+    if (first) {
+      it->second = {.block = window.block, .first_op = window.first_op};
+      params[window.block] = window.params;
+    }
+    it->second.last_op = window.last_op;
+  }
+  std::vector<BlockGradients> blocks;
+  for (auto& [block, b] : by_block) {
+    const std::vector<int>& ids = params.at(block);
+    b.first_param = ids.front();
+    b.tensor = table.add({.name = "grads.block" + std::to_string(block),
+                          .shape = {block_numel(table, ids)},
+                          .dtype = grads,
+                          .category = Category::grads,
+                          .first_op = b.first_op,
+                          .last_op = b.last_op});
+    for (int i = b.first_op; i <= b.last_op; ++i) {
+      Op& op = graph.ops[i];
+      const int w = schedule.window_of_op[i];
+      if (w >= 0 && schedule.windows[w].block == block && writes_gradients(op.kind()))
+        op.window = {.weights = -1, .grads = b.tensor, .first_param = ids.front()};
+    }
+    blocks.push_back(b);
+  }
+  return blocks;
+}
+
 }  // namespace mt

@@ -31,8 +31,22 @@ struct ZeroSchedule {
   std::vector<int> window_of_op;  // per op: its window, or -1 for an op outside every window
 };
 
+// --optimizer-in-backward on one rank: a block's gradients as one tensor (Category::grads, the block's flat
+// range from its first parameter on), live from the first op that writes them to the last, after which the
+// block is updated (train/backward_update.h) and the tensor's memory goes to the next blocks'.
+struct BlockGradients {
+  int block = -1;
+  int tensor = -1;
+  int first_param = -1;  // element 0 of the tensor
+  int first_op = 0, last_op = 0;
+};
+
 // The windows of the graph's ops; for stages 2 and 3 also their comm tensors (weights in the parameters'
 // dtype, gradients in `grads`), added to the graph's table and set as the window buffers of its ops.
 ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads);
+
+// The blocks' gradient tensors, added to the graph's table and named by the ops that write gradients (as
+// ZeRO-2's window sums are); the schedule's windows must be stage 0's or 1's, which add no comm tensors.
+std::vector<BlockGradients> add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads);
 
 }  // namespace mt

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "core/rng.h"
 
@@ -34,7 +35,7 @@ double AdamW::local_sum_of_squares(const Allocation& memory) const {
   return sum;
 }
 
-OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, float lr, float loss_scale,
+OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale,
                                 const GlobalSum& global_sum) {
   const double norm = std::sqrt(global_sum(local_sum_of_squares(memory))) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
@@ -45,26 +46,40 @@ OptimizerStepResult AdamW::step(const TensorTable& table, Allocation& memory, fl
     if (coef < 1.0) multiplier = static_cast<float>(coef / loss_scale);
   }
   ++updates_;
-  if (memory.plan().policy.v_blocks > 0)
-    update_mini(memory, lr, multiplier);
-  else if (memory.plan().policy.blocked_moments())
-    update_blocked(memory, lr, multiplier);
-  else
-    update(table, memory, lr, multiplier);
+  const Plan& plan = memory.plan();
+  apply(memory, lr, multiplier, {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
   return {norm, false};
 }
 
-AdamWOperands AdamW::operands(const Allocation& memory, float* master, int64_t first, int64_t last) const {
+void AdamW::update_range(Allocation& memory, float lr, int64_t begin, int64_t end, const void* grads) {
+  apply(memory, lr, 1.0f, {begin, end, grads});
+}
+
+void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
+  if (memory.plan().policy.v_blocks > 0)
+    update_mini(memory, lr, grad_multiplier, grads);
+  else if (memory.plan().policy.blocked_moments())
+    update_blocked(memory, lr, grad_multiplier, grads);
+  else
+    update(memory, lr, grad_multiplier, grads);
+}
+
+AdamWOperands AdamW::operands(const Allocation& memory, float* master, int64_t first, int64_t last,
+                               const Gradients& grads) const {
   const ModelStatePolicy& policy = memory.plan().policy;
+  if (first < grads.begin || last > grads.end)
+    throw std::logic_error("adamw: parameters [" + std::to_string(first) + ", " + std::to_string(last) +
+                           ") outside the gradients given");
   return {.master = master,
           .weights = memory.weights_at(first),
           .weights_dtype = policy.weights,
-          .grads = memory.grads_at(first),
+          .grads = const_cast<char*>(static_cast<const char*>(grads.data)) +
+                   (first - grads.begin) * static_cast<int64_t>(dtype_size(policy.grads)),
           .grads_dtype = policy.grads,
           .n = last - first};
 }
 
-void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) {
+void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
   // One call per window (whole blocks, from a block's start): the tensors it covers are runs of one weight
   // decay each.
   const Plan& plan = memory.plan();
@@ -72,7 +87,7 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) 
   const AdamWStep s{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
                     updates_, grad_multiplier};
   memory.optimizer_state().visit(
-      plan.shard_begin, plan.shard_end, StateAccess::update, [&](const StateWindow& window) {
+      grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
         std::vector<DecayRun> runs;
         for (const ParamGroup& p : params_) {
           const int64_t offset = memory.param_offset(p.id);
@@ -84,43 +99,46 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier) 
         const QuantizedMoments moments{format, static_cast<uint8_t*>(window.m), window.m_scales,
                                        static_cast<uint8_t*>(window.v), window.v_scales};
         const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), window.begin};
-        memory.device().adamw_update_blocked(operands(memory, window.master, window.begin, window.end),
+        memory.device().adamw_update_blocked(operands(memory, window.master, window.begin, window.end, grads),
                                              moments, s, runs, rounding);
       });
 }
 
-void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier) {
+void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
   const Plan& plan = memory.plan();
   if (mini_blocks_.size() != params_.size() || adam_mini_block_count(mini_blocks_) != plan.policy.v_blocks)
     throw std::logic_error("adam-mini: the optimizer's blocks are not the plan's");
   const int64_t moment_size = static_cast<int64_t>(dtype_size(plan.policy.moments));
-  memory.optimizer_state().visit(0, plan.num_params, StateAccess::update, [&](const StateWindow& window) {
+  memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamGroup& p = params_[i];
       const MiniBlocks& b = mini_blocks_[i];
       if (b.param != p.id) throw std::logic_error("adam-mini: blocks out of the parameters' order");
-      const int64_t first = memory.param_offset(p.id);
+      const int64_t first = memory.param_offset(p.id), local = first - window.begin;
+      if (first < window.begin || first >= window.end) continue;  // a block whose update is not this one
       const AdamWStep s{
           lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
           updates_, grad_multiplier};
       const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), first};
       memory.device().adam_mini_update(
-          operands(memory, window.master ? window.master + first : nullptr, first, first + b.rows * b.cols),
-          static_cast<char*>(window.m) + first * moment_size, plan.policy.moments,
+          operands(memory, window.master ? window.master + local : nullptr, first, first + b.rows * b.cols,
+                   grads),
+          static_cast<char*>(window.m) + local * moment_size, plan.policy.moments,
           static_cast<float*>(window.v) + b.first, b.layout(), s, rounding);
     }
   });
 }
 
-void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier) {
+void AdamW::update(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
   // Master weights and moments cover the plan's shard of the flat parameters, visited in windows: one in
   // memory, chunks when offloaded. The kernel is elementwise and its rounding bits follow the flat index, so
   // any split gives the same bits.
   const Plan& plan = memory.plan();
   const DType moments = plan.policy.moments;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(moments));
+  const TensorTable& table = memory.table();
   memory.optimizer_state().visit(
-      plan.shard_begin, plan.shard_end, StateAccess::update, [&](const StateWindow& window) {
+      grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
         // Each tensor is updated where it overlaps the window [begin, end).
         for (const ParamGroup& p : params_) {
           const int64_t offset = memory.param_offset(p.id);
@@ -136,7 +154,7 @@ void AdamW::update(const TensorTable& table, Allocation& memory, float lr, float
                                        first};
           const int64_t local = first - window.begin;
           memory.device().adamw_update(
-              operands(memory, window.master ? window.master + local : nullptr, first, last),
+              operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
               static_cast<char*>(window.m) + local * moment_size,
               static_cast<char*>(window.v) + local * moment_size, moments, s, rounding);
         }

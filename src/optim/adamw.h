@@ -49,19 +49,32 @@ class AdamW {
   // otherwise the plan's shard of weights and moments is updated and the number of updates taken grows by
   // one. Under ZeRO the caller has reduced this rank's gradient range before, and gathers the weights after.
   OptimizerStepResult step(
-      const TensorTable& table, Allocation& memory, float lr, float loss_scale,
+      Allocation& memory, float lr, float loss_scale,
       const GlobalSum& global_sum = [](double local) { return local; });
+  // --optimizer-in-backward (no clipping, no loss scale: config/check_config.h): the step begins, counting
+  // one update, and then each block's flat range [begin, end) is updated from its gradients at `grads`
+  // (element `begin`) as soon as the backward has completed them; the same per-element arithmetic as step's.
+  void begin_step() { ++updates_; }
+  void update_range(Allocation& memory, float lr, int64_t begin, int64_t end, const void* grads);
   int64_t updates_taken() const { return updates_; }
   // A checkpoint's count (it seeds the bias corrections and the stochastic rounding of the next update).
   void restore_updates_taken(int64_t updates) { updates_ = updates; }
 
  private:
+  // The flat gradients [begin, end) that an update reads, element `begin` at `data`, in the policy's dtype.
+  struct Gradients {
+    int64_t begin = 0, end = 0;
+    const void* data = nullptr;
+  };
+  // The update of [grads.begin, grads.end) in the policy's kind: one of the three below.
+  void apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
   // Through the device (memory/device.h): moments in fp32 or bf16, or blocked in 8 bits.
-  void update(const TensorTable& table, Allocation& memory, float lr, float grad_multiplier);
-  void update_blocked(Allocation& memory, float lr, float grad_multiplier);
-  void update_mini(Allocation& memory, float lr, float grad_multiplier);
+  void update(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
+  void update_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
+  void update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
   // The weights and gradients of flat parameters [first, last), with their master copy at `master`.
-  AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last) const;
+  AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last,
+                         const Gradients& grads) const;
 
   AdamWConfig config_;
   std::vector<ParamGroup> params_;

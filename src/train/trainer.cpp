@@ -141,6 +141,11 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
+  if (cfg.optimizer_in_backward) {  // one rank (check_optimizer_in_backward): no exchanges to hook
+    backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.block_grads,
+                                                        static_cast<int>(model_.graph.ops.size()));
+    exec_->set_op_hooks(backward_update_.get());
+  }
   exec_->set_tensor_group(groups_.tensor());
   exec_->set_pipeline(groups_.pipeline());
   timeline_ = {.run = spec_.name + " | B=" + std::to_string(B) + " T=" + std::to_string(T) + " | " +
@@ -157,7 +162,7 @@ void Trainer::open_outputs(int64_t resumed_step) {
 StepOutcome Trainer::step(int64_t step) {
   Allocation& memory = *memory_;
   const auto start = std::chrono::steady_clock::now();
-  memory.device().zero(memory.grads(), plan_.bytes[Category::grads]);
+  memory.device().zero(memory.grads(), memory.grads_bytes());
   exec_->clear_loss();
   // The step reads the next global batch of samples: micro-batch m of data-parallel rank r takes the b
   // samples from (m x dp + r) x b. Its loss is one mean over all their counted targets, counted first, so
@@ -169,6 +174,8 @@ StepOutcome Trainer::step(int64_t step) {
   const int64_t first = consumed_samples_, b = cfg_.micro_batch;
   const int64_t step_targets = train_loader_->count_targets(first, step_samples());
   StepOutcome out;
+  out.lr = schedule_.at(step);
+  if (backward_update_) backward_update_->begin_step(step, out.lr);
   for (int64_t pass = 0; pass < passes; ++pass) {
     report_step_progress(step, pass * per_pass + 1, accum_);
     for (int64_t i = 0; i < per_pass; ++i)
@@ -197,10 +204,10 @@ StepOutcome Trainer::step(int64_t step) {
   sync_->reduce_gradients();
   if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
   out.loss = step_loss(groups_, *sync_, out.loss);
-  out.lr = schedule_.at(step);
-  out.update = optimizer_->step(model_.graph.table, memory, out.lr, loss_scale, [&](double local) {
-    return sum_norm_over_shards(groups_, *sync_, plan_, local);
-  });
+  out.update = backward_update_ ? backward_update_->end_step()
+                                : optimizer_->step(memory, out.lr, loss_scale, [&](double local) {
+                                    return sum_norm_over_shards(groups_, *sync_, plan_, local);
+                                  });
   if (!out.update.skipped) sync_->gather_weights();
   if (out.update.skipped && !scaler_)
     fail_data("training diverged: the gradient norm is " + std::to_string(out.update.grad_norm) +

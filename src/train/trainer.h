@@ -25,6 +25,7 @@
 #include "optim/schedule.h"
 #include "parallel/parallel_groups.h"
 #include "parallel/zero_sync.h"
+#include "train/backward_update.h"
 #include "train/metrics.h"
 
 namespace mt {
@@ -143,6 +144,7 @@ class Trainer {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<ZeroSync> sync_;
+  std::unique_ptr<BackwardUpdate> backward_update_;  // --optimizer-in-backward: the step's hook
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
   int64_t consumed_samples_ = 0;  // of the training data's global order (data/loader.h)

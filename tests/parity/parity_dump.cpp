@@ -67,7 +67,7 @@ void train_steps(const ModelGraph& model, const Plan& plan, Allocation& memory, 
     load_batch(s - 1);
     std::memset(memory.grads(), 0, plan.bytes[Category::grads]);
     losses.push_back(static_cast<float>(testing::train_step(exec, model, memory, 1.0f)));
-    norms.push_back(static_cast<float>(optimizer.step(table, memory, schedule.at(s), 1.0f).grad_norm));
+    norms.push_back(static_cast<float>(optimizer.step(memory, schedule.at(s), 1.0f).grad_norm));
   }
   out.add("losses", {steps}, losses.data(), steps);
   out.add("grad_norms", {steps}, norms.data(), steps);

@@ -174,7 +174,7 @@ TEST(ModelPrecision, EveryPolicyTrainsAndKeepsItsPlan) {
       std::memset(run.memory.grads(), 0, run.plan.bytes[Category::grads]);
       last = run.train(exec, 1.0f);
       if (step == 1) first = last;
-      EXPECT_FALSE(optimizer.step(run.model.graph.table, run.memory, 1e-2f, 1.0f).skipped);
+      EXPECT_FALSE(optimizer.step(run.memory, 1e-2f, 1.0f).skipped);
     }
     EXPECT_LT(last, first - 0.1);  // the same batch again and again: the loss must fall
     EXPECT_EQ(run.memory.measured().bytes, run.plan.bytes.bytes);

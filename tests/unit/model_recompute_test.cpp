@@ -74,7 +74,7 @@ Trained train_two_steps(const ModelSpec& spec, const RecomputeConfig& recompute,
     }
     std::memset(memory.grads(), 0, out.plan.bytes[Category::grads]);
     (step == 0 ? out.first_loss : out.second_loss) = testing::train_step(exec, m, memory, 1.0f);
-    optimizer.step(m.graph.table, memory, 1e-3f, 1.0f);
+    optimizer.step(memory, 1e-3f, 1.0f);
   }
   const char* g = static_cast<const char*>(memory.grads());
   const char* p = static_cast<const char*>(memory.params());
