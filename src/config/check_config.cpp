@@ -127,9 +127,6 @@ void check_optimizer_in_backward(const TrainConfig& c, int64_t data_parallel, in
          "the update in the backward runs on one process only so far");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer",
          "the offloaded state is streamed once a step, not block by block");
-  const MomentDType m = c.precision.moments();
-  refuse(m == MomentDType::int8 || m == MomentDType::fp8, "--exp-avg-dtype " + moment_dtype_name(m),
-         "8-bit moments are quantized in blocks that straddle the model's blocks; use fp32 or bf16 moments");
 }
 
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {

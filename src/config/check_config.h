@@ -27,8 +27,8 @@ void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, in
 
 // --optimizer-in-backward: each block is updated when the backward completes its gradients, so what needs
 // every gradient of the step before any update (global-norm clipping, fp16's overflow skip, accumulation
-// over micro-batches) and what is not scheduled block by block yet (more than one rank, optimizer offload,
-// 8-bit moments, whose quantization blocks straddle the model's blocks) are usage errors naming both.
+// over micro-batches) and what is not scheduled block by block yet (more than one rank, optimizer offload)
+// are usage errors naming both.
 void check_optimizer_in_backward(const TrainConfig& c, int64_t data_parallel, int64_t accumulation);
 
 // What --pipeline-model-parallel-size must divide (the layers), and what it does not run with (ZeRO-2/3, as

@@ -88,7 +88,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   run.zero = add_zero_schedule(run.model.graph, place.dp > 1 ? cfg.zero_stage : 0, policy.grads);
   if (cfg.optimizer_in_backward) {
     policy.grads_in_backward = true;
-    run.block_grads = add_block_gradients(run.model.graph, run.zero, policy.grads);
+    run.backward_updates = add_block_gradients(run.model.graph, run.zero, policy.grads, policy.moment_block);
   }
   const Sharding sharding{.dp = place.dp,
                           .dp_rank = place.dp_rank,

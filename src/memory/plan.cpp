@@ -44,6 +44,17 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
   return layout;
 }
 
+std::vector<int64_t> flat_param_offsets(const TensorTable& table) {
+  std::vector<int64_t> offsets(table.size(), -1);
+  int64_t next = 0;
+  for (int id = 0; id < table.size(); ++id)
+    if (table[id].category == Category::params) {
+      offsets[id] = next;
+      next = checked_add(next, table[id].numel());
+    }
+  return offsets;
+}
+
 const ArenaLayout& Plan::arena(Category category) const {
   switch (category) {
     case Category::activations:
@@ -65,7 +76,7 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.alignment = alignment;
   plan.policy = policy;
   plan.sharding = sharding;
-  plan.param_offset.assign(table.size(), -1);
+  plan.param_offset = flat_param_offsets(table);
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category == Category::params) {
@@ -73,7 +84,6 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
         throw std::logic_error("parameter " + t.name + " is " + std::string(dtype_name(t.dtype)) +
                                " but the policy stores weights as " +
                                std::string(dtype_name(policy.weights)));
-      plan.param_offset[id] = plan.num_params;
       plan.num_params = checked_add(plan.num_params, t.numel());
     } else if (!t.has_lifetime()) {
       plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());

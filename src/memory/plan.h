@@ -113,6 +113,9 @@ struct Plan {
 // of `alignment`, that overlaps no already placed tensor whose lifetime intersects its own.
 ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alignment);
 
+// Each parameter's element offset in the flat parameter buffers (table order), -1 for other tensors.
+std::vector<int64_t> flat_param_offsets(const TensorTable& table);
+
 class ArenaPackCache;
 
 // Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown. `alignment` is

@@ -1,10 +1,12 @@
 #include "model/zero_schedule.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
 
 #include "core/int_math.h"
+#include "memory/plan.h"
 
 namespace mt {
 
@@ -94,26 +96,32 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
   return schedule;
 }
 
-std::vector<BlockGradients> add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads) {
-  if (schedule.stage >= 2) throw std::logic_error("block gradients: the ZeRO-2/3 windows hold them already");
+namespace {
+
+// The gradient tensors of the blocks that write gradients, each named by its block's ops that write them.
+std::vector<BlockGradients> block_gradient_tensors(Graph& graph, const ZeroSchedule& schedule, DType grads) {
   TensorTable& table = graph.table;
+  const std::vector<int64_t> offsets = flat_param_offsets(table);
   std::map<int, BlockGradients> by_block;
-  std::map<int, std::vector<int>> params;
   for (const BlockWindow& window : schedule.windows) {
     if (!window.writes_grads) continue;
     auto [it, first] = by_block.try_emplace(window.block);
+    BlockGradients& b = it->second;
     if (first) {
-      it->second = {.block = window.block, .first_op = window.first_op};
-      params[window.block] = window.params;
+      const int64_t begin = offsets[window.params.front()];
+      b = {.block = window.block,
+           .first_param = window.params.front(),
+           .first_op = window.first_op,
+           .flat_begin = begin,
+           .flat_end = begin + block_numel(table, window.params),
+           .carries = {}};
     }
-    it->second.last_op = window.last_op;
+    b.last_op = window.last_op;
   }
   std::vector<BlockGradients> blocks;
   for (auto& [block, b] : by_block) {
-    const std::vector<int>& ids = params.at(block);
-    b.first_param = ids.front();
     b.tensor = table.add({.name = "grads.block" + std::to_string(block),
-                          .shape = {block_numel(table, ids)},
+                          .shape = {b.flat_end - b.flat_begin},
                           .dtype = grads,
                           .category = Category::grads,
                           .first_op = b.first_op,
@@ -122,11 +130,56 @@ std::vector<BlockGradients> add_block_gradients(Graph& graph, const ZeroSchedule
       Op& op = graph.ops[i];
       const int w = schedule.window_of_op[i];
       if (w >= 0 && schedule.windows[w].block == block && writes_gradients(op.kind()))
-        op.window = {.weights = -1, .grads = b.tensor, .first_param = ids.front()};
+        op.window = {.weights = -1, .grads = b.tensor, .first_param = b.first_param};
     }
     blocks.push_back(b);
   }
   return blocks;
+}
+
+}  // namespace
+
+BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads,
+                                    int64_t moment_block) {
+  if (schedule.stage >= 2) throw std::logic_error("block gradients: the ZeRO-2/3 windows hold them already");
+  BackwardUpdates updates{.blocks = block_gradient_tensors(graph, schedule, grads), .carries = {}};
+  int64_t n = 0;  // the flat parameters
+  for (const TensorDesc& t : graph.table.tensors())
+    if (t.category == Category::params) n = checked_add(n, t.numel());
+  int64_t covered = 0;
+  for (const BlockGradients& b : updates.blocks) covered += b.flat_end - b.flat_begin;
+  if (covered != n) throw std::logic_error("block gradients: a parameter's block gets no gradients");
+  const int64_t q = std::max<int64_t>(moment_block, 1);
+  std::map<int64_t, int> carry_of;  // quantization block -> its carry
+  for (BlockGradients& b : updates.blocks) {
+    // The quantization blocks wholly inside the block: from its first block start, to its last block start
+    // or to the end of the parameters, whose last quantization block may be short.
+    b.whole_begin = std::min(round_up(b.flat_begin, q), b.flat_end);
+    b.whole_end = std::max(b.whole_begin, b.flat_end == n ? n : b.flat_end / q * q);
+    for (const int64_t begin : {b.flat_begin / q * q, b.whole_end}) {
+      if (begin >= b.flat_end || (begin >= b.whole_begin && begin < b.whole_end)) continue;
+      auto [it, first] = carry_of.try_emplace(begin / q, static_cast<int>(updates.carries.size()));
+      if (first)
+        updates.carries.push_back({.tensor = -1, .flat_begin = begin, .flat_end = std::min(begin + q, n), .last_op = 0});
+      if (b.carries.empty() || b.carries.back() != it->second) b.carries.push_back(it->second);
+    }
+  }
+  for (size_t c = 0; c < updates.carries.size(); ++c) {
+    GradientCarry& carry = updates.carries[c];
+    int first_op = -1;
+    for (const BlockGradients& b : updates.blocks)
+      if (std::find(b.carries.begin(), b.carries.end(), static_cast<int>(c)) != b.carries.end()) {
+        first_op = first_op < 0 ? b.last_op : std::min(first_op, b.last_op);
+        carry.last_op = std::max(carry.last_op, b.last_op);
+      }
+    carry.tensor = graph.table.add({.name = "grads.carry" + std::to_string(carry.flat_begin / q),
+                                    .shape = {carry.flat_end - carry.flat_begin},
+                                    .dtype = grads,
+                                    .category = Category::grads,
+                                    .first_op = first_op,
+                                    .last_op = carry.last_op});
+  }
+  return updates;
 }
 
 }  // namespace mt

@@ -39,6 +39,24 @@ struct BlockGradients {
   int tensor = -1;
   int first_param = -1;  // element 0 of the tensor
   int first_op = 0, last_op = 0;
+  int64_t flat_begin = 0, flat_end = 0;  // the block's parameters in the flat buffers
+  // 8-bit moments: the part made of whole quantization blocks, updated with the block (all of it without).
+  int64_t whole_begin = 0, whole_end = 0;
+  std::vector<int> carries;  // the quantization blocks it shares with other blocks (BackwardUpdates::carries)
+};
+
+// A quantization block of 8-bit moments that straddles blocks: its scale covers elements of several blocks,
+// so their gradients are copied into this tensor (Category::grads) as each block completes, and it is updated
+// after the last of them, as the ordinary step would update it.
+struct GradientCarry {
+  int tensor = -1;
+  int64_t flat_begin = 0, flat_end = 0;
+  int last_op = 0;  // the op after which its last block's gradients are complete
+};
+
+struct BackwardUpdates {
+  std::vector<BlockGradients> blocks;
+  std::vector<GradientCarry> carries;
 };
 
 // The windows of the graph's ops; for stages 2 and 3 also their comm tensors (weights in the parameters'
@@ -47,6 +65,9 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads);
 
 // The blocks' gradient tensors, added to the graph's table and named by the ops that write gradients (as
 // ZeRO-2's window sums are); the schedule's windows must be stage 0's or 1's, which add no comm tensors.
-std::vector<BlockGradients> add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads);
+// `moment_block`: elements per quantization block of 8-bit moments, 0 for none. Every parameter's block must
+// get gradients, or the ordinary step's decay of it would be missed.
+BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads,
+                                    int64_t moment_block);
 
 }  // namespace mt

@@ -1,5 +1,6 @@
 #include "train/backward_update.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -7,12 +8,12 @@
 
 namespace mt {
 
-BackwardUpdate::BackwardUpdate(AdamW& optimizer, Allocation& memory, const std::vector<BlockGradients>& blocks,
+BackwardUpdate::BackwardUpdate(AdamW& optimizer, Allocation& memory, const BackwardUpdates& updates,
                                int num_ops)
-    : optimizer_(optimizer), memory_(memory), blocks_(blocks), starting_(num_ops, -1), ending_(num_ops, -1) {
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    starting_.at(blocks[b].first_op) = static_cast<int>(b);
-    ending_.at(blocks[b].last_op) = static_cast<int>(b);
+    : optimizer_(optimizer), memory_(memory), updates_(updates), starting_(num_ops, -1), ending_(num_ops, -1) {
+  for (size_t b = 0; b < updates.blocks.size(); ++b) {
+    starting_.at(updates.blocks[b].first_op) = static_cast<int>(b);
+    ending_.at(updates.blocks[b].last_op) = static_cast<int>(b);
   }
 }
 
@@ -27,15 +28,15 @@ OptimizerStepResult BackwardUpdate::end_step() const { return {std::sqrt(sum_of_
 
 void BackwardUpdate::before(int op, bool training) {
   if (!training || starting_[op] < 0) return;
-  const int id = blocks_[starting_[op]].tensor;
+  const int id = updates_.blocks[starting_[op]].tensor;
   memory_.device().zero(memory_.data(id), memory_.table()[id].bytes());
 }
 
 void BackwardUpdate::after(int op, bool training) {
   if (!training || ending_[op] < 0) return;
-  const BlockGradients& block = blocks_[ending_[op]];
+  const BlockGradients& block = updates_.blocks[ending_[op]];
   const TensorDesc& grads = memory_.table()[block.tensor];
-  const void* data = memory_.data(block.tensor);
+  const char* data = static_cast<const char*>(memory_.data(block.tensor));
   // The ordinary step skips on a non-finite norm before any update; here the blocks after this one in the
   // backward are updated already, so the run stops, as it does without a loss scaler.
   const double squares = memory_.device().sum_of_squares(data, grads.dtype, grads.numel());
@@ -45,8 +46,23 @@ void BackwardUpdate::after(int op, bool training) {
               " (--optimizer-in-backward had updated the blocks after it; the last checkpoint holds finite "
               "states): try a lower --lr");
   sum_of_squares_ += squares;
-  const int64_t begin = memory_.param_offset(block.first_param);
-  optimizer_.update_range(memory_, lr_, begin, begin + grads.numel(), data);
+  const auto size = static_cast<int64_t>(dtype_size(grads.dtype));
+  const auto at = [&](int64_t flat) { return data + (flat - block.flat_begin) * size; };
+  for (int c : block.carries) {  // this block's part of each quantization block it shares
+    const GradientCarry& carry = updates_.carries[c];
+    const int64_t begin = std::max(block.flat_begin, carry.flat_begin),
+                  end = std::min(block.flat_end, carry.flat_end);
+    memory_.device().copy(static_cast<char*>(memory_.data(carry.tensor)) + (begin - carry.flat_begin) * size,
+                          at(begin), (end - begin) * size);
+  }
+  update(block.whole_begin, block.whole_end, at(block.whole_begin));
+  for (int c : block.carries)
+    if (const GradientCarry& carry = updates_.carries[c]; carry.last_op == op)
+      update(carry.flat_begin, carry.flat_end, memory_.data(carry.tensor));
+}
+
+void BackwardUpdate::update(int64_t begin, int64_t end, const void* grads) {
+  if (begin < end) optimizer_.update_range(memory_, lr_, begin, end, grads);
 }
 
 }  // namespace mt

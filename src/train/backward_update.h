@@ -1,7 +1,8 @@
 // --optimizer-in-backward: the optimizer step runs inside the backward, a block at a time. Each block's
 // gradients are a planned tensor (model/zero_schedule.h: BlockGradients) that this hook zeroes before the
 // first op writing them and, after the last, updates the block from and lets go, so the gradients held at
-// once are those of the blocks in flight. The per-element arithmetic is AdamW::step's.
+// once are those of the blocks in flight. 8-bit moments' quantization blocks that straddle two blocks are
+// updated from their carry once both are complete. The per-element arithmetic is AdamW::step's.
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,7 @@ namespace mt {
 
 class BackwardUpdate final : public OpHooks {
  public:
-  BackwardUpdate(AdamW& optimizer, Allocation& memory, const std::vector<BlockGradients>& blocks,
-                 int num_ops);
+  BackwardUpdate(AdamW& optimizer, Allocation& memory, const BackwardUpdates& updates, int num_ops);
 
   // Before step `step`'s pass, at learning rate `lr`: one update counted.
   void begin_step(int64_t step, float lr);
@@ -29,9 +29,12 @@ class BackwardUpdate final : public OpHooks {
   void end_pass() override {}
 
  private:
+  // The flat range [begin, end) updated from its gradients at `grads` (element begin).
+  void update(int64_t begin, int64_t end, const void* grads);
+
   AdamW& optimizer_;
   Allocation& memory_;
-  const std::vector<BlockGradients>& blocks_;
+  const BackwardUpdates& updates_;
   std::vector<int> starting_, ending_;  // per op: the block whose gradients it starts (ends), or -1
   int64_t step_ = 0;
   float lr_ = 0;

@@ -142,7 +142,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
   if (cfg.optimizer_in_backward) {  // one rank (check_optimizer_in_backward): no exchanges to hook
-    backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.block_grads,
+    backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.backward_updates,
                                                         static_cast<int>(model_.graph.ops.size()));
     exec_->set_op_hooks(backward_update_.get());
   }
