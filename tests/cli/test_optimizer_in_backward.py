@@ -1,0 +1,126 @@
+"""--optimizer-in-backward end to end: each block is updated in the backward as soon as its gradients are
+complete, with the same per-element arithmetic as the ordinary step, so 6 steps of GPT-2 and LLaMA tiny end in
+the same bits as the ordinary run (--clip-grad 0) in every moment format (8-bit moments' quantization blocks
+shared by two blocks included), with master weights or without, Adam-mini, LoRA and recompute; the gradients
+are planned tensors with lifetimes, measured == planned == estimated, and for GPT-2 tiny exactly the tied
+embedding's block (live for the whole backward) plus the largest layer's; a resume is bitwise; what needs every
+gradient before the first update, or is not scheduled block by block yet, is a usage error naming both flags.
+
+Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
+"""
+import unittest
+
+from memtrain_cli import (CATEGORIES, CliTestCase, ResumeTestCase, memtrain, read_memory, read_metrics,
+                          run_flags)
+from test_estimate import estimate
+
+IN_BACKWARD = ("--optimizer-in-backward", "--clip-grad", "0")
+INT8 = ("--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8")
+
+
+class SameBitsAsTheOrdinaryStep(CliTestCase):
+    # name -> (model, flags, the file that holds the trained parameters)
+    RUNS = {
+        "gpt2 fp32": ("gpt2-tiny", [], "weights"),
+        "llama fp32": ("llama-tiny", [], "weights"),
+        "gpt2 bf16 master": ("gpt2-tiny", ["--bf16"], "weights"),
+        "llama bf16 no master int8": ("llama-tiny", ["--bf16", "--main-params-dtype", "none",
+                                                     "--main-grads-dtype", "bf16", *INT8], "weights"),
+        "gpt2 fp8 recompute": ("gpt2-tiny", ["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8",
+                                             "--recompute-granularity", "full"], "weights"),
+        "llama adam-mini": ("llama-tiny", ["--optimizer", "adam-mini"], "weights"),
+        "llama lora": ("llama-tiny", ["--lora-rank", "4"], "adapter"),
+    }
+
+    def run_once(self, name, model, extra, saved, in_backward):
+        out = self.tmp / name.replace(" ", "_")
+        target = (["--save-adapter", str(out / "adapter")] if saved == "adapter"
+                  else ["--save-weights", str(out / "w.safetensors")])
+        flags = run_flags(*extra, *target, "--clip-grad", "0", *(["--optimizer-in-backward"] if in_backward else []),
+                          model=model, train_iters=6, log_interval=1)
+        self.train(*flags, out=out, expect=0)
+        path = out / "adapter" / "adapter_model.safetensors" if saved == "adapter" else out / "w.safetensors"
+        return path.read_bytes(), [r["loss"] for r in read_metrics(out)], read_memory(out)
+
+    def test_weights_and_losses_are_bitwise_the_ordinary_step(self):
+        for name, (model, extra, saved) in self.RUNS.items():
+            with self.subTest(name):
+                want_bytes, want_losses, ordinary = self.run_once(name, model, extra, saved, False)
+                got_bytes, got_losses, memory = self.run_once(name + " in backward", model, extra, saved, True)
+                self.assertEqual(got_losses, want_losses)
+                self.assertEqual(got_bytes, want_bytes, f"{name}: the trained parameters differ")
+                self.assertEqual(memory["planned"], memory["measured"])
+                self.assertLess(memory["planned"]["grads"], ordinary["planned"]["grads"])
+
+
+def aligned(n, alignment=64):
+    return (n + alignment - 1) // alignment * alignment
+
+
+class PlanEqualsMeasured(CliTestCase):
+    def test_gradients_are_the_blocks_in_flight_planned_measured_and_estimated(self):
+        flags = run_flags(*IN_BACKWARD, train_iters=2)
+        self.train(*flags, expect=0)
+        memory = read_memory(self.tmp / "run")
+        self.assertEqual(memory["planned"], memory["measured"])
+        est = estimate(*flags)
+        for c in CATEGORIES:
+            self.assertEqual(est["ranks"][0]["bytes"][c], memory["planned"][c], c)
+        # GPT-2 tiny (V=256, 128 positions, C=64): the tied wte and wpe get gradients from the head at the start
+        # of the backward and from the embedding at its end; each layer's block lives only through its own.
+        C, V, P = 64, 256, 128
+        embedding = (V + P) * C
+        layer = (C * 3 * C + 3 * C) + (C * C + C) + (C * 4 * C + 4 * C) + (4 * C * C + C) + 2 * 2 * C
+        self.assertEqual(memory["planned"]["grads"], aligned(4 * embedding) + aligned(4 * layer))
+
+    def test_estimate_of_a_7b_full_fine_tune_shows_the_block_gradients(self):
+        flags = ["--model", "llama2-7b", "--bf16", "--main-params-dtype", "none", "--main-grads-dtype", "bf16",
+                 "--recompute-granularity", "full", "--seq-length", "2048", "--micro-batch-size", "1", *INT8]
+        ordinary = estimate(*flags)["ranks"][0]["bytes"]
+        in_backward = estimate(*flags, *IN_BACKWARD)["ranks"][0]["bytes"]
+        # Llama-2-7B's largest blocks: a layer (4 x 4096^2 attention + 3 x 4096 x 11008 MLP + 2 norms) and the
+        # untied embedding and head (32000 x 4096), each live only through its own ops: a layer's is the most
+        # live at once, in bf16 (its size a multiple of the quantization block: no carry).
+        layer = 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096
+        self.assertEqual(ordinary["grads"], 2 * 6738415616)
+        self.assertEqual(in_backward["grads"], 2 * layer)
+        for c in CATEGORIES:
+            if c != "grads":
+                self.assertEqual(in_backward[c], ordinary[c], c)
+
+
+class Refusals(CliTestCase):
+    def test_what_needs_every_gradient_first_is_refused_naming_both_flags(self):
+        for extra, mentions in (
+                (["--optimizer-in-backward"], ["--optimizer-in-backward", "--clip-grad 1", "--clip-grad 0"]),
+                ([*IN_BACKWARD, "--fp16"], ["--optimizer-in-backward", "--fp16"]),
+                ([*IN_BACKWARD, "--grad-accum-steps", "2"], ["--optimizer-in-backward", "accumulation"]),
+                ([*IN_BACKWARD, "--offload-optimizer", "nvme", "--offload-path", "."],
+                 ["--optimizer-in-backward", "--offload-optimizer"])):
+            with self.subTest(extra=extra):
+                out = self.tmp / "refused"
+                self.assert_error(self.train(*extra, out=out), 2, *mentions)
+                self.assertFalse(out.exists() and any(out.iterdir()), f"{out} written")
+
+    def test_more_than_one_rank_is_refused_by_the_estimate(self):
+        result = memtrain("estimate", *run_flags(*IN_BACKWARD), "--dp", "2")
+        self.assert_error(result, 2, "--optimizer-in-backward", "2 ranks")
+
+
+class Resume(ResumeTestCase):
+    def test_resume_is_bitwise(self):
+        for name, extra in (("gpt2", []), ("llama-int8", ["--model", "llama-tiny", *INT8])):
+            with self.subTest(name):
+                self.assert_bitwise(name, [*IN_BACKWARD, *extra])
+
+    def test_a_checkpoint_resumes_under_the_other_mode_bitwise(self):
+        # The modes share the per-element arithmetic: a run may switch into (or out of) the mode at a resume.
+        straight, split = self.uninterrupted_and_resumed("switch", ["--clip-grad", "0"],
+                                                         resume_flags=list(IN_BACKWARD))
+        self.assertEqual(self.losses(split), self.losses(straight))
+        final = f"ckpt/step_{2 * self.N:08d}/rank0.safetensors"
+        self.assertEqual((split / final).read_bytes(), (straight / final).read_bytes())
+
+
+if __name__ == "__main__":
+    unittest.main()
