@@ -60,7 +60,9 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
     return;
   }
   std::printf("%s", format_estimate(e).c_str());
-  if (f.explain) std::printf("%s", format_explanation(comparisons, layout).c_str());
+  if (f.explain)
+    std::printf("%s%s", format_explanation(comparisons, layout).c_str(),
+                format_gradient_lifetimes(e.largest()).c_str());
 }
 
 // Command lines copied from `plan` carry a placeholder --data: without shards there, the estimate is of plain

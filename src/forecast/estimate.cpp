@@ -146,7 +146,36 @@ int64_t saved_by_first_forward(const Graph& graph, int64_t alignment) {
   return saved;
 }
 
+std::vector<RankEstimate::GradientTensor> gradient_tensors(const Graph& graph, const Plan& plan) {
+  std::vector<RankEstimate::GradientTensor> tensors;
+  for (int id = 0; id < graph.table.size(); ++id)
+    if (const int64_t offset = plan.grads.offset[id]; offset >= 0) {
+      const TensorDesc& t = graph.table[id];
+      tensors.push_back({t.name, t.bytes(), offset, t.first_op, t.last_op, graph.ops[t.first_op].name,
+                         graph.ops[t.last_op].name});
+    }
+  std::sort(tensors.begin(), tensors.end(),
+            [](const auto& a, const auto& b) { return a.first_op < b.first_op; });
+  return tensors;
+}
+
 }  // namespace
+
+std::string format_gradient_lifetimes(const RankEstimate& rank) {
+  std::ostringstream out;
+  if (rank.gradient_tensors.empty()) return "";
+  out << "gradients in the backward (--optimizer-in-backward): " << rank.gradient_tensors.size()
+      << " tensors, each live from the first op writing it to the block's update, packed into "
+      << with_commas(rank.bytes[Category::grads]) << " bytes\n";
+  char line[320];
+  for (const RankEstimate::GradientTensor& t : rank.gradient_tensors) {
+    std::snprintf(line, sizeof line, "  %-18s %15s B at %13s  ops %d-%d (%s .. %s)\n", t.name.c_str(),
+                  with_commas(t.bytes).c_str(), with_commas(t.offset).c_str(), t.first_op, t.last_op,
+                  t.first_name.c_str(), t.last_name.c_str());
+    out << line;
+  }
+  return out.str();
+}
 
 OpPeak peak_op(const Graph& graph, const Plan& plan) {
   const int num_ops = static_cast<int>(graph.ops.size());
@@ -226,7 +255,8 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
                        .activations_packed = plan.activations.size,
                        .activations_unpacked = plan.activations.sum_of_tensors,
                        .offloaded_bytes = plan.offloaded_bytes,
-                       .peak = peak_op(graph, plan)});
+                       .peak = peak_op(graph, plan),
+                       .gradient_tensors = gradient_tensors(graph, plan)});
   }
   return e;
 }
@@ -241,6 +271,8 @@ ModelStateLayout model_state_layout(const Estimate& e) {
           .dp = e.dp,
           .stage = e.dp > 1 ? e.config.zero_stage : 0,
           .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,
+          .grads_in_backward = e.policy.grads_in_backward,
+          .v_blocks = e.policy.v_blocks,
           .planned = r.bytes};
 }
 

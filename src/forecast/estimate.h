@@ -48,6 +48,15 @@ struct RankEstimate {
   int64_t activations_unpacked = 0;        // the activation tensors' bytes without lifetime packing
   int64_t offloaded_bytes = 0;             // master weights and moments in the offload file: disk, not memory
   OpPeak peak;
+  // --optimizer-in-backward: the gradient arena's tensors (a block's gradients, or a quantization block's
+  // carry), in the order the backward starts them.
+  struct GradientTensor {
+    std::string name;
+    int64_t bytes = 0, offset = 0;
+    int first_op = 0, last_op = 0;
+    std::string first_name, last_name;  // of the ops
+  };
+  std::vector<GradientTensor> gradient_tensors;
 };
 
 struct Estimate {
@@ -78,6 +87,9 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
 ModelStateLayout model_state_layout(const Estimate& estimate);
 
 std::string format_estimate(const Estimate& estimate);
+// --estimate --explain under --optimizer-in-backward: each gradient tensor of the rank with its lifetime and
+// place in the gradient arena; "" without the mode.
+std::string format_gradient_lifetimes(const RankEstimate& rank);
 nlohmann::ordered_json estimate_json(const Estimate& estimate);
 
 }  // namespace mt

@@ -60,6 +60,8 @@ struct ModelStateLayout {
   int64_t num_params = 0, shard_elems = 0, published_params = 0, moment_block = 0;
   int dp = 1, stage = 0;
   bool offloaded = false;
+  bool grads_in_backward = false;  // --optimizer-in-backward: the blocks in flight hold the gradients
+  int64_t v_blocks = 0;            // Adam-mini: its fp32 second moments, one per block
   CategoryBytes planned;
 };
 

@@ -73,6 +73,18 @@ class PlanEqualsMeasured(CliTestCase):
         layer = (C * 3 * C + 3 * C) + (C * C + C) + (C * 4 * C + 4 * C) + (4 * C * C + C) + 2 * 2 * C
         self.assertEqual(memory["planned"]["grads"], aligned(4 * embedding) + aligned(4 * layer))
 
+    def test_explain_lists_each_gradient_tensor_with_its_lifetime(self):
+        result = memtrain("estimate", *run_flags(*IN_BACKWARD, *INT8, "--bf16"), "--explain")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("--optimizer-in-backward: the gradients of the blocks in flight only", result.stdout)
+        listed = [line.split() for line in result.stdout.splitlines() if line.startswith("  grads.")]
+        # 4 blocks (embedding, 2 layers, final norm) and a carry per quantization block two of them share
+        # (124,672 parameters in blocks of 2048: the layers' and the final norm's boundaries fall inside one).
+        self.assertEqual(sorted(w[0] for w in listed if w[0].startswith("grads.block")),
+                         ["grads.block0", "grads.block1", "grads.block2", "grads.block3"])
+        self.assertEqual(len([w for w in listed if w[0].startswith("grads.carry")]), 2)
+        self.assertIn("ops 18-37 (lm_head .. embed.backward)", result.stdout)
+
     def test_estimate_of_a_7b_full_fine_tune_shows_the_block_gradients(self):
         flags = ["--model", "llama2-7b", "--bf16", "--main-params-dtype", "none", "--main-grads-dtype", "bf16",
                  "--recompute-granularity", "full", "--seq-length", "2048", "--micro-batch-size", "1", *INT8]
