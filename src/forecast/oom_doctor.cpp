@@ -122,6 +122,16 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
     if (world % (c.tensor_parallel * pp) == 0)
       changes.push_back(flag_change("use", {"--pipeline-model-parallel-size"},
                                     [pp](TrainConfig& t) { t.pipeline_parallel = pp; }));
+  // The update in the backward keeps only the blocks' gradients in flight, without clipping (refused where it
+  // does not run: more ranks, fp16, accumulation); Adam-mini keeps one second moment per block.
+  if (!c.optimizer_in_backward)
+    changes.push_back(flag_change("add", {"--optimizer-in-backward", "--clip-grad"}, [](TrainConfig& t) {
+      t.optimizer_in_backward = true;
+      t.adam.clip_grad = 0;
+    }));
+  if (c.optimizer != OptimizerKind::adam_mini)
+    changes.push_back(flag_change("use", {"--optimizer"},
+                                  [](TrainConfig& t) { t.optimizer = OptimizerKind::adam_mini; }));
   if (c.offload_optimizer != OffloadOptimizer::nvme) {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
     changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {
@@ -160,6 +170,7 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
   ArenaPackCache arenas;
   const auto planned = [&](const TrainConfig& changed) -> std::optional<ConfigCandidate> {
     try {
+      check_config(changed);  // the combinations refused by name (Adam-mini with offload, say)
       return evaluate_candidate(changed, world, profile, isa, &arenas);
     } catch (const Error&) {
       return std::nullopt;

@@ -43,6 +43,30 @@ TEST(OomDoctor, EverySuggestionFitsFastestFirst) {
   }
 }
 
+// The update in the backward and Adam-mini are ways to fit, each with the bytes lay_out_run plans for it; the
+// update in the backward only with clipping off, and never where it does not run (two ranks).
+TEST(OomDoctor, OffersTheUpdateInTheBackwardAndAdamMini) {
+  const TrainConfig run = oversize_run();
+  const int64_t limit = total(run) - 1;  // anything that saves a byte fits
+  const std::vector<FitChange> changes = changes_that_fit(run, 1, limit);
+  const auto offered = [&](const std::string& flags) {
+    return std::find_if(changes.begin(), changes.end(), [&](const FitChange& c) { return c.flags == flags; });
+  };
+  const auto in_backward = offered("add --optimizer-in-backward --clip-grad 0");
+  ASSERT_NE(in_backward, changes.end());
+  TrainConfig changed = run;
+  changed.optimizer_in_backward = true;
+  changed.adam.clip_grad = 0;
+  EXPECT_EQ(in_backward->bytes, total(changed));
+  const auto mini = offered("use --optimizer adam-mini");
+  ASSERT_NE(mini, changes.end());
+  changed = run;
+  changed.optimizer = OptimizerKind::adam_mini;
+  EXPECT_EQ(mini->bytes, total(changed));
+  for (const FitChange& c : changes_that_fit(run, 2, limit))
+    EXPECT_EQ(c.flags.find("--optimizer-in-backward"), std::string::npos) << c.flags;
+}
+
 TEST(OomDoctor, SuggestsTheFewestBlockLayersThatFit) {
   const TrainConfig run = oversize_run();
   const int64_t limit = total(run) * 3 / 4;
