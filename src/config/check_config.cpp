@@ -111,20 +111,19 @@ int data_parallel_size(const TrainConfig& c, int world) {
   return world / model_parallel;
 }
 
-void check_optimizer_in_backward(const TrainConfig& c, int64_t data_parallel, int64_t accumulation) {
+void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation) {
   if (!c.optimizer_in_backward) return;
   const auto refuse = [](bool given, const std::string& other, const std::string& why) {
     if (given) fail_usage("--optimizer-in-backward with " + other + ": " + why);
   };
-  refuse(c.adam.clip_grad > 0, flag_source_with_value(c, "--clip-grad"),
-         "clipping by the global norm needs every gradient before the first update; give --clip-grad 0");
-  refuse(c.precision.precision == Precision::fp16, "--fp16",
-         "an overflow skips the whole step, which needs every gradient before the first update; use --bf16");
   refuse(accumulation > 1, "gradient accumulation (" + std::to_string(accumulation) + " micro-batches a step)",
          "the update would need the gradients of every micro-batch kept; raise --micro-batch-size instead");
-  refuse(data_parallel > 1 || c.tensor_parallel > 1 || c.pipeline_parallel > 1,
-         std::to_string(data_parallel * c.tensor_parallel * c.pipeline_parallel) + " ranks",
-         "the update in the backward runs on one process only so far");
+  refuse(c.zero_stage >= 3, flag_source_with_value(c, "--zero-stage"),
+         "the blocks' weights are gathered per window, not updated in the backward yet; use stage 1 or 2");
+  refuse(c.tensor_parallel > 1, flag_source_with_value(c, "--tensor-model-parallel-size"),
+         "not scheduled block by block yet; use data parallelism");
+  refuse(c.pipeline_parallel > 1, flag_source_with_value(c, "--pipeline-model-parallel-size"),
+         "not scheduled block by block yet; use data parallelism");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer",
          "the offloaded state is streamed once a step, not block by block");
 }

@@ -25,11 +25,11 @@ int data_parallel_size(const TrainConfig& c, int world);
 // vocabulary), and the features not run under it: usage errors naming the flags.
 void check_tensor_parallel_flags(const TrainConfig& c, const ModelSpec& spec, int64_t seq_len);
 
-// --optimizer-in-backward: each block is updated when the backward completes its gradients, so what needs
-// every gradient of the step before any update (global-norm clipping, fp16's overflow skip, accumulation
-// over micro-batches) and what is not scheduled block by block yet (more than one rank, optimizer offload)
-// are usage errors naming both.
-void check_optimizer_in_backward(const TrainConfig& c, int64_t data_parallel, int64_t accumulation);
+// --optimizer-in-backward: each block is updated when the backward completes its gradients, so accumulation
+// over micro-batches (which would keep every gradient) and what is not scheduled block by block yet (ZeRO-3,
+// tensor and pipeline parallelism, optimizer offload) are usage errors naming both flags. Clipping and fp16
+// run a first pass for the norm (train/backward_update.h).
+void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation);
 
 // What --pipeline-model-parallel-size must divide (the layers), and what it does not run with (ZeRO-2/3, as
 // DeepSpeed; LoRA, optimizer offload): usage errors naming the flags.

@@ -257,8 +257,12 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
                            const HardwareProfile& profile) {
   const Plan& plan = run.plan;
   const Graph& graph = run.model.graph;
-  // The graph runs once per micro-batch, or once per step on a pipeline stage (which holds them all).
-  const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size());
+  // The graph runs once per micro-batch, or once per step on a pipeline stage (which holds them all); the
+  // update in the backward runs it twice where clipping or fp16 needs the norm first (Trainer).
+  const bool norm_pass = config.optimizer_in_backward &&
+                         (config.adam.clip_grad > 0 || config.precision.precision == Precision::fp16);
+  const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size()) *
+                        (norm_pass ? 2 : 1);
   StepCost c;
   for (const Op& op : graph.ops) {
     const OpCost op_cost = predict_op_cost(graph.table, op, run.spec, profile, config.tensor_parallel);
@@ -277,13 +281,16 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
                   shard_params / (adamw_mparams(profile, plan.policy.moments) * 1e6);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  c.comm_s = mpi_seconds(profile, comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
+  // The update in the backward all-reduces each block as it completes, once a pass, and waits for it.
+  c.comm_s = config.optimizer_in_backward
+                 ? mpi_seconds(profile, comm_bytes(plan, 0, data_parallel, 1)) * (norm_pass ? 2 : 1)
+                 : mpi_seconds(profile, comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
   // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
   // negative share (exchanges and kernels sharing the cores) costs more than waiting for them. A pipeline
   // stage starts them after its last pass: nothing hides them.
   const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
   c.comm_exposed_s =
-      config.overlap_comm && graph.pp == 1
+      config.overlap_comm && graph.pp == 1 && !config.optimizer_in_backward
           ? std::max(c.comm_s * (1 - *mpi_rates(profile).comm_overlap), c.comm_s - compute_s / 2)
           : c.comm_s;
   add_pipeline_costs(run, profile, compute_s, c);

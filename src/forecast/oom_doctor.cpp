@@ -122,13 +122,11 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
     if (world % (c.tensor_parallel * pp) == 0)
       changes.push_back(flag_change("use", {"--pipeline-model-parallel-size"},
                                     [pp](TrainConfig& t) { t.pipeline_parallel = pp; }));
-  // The update in the backward keeps only the blocks' gradients in flight, without clipping (refused where it
-  // does not run: more ranks, fp16, accumulation); Adam-mini keeps one second moment per block.
+  // The update in the backward keeps only the blocks' gradients in flight (refused where it does not run:
+  // accumulation, model parallelism); Adam-mini keeps one second moment per block.
   if (!c.optimizer_in_backward)
-    changes.push_back(flag_change("add", {"--optimizer-in-backward", "--clip-grad"}, [](TrainConfig& t) {
-      t.optimizer_in_backward = true;
-      t.adam.clip_grad = 0;
-    }));
+    changes.push_back(flag_change("add", {"--optimizer-in-backward"},
+                                  [](TrainConfig& t) { t.optimizer_in_backward = true; }));
   if (c.optimizer != OptimizerKind::adam_mini)
     changes.push_back(flag_change("use", {"--optimizer"},
                                   [](TrainConfig& t) { t.optimizer = OptimizerKind::adam_mini; }));

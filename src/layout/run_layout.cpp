@@ -38,7 +38,7 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
   run.accum = accumulation_steps(cfg, place.dp);
-  check_optimizer_in_backward(cfg, place.dp, run.accum);
+  check_optimizer_in_backward(cfg, run.accum);
   const int64_t B = cfg.micro_batch, T = run.seq_len;
   check_scalar_sizes(cfg, run.spec, T, device.threads);
 
@@ -85,7 +85,9 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
     run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
     policy.v_blocks = adam_mini_block_count(run.mini_blocks);
   }
-  run.zero = add_zero_schedule(run.model.graph, place.dp > 1 ? cfg.zero_stage : 0, policy.grads);
+  // The update in the backward sums each block's gradients itself: the windows without ZeRO-2's comm tensors.
+  const int schedule_stage = place.dp == 1 ? 0 : cfg.optimizer_in_backward ? 1 : cfg.zero_stage;
+  run.zero = add_zero_schedule(run.model.graph, schedule_stage, policy.grads);
   if (cfg.optimizer_in_backward) {
     policy.grads_in_backward = true;
     run.backward_updates = add_block_gradients(run.model.graph, run.zero, policy.grads, policy.moment_block);

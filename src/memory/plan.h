@@ -99,7 +99,7 @@ struct Plan {
   // shard when ZeRO-3 (ZeRO-2) shards them; no gradients when the blocks hold them (grads_in_backward).
   int64_t weights_begin() const { return sharding.shards_weights() ? shard_begin : 0; }
   int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
-  int64_t grads_begin() const { return sharding.shards_grads() ? shard_begin : 0; }
+  int64_t grads_begin() const { return sharding.shards_grads() && !policy.grads_in_backward ? shard_begin : 0; }
   int64_t grads_end() const {
     return policy.grads_in_backward ? 0 : sharding.shards_grads() ? shard_end : num_params;
   }

@@ -39,20 +39,22 @@ OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale,
                                 const GlobalSum& global_sum) {
   const double norm = std::sqrt(global_sum(local_sum_of_squares(memory))) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
-  float multiplier = 1.0f / loss_scale;
-  if (config_.clip_grad > 0) {
-    // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
-    const double coef = static_cast<double>(config_.clip_grad) / (norm + 1e-6);
-    if (coef < 1.0) multiplier = static_cast<float>(coef / loss_scale);
-  }
   ++updates_;
   const Plan& plan = memory.plan();
-  apply(memory, lr, multiplier, {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
+  apply(memory, lr, grad_multiplier(norm, loss_scale),
+        {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
   return {norm, false};
 }
 
-void AdamW::update_range(Allocation& memory, float lr, int64_t begin, int64_t end, const void* grads) {
-  apply(memory, lr, 1.0f, {begin, end, grads});
+float AdamW::grad_multiplier(double norm, float loss_scale) const {
+  // As torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when that is below 1.
+  const double coef = config_.clip_grad > 0 ? static_cast<double>(config_.clip_grad) / (norm + 1e-6) : 1.0;
+  return coef < 1.0 ? static_cast<float>(coef / loss_scale) : 1.0f / loss_scale;
+}
+
+void AdamW::update_range(Allocation& memory, float lr, float grad_multiplier, int64_t begin, int64_t end,
+                         const void* grads) {
+  apply(memory, lr, grad_multiplier, {begin, end, grads});
 }
 
 void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {

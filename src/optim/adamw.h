@@ -51,11 +51,15 @@ class AdamW {
   OptimizerStepResult step(
       Allocation& memory, float lr, float loss_scale,
       const GlobalSum& global_sum = [](double local) { return local; });
-  // --optimizer-in-backward (no clipping, no loss scale: config/check_config.h): the step begins, counting
-  // one update, and then each block's flat range [begin, end) is updated from its gradients at `grads`
-  // (element `begin`) as soon as the backward has completed them; the same per-element arithmetic as step's.
+  // What the gradients are multiplied by in an update: the loss scale undone, and clipped to clip_grad when
+  // their norm (unscaled) is above it.
+  float grad_multiplier(double norm, float loss_scale) const;
+  // --optimizer-in-backward: the step begins, counting one update, and then each flat range [begin, end) is
+  // updated from its gradients at `grads` (element `begin`) times `grad_multiplier` as soon as the backward
+  // has completed them; the same per-element arithmetic as step's.
   void begin_step() { ++updates_; }
-  void update_range(Allocation& memory, float lr, int64_t begin, int64_t end, const void* grads);
+  void update_range(Allocation& memory, float lr, float grad_multiplier, int64_t begin, int64_t end,
+                    const void* grads);
   int64_t updates_taken() const { return updates_; }
   // A checkpoint's count (it seeds the bias corrections and the stochastic rounding of the next update).
   void restore_updates_taken(int64_t updates) { updates_ = updates; }

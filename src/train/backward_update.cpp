@@ -9,22 +9,34 @@
 namespace mt {
 
 BackwardUpdate::BackwardUpdate(AdamW& optimizer, Allocation& memory, const BackwardUpdates& updates,
-                               int num_ops)
-    : optimizer_(optimizer), memory_(memory), updates_(updates), starting_(num_ops, -1), ending_(num_ops, -1) {
+                               int num_ops, Communicator* data_parallel)
+    : optimizer_(optimizer),
+      memory_(memory),
+      updates_(updates),
+      data_parallel_(data_parallel),
+      starting_(num_ops, -1),
+      ending_(num_ops, -1) {
   for (size_t b = 0; b < updates.blocks.size(); ++b) {
     starting_.at(updates.blocks[b].first_op) = static_cast<int>(b);
     ending_.at(updates.blocks[b].last_op) = static_cast<int>(b);
   }
 }
 
-void BackwardUpdate::begin_step(int64_t step, float lr) {
+void BackwardUpdate::begin_norm_pass() {
+  updating_ = false;
+  sum_of_squares_ = 0;
+}
+
+void BackwardUpdate::begin_update_pass(int64_t step, float lr, float grad_multiplier) {
+  updating_ = true;
   step_ = step;
   lr_ = lr;
+  grad_multiplier_ = grad_multiplier;
   sum_of_squares_ = 0;
   optimizer_.begin_step();
 }
 
-OptimizerStepResult BackwardUpdate::end_step() const { return {std::sqrt(sum_of_squares_), false}; }
+double BackwardUpdate::norm() const { return std::sqrt(sum_of_squares_); }
 
 void BackwardUpdate::before(int op, bool training) {
   if (!training || starting_[op] < 0) return;
@@ -36,33 +48,44 @@ void BackwardUpdate::after(int op, bool training) {
   if (!training || ending_[op] < 0) return;
   const BlockGradients& block = updates_.blocks[ending_[op]];
   const TensorDesc& grads = memory_.table()[block.tensor];
-  const char* data = static_cast<const char*>(memory_.data(block.tensor));
-  // The ordinary step skips on a non-finite norm before any update; here the blocks after this one in the
-  // backward are updated already, so the run stops, as it does without a loss scaler.
+  char* data = static_cast<char*>(memory_.data(block.tensor));
+  // Every rank sums in rank order, so each holds the same bits the ordinary step's reduction gives.
+  if (data_parallel_) data_parallel_->all_reduce_sum(data, grads.numel(), grads.dtype);
   const double squares = memory_.device().sum_of_squares(data, grads.dtype, grads.numel());
+  sum_of_squares_ += squares;
+  if (!updating_) return;
+  // A norm pass has found the step finite before any update; without one, the blocks after this one in the
+  // backward are updated already, so the run stops, as the ordinary step does without a loss scaler.
   if (!std::isfinite(squares))
     fail_data("training diverged: the gradients of block " + std::to_string(block.block) +
               " are not finite in the backward of step " + std::to_string(step_) +
               " (--optimizer-in-backward had updated the blocks after it; the last checkpoint holds finite "
               "states): try a lower --lr");
-  sum_of_squares_ += squares;
+  fill_carries(block, data);
   const auto size = static_cast<int64_t>(dtype_size(grads.dtype));
-  const auto at = [&](int64_t flat) { return data + (flat - block.flat_begin) * size; };
-  for (int c : block.carries) {  // this block's part of each quantization block it shares
+  update(block.whole_begin, block.whole_end, data + (block.whole_begin - block.flat_begin) * size);
+  for (int c : block.carries)
+    if (const GradientCarry& carry = updates_.carries[c]; carry.last_op == op)
+      update(carry.flat_begin, carry.flat_end, static_cast<const char*>(memory_.data(carry.tensor)));
+}
+
+void BackwardUpdate::fill_carries(const BlockGradients& block, const char* grads) {
+  const auto size = static_cast<int64_t>(dtype_size(memory_.table()[block.tensor].dtype));
+  for (int c : block.carries) {
     const GradientCarry& carry = updates_.carries[c];
     const int64_t begin = std::max(block.flat_begin, carry.flat_begin),
                   end = std::min(block.flat_end, carry.flat_end);
     memory_.device().copy(static_cast<char*>(memory_.data(carry.tensor)) + (begin - carry.flat_begin) * size,
-                          at(begin), (end - begin) * size);
+                          grads + (begin - block.flat_begin) * size, (end - begin) * size);
   }
-  update(block.whole_begin, block.whole_end, at(block.whole_begin));
-  for (int c : block.carries)
-    if (const GradientCarry& carry = updates_.carries[c]; carry.last_op == op)
-      update(carry.flat_begin, carry.flat_end, memory_.data(carry.tensor));
 }
 
-void BackwardUpdate::update(int64_t begin, int64_t end, const void* grads) {
-  if (begin < end) optimizer_.update_range(memory_, lr_, begin, end, grads);
+void BackwardUpdate::update(int64_t begin, int64_t end, const char* grads) {
+  const Plan& plan = memory_.plan();
+  const int64_t first = std::max(begin, plan.shard_begin), last = std::min(end, plan.shard_end);
+  const auto size = static_cast<int64_t>(dtype_size(plan.policy.grads));
+  if (first < last)
+    optimizer_.update_range(memory_, lr_, grad_multiplier_, first, last, grads + (first - begin) * size);
 }
 
 }  // namespace mt

@@ -141,9 +141,10 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   sync_ = std::make_unique<ZeroSync>(groups_.data(), memory, zero_schedule_, cfg.overlap_comm);
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
-  if (cfg.optimizer_in_backward) {  // one rank (check_optimizer_in_backward): no exchanges to hook
-    backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.backward_updates,
-                                                        static_cast<int>(model_.graph.ops.size()));
+  if (cfg.optimizer_in_backward) {  // its hook sums the blocks' gradients over data-parallel ranks itself
+    backward_update_ = std::make_unique<BackwardUpdate>(
+        *optimizer_, memory, run_.backward_updates, static_cast<int>(model_.graph.ops.size()),
+        place_.dp > 1 ? &groups_.data() : nullptr);
     exec_->set_op_hooks(backward_update_.get());
   }
   exec_->set_tensor_group(groups_.tensor());
@@ -160,54 +161,17 @@ void Trainer::open_outputs(int64_t resumed_step) {
 }
 
 StepOutcome Trainer::step(int64_t step) {
-  Allocation& memory = *memory_;
   const auto start = std::chrono::steady_clock::now();
-  memory.device().zero(memory.grads(), memory.grads_bytes());
-  exec_->clear_loss();
   // The step reads the next global batch of samples: micro-batch m of data-parallel rank r takes the b
   // samples from (m x dp + r) x b. Its loss is one mean over all their counted targets, counted first, so
-  // the gradients sum to those of one batch of k x dp x b however the step is split. A pass of the graph
-  // runs one micro-batch, or a pipeline stage's all of them.
+  // the gradients sum to those of one batch of k x dp x b however the step is split.
   const float loss_scale = scaler_ ? scaler_->scale() : 1.0f;
-  const int64_t per_pass = static_cast<int64_t>(model_.batches.size()), passes = accum_ / per_pass;
-  const int dp = place_.dp;
-  const int64_t first = consumed_samples_, b = cfg_.micro_batch;
-  const int64_t step_targets = train_loader_->count_targets(first, step_samples());
+  const int64_t step_targets = train_loader_->count_targets(consumed_samples_, step_samples());
   StepOutcome out;
   out.lr = schedule_.at(step);
-  if (backward_update_) backward_update_->begin_step(step, out.lr);
-  for (int64_t pass = 0; pass < passes; ++pass) {
-    report_step_progress(step, pass * per_pass + 1, accum_);
-    for (int64_t i = 0; i < per_pass; ++i)
-      load_batch(*train_loader_, model_.batches[static_cast<size_t>(i)],
-                 first + ((pass * per_pass + i) * dp + place_.dp_rank) * b);
-    // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
-    const bool record = !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
-    if (record)
-      exec_->set_op_observer([&](int op) {
-        timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
-      });
-    sync_->set_final_micro_batch(pass == passes - 1);
-    const auto first_sample = static_cast<uint64_t>(first + (pass * per_pass * dp + place_.dp_rank) * b);
-    exec_->train_step(loss_scale, first_sample, step_targets);
-    if (record) {
-      exec_->set_op_observer({});
-      save_memory_timeline();
-    }
-  }
+  out.update = backward_update_ ? update_in_backward(step, out.lr, loss_scale, step_targets)
+                                : accumulate_and_update(step, out.lr, loss_scale, step_targets);
   consumed_samples_ += step_samples();
-  out.loss = exec_->loss();  // this rank's part of the step's mean (one read a step)
-  if (place_.pp > 1) {
-    sum_tied_embedding_grads(groups_, memory, model_);
-    if (dp > 1) sync_->start_block_reductions();
-  }
-  sync_->reduce_gradients();
-  if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
-  out.loss = step_loss(groups_, *sync_, out.loss);
-  out.update = backward_update_ ? backward_update_->end_step()
-                                : optimizer_->step(memory, out.lr, loss_scale, [&](double local) {
-                                    return sum_norm_over_shards(groups_, *sync_, plan_, local);
-                                  });
   if (!out.update.skipped) sync_->gather_weights();
   if (out.update.skipped && !scaler_)
     fail_data("training diverged: the gradient norm is " + std::to_string(out.update.grad_norm) +
@@ -215,14 +179,76 @@ StepOutcome Trainer::step(int64_t step) {
               precision_name(cfg_.precision.precision) +
               "; the weights and optimizer state it started from were finite: try a lower --lr)");
   if (scaler_) scaler_->update(out.update.skipped);
+  out.loss = step_loss(groups_, *sync_, exec_->loss());  // the loss scalar read once a step
   out.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   // The tensor group's and the pipeline's exchanges sit between kernels that wait for them: all exposed.
   out.comm_exposed_ms =
       (sync_->take_exposed_seconds() + groups_.take_model_parallel_blocked_seconds()) * 1000.0;
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
-      static_cast<double>(accum_ * dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
+      static_cast<double>(accum_ * place_.dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
   return out;
+}
+
+void Trainer::run_micro_batches(int64_t step, float loss_scale, int64_t step_targets, bool record) {
+  Allocation& memory = *memory_;
+  exec_->clear_loss();
+  // A pass of the graph runs one micro-batch, or a pipeline stage's all of them.
+  const int64_t per_pass = static_cast<int64_t>(model_.batches.size()), passes = accum_ / per_pass;
+  const int dp = place_.dp;
+  const int64_t first = consumed_samples_, b = cfg_.micro_batch;
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    report_step_progress(step, pass * per_pass + 1, accum_);
+    for (int64_t i = 0; i < per_pass; ++i)
+      load_batch(*train_loader_, model_.batches[static_cast<size_t>(i)],
+                 first + ((pass * per_pass + i) * dp + place_.dp_rank) * b);
+    // Every pass runs the same ops on the same plan: the first one of step 1 stands for all.
+    const bool recording = record && !cfg_.memory_timeline.empty() && step == 1 && pass == 0 && rank_ == 0;
+    if (recording)
+      exec_->set_op_observer([&](int op) {
+        timeline_.points.push_back({op, model_.graph.ops[op].name, memory.live()});
+      });
+    sync_->set_final_micro_batch(pass == passes - 1);
+    const auto first_sample = static_cast<uint64_t>(first + (pass * per_pass * dp + place_.dp_rank) * b);
+    exec_->train_step(loss_scale, first_sample, step_targets);
+    if (recording) {
+      exec_->set_op_observer({});
+      save_memory_timeline();
+    }
+  }
+}
+
+OptimizerStepResult Trainer::accumulate_and_update(int64_t step, float lr, float loss_scale,
+                                                   int64_t step_targets) {
+  Allocation& memory = *memory_;
+  memory.device().zero(memory.grads(), memory.grads_bytes());
+  run_micro_batches(step, loss_scale, step_targets, /*record=*/true);
+  if (place_.pp > 1) {
+    sum_tied_embedding_grads(groups_, memory, model_);
+    if (place_.dp > 1) sync_->start_block_reductions();
+  }
+  sync_->reduce_gradients();
+  if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
+  return optimizer_->step(memory, lr, loss_scale, [&](double local) {
+    return sum_norm_over_shards(groups_, *sync_, plan_, local);
+  });
+}
+
+OptimizerStepResult Trainer::update_in_backward(int64_t step, float lr, float loss_scale,
+                                                int64_t step_targets) {
+  // Clipping and fp16's overflow skip need the step's norm before the first update: a first pass finds it.
+  float multiplier = 1.0f / loss_scale;
+  const bool norm_first = cfg_.adam.clip_grad > 0 || scaler_;
+  if (norm_first) {
+    backward_update_->begin_norm_pass();
+    run_micro_batches(step, loss_scale, step_targets, /*record=*/true);
+    const double norm = backward_update_->norm() / loss_scale;
+    if (!std::isfinite(norm)) return {norm, true};
+    multiplier = optimizer_->grad_multiplier(norm, loss_scale);
+  }
+  backward_update_->begin_update_pass(step, lr, multiplier);
+  run_micro_batches(step, loss_scale, step_targets, /*record=*/!norm_first);
+  return {backward_update_->norm() / loss_scale, false};
 }
 
 void Trainer::load_batch(Loader& loader, const BatchTensors& batch, int64_t first_sample) {

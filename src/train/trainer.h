@@ -93,6 +93,13 @@ class Trainer {
   double evaluate();
   // One micro-batch from `loader` into `batch`'s tensors: the samples from `first_sample` on.
   void load_batch(Loader& loader, const BatchTensors& batch, int64_t first_sample);
+  // The step's micro-batches through the graph (`record`: step 1's --memory-timeline from the first).
+  void run_micro_batches(int64_t step, float loss_scale, int64_t step_targets, bool record);
+  // The ordinary step: gradients accumulated over the micro-batches, summed over ranks, then the update.
+  OptimizerStepResult accumulate_and_update(int64_t step, float lr, float loss_scale, int64_t step_targets);
+  // --optimizer-in-backward: the update inside the backward (train/backward_update.h), after a pass for
+  // the norm where clipping or fp16 needs it.
+  OptimizerStepResult update_in_backward(int64_t step, float lr, float loss_scale, int64_t step_targets);
   // Samples per optimizer step: the global batch, however it is split.
   int64_t step_samples() const { return accum_ * place_.dp * cfg_.micro_batch; }
   void save_memory_timeline();

@@ -4,9 +4,11 @@ the same bits as the ordinary run (--clip-grad 0) in every moment format (8-bit 
 shared by two blocks included), with master weights or without, Adam-mini, LoRA and recompute; the gradients
 are planned tensors with lifetimes, measured == planned == estimated, and for GPT-2 tiny exactly the tied
 embedding's block (live for the whole backward) plus the largest layer's; a resume is bitwise; what needs every
-gradient before the first update, or is not scheduled block by block yet, is a usage error naming both flags.
+gradient before the first update runs a first pass for the norm (clipping, fp16), within tolerance of the
+ordinary step; two ranks at ZeRO 0, 1 and 2 are bitwise the ordinary step; what is not scheduled block by block
+yet is a usage error naming both flags.
 
-Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
+Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals (TwoRanks needs mpirun).
 """
 import unittest
 
@@ -102,10 +104,8 @@ class PlanEqualsMeasured(CliTestCase):
 
 
 class Refusals(CliTestCase):
-    def test_what_needs_every_gradient_first_is_refused_naming_both_flags(self):
+    def test_what_is_not_scheduled_block_by_block_is_refused_naming_both_flags(self):
         for extra, mentions in (
-                (["--optimizer-in-backward"], ["--optimizer-in-backward", "--clip-grad 1", "--clip-grad 0"]),
-                ([*IN_BACKWARD, "--fp16"], ["--optimizer-in-backward", "--fp16"]),
                 ([*IN_BACKWARD, "--grad-accum-steps", "2"], ["--optimizer-in-backward", "accumulation"]),
                 ([*IN_BACKWARD, "--offload-optimizer", "nvme", "--offload-path", "."],
                  ["--optimizer-in-backward", "--offload-optimizer"])):
@@ -114,9 +114,53 @@ class Refusals(CliTestCase):
                 self.assert_error(self.train(*extra, out=out), 2, *mentions)
                 self.assertFalse(out.exists() and any(out.iterdir()), f"{out} written")
 
-    def test_more_than_one_rank_is_refused_by_the_estimate(self):
-        result = memtrain("estimate", *run_flags(*IN_BACKWARD), "--dp", "2")
-        self.assert_error(result, 2, "--optimizer-in-backward", "2 ranks")
+    def test_model_parallel_and_zero_3_are_refused_by_the_estimate(self):
+        for extra, mentions in ((["--dp", "2", "--zero-stage", "3"], ["--zero-stage 3"]),
+                                (["--tp", "2"], ["--tensor-model-parallel-size 2"]),
+                                (["--pp", "2"], ["--pipeline-model-parallel-size 2"])):
+            with self.subTest(extra=extra):
+                result = memtrain("estimate", *run_flags(*IN_BACKWARD), *extra)
+                self.assert_error(result, 2, "--optimizer-in-backward", *mentions)
+
+
+class NormFirst(ResumeTestCase):
+    """Clipping and fp16's overflow check run a first pass for the step's norm: the same steps as the ordinary
+    update within the precision tests' tolerance (the norm is summed block by block, not in one reduction)."""
+
+    def test_clipping_and_fp16_follow_the_ordinary_step(self):
+        for name, extra in (("fp32", []), ("bf16", ["--bf16"]), ("fp16", ["--fp16"])):
+            with self.subTest(name):
+                runs = {}
+                for mode, flags in (("ordinary", []), ("in-backward", ["--optimizer-in-backward"])):
+                    out = self.tmp / f"{name}-{mode}"
+                    # --clip-grad 1 (the default) clips every step of this run: the norm starts near 4.
+                    self.train(out, *extra, *flags, "--save-weights", str(out / "w.safetensors"))
+                    runs[mode] = out
+                want, got = read_metrics(runs["ordinary"]), read_metrics(runs["in-backward"])
+                self.assertGreater(want[0]["grad_norm"], 1.0)
+                self.assert_close([r["loss"] for r in got], [r["loss"] for r in want])
+                self.assert_close([r["grad_norm"] for r in got], [r["grad_norm"] for r in want])
+                if name == "fp32":
+                    self.assert_same_weights(runs["in-backward"] / "w.safetensors",
+                                             runs["ordinary"] / "w.safetensors", 1e-5)
+
+
+class TwoRanks(ResumeTestCase):
+    def test_zero_0_1_2_are_bitwise_the_ordinary_step_and_resume_bitwise(self):
+        for stage in ("0", "1", "2"):
+            with self.subTest(stage=stage):
+                flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--zero-stage", stage, *INT8,
+                         "--clip-grad", "0"]
+                files = {}
+                for mode, extra in (("ordinary", []), ("in-backward", ["--optimizer-in-backward"])):
+                    out = self.tmp / f"zero{stage}-{mode}"
+                    self.train(out, *flags, *extra, "--save-weights", str(out / "w.safetensors"), ranks=2)
+                    files[mode] = ((out / "w.safetensors").read_bytes(), [r["loss"] for r in read_metrics(out)])
+                    for rank in range(2):
+                        memory = read_memory(out, rank)
+                        self.assertEqual(memory["planned"], memory["measured"])
+                self.assertEqual(files["in-backward"], files["ordinary"])
+        self.assert_bitwise("two", ["--global-batch-size", "4", "--zero-stage", "1", *IN_BACKWARD], ranks=2)
 
 
 class Resume(ResumeTestCase):
