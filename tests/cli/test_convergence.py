@@ -7,9 +7,11 @@ steps, validation every 25. Two checks share the runs:
 - Adam's moments (issue 19): with bf16 weights and an fp32 master, moments in int8 (blocks of 2048, the dynamic
   map) end within 1% of fp32 moments (the bf16 run above); fp8 (e4m3, blocks of 128) and bf16 are reported
   beside them. With --svg the four moment runs' curves are drawn with `memtrain report`
-  (bench/moment_convergence.sh: the README's picture).
+  (bench/moment_convergence.sh: the README's picture);
+- the optimizers (issue 30): the update in the backward (with clipping: two passes a step), Adam-mini, and
+  both, in fp32, each final validation loss within 2% of AdamW's (the fp32 run); --optimizer-svg draws them.
 
-The eight runs go two at a time on one thread each, which on 2 cores finishes sooner than one at a time on two
+The eleven runs go two at a time on one thread each, which on 2 cores finishes sooner than one at a time on two
 (the products are small). CTest gives the test both cores.
 
 usage: test_convergence.py WORK_DIR [--svg FILE]   (runs the binary memtrain_cli.py names)
@@ -39,11 +41,17 @@ RUNS = {
     "int8 moments": moments("int8"),
     "fp8 moments": moments("fp8"),
     "bf16 moments": moments("bf16"),
+    "in backward": ["--optimizer-in-backward"],
+    "adam-mini": ["--optimizer", "adam-mini"],
+    "adam-mini in backward": ["--optimizer", "adam-mini", "--optimizer-in-backward"],
 }
 PRECISION = ("fp32", "bf16", "fp16", "bf16+O2", "bf16+O2, no master")
 # The moments' dtype -> its run.
 MOMENTS = {"fp32": "bf16", "int8": "int8 moments", "fp8": "fp8 moments", "bf16": "bf16 moments"}
-PRECISION_TOLERANCE, INT8_TOLERANCE = 0.02, 0.01
+# The optimizer's mode -> its run; AdamW's is the fp32 run.
+OPTIMIZERS = {"adamw": "fp32", "in backward": "in backward", "adam-mini": "adam-mini",
+              "adam-mini in backward": "adam-mini in backward"}
+PRECISION_TOLERANCE, INT8_TOLERANCE, OPTIMIZER_TOLERANCE = 0.02, 0.01, 0.02
 TIMEOUT = 1500  # one run; on 2 idle cores a run takes 20-60 s (the ISA decides)
 
 
@@ -122,16 +130,27 @@ def check_moments(runs: dict) -> list:
     return [f"int8 moments not within 1% of fp32 moments ({diff:+.2%})"] if abs(diff) > INT8_TOLERANCE else []
 
 
-def draw_moments(work: Path, svg: Path):
-    """The moment runs' curves; `memtrain report` names each by its directory, so each gets a link named for
-    its dtype."""
-    links = work / "moments"
+def check_optimizers(runs: dict) -> list:
+    """Each optimizer mode's final validation loss against AdamW's; a failure beyond 2%."""
+    reference = final_val(runs[OPTIMIZERS["adamw"]])
+    print(f"final validation loss AdamW {reference:.4f}")
+    failures = []
+    for mode, name in OPTIMIZERS.items():
+        diff = final_val(runs[name]) / reference - 1
+        print(f"  {mode:22s} {final_val(runs[name]):.4f} ({diff:+.2%})")
+        if abs(diff) > OPTIMIZER_TOLERANCE:
+            failures.append(f"{mode} not within 2% of AdamW ({diff:+.2%})")
+    return failures
+
+
+def draw(work: Path, svg: Path, group: str, runs: dict, title: str):
+    """Runs' curves; `memtrain report` names each by its directory, so each gets a link named for its key."""
+    links = work / group
     links.mkdir(exist_ok=True)
-    for dtype, name in MOMENTS.items():
-        (links / dtype).unlink(missing_ok=True)
-        (links / dtype).symlink_to(run_dir(work, name).resolve(), target_is_directory=True)
-    check(memtrain("report", *(links / dtype for dtype in MOMENTS), "--out", svg, "--title",
-                   f"Adam's moments in {', '.join(MOMENTS)}: gpt2-demo, {STEPS} steps, bf16 weights + fp32 master"))
+    for key, name in runs.items():
+        (links / key).unlink(missing_ok=True)
+        (links / key).symlink_to(run_dir(work, name).resolve(), target_is_directory=True)
+    check(memtrain("report", *(links / key for key in runs), "--out", svg, "--title", title))
     print(f"wrote {svg}")
 
 
@@ -139,15 +158,20 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("work", type=Path)
     parser.add_argument("--svg", type=Path, help="draw the moment runs' curves into this SVG file")
+    parser.add_argument("--optimizer-svg", type=Path, help="draw the optimizer modes' curves into this SVG file")
     args = parser.parse_args()
     data = args.work / "data"
     prepare(data)
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {name: pool.submit(train_demo, data, run_dir(args.work, name), name) for name in RUNS}
         runs = {name: future.result() for name, future in futures.items()}
-    failures = check_precision(runs) + check_moments(runs)
+    failures = check_precision(runs) + check_moments(runs) + check_optimizers(runs)
     if args.svg:
-        draw_moments(args.work, args.svg)
+        draw(args.work, args.svg, "moments", MOMENTS,
+             f"Adam's moments in {', '.join(MOMENTS)}: gpt2-demo, {STEPS} steps, bf16 weights + fp32 master")
+    if args.optimizer_svg:
+        draw(args.work, args.optimizer_svg, "optimizers", OPTIMIZERS,
+             f"AdamW, the update in the backward, Adam-mini and both: gpt2-demo, {STEPS} steps, fp32")
     if failures:
         sys.exit("FAILED: " + "; ".join(failures))
 
