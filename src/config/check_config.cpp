@@ -116,7 +116,8 @@ void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation) {
   const auto refuse = [](bool given, const std::string& other, const std::string& why) {
     if (given) fail_usage("--optimizer-in-backward with " + other + ": " + why);
   };
-  refuse(accumulation > 1, "gradient accumulation (" + std::to_string(accumulation) + " micro-batches a step)",
+  refuse(accumulation > 1,
+         "gradient accumulation (" + std::to_string(accumulation) + " micro-batches a step)",
          "the update would need the gradients of every micro-batch kept; raise --micro-batch-size instead");
   refuse(c.zero_stage >= 3, flag_source_with_value(c, "--zero-stage"),
          "the blocks' weights are gathered per window, not updated in the backward yet; use stage 1 or 2");

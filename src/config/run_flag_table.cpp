@@ -430,9 +430,10 @@ const RunFlag kRunFlags[] = {
      .memory = true,
      .trajectory = true},
     {.names = "--optimizer-in-backward",
-     .help = "update each block as soon as the backward has its gradients, which then live only until that "
-             "update: the gradients cost the blocks in flight, not the model. Clipping and fp16 take a first "
-             "pass for the norm (--clip-grad 0 saves it); no gradient accumulation (docs/optimizer_states.md)",
+     .help =
+         "update each block as soon as the backward has its gradients, which then live only until that "
+         "update: the gradients cost the blocks in flight, not the model. Clipping and fp16 take a first "
+         "pass for the norm (--clip-grad 0 saves it); no gradient accumulation (docs/optimizer_states.md)",
      .field = &config_field<&C::optimizer_in_backward>,
      .kind = K::switch_on,
      .memory = true},

@@ -261,8 +261,8 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
   // update in the backward runs it twice where clipping or fp16 needs the norm first (Trainer).
   const bool norm_pass = config.optimizer_in_backward &&
                          (config.adam.clip_grad > 0 || config.precision.precision == Precision::fp16);
-  const double passes = static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size()) *
-                        (norm_pass ? 2 : 1);
+  const double passes =
+      static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size()) * (norm_pass ? 2 : 1);
   StepCost c;
   for (const Op& op : graph.ops) {
     const OpCost op_cost = predict_op_cost(graph.table, op, run.spec, profile, config.tensor_parallel);

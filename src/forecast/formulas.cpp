@@ -107,7 +107,8 @@ std::string why_differs(const FormulaTerm& t, const ModelStateLayout& m, bool di
   if (t.category == Category::grads && m.grads_in_backward)
     return "--optimizer-in-backward: the gradients of the blocks in flight only (listed below)";
   if (t.category == Category::optim && m.v_blocks > 0)
-    return "Adam-mini: v is one fp32 per block, " + with_commas(m.v_blocks) + " blocks, not one per parameter";
+    return "Adam-mini: v is one fp32 per block, " + with_commas(m.v_blocks) +
+           " blocks, not one per parameter";
   // A shard of whole blocks holds whole blocks' scales, so the coefficient times S is exact.
   if (divided && static_cast<double>(planned) == t.per_param() * static_cast<double>(m.shard_elems))
     return "shard padding: every rank holds S = ceil(N/d)" +

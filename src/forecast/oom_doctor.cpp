@@ -128,8 +128,8 @@ std::vector<Change> candidate_changes(const TrainConfig& c, int world, int64_t n
     changes.push_back(flag_change("add", {"--optimizer-in-backward"},
                                   [](TrainConfig& t) { t.optimizer_in_backward = true; }));
   if (c.optimizer != OptimizerKind::adam_mini)
-    changes.push_back(flag_change("use", {"--optimizer"},
-                                  [](TrainConfig& t) { t.optimizer = OptimizerKind::adam_mini; }));
+    changes.push_back(
+        flag_change("use", {"--optimizer"}, [](TrainConfig& t) { t.optimizer = OptimizerKind::adam_mini; }));
   if (c.offload_optimizer != OffloadOptimizer::nvme) {
     const std::string path = c.offload_path.empty() ? "DIR" : c.offload_path;
     changes.push_back(flag_change("use", {"--offload-optimizer"}, [path](TrainConfig& t) {

@@ -26,7 +26,7 @@ struct RunLayout {
   int train_window = -1, val_window = -1;  // the loaders' token windows (val: -1 without evaluation)
   int checkpoint_stream = -1;              // -1 when the run neither saves nor loads checkpoints
   ZeroSchedule zero;
-  BackwardUpdates backward_updates;  // --optimizer-in-backward: each block's gradients, else empty
+  BackwardUpdates backward_updates;     // --optimizer-in-backward: each block's gradients, else empty
   std::vector<MiniBlocks> mini_blocks;  // Adam-mini's partition (--optimizer adam-mini), else empty
   Plan plan;
 };

@@ -92,14 +92,16 @@ struct Plan {
   std::vector<int64_t> param_offset;  // per tensor id: element offset into the parameter buffers, or -1
   ArenaLayout activations;
   ArenaLayout workspace;
-  ArenaLayout comm;  // the step schedule's gathered weights and gradient sums (ZeRO-2/3)
+  ArenaLayout comm;   // the step schedule's gathered weights and gradient sums (ZeRO-2/3)
   ArenaLayout grads;  // the blocks' gradients under ModelStatePolicy::grads_in_backward
 
   // The flat parameter range whose weights (gradients) this rank's buffer holds: all parameters, or its
   // shard when ZeRO-3 (ZeRO-2) shards them; no gradients when the blocks hold them (grads_in_backward).
   int64_t weights_begin() const { return sharding.shards_weights() ? shard_begin : 0; }
   int64_t weights_end() const { return sharding.shards_weights() ? shard_end : num_params; }
-  int64_t grads_begin() const { return sharding.shards_grads() && !policy.grads_in_backward ? shard_begin : 0; }
+  int64_t grads_begin() const {
+    return sharding.shards_grads() && !policy.grads_in_backward ? shard_begin : 0;
+  }
   int64_t grads_end() const {
     return policy.grads_in_backward ? 0 : sharding.shards_grads() ? shard_end : num_params;
   }

@@ -160,7 +160,8 @@ BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, 
       if (begin >= b.flat_end || (begin >= b.whole_begin && begin < b.whole_end)) continue;
       auto [it, first] = carry_of.try_emplace(begin / q, static_cast<int>(updates.carries.size()));
       if (first)
-        updates.carries.push_back({.tensor = -1, .flat_begin = begin, .flat_end = std::min(begin + q, n), .last_op = 0});
+        updates.carries.push_back(
+            {.tensor = -1, .flat_begin = begin, .flat_end = std::min(begin + q, n), .last_op = 0});
       if (b.carries.empty() || b.carries.back() != it->second) b.carries.push_back(it->second);
     }
   }

@@ -35,8 +35,7 @@ double AdamW::local_sum_of_squares(const Allocation& memory) const {
   return sum;
 }
 
-OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale,
-                                const GlobalSum& global_sum) {
+OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale, const GlobalSum& global_sum) {
   const double norm = std::sqrt(global_sum(local_sum_of_squares(memory))) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
   ++updates_;
@@ -67,7 +66,7 @@ void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gra
 }
 
 AdamWOperands AdamW::operands(const Allocation& memory, float* master, int64_t first, int64_t last,
-                               const Gradients& grads) const {
+                              const Gradients& grads) const {
   const ModelStatePolicy& policy = memory.plan().policy;
   if (first < grads.begin || last > grads.end)
     throw std::logic_error("adamw: parameters [" + std::to_string(first) + ", " + std::to_string(last) +
@@ -88,22 +87,21 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier, 
   const MomentFormat format = plan.policy.moments == DType::u8 ? MomentFormat::int8 : MomentFormat::fp8;
   const AdamWStep s{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
                     updates_, grad_multiplier};
-  memory.optimizer_state().visit(
-      grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
-        std::vector<DecayRun> runs;
-        for (const ParamGroup& p : params_) {
-          const int64_t offset = memory.param_offset(p.id);
-          const int64_t first = std::max(offset, window.begin);
-          if (first < std::min(offset + memory.table()[p.id].numel(), window.end))
-            runs.push_back({first - window.begin, p.decay});
-        }
-        std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-        const QuantizedMoments moments{format, static_cast<uint8_t*>(window.m), window.m_scales,
-                                       static_cast<uint8_t*>(window.v), window.v_scales};
-        const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), window.begin};
-        memory.device().adamw_update_blocked(operands(memory, window.master, window.begin, window.end, grads),
-                                             moments, s, runs, rounding);
-      });
+  memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    std::vector<DecayRun> runs;
+    for (const ParamGroup& p : params_) {
+      const int64_t offset = memory.param_offset(p.id);
+      const int64_t first = std::max(offset, window.begin);
+      if (first < std::min(offset + memory.table()[p.id].numel(), window.end))
+        runs.push_back({first - window.begin, p.decay});
+    }
+    std::sort(runs.begin(), runs.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    const QuantizedMoments moments{format, static_cast<uint8_t*>(window.m), window.m_scales,
+                                   static_cast<uint8_t*>(window.v), window.v_scales};
+    const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), window.begin};
+    memory.device().adamw_update_blocked(operands(memory, window.master, window.begin, window.end, grads),
+                                         moments, s, runs, rounding);
+  });
 }
 
 void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
@@ -122,11 +120,11 @@ void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, con
           lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
           updates_, grad_multiplier};
       const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), first};
-      memory.device().adam_mini_update(
-          operands(memory, window.master ? window.master + local : nullptr, first, first + b.rows * b.cols,
-                   grads),
-          static_cast<char*>(window.m) + local * moment_size, plan.policy.moments,
-          static_cast<float*>(window.v) + b.first, b.layout(), s, rounding);
+      memory.device().adam_mini_update(operands(memory, window.master ? window.master + local : nullptr,
+                                                first, first + b.rows * b.cols, grads),
+                                       static_cast<char*>(window.m) + local * moment_size,
+                                       plan.policy.moments, static_cast<float*>(window.v) + b.first,
+                                       b.layout(), s, rounding);
     }
   });
 }
@@ -139,28 +137,26 @@ void AdamW::update(Allocation& memory, float lr, float grad_multiplier, const Gr
   const DType moments = plan.policy.moments;
   const int64_t moment_size = static_cast<int64_t>(dtype_size(moments));
   const TensorTable& table = memory.table();
-  memory.optimizer_state().visit(
-      grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
-        // Each tensor is updated where it overlaps the window [begin, end).
-        for (const ParamGroup& p : params_) {
-          const int64_t offset = memory.param_offset(p.id);
-          const int64_t first = std::max(offset, window.begin),
-                        last = std::min(offset + table[p.id].numel(), window.end);
-          if (first >= last) continue;
-          const AdamWStep s{
-              lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
-              updates_, grad_multiplier};
-          // Each update draws fresh rounding bits: the seed changes with t, the index with the flat element,
-          // so the bits do not depend on how the parameters are sharded.
-          const AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_),
-                                       first};
-          const int64_t local = first - window.begin;
-          memory.device().adamw_update(
-              operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
-              static_cast<char*>(window.m) + local * moment_size,
-              static_cast<char*>(window.v) + local * moment_size, moments, s, rounding);
-        }
-      });
+  memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    // Each tensor is updated where it overlaps the window [begin, end).
+    for (const ParamGroup& p : params_) {
+      const int64_t offset = memory.param_offset(p.id);
+      const int64_t first = std::max(offset, window.begin),
+                    last = std::min(offset + table[p.id].numel(), window.end);
+      if (first >= last) continue;
+      const AdamWStep s{
+          lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
+          updates_, grad_multiplier};
+      // Each update draws fresh rounding bits: the seed changes with t, the index with the flat element,
+      // so the bits do not depend on how the parameters are sharded.
+      const AdamWRounding rounding{config_.stochastic_moments, mix64(config_.seed) ^ mix64(updates_), first};
+      const int64_t local = first - window.begin;
+      memory.device().adamw_update(
+          operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
+          static_cast<char*>(window.m) + local * moment_size,
+          static_cast<char*>(window.v) + local * moment_size, moments, s, rounding);
+    }
+  });
 }
 
 }  // namespace mt

@@ -36,7 +36,9 @@ void BackwardUpdate::begin_update_pass(int64_t step, float lr, float grad_multip
   optimizer_.begin_step();
 }
 
-double BackwardUpdate::norm() const { return std::sqrt(sum_of_squares_); }
+double BackwardUpdate::norm() const {
+  return std::sqrt(sum_of_squares_);
+}
 
 void BackwardUpdate::before(int op, bool training) {
   if (!training || starting_[op] < 0) return;

@@ -142,9 +142,9 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
   if (cfg.optimizer_in_backward) {  // its hook sums the blocks' gradients over data-parallel ranks itself
-    backward_update_ = std::make_unique<BackwardUpdate>(
-        *optimizer_, memory, run_.backward_updates, static_cast<int>(model_.graph.ops.size()),
-        place_.dp > 1 ? &groups_.data() : nullptr);
+    backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.backward_updates,
+                                                        static_cast<int>(model_.graph.ops.size()),
+                                                        place_.dp > 1 ? &groups_.data() : nullptr);
     exec_->set_op_hooks(backward_update_.get());
   }
   exec_->set_tensor_group(groups_.tensor());
@@ -229,9 +229,8 @@ OptimizerStepResult Trainer::accumulate_and_update(int64_t step, float lr, float
   }
   sync_->reduce_gradients();
   if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
-  return optimizer_->step(memory, lr, loss_scale, [&](double local) {
-    return sum_norm_over_shards(groups_, *sync_, plan_, local);
-  });
+  return optimizer_->step(memory, lr, loss_scale,
+                          [&](double local) { return sum_norm_over_shards(groups_, *sync_, plan_, local); });
 }
 
 OptimizerStepResult Trainer::update_in_backward(int64_t step, float lr, float loss_scale,
