@@ -59,7 +59,8 @@ class PlanEqualsMeasured(CliTestCase):
                 self.train(*flags, out=out, expect=0)
                 memory = read_memory(out)
                 self.assertEqual(memory["planned"], memory["measured"])
-                self.assertEqual(memory["planned"]["optim"], m_bytes(memory["num_params"], m_size, m_block) + 4 * blocks)
+                self.assertEqual(memory["planned"]["optim"],
+                                 m_bytes(memory["num_params"], m_size, m_block) + 4 * blocks)
                 est = estimate(*flags)
                 for c in CATEGORIES:
                     self.assertEqual(est["ranks"][0]["bytes"][c], memory["planned"][c], f"{name} {c}")
