@@ -1,6 +1,7 @@
 // Adam-mini's step over one parameter tensor (Zhang et al. 2024, Algorithm 1): AdamW's per-element first
 // moment, bias corrections, eps and decoupled weight decay (adamw_math.h), with one fp32 second moment per
-// block, v_b = beta2 v_b + (1 - beta2) mean(g^2 over the block).
+// block, v_b = beta2 v_b + (1 - beta2) mean(g^2 over the block). The first moment in fp32 or bf16, or in 8
+// bits as AdamW's (adamw_8bit.h, block_quant.h): one per-element step for both.
 #pragma once
 
 #include <cstdint>
