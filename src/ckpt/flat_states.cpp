@@ -28,8 +28,9 @@ std::vector<StateTensor> state_tensors(const Plan& plan) {
     const int64_t block = plan.policy.moment_block;
     tensors.push_back({"adam_m_scales", DType::f32,
                        [](const StateWindow& w) { return reinterpret_cast<char*>(w.m_scales); }, block});
-    tensors.push_back({"adam_v_scales", DType::f32,
-                       [](const StateWindow& w) { return reinterpret_cast<char*>(w.v_scales); }, block});
+    if (plan.policy.v_blocks == 0)
+      tensors.push_back({"adam_v_scales", DType::f32,
+                         [](const StateWindow& w) { return reinterpret_cast<char*>(w.v_scales); }, block});
   }
   return tensors;
 }

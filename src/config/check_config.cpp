@@ -45,8 +45,8 @@ void check_checkpoint_flags(const TrainConfig& c) {
         "--verify-resume saves into OUT/verify-resume and starts fresh: drop --save, --load and --resume");
 }
 
-// Adam-mini holds its fp32 second moments whole, in memory, for a whole model's partition, over fp32 or bf16
-// first moments: what would need more is refused by name (docs/optimizer_states.md).
+// Adam-mini holds its fp32 second moments whole, in memory, for a whole model's partition (its first moment
+// in any moment dtype): what would need more is refused by name (docs/optimizer_states.md).
 void check_adam_mini_flags(const TrainConfig& c) {
   if (c.optimizer != OptimizerKind::adam_mini) return;
   const std::string mini = "--optimizer adam-mini with ";
@@ -61,9 +61,6 @@ void check_adam_mini_flags(const TrainConfig& c) {
   if (c.offload_optimizer == OffloadOptimizer::nvme)
     fail_usage(mini + "--offload-optimizer nvme: Adam-mini's state is held in memory");
   if (c.lora.enabled()) fail_usage(mini + "--lora-rank: Adam-mini trains every parameter; use adamw");
-  if (c.precision.moments() == MomentDType::fp8 || c.precision.moments() == MomentDType::int8)
-    fail_usage(mini + "--exp-avg-dtype " + moment_dtype_name(c.precision.moments()) +
-               ": Adam-mini's first moment is fp32 or bf16, its second fp32 per block");
   if (c.precision.o2_stochastic_rounding)
     fail_usage(mini + "--o2-stochastic-rounding: Adam-mini rounds its bf16 first moment to nearest");
 }
@@ -127,6 +124,11 @@ void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation) {
          "not scheduled block by block yet; use data parallelism");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer",
          "the offloaded state is streamed once a step, not block by block");
+  const MomentDType m = c.precision.moments();
+  refuse(c.optimizer == OptimizerKind::adam_mini && (m == MomentDType::int8 || m == MomentDType::fp8),
+         "--optimizer adam-mini and --exp-avg-dtype " + moment_dtype_name(m),
+         "a quantization block of m shared by two blocks would need both blocks' second moments first, which "
+         "the update in the backward does not order yet; use bf16 or fp32 m");
 }
 
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {

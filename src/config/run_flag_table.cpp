@@ -159,7 +159,9 @@ const RunFlag kRunFlags[] = {
      .trajectory = true,
      .print = &print_moments},
     {.names = "--exp-avg-sq-dtype",
-     .help = "Adam's second moment: fp32, bf16, fp8 or int8",
+     .help =
+         "Adam's second moment: fp32, bf16, fp8 or int8 (under --optimizer adam-mini, v is fp32 per block "
+         "whatever this says)",
      .field = &group_field<&C::precision, &PrecisionConfig::exp_avg_sq>,
      .memory = true,
      .trajectory = true,

@@ -74,6 +74,17 @@ struct MiniBlocks {
   MiniBlockLayout layout() const { return {rows, cols, by_column, block_of.data(), count}; }
 };
 
+// One parameter tensor of a range that Adam-mini updates with block-quantized first moments: its elements
+// from `begin` (relative to the range) on, blocks.rows * blocks.cols of them, whose second moments are
+// v[0, blocks.count), with s.weight_decay when `decay` and none otherwise. A quantization block may hold
+// elements of several tensors, so one call updates every tensor of its range: the tensors tile it in order.
+struct MiniTensor {
+  int64_t begin;
+  MiniBlockLayout blocks;
+  float* v;
+  bool decay;
+};
+
 // The number of second moments: the blocks of all of them (numbered in order).
 inline int64_t adam_mini_block_count(const std::vector<MiniBlocks>& blocks) {
   return blocks.empty() ? 0 : blocks.back().first + blocks.back().count;

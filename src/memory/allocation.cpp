@@ -19,7 +19,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& devic
       adam_m_(tracker_, Category::optim, plan.m_bytes),
       adam_v_(tracker_, Category::optim, plan.v_bytes),
       m_scales_(tracker_, Category::optim, plan.moment_scales * 4),
-      v_scales_(tracker_, Category::optim, plan.moment_scales * 4),
+      v_scales_(tracker_, Category::optim, plan.v_scales() * 4),
       others_(table.size()),
       activations_(table, plan.activations, Category::activations, tracker_.allocator(), plan.alignment),
       workspace_(table, plan.workspace, Category::workspace, tracker_.allocator(), plan.alignment),

@@ -132,7 +132,7 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.m_bytes = checked_mul(s, moment_size);
   plan.v_bytes = policy.v_blocks > 0 ? checked_mul(policy.v_blocks, 4) : plan.m_bytes;
   plan.bytes[Category::optim] = checked_add(checked_add(plan.m_bytes, plan.v_bytes),
-                                            checked_mul(2, checked_mul(plan.moment_scales, 4)));
+                                            checked_mul(checked_add(plan.moment_scales, plan.v_scales()), 4));
   const auto pack = [&](Category category) {
     return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
   };

@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/int_math.h"
+#include "core/moment_format.h"
 #include "memory/category.h"
 #include "memory/tensor_table.h"
 
@@ -23,13 +24,16 @@ struct ModelStatePolicy {
   int64_t moment_block = 0;    // elements per scale; 0: no scales
   bool master_weights = false;
   // Adam-mini (--optimizer adam-mini): one fp32 second moment per block of its partition, this many in all;
-  // 0: v per element, as m. Held whole (Adam-mini runs neither shard nor offload the optimizer state).
+  // 0: v per element, as m. Held whole (Adam-mini runs neither shard nor offload the optimizer state); its m
+  // is stored as `moments` (blocked too: then only m has scales).
   int64_t v_blocks = 0;
   // --optimizer-in-backward: no flat gradient buffer; each block's gradients are a tensor with a lifetime
   // (Category::grads) packed in the gradient arena, updated and dropped within the backward.
   bool grads_in_backward = false;
 
   bool blocked_moments() const { return moment_block > 0; }
+  // The 8-bit format of blocked moments.
+  MomentFormat moment_format() const { return moments == DType::u8 ? MomentFormat::int8 : MomentFormat::fp8; }
   // The scales of `elems` consecutive moment elements from a block's start: one per block begun.
   int64_t moment_scales(int64_t elems) const { return blocked_moments() ? ceil_div(elems, moment_block) : 0; }
 };
@@ -82,7 +86,7 @@ struct Plan {
   OptimizerOffload offload;                                 // chunk_elems clamped to the shard when enabled
   int64_t offloaded_bytes = 0;  // file bytes of master weights and moments when offloaded, not memory
   // Held in memory: elements of the master and each moment buffer (the shard, or the offload's chunk
-  // slots), and each moment's fp32 scales (blocked moments).
+  // slots), and each moment's fp32 scales (blocked moments; v has none under Adam-mini: v_scales()).
   int64_t state_elems = 0, moment_scales = 0;
   // Bytes of each moment buffer in memory: m, and v (per element, or Adam-mini's fp32 per block).
   int64_t m_bytes = 0, v_bytes = 0;
@@ -109,6 +113,8 @@ struct Plan {
   const ArenaLayout& arena(Category category) const;
   // Whether the flat gradient buffer holds every parameter's gradient.
   bool holds_all_grads() const { return !sharding.shards_grads() && !policy.grads_in_backward; }
+  // The second moment's scales: as m's, none when Adam-mini keeps v per block.
+  int64_t v_scales() const { return policy.v_blocks > 0 ? 0 : moment_scales; }
 };
 
 // Packs the tensors of `category` that have lifetimes: largest first, each at the lowest offset, a multiple

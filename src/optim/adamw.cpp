@@ -84,7 +84,7 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier, 
   // One call per window (whole blocks, from a block's start): the tensors it covers are runs of one weight
   // decay each.
   const Plan& plan = memory.plan();
-  const MomentFormat format = plan.policy.moments == DType::u8 ? MomentFormat::int8 : MomentFormat::fp8;
+  const MomentFormat format = plan.policy.moment_format();
   const AdamWStep s{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
                     updates_, grad_multiplier};
   memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
@@ -109,23 +109,35 @@ void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, con
   if (mini_blocks_.size() != params_.size() || adam_mini_block_count(mini_blocks_) != plan.policy.v_blocks)
     throw std::logic_error("adam-mini: the optimizer's blocks are not the plan's");
   const int64_t moment_size = static_cast<int64_t>(dtype_size(plan.policy.moments));
+  const AdamWStep step{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
+                       updates_, grad_multiplier};
+  const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
   memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    // 8-bit m: one call over the whole range, whose quantization blocks straddle the tensors.
+    std::vector<MiniTensor> tensors;
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamGroup& p = params_[i];
       const MiniBlocks& b = mini_blocks_[i];
       if (b.param != p.id) throw std::logic_error("adam-mini: blocks out of the parameters' order");
       const int64_t first = memory.param_offset(p.id), local = first - window.begin;
       if (first < window.begin || first >= window.end) continue;  // a block whose update is not this one
-      const AdamWStep s{
-          lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
-          updates_, grad_multiplier};
-      const AdamWRounding rounding{false, mix64(config_.seed) ^ mix64(updates_), first};
+      float* v = static_cast<float*>(window.v) + b.first;
+      if (plan.policy.blocked_moments()) {
+        tensors.push_back({local, b.layout(), v, p.decay});
+        continue;
+      }
+      AdamWStep s = step;
+      if (!p.decay) s.weight_decay = 0;
       memory.device().adam_mini_update(operands(memory, window.master ? window.master + local : nullptr,
                                                 first, first + b.rows * b.cols, grads),
                                        static_cast<char*>(window.m) + local * moment_size,
-                                       plan.policy.moments, static_cast<float*>(window.v) + b.first,
-                                       b.layout(), s, rounding);
+                                       plan.policy.moments, v, b.layout(), s, {false, seed, first});
     }
+    if (!plan.policy.blocked_moments()) return;
+    std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
+    memory.device().adam_mini_update_blocked(operands(memory, window.master, window.begin, window.end, grads),
+                                             plan.policy.moment_format(), static_cast<uint8_t*>(window.m),
+                                             window.m_scales, tensors, step, {false, seed, window.begin});
   });
 }
 

@@ -1,10 +1,11 @@
 """--optimizer adam-mini end to end: every run's memory.json measures its plan, whose optimizer states are the
-first moment per element plus exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a
-block, the blocks counted here from the model's shapes), estimate prints the same bytes and the block count, and
-two data-parallel ranks at ZeRO 0 (each holding the whole state) follow one process; a resume is bitwise the
-uninterrupted run (rank 0's file holds the v blocks), in one process and on two ranks, and a resume that changes
---optimizer is refused by name; what Adam-mini does not support yet is refused by a usage error naming both flags. The per-step arithmetic is
-tests/parity/test_adam_mini_parity.py's.
+first moment per element (fp32, bf16, or 8 bits with an fp32 scale per quantization block, as AdamW's) plus
+exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a block, the blocks counted here from
+the model's shapes), estimate prints the same bytes and the block count, and two data-parallel ranks at ZeRO 0
+(each holding the whole state) follow one process; a resume is bitwise the uninterrupted run (rank 0's file
+holds the v blocks; 8-bit m keeps its scales, v has none), in one process and on two ranks, and a resume that
+changes --optimizer is refused by name; what Adam-mini does not support yet is refused by a usage error naming
+both flags. The per-step arithmetic is tests/parity/test_adam_mini_parity.py's.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
 """
@@ -15,6 +16,14 @@ from memtrain_cli import (CATEGORIES, CliTestCase, ResumeTestCase, memtrain, rea
 from test_estimate import estimate
 
 MINI = ("--optimizer", "adam-mini")
+INT8 = ("--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8")
+FP8 = ("--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8")
+GPT2_TINY_PARAMS = 124_672
+
+
+def m_bytes(params, size, block):
+    """m's bytes: `size` per parameter, and a 4-byte scale per quantization block of `block` (None: no scales)."""
+    return params * size + (4 * -(-params // block) if block else 0)
 
 
 def gpt2_tiny_blocks(L=2, H=4, C=64, positions=128, V=256):
@@ -33,22 +42,25 @@ def llama_tiny_blocks(L=2, H=4, KV=2, C=64, I=176, V=256, untied=True):
 
 
 class PlanEqualsMeasured(CliTestCase):
-    # name -> (model, flags, bytes of m per parameter, blocks)
+    # name -> (model, flags, bytes of m per parameter, elements per scale of m, blocks)
     RUNS = {
-        "gpt2 fp32": ("gpt2-tiny", [], 4, gpt2_tiny_blocks()),
-        "gpt2 bf16 m": ("gpt2-tiny", ["--bf16", "--o2-optimizer"], 2, gpt2_tiny_blocks()),
-        "llama fp32": ("llama-tiny", [], 4, llama_tiny_blocks()),
+        "gpt2 fp32": ("gpt2-tiny", [], 4, None, gpt2_tiny_blocks()),
+        "gpt2 bf16 m": ("gpt2-tiny", ["--bf16", "--o2-optimizer"], 2, None, gpt2_tiny_blocks()),
+        "llama fp32": ("llama-tiny", [], 4, None, llama_tiny_blocks()),
+        "gpt2 int8 m": ("gpt2-tiny", INT8, 1, 2048, gpt2_tiny_blocks()),
+        "llama bf16 fp8 m": ("llama-tiny", ["--bf16", *FP8], 1, 128, llama_tiny_blocks()),
     }
 
     def test_v_is_four_bytes_per_block_planned_measured_and_estimated(self):
-        for name, (model, extra, m_size, blocks) in self.RUNS.items():
+        for name, (model, extra, m_size, m_block, blocks) in self.RUNS.items():
             with self.subTest(name):
                 flags = run_flags(*extra, *MINI, model=model, train_iters=2)
                 out = self.tmp / name.replace(" ", "_")
                 self.train(*flags, out=out, expect=0)
                 memory = read_memory(out)
                 self.assertEqual(memory["planned"], memory["measured"])
-                self.assertEqual(memory["planned"]["optim"], memory["num_params"] * m_size + 4 * blocks)
+                self.assertEqual(memory["planned"]["optim"],
+                                 m_bytes(memory["num_params"], m_size, m_block) + 4 * blocks)
                 est = estimate(*flags)
                 for c in CATEGORIES:
                     self.assertEqual(est["ranks"][0]["bytes"][c], memory["planned"][c], f"{name} {c}")
@@ -59,38 +71,50 @@ class PlanEqualsMeasured(CliTestCase):
     def test_adamw_is_the_default_and_keeps_v_per_element(self):
         flags = run_flags()
         self.assertEqual(estimate(*flags), estimate(*flags, "--optimizer", "adamw"))
-        params = 124_672  # gpt2-tiny
+        params = GPT2_TINY_PARAMS
         self.assertEqual(estimate(*flags)["ranks"][0]["bytes"]["optim"], 2 * 4 * params)
         self.assertEqual(estimate(*flags, *MINI)["ranks"][0]["bytes"]["optim"], 4 * params + 4 * gpt2_tiny_blocks())
+        # 8 bits: AdamW's v and its scales become Adam-mini's blocks.
+        self.assertEqual(estimate(*flags, *INT8)["ranks"][0]["bytes"]["optim"], 2 * m_bytes(params, 1, 2048))
+        self.assertEqual(estimate(*flags, *INT8, *MINI)["ranks"][0]["bytes"]["optim"],
+                         m_bytes(params, 1, 2048) + 4 * gpt2_tiny_blocks())
 
 
 class TwoRanks(CliTestCase):
     def test_zero_0_follows_one_process(self):
-        flags = run_flags(*MINI, train_iters=3, global_batch_size=4)
-        self.train(*flags, out=self.tmp / "one", expect=0)
-        result = self.train(*flags, out=self.tmp / "two", ranks=2)
-        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
-        one, two = read_metrics(self.tmp / "one"), read_metrics(self.tmp / "two")
-        self.assertEqual(len(one), 3)
-        for a, b in zip(one, two):  # the same sums of gradients, reduced in another order
-            self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-6 * abs(a["loss"]))
-        for rank in range(2):
-            memory = read_memory(self.tmp / "two", rank)
-            self.assertEqual(memory["planned"], memory["measured"])
-            self.assertEqual(memory["planned"]["optim"], memory["num_params"] * 4 + 4 * gpt2_tiny_blocks())
+        for name, extra, m_size, m_block in (("fp32", [], 4, None), ("int8", INT8, 1, 2048)):
+            with self.subTest(name):
+                flags = run_flags(*MINI, *extra, train_iters=3, global_batch_size=4)
+                self.train(*flags, out=self.tmp / name / "one", expect=0)
+                result = self.train(*flags, out=self.tmp / name / "two", ranks=2)
+                self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+                one, two = read_metrics(self.tmp / name / "one"), read_metrics(self.tmp / name / "two")
+                self.assertEqual(len(one), 3)
+                for a, b in zip(one, two):  # the same sums of gradients, reduced in another order
+                    self.assertAlmostEqual(a["loss"], b["loss"], delta=1e-6 * abs(a["loss"]))
+                for rank in range(2):
+                    memory = read_memory(self.tmp / name / "two", rank)
+                    self.assertEqual(memory["planned"], memory["measured"])
+                    self.assertEqual(memory["planned"]["optim"],
+                                     m_bytes(memory["num_params"], m_size, m_block) + 4 * gpt2_tiny_blocks())
 
 
 class OneProcessResume(ResumeTestCase):
     def test_resume_is_bitwise_and_rank_0_holds_the_blocks(self):
         for name, extra, blocks in (("gpt2", [], gpt2_tiny_blocks()),
                                     ("llama-bf16", ["--model", "llama-tiny", "--bf16", "--o2-optimizer"],
-                                     llama_tiny_blocks())):
+                                     llama_tiny_blocks()),
+                                    ("gpt2-int8", INT8, gpt2_tiny_blocks())):
             with self.subTest(name):
                 straight = self.assert_bitwise(name, [*MINI, *extra])
                 files = read_safetensors(straight / f"ckpt/step_{2 * self.N:08d}/rank0.safetensors", dtype=None)
                 self.assertNotIn("adam_v", files)
+                self.assertNotIn("adam_v_scales", files)
                 self.assertEqual(files["adam_mini_v"][0], [blocks])
                 self.assertEqual(len(files["adam_mini_v"][1]), 4 * blocks)
+                if extra == INT8:  # m as AdamW's int8 m: a byte per parameter, a scale per 2048
+                    self.assertEqual(files["adam_m"][0], [GPT2_TINY_PARAMS])
+                    self.assertEqual(files["adam_m_scales"][0], [-(-GPT2_TINY_PARAMS // 2048)])
 
     def test_a_resume_that_changes_the_optimizer_is_refused(self):
         for saved, resumed in (("adamw", "adam-mini"), ("adam-mini", "adamw")):
@@ -116,8 +140,6 @@ class Refusals(CliTestCase):
             (["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
             (["--offload-optimizer", "nvme", "--offload-path", str(self.tmp)], "--offload-optimizer nvme"),
             (["--lora-rank", "4"], "--lora-rank"),
-            (["--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8"], "--exp-avg-dtype int8"),
-            (["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8"], "--exp-avg-dtype fp8"),
             (["--bf16", "--o2-optimizer", "--o2-stochastic-rounding"], "--o2-stochastic-rounding"),
         ]
         for words, named in cases:
@@ -127,6 +149,11 @@ class Refusals(CliTestCase):
                 self.assertFalse((out / "memory.json").exists())
                 result = memtrain("estimate", *run_flags(*MINI, *words))
                 self.assert_error(result, 2, "--optimizer adam-mini", named)
+
+    def test_moment_dtypes_are_given_as_one(self):
+        # v is fp32 per block whatever --exp-avg-sq-dtype says, but the two are still given alike.
+        result = memtrain("estimate", *run_flags(*MINI, "--exp-avg-dtype", "int8"))
+        self.assert_error(result, 2, "--exp-avg-dtype int8 with --exp-avg-sq-dtype fp32", "give both the same")
 
     def test_unknown_optimizer(self):
         self.assert_error(self.train("--optimizer", "sgd"), 2, "--optimizer sgd", "adamw or adam-mini")

@@ -1,8 +1,8 @@
 // Runs a memtrain model (GPT-2 or LLaMA, from CONFIG) on given weights and batches and writes what the
 // PyTorch reference compares: the first batch's logits, loss and every trainable parameter's gradient, then
 // the losses of `steps` AdamW steps.
-//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION [RANK
-//   ALPHA]]
+//   parity_dump CONFIG.json WEIGHTS.safetensors BATCHES.bin B T STEPS OUT.safetensors [PRECISION [OPTIMIZER
+//   [MOMENTS] | RANK ALPHA]]
 // BATCHES.bin holds STEPS batches of int32 tokens [B*T] followed by targets [B*T]; a target of -100 (torch's
 // ignore_index) runs the model with a loss mask that leaves it out; a file BATCHES.bin.positions beside it
 // (STEPS batches of int32 positions [B*T], each token's in its record) runs packed sequences. PRECISION is
@@ -10,7 +10,10 @@
 // without scaling). RANK and ALPHA put LoRA adapters on every linear module over the frozen WEIGHTS: their
 // initial values (init.NAME), values after the steps (final.NAME) and the first batch's gradients there
 // (final_grad.NAME) are written too, the frozen base weights after the steps under base.NAME (fp32 runs), and
-// the trained adapters in PEFT's layout into OUT.safetensors.adapter/.
+// the trained adapters in PEFT's layout into OUT.safetensors.adapter/. OPTIMIZER adam-mini steps with
+// Adam-mini and writes the trained weights (final.NAME, fp32 runs), the v bytes, and where each tensor starts
+// in the flat parameters (flat_offset.NAME, of num_params); MOMENTS (fp32, bf16, fp8 or int8) is how the
+// moments are stored, and 8-bit ones' m is written as stored (adam_m, its bytes as floats; adam_m_scales).
 #include <omp.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,16 +81,22 @@ int run(int argc, char** argv) {
   if (argc != 8 && argc != 9 && argc != 10 && argc != 11) {
     std::fprintf(
         stderr,
-        "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION [OPTIMIZER | RANK ALPHA]]\n");
+        "usage: parity_dump CONFIG WEIGHTS BATCHES B T STEPS OUT [PRECISION [OPTIMIZER [MOMENTS] | RANK "
+        "ALPHA]]\n");
     return 2;
   }
-  ModelStatePolicy policy = model_state_policy({.precision = parse_precision(argc >= 9 ? argv[8] : "fp32")});
+  // An optimizer's name, or LoRA's rank.
+  const std::optional<OptimizerKind> optimizer =
+      argc >= 10 ? kOptimizerNames.parse(argv[9]) : std::optional<OptimizerKind>{};
+  PrecisionConfig precision{.precision = parse_precision(argc >= 9 ? argv[8] : "fp32")};
+  if (optimizer && argc == 11) precision.set_moments(kMomentDTypeNames.parse_or_fail("MOMENTS", argv[10]));
+  ModelStatePolicy policy = model_state_policy(precision);
   // adam-mini: the steps are Adam-mini's, and the trained weights are written too.
-  const bool adam_mini =
-      argc == 10 && kOptimizerNames.parse_or_fail("OPTIMIZER", argv[9]) == OptimizerKind::adam_mini;
+  const bool adam_mini = optimizer == OptimizerKind::adam_mini;
   const int64_t B = std::stoll(argv[4]), T = std::stoll(argv[5]), steps = std::stoll(argv[6]);
-  const LoraConfig lora =
-      argc == 11 ? LoraConfig{.rank = std::stoll(argv[9]), .alpha = std::stof(argv[10])} : LoraConfig{};
+  const LoraConfig lora = argc == 11 && !optimizer
+                              ? LoraConfig{.rank = std::stoll(argv[9]), .alpha = std::stof(argv[10])}
+                              : LoraConfig{};
   const ModelSpec spec = resolve_model(argv[1], 64);
   std::vector<int32_t> batches(static_cast<size_t>(steps * 2 * B * T));
   std::ifstream in(argv[3], std::ios::binary);
@@ -158,6 +168,18 @@ int run(int argc, char** argv) {
     for (const FileTensor& f : base)
       out.add("final." + f.name, f.shape, memory.f32(f.param) + f.offset, f.numel());
     out.add("v_bytes", {1}, std::vector<float>{static_cast<float>(plan.v_bytes)}.data(), 1);
+    // Offsets as floats: exact below 2^24, far above the parity models' sizes.
+    for (const FileTensor& f : base)
+      out.add("flat_offset." + f.name, {1},
+              std::vector<float>{static_cast<float>(plan.param_offset[f.param] + f.offset)}.data(), 1);
+    out.add("num_params", {1}, std::vector<float>{static_cast<float>(plan.num_params)}.data(), 1);
+    if (policy.blocked_moments())  // m's bytes (as floats: exact) and scales, as checkpoints store them
+      memory.optimizer_state().visit(0, plan.num_params, StateAccess::read_all, [&](const StateWindow& w) {
+        const uint8_t* codes = static_cast<const uint8_t*>(w.m);
+        const std::vector<float> bytes(codes, codes + plan.num_params);
+        out.add("adam_m", {plan.num_params}, bytes.data(), plan.num_params);
+        out.add("adam_m_scales", {plan.moment_scales}, w.m_scales, plan.moment_scales);
+      });
   }
   if (lora.enabled() && policy.weights == DType::f32) {
     add_adapters("final.", [&](int id) { return memory.f32(id); });

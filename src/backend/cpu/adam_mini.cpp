@@ -1,9 +1,13 @@
 #include "backend/cpu/adam_mini.h"
 
+#include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "backend/cpu/adamw_math.h"
+#include "backend/cpu/block_codec.h"
 #include "backend/cpu/isa_variant.h"
+#include "core/int_math.h"
 
 namespace mt::kernels {
 
@@ -37,19 +41,74 @@ void update_second_moments(const G* grad, float* v, const MiniBlockLayout& b, co
   }
 }
 
+// What a tensor's steps read and write besides its moments, element 0 first.
+template <typename P, typename G>
+struct TensorInputs {
+  float* master;  // null without master weights
+  P* param;
+  const G* grad;
+  uint64_t seed, index;  // index: element 0's in the whole parameter buffer
+
+  TensorInputs at(int64_t offset) const {
+    return {master ? master + offset : nullptr, param + offset, grad + offset, seed,
+            index + static_cast<uint64_t>(offset)};
+  }
+};
+
+// Element i of a tensor with first moment m and blocks b: its weight stepped; returns the new first moment
+// (before any rounding for storage).
+template <Weights kWeights, typename P, typename G>
+inline float step_element(const TensorInputs<P, G>& in, int64_t i, float m, const float* v,
+                          const MiniBlockLayout& b, const Coefficients& c) {
+  const int64_t line = b.by_column ? i % b.cols : i / b.cols;
+  const ElementStep e = adam_element(load_weight<kWeights>(in.master, in.param, i),
+                                     to_f32(in.grad[i]) * c.grad_multiplier, m, v[b.block_of[line]], c);
+  store_weight<kWeights>(in.master, in.param, i, e.weight, in.seed, in.index + static_cast<uint64_t>(i));
+  return e.m;
+}
+
 template <Weights kWeights, typename P, typename G, typename M>
-void update(float* master, P* param, const G* grad, M* m, const float* v, const MiniBlockLayout& b,
-            const Coefficients& c, uint64_t seed, uint64_t index) {
+void update(const TensorInputs<P, G>& in, M* m, const float* v, const MiniBlockLayout& b,
+            const Coefficients& c) {
   const int64_t n = b.rows * b.cols;
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t line = b.by_column ? i % b.cols : i / b.cols;
-    const ElementStep e =
-        adam_element(load_weight<kWeights>(master, param, i), to_f32(grad[i]) * c.grad_multiplier,
-                     to_f32(m[i]), v[b.block_of[line]], c);
-    m[i] = round_to<M>(e.m);
-    store_weight<kWeights>(master, param, i, e.weight, seed, index + static_cast<uint64_t>(i));
+  for (int64_t i = 0; i < n; ++i) m[i] = round_to<M>(step_element<kWeights>(in, i, to_f32(m[i]), v, b, c));
+}
+
+int64_t elements(const MiniTensor& t) {
+  return t.blocks.rows * t.blocks.cols;
+}
+
+// Quantization block k, elements [first, first + length) of the range: dequantized, its tensors' elements
+// stepped in order, requantized.
+template <Weights kWeights, typename P, typename G>
+void update_quantized_block(const TensorInputs<P, G>& in, MomentCodec codec, uint8_t* m, float* m_scales,
+                            int64_t k, int64_t first, int64_t length, std::span<const MiniTensor> tensors,
+                            const RunCoefficients& coefficients) {
+  alignas(64) float block[kInt8MomentBlock];
+  dequantize_block(codec, m + first, m_scales[k], length, block);
+  // The last tensor starting at or before `first`, then each one overlapping the block.
+  auto t = std::upper_bound(tensors.begin(), tensors.end(), first,
+                            [](int64_t at, const MiniTensor& x) { return at < x.begin; }) -
+           1;
+  for (int64_t at = first; at < first + length; ++t) {
+    const int64_t end = std::min(first + length, t->begin + elements(*t));
+    const TensorInputs<P, G> tensor = in.at(t->begin);
+    const Coefficients& c = t->decay ? coefficients.decayed : coefficients.undecayed;
+    for (int64_t i = at; i < end; ++i)
+      block[i - first] = step_element<kWeights>(tensor, i - t->begin, block[i - first], t->v, t->blocks, c);
+    at = end;
   }
+  m_scales[k] = quantize_block(codec, block, length, m + first);
+}
+
+void check_tiling(std::span<const MiniTensor> tensors, int64_t n) {
+  int64_t end = 0;
+  for (const MiniTensor& t : tensors) {
+    if (t.begin != end) throw std::invalid_argument("adam_mini_update_8bit: the tensors must tile the range");
+    end += elements(t);
+  }
+  if (end != n) throw std::invalid_argument("adam_mini_update_8bit: the tensors must tile the range");
 }
 
 }  // namespace
@@ -59,9 +118,26 @@ void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, co
                       const AdamWStep& s, const AdamWRounding& rounding) {
   const Coefficients c(s);
   update_second_moments(grad, v, blocks, c);
+  const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
+  with_weights<P>(master, [&](auto weights) { update<decltype(weights)::value>(in, m, v, blocks, c); });
+}
+
+template <typename P, typename G>
+void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
+                           float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
+                           const AdamWStep& s, const AdamWRounding& rounding) {
+  check_tiling(tensors, n);
+  const RunCoefficients coefficients(s);
+  for (const MiniTensor& t : tensors)
+    update_second_moments(grad + t.begin, t.v, t.blocks, coefficients.decayed);
+  const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
+  const MomentCodec codec = first_moment_codec(format);
+  const int64_t block = moment_block_size(format), blocks = ceil_div(n, block);
   with_weights<P>(master, [&](auto weights) {
-    update<decltype(weights)::value>(master, param, grad, m, v, blocks, c, rounding.seed,
-                                     static_cast<uint64_t>(rounding.index));
+#pragma omp parallel for
+    for (int64_t k = 0; k < blocks; ++k)
+      update_quantized_block<decltype(weights)::value>(in, codec, m, m_scales, k, k * block,
+                                                       std::min(block, n - k * block), tensors, coefficients);
   });
 }
 
@@ -87,6 +163,24 @@ MT_INSTANTIATE_ADAM_MINI_GRADS(f16)
 #undef MT_INSTANTIATE_ADAM_MINI_GRADS
 #undef MT_INSTANTIATE_ADAM_MINI_MOMENTS
 #undef MT_INSTANTIATE_ADAM_MINI
+
+template <typename P, typename G>
+void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
+                           float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
+                           const AdamWStep& s, const AdamWRounding& rounding) {
+  dispatch<&adam_mini_update_8bit<P, G>>(master, param, grad, format, m, m_scales, n, tensors, s, rounding);
+}
+#define MT_INSTANTIATE_ADAM_MINI_8BIT(P, G)                                                                \
+  template void adam_mini_update_8bit<P, G>(float*, P*, const G*, MomentFormat, uint8_t*, float*, int64_t, \
+                                            std::span<const MiniTensor>, const AdamWStep&,                 \
+                                            const AdamWRounding&);
+#define MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(P) \
+  MT_INSTANTIATE_ADAM_MINI_8BIT(P, float) MT_INSTANTIATE_ADAM_MINI_8BIT(P, bf16)
+MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(float)
+MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(bf16)
+MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(f16)
+#undef MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS
+#undef MT_INSTANTIATE_ADAM_MINI_8BIT
 #endif
 
 namespace MT_ISA {
@@ -97,7 +191,9 @@ bool enroll_weights() {
   return enroll<&kernels::adam_mini_update<P, float, float>>(adam_mini_update) &&
          enroll<&kernels::adam_mini_update<P, float, bf16>>(adam_mini_update) &&
          enroll<&kernels::adam_mini_update<P, bf16, float>>(adam_mini_update) &&
-         enroll<&kernels::adam_mini_update<P, bf16, bf16>>(adam_mini_update);
+         enroll<&kernels::adam_mini_update<P, bf16, bf16>>(adam_mini_update) &&
+         enroll<&kernels::adam_mini_update_8bit<P, float>>(adam_mini_update_8bit) &&
+         enroll<&kernels::adam_mini_update_8bit<P, bf16>>(adam_mini_update_8bit);
 }
 const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>();
 }  // namespace

@@ -1,12 +1,15 @@
 // Adam-mini's step over one parameter tensor (Zhang et al. 2024, Algorithm 1): AdamW's per-element first
 // moment, bias corrections, eps and decoupled weight decay (adamw_math.h), with one fp32 second moment per
-// block, v_b = beta2 v_b + (1 - beta2) mean(g^2 over the block).
+// block, v_b = beta2 v_b + (1 - beta2) mean(g^2 over the block). The first moment in fp32 or bf16, or in 8
+// bits as AdamW's (adamw_8bit.h, block_quant.h): one per-element step for both.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "core/adamw_step.h"
 #include "core/half.h"
+#include "core/moment_format.h"
 
 namespace mt::kernels {
 
@@ -16,5 +19,15 @@ namespace mt::kernels {
 template <typename P, typename G, typename M>
 void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, const MiniBlockLayout& blocks,
                       const AdamWStep& s, const AdamWRounding& rounding);
+
+// The same step over n elements from a quantization block's start whose first moment is 8-bit, quantized as
+// AdamW's (block_quant.h: first_moment_codec(format), blocks of moment_block_size(format) from element 0,
+// m_scales[k] block k's): each block is dequantized, its elements stepped tensor by tensor with exactly
+// adam_mini_update's arithmetic, and requantized. `tensors` tile [0, n) in order (std::invalid_argument
+// otherwise); their v are updated first. rounding.index is element 0's index in the whole parameter buffer.
+template <typename P, typename G>
+void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
+                           float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
+                           const AdamWStep& s, const AdamWRounding& rounding);
 
 }  // namespace mt::kernels

@@ -14,15 +14,6 @@ namespace MT_ISA {
 
 namespace {
 
-// A run's coefficients differ only in the weight decay.
-struct RunCoefficients {
-  Coefficients decayed, undecayed;
-};
-AdamWStep without_decay(AdamWStep s) {
-  s.weight_decay = 0;
-  return s;
-}
-
 // What every block of a call reads and writes besides its moments.
 template <typename P, typename G>
 struct StepInputs {
@@ -83,7 +74,7 @@ template <typename P, typename G>
 void adamw_update_8bit(float* master, P* param, const G* grad, const QuantizedMoments& moments, int64_t n,
                        const AdamWStep& s, std::span<const DecayRun> runs, const AdamWRounding& rounding) {
   check_runs(runs);
-  const RunCoefficients coefficients{Coefficients(s), Coefficients(without_decay(s))};
+  const RunCoefficients coefficients(s);
   const StepInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
   const int64_t block = moment_block_size(moments.format);
   const int64_t blocks = (n + block - 1) / block;

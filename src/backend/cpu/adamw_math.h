@@ -46,6 +46,12 @@ struct Coefficients {
   float decay, m_weight, v_keep, v_weight, neg_step_size, bias_correction2_sqrt, eps, grad_multiplier;
 };
 
+// The coefficients of a call whose tensors differ in weight decay: s's, or none.
+struct RunCoefficients {
+  explicit RunCoefficients(AdamWStep s) : decayed(s), undecayed((s.weight_decay = 0, s)) {}
+  Coefficients decayed, undecayed;
+};
+
 // One element's step: the new moments (before any rounding for storage: the step uses these) and weight.
 struct ElementStep {
   float m, v, weight;

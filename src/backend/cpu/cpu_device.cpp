@@ -155,6 +155,19 @@ void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments,
   });
 }
 
+void CpuDevice::adam_mini_update_blocked(const AdamWOperands& p, MomentFormat format, uint8_t* m,
+                                         float* m_scales, std::span<const MiniTensor> tensors,
+                                         const AdamWStep& step, const AdamWRounding& rounding) {
+  with_type(p.weights_dtype, "Adam-mini over weights", [&](auto weights) {
+    using P = typename decltype(weights)::type;
+    with_type<false>(p.grads_dtype, "Adam-mini over gradients", [&](auto grads) {
+      using G = typename decltype(grads)::type;
+      kernels::adam_mini_update_8bit(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
+                                     format, m, m_scales, p.n, tensors, step, rounding);
+    });
+  });
+}
+
 void CpuDevice::adamw_update_blocked(const AdamWOperands& p, const QuantizedMoments& moments,
                                      const AdamWStep& step, std::span<const DecayRun> runs,
                                      const AdamWRounding& rounding) {

@@ -27,6 +27,9 @@ class CpuDevice : public Backend {
   void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
                         const MiniBlockLayout& blocks, const AdamWStep& step,
                         const AdamWRounding& rounding) override;
+  void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m, float* m_scales,
+                                std::span<const MiniTensor> tensors, const AdamWStep& step,
+                                const AdamWRounding& rounding) override;
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,
                             const AdamWRounding& rounding) override;

@@ -1,0 +1,159 @@
+// Adam-mini with an 8-bit first moment: the same step as adam_mini_update with an fp32 m on the dequantized
+// m, then requantized as AdamW's m, over tensors that straddle the quantization blocks (rows, a vector,
+// columns; decay switching); thread counts; tensors that do not tile the range.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/adam_mini.h"
+#include "backend/cpu/block_quant.h"
+#include "kernels_test_util.h"
+
+namespace mt::kernels {
+namespace {
+
+using testing::bitwise_equal;
+using testing::random_floats;
+using testing::to_storage;
+using testing::with_threads;
+
+// One tensor: [rows, cols], line i in block block_of[i] of `count`, with or without weight decay.
+struct Shape {
+  int64_t rows, cols;
+  bool by_column;
+  std::vector<int32_t> block_of;
+  int64_t count;
+  bool decay;
+};
+
+// 4000 elements per row (blocks of 8 rows), a vector of 37 without decay, 2100 per column (3 blocks): the
+// tensors switch inside an int8 block (2048) and inside fp8 blocks (128), and the last block is short.
+std::vector<Shape> shapes() {
+  std::vector<Shape> s = {
+      {40, 100, false, {}, 5, true}, {1, 37, false, {0}, 1, false}, {30, 70, true, {}, 3, true}};
+  for (int32_t i = 0; i < 40; ++i) s[0].block_of.push_back(i / 8);
+  for (int32_t i = 0; i < 70; ++i) s[2].block_of.push_back(i % 3);
+  return s;
+}
+
+struct State {
+  MomentFormat format;
+  std::vector<Shape> shapes = kernels::shapes();
+  int64_t n = 0;
+  std::vector<float> master;
+  std::vector<bf16> param;
+  std::vector<uint8_t> m;
+  std::vector<float> m_scales;
+  std::vector<std::vector<float>> v;
+
+  State(MomentFormat f, bool with_master) : format(f) {
+    for (const Shape& s : shapes) {
+      n += s.rows * s.cols;
+      std::vector<float> vs = random_floats(s.count, 3 + v.size(), 1e-3);
+      for (float& x : vs) x *= x;
+      v.push_back(vs);
+    }
+    if (with_master) master = random_floats(n, 1);
+    param = to_storage<bf16>(random_floats(n, 1));
+    m.resize(static_cast<size_t>(n));
+    m_scales.resize(static_cast<size_t>(moment_block_count(first_moment_codec(f), n)));
+    quantize_blocks(first_moment_codec(f), random_floats(n, 2, 1e-3).data(), n, m.data(), m_scales.data());
+  }
+  float* master_at(int64_t i) { return master.empty() ? nullptr : master.data() + i; }
+  std::vector<MiniTensor> tensors() {
+    std::vector<MiniTensor> t;
+    int64_t begin = 0;
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const Shape& s = shapes[k];
+      t.push_back({begin, {s.rows, s.cols, s.by_column, s.block_of.data(), s.count}, v[k].data(), s.decay});
+      begin += s.rows * s.cols;
+    }
+    return t;
+  }
+  bool operator==(const State& o) const {
+    return bitwise_equal(master, o.master) && bitwise_equal(param, o.param) && m == o.m &&
+           bitwise_equal(m_scales, o.m_scales) && v.size() == o.v.size() && bitwise_equal(v[0], o.v[0]) &&
+           bitwise_equal(v[1], o.v[1]) && bitwise_equal(v[2], o.v[2]);
+  }
+};
+
+AdamWStep step_at(int64_t t) {
+  return {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.37f : 1.0f};
+}
+
+// The reference: adam_mini_update with an fp32 m per tensor on the dequantized m, then m quantized.
+void reference_step(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
+  const MomentCodec codec = first_moment_codec(s.format);
+  std::vector<float> m(static_cast<size_t>(s.n));
+  dequantize_blocks(codec, s.m.data(), s.m_scales.data(), s.n, m.data());
+  for (const MiniTensor& t : s.tensors()) {
+    AdamWStep tensor_step = step;
+    if (!t.decay) tensor_step.weight_decay = 0;
+    adam_mini_update<bf16, bf16, float>(s.master_at(t.begin), s.param.data() + t.begin, grad.data() + t.begin,
+                                        m.data() + t.begin, t.v, t.blocks, tensor_step,
+                                        {false, r.seed, r.index + t.begin});
+  }
+  quantize_blocks(codec, m.data(), s.n, s.m.data(), s.m_scales.data());
+}
+
+void step_8bit(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
+  adam_mini_update_8bit<bf16, bf16>(s.master_at(0), s.param.data(), grad.data(), s.format, s.m.data(),
+                                    s.m_scales.data(), s.n, s.tensors(), step, r);
+}
+
+constexpr MomentFormat kFormats[] = {MomentFormat::int8, MomentFormat::fp8};
+std::string name(MomentFormat f) {
+  return f == MomentFormat::int8 ? "int8" : "fp8";
+}
+
+TEST(KernelAdamMini8bit, SameStepAsTheFp32KernelOnTheDequantizedMoment) {
+  for (MomentFormat f : kFormats)
+    for (bool with_master : {true, false}) {  // without: stochastic weights, bits keyed by the flat index
+      State actual(f, with_master), expected = actual;
+      for (int64_t t = 1; t <= 3; ++t) {
+        const std::vector<bf16> grad =
+            to_storage<bf16>(random_floats(actual.n, 10 + static_cast<uint64_t>(t), 1e-2));
+        const AdamWRounding rounding{false, 40 + static_cast<uint64_t>(t), 1000};
+        step_8bit(actual, grad, step_at(t), rounding);
+        reference_step(expected, grad, step_at(t), rounding);
+        ASSERT_TRUE(actual == expected) << name(f) << " master " << with_master << " step " << t;
+      }
+    }
+}
+
+TEST(KernelAdamMini8bit, SameBitsForAnyThreadCount) {
+  for (MomentFormat f : kFormats) {
+    std::vector<State> results;
+    for (int threads : {1, 2, 3}) {
+      State s(f, true);
+      for (int64_t t = 1; t <= 2; ++t) {
+        const std::vector<bf16> grad =
+            to_storage<bf16>(random_floats(s.n, 30 + static_cast<uint64_t>(t), 1e-2));
+        with_threads(threads, [&] { step_8bit(s, grad, step_at(t), {}); });
+      }
+      results.push_back(std::move(s));
+    }
+    EXPECT_TRUE(results[0] == results[1]) << name(f);
+    EXPECT_TRUE(results[0] == results[2]) << name(f);
+  }
+}
+
+TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotTileTheRange) {
+  State s(MomentFormat::int8, true);
+  const std::vector<bf16> grad = to_storage<bf16>(random_floats(s.n, 50, 1e-2));
+  std::vector<MiniTensor> gap = s.tensors();
+  gap[1].begin += 1;  // a gap before the vector, which then runs past the third tensor's start
+  std::vector<MiniTensor> short_of_n = s.tensors();
+  short_of_n.pop_back();
+  const auto run = [&](const std::vector<MiniTensor>& tensors) {
+    adam_mini_update_8bit<bf16, bf16>(s.master.data(), s.param.data(), grad.data(), s.format, s.m.data(),
+                                      s.m_scales.data(), s.n, tensors, step_at(1), {});
+  };
+  EXPECT_THROW(run(gap), std::invalid_argument);
+  EXPECT_THROW(run(short_of_n), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace mt::kernels
