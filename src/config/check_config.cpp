@@ -124,11 +124,6 @@ void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation) {
          "not scheduled block by block yet; use data parallelism");
   refuse(c.offload_optimizer != OffloadOptimizer::none, "--offload-optimizer",
          "the offloaded state is streamed once a step, not block by block");
-  const MomentDType m = c.precision.moments();
-  refuse(c.optimizer == OptimizerKind::adam_mini && (m == MomentDType::int8 || m == MomentDType::fp8),
-         "--optimizer adam-mini and --exp-avg-dtype " + moment_dtype_name(m),
-         "a quantization block of m shared by two blocks would need both blocks' second moments first, which "
-         "the update in the backward does not order yet; use bf16 or fp32 m");
 }
 
 void check_pipeline_parallel_flags(const TrainConfig& c, const ModelSpec& spec) {

@@ -81,12 +81,13 @@ class Device {
   virtual void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
                                 const MiniBlockLayout& blocks, const AdamWStep& step,
                                 const AdamWRounding& rounding) = 0;
-  // Adam-mini over a range of whole tensors (params.n elements from the first moment's block start) whose
-  // first moment m is 8-bit, quantized as AdamW's (`format`; its scales at m_scales); each tensor's fp32
-  // second moments per block as adam_mini_update's.
+  // Adam-mini over a range of tensors (params.n elements from the first moment's block start) whose first
+  // moment m is 8-bit, quantized as AdamW's (`format`; its scales at m_scales); each tensor's fp32 second
+  // moments per block as adam_mini_update's; `part` of the step (core/adamw_step.h).
   virtual void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m,
                                         float* m_scales, std::span<const MiniTensor> tensors,
-                                        const AdamWStep& step, const AdamWRounding& rounding) = 0;
+                                        const AdamWStep& step, const AdamWRounding& rounding,
+                                        MiniStepPart part) = 0;
   // A frozen base weight's n values (host fp32) quantized into its buffers (QLoRA).
   virtual void quantize_weight(const float* host_values, const QuantizedWeight& into) = 0;
 };

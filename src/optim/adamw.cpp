@@ -53,12 +53,22 @@ float AdamW::grad_multiplier(double norm, float loss_scale) const {
 
 void AdamW::update_range(Allocation& memory, float lr, float grad_multiplier, int64_t begin, int64_t end,
                          const void* grads) {
-  apply(memory, lr, grad_multiplier, {begin, end, grads});
+  const ModelStatePolicy& policy = memory.plan().policy;
+  apply(memory, lr, grad_multiplier, {begin, end, grads},
+        policy.v_blocks > 0 && policy.blocked_moments() ? MiniStepPart::first_moments : MiniStepPart::whole);
 }
 
-void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
+void AdamW::update_second_moments(Allocation& memory, float grad_multiplier, int64_t begin, int64_t end,
+                                  const void* grads) {
+  const ModelStatePolicy& policy = memory.plan().policy;
+  if (policy.v_blocks > 0 && policy.blocked_moments())
+    update_mini(memory, 0.0f, grad_multiplier, {begin, end, grads}, MiniStepPart::second_moments);
+}
+
+void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
+                  MiniStepPart part) {
   if (memory.plan().policy.v_blocks > 0)
-    update_mini(memory, lr, grad_multiplier, grads);
+    update_mini(memory, lr, grad_multiplier, grads, part);
   else if (memory.plan().policy.blocked_moments())
     update_blocked(memory, lr, grad_multiplier, grads);
   else
@@ -104,40 +114,63 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier, 
   });
 }
 
-void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
+void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
+                        MiniStepPart part) {
   const Plan& plan = memory.plan();
   if (mini_blocks_.size() != params_.size() || adam_mini_block_count(mini_blocks_) != plan.policy.v_blocks)
     throw std::logic_error("adam-mini: the optimizer's blocks are not the plan's");
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (mini_blocks_[i].param != params_[i].id)
+      throw std::logic_error("adam-mini: blocks out of the parameters' order");
+  if (plan.policy.blocked_moments()) return update_mini_blocked(memory, lr, grad_multiplier, grads, part);
   const int64_t moment_size = static_cast<int64_t>(dtype_size(plan.policy.moments));
-  const AdamWStep step{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
-                       updates_, grad_multiplier};
   const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
   memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
-    // 8-bit m: one call over the whole range, whose quantization blocks straddle the tensors.
-    std::vector<MiniTensor> tensors;
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamGroup& p = params_[i];
       const MiniBlocks& b = mini_blocks_[i];
-      if (b.param != p.id) throw std::logic_error("adam-mini: blocks out of the parameters' order");
       const int64_t first = memory.param_offset(p.id), local = first - window.begin;
-      if (first < window.begin || first >= window.end) continue;  // a block whose update is not this one
-      float* v = static_cast<float*>(window.v) + b.first;
-      if (plan.policy.blocked_moments()) {
-        tensors.push_back({local, b.layout(), v, p.decay});
-        continue;
-      }
-      AdamWStep s = step;
-      if (!p.decay) s.weight_decay = 0;
+      if (first < window.begin || first >= window.end) continue;  // a tensor of another range
+      const AdamWStep s{
+          lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
+          updates_, grad_multiplier};
       memory.device().adam_mini_update(operands(memory, window.master ? window.master + local : nullptr,
                                                 first, first + b.rows * b.cols, grads),
                                        static_cast<char*>(window.m) + local * moment_size,
-                                       plan.policy.moments, v, b.layout(), s, {false, seed, first});
+                                       plan.policy.moments, static_cast<float*>(window.v) + b.first,
+                                       b.layout(), s, {false, seed, first});
     }
-    if (!plan.policy.blocked_moments()) return;
+  });
+}
+
+void AdamW::update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
+                                MiniStepPart part) {
+  const Plan& plan = memory.plan();
+  // A block's second moments (part second_moments) start where its parameters do, inside a quantization
+  // block: the visit starts on that block, and the call on the parameters (it reads no first moment).
+  const int64_t q = plan.policy.moment_block;
+  const int64_t begin = part == MiniStepPart::second_moments ? grads.begin / q * q : grads.begin;
+  const AdamWStep step{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
+                       updates_, grad_multiplier};
+  const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
+  memory.optimizer_state().visit(begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    const int64_t first = std::max(window.begin, grads.begin), last = window.end, local = first - window.begin;
+    // One call over the range, whose quantization blocks straddle the tensors: the tensors in it, or, for
+    // first moments, every tensor with an element in it.
+    std::vector<MiniTensor> tensors;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const MiniBlocks& b = mini_blocks_[i];
+      const int64_t offset = memory.param_offset(params_[i].id), end = offset + b.rows * b.cols;
+      if (part == MiniStepPart::first_moments ? end <= first || offset >= last : offset < first || end > last)
+        continue;
+      tensors.push_back(
+          {offset - first, b.layout(), static_cast<float*>(window.v) + b.first, params_[i].decay});
+    }
     std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-    memory.device().adam_mini_update_blocked(operands(memory, window.master, window.begin, window.end, grads),
-                                             plan.policy.moment_format(), static_cast<uint8_t*>(window.m),
-                                             window.m_scales, tensors, step, {false, seed, window.begin});
+    memory.device().adam_mini_update_blocked(
+        operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
+        plan.policy.moment_format(), static_cast<uint8_t*>(window.m) + local, window.m_scales + local / q,
+        tensors, step, {false, seed, first}, part);
   });
 }
 

@@ -63,6 +63,7 @@ void BackwardUpdate::after(int op, bool training) {
               " are not finite in the backward of step " + std::to_string(step_) +
               " (--optimizer-in-backward had updated the blocks after it; the last checkpoint holds finite "
               "states): try a lower --lr");
+  optimizer_.update_second_moments(memory_, grad_multiplier_, block.flat_begin, block.flat_end, data);
   fill_carries(block, data);
   const auto size = static_cast<int64_t>(dtype_size(grads.dtype));
   update(block.whole_begin, block.whole_end, data + (block.whole_begin - block.flat_begin) * size);

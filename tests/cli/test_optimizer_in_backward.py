@@ -31,6 +31,10 @@ class SameBitsAsTheOrdinaryStep(CliTestCase):
         "gpt2 fp8 recompute": ("gpt2-tiny", ["--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype", "fp8",
                                              "--recompute-granularity", "full"], "weights"),
         "llama adam-mini": ("llama-tiny", ["--optimizer", "adam-mini"], "weights"),
+        "gpt2 adam-mini int8": ("gpt2-tiny", ["--optimizer", "adam-mini", *INT8], "weights"),
+        "llama adam-mini fp8 no master": ("llama-tiny", ["--optimizer", "adam-mini", "--bf16", "--main-params-dtype",
+                                                         "none", "--exp-avg-dtype", "fp8", "--exp-avg-sq-dtype",
+                                                         "fp8"], "weights"),
         "llama lora": ("llama-tiny", ["--lora-rank", "4"], "adapter"),
     }
 
@@ -101,6 +105,22 @@ class PlanEqualsMeasured(CliTestCase):
         for c in CATEGORIES:
             if c != "grads":
                 self.assertEqual(in_backward[c], ordinary[c], c)
+
+    def test_a_7b_full_fine_tune_plans_within_24_gib_with_adam_mini(self):
+        # bf16 weights without a master copy, full recompute, Adam-mini's int8 m and one fp32 v per block, the
+        # update in the backward: every term printed, the total at most 24 GiB.
+        flags = ["--model", "llama2-7b", "--bf16", "--main-params-dtype", "none", "--main-grads-dtype", "bf16",
+                 "--recompute-granularity", "full", "--seq-length", "2048", "--micro-batch-size", "1", *INT8,
+                 "--optimizer", "adam-mini", *IN_BACKWARD]
+        rank = estimate(*flags)["ranks"][0]
+        n, layer, blocks = 6738415616, 4 * 4096 * 4096 + 3 * 4096 * 11008 + 2 * 4096, 1163841
+        self.assertEqual(rank["bytes"]["params"], 2 * n)
+        self.assertEqual(rank["bytes"]["grads"], 2 * layer)
+        self.assertEqual(rank["bytes"]["optim"], n + 4 * -(-n // 2048) + 4 * blocks)  # m, its scales, v
+        self.assertLessEqual(rank["total_bytes"], 24 * 2 ** 30)
+        text = memtrain("estimate", *flags).stdout
+        for term in ("parameters", "gradients", "optimizer states", "activations", "workspace", "total"):
+            self.assertIn(term, text)
 
 
 class Refusals(CliTestCase):

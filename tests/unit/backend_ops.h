@@ -174,8 +174,8 @@ class ForwardingBackend : public Backend {
   }
   void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m, float* m_scales,
                                 std::span<const MiniTensor> tensors, const AdamWStep& step,
-                                const AdamWRounding& rounding) override {
-    inner_.adam_mini_update_blocked(params, format, m, m_scales, tensors, step, rounding);
+                                const AdamWRounding& rounding, MiniStepPart part) override {
+    inner_.adam_mini_update_blocked(params, format, m, m_scales, tensors, step, rounding, part);
   }
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/adamw_math.h"
@@ -48,19 +49,14 @@ struct TensorInputs {
   P* param;
   const G* grad;
   uint64_t seed, index;  // index: element 0's in the whole parameter buffer
-
-  TensorInputs at(int64_t offset) const {
-    return {master ? master + offset : nullptr, param + offset, grad + offset, seed,
-            index + static_cast<uint64_t>(offset)};
-  }
 };
 
-// Element i of a tensor with first moment m and blocks b: its weight stepped; returns the new first moment
-// (before any rounding for storage).
+// Element i of the inputs, element `at` of a tensor with first moment m and blocks b: its weight stepped;
+// returns the new first moment (before any rounding for storage).
 template <Weights kWeights, typename P, typename G>
-inline float step_element(const TensorInputs<P, G>& in, int64_t i, float m, const float* v,
+inline float step_element(const TensorInputs<P, G>& in, int64_t i, int64_t at, float m, const float* v,
                           const MiniBlockLayout& b, const Coefficients& c) {
-  const int64_t line = b.by_column ? i % b.cols : i / b.cols;
+  const int64_t line = b.by_column ? at % b.cols : at / b.cols;
   const ElementStep e = adam_element(load_weight<kWeights>(in.master, in.param, i),
                                      to_f32(in.grad[i]) * c.grad_multiplier, m, v[b.block_of[line]], c);
   store_weight<kWeights>(in.master, in.param, i, e.weight, in.seed, in.index + static_cast<uint64_t>(i));
@@ -72,7 +68,7 @@ void update(const TensorInputs<P, G>& in, M* m, const float* v, const MiniBlockL
             const Coefficients& c) {
   const int64_t n = b.rows * b.cols;
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) m[i] = round_to<M>(step_element<kWeights>(in, i, to_f32(m[i]), v, b, c));
+  for (int64_t i = 0; i < n; ++i) m[i] = round_to<M>(step_element<kWeights>(in, i, i, to_f32(m[i]), v, b, c));
 }
 
 int64_t elements(const MiniTensor& t) {
@@ -93,22 +89,26 @@ void update_quantized_block(const TensorInputs<P, G>& in, MomentCodec codec, uin
            1;
   for (int64_t at = first; at < first + length; ++t) {
     const int64_t end = std::min(first + length, t->begin + elements(*t));
-    const TensorInputs<P, G> tensor = in.at(t->begin);
     const Coefficients& c = t->decay ? coefficients.decayed : coefficients.undecayed;
     for (int64_t i = at; i < end; ++i)
-      block[i - first] = step_element<kWeights>(tensor, i - t->begin, block[i - first], t->v, t->blocks, c);
+      block[i - first] = step_element<kWeights>(in, i, i - t->begin, block[i - first], t->v, t->blocks, c);
     at = end;
   }
   m_scales[k] = quantize_block(codec, block, length, m + first);
 }
 
-void check_tiling(std::span<const MiniTensor> tensors, int64_t n) {
-  int64_t end = 0;
+// The tensors one after the other from [0, n)'s start to its end: exactly (tiling), or from before it to
+// past it (covering).
+void check_tensors(std::span<const MiniTensor> tensors, int64_t n, bool tiling) {
+  const bool fits = !tensors.empty() && (tiling ? tensors.front().begin == 0 : tensors.front().begin <= 0);
+  int64_t end = fits ? tensors.front().begin : 0;
   for (const MiniTensor& t : tensors) {
-    if (t.begin != end) throw std::invalid_argument("adam_mini_update_8bit: the tensors must tile the range");
+    if (t.begin != end) throw std::invalid_argument("adam_mini_update_8bit: the tensors are not in order");
     end += elements(t);
   }
-  if (end != n) throw std::invalid_argument("adam_mini_update_8bit: the tensors must tile the range");
+  if (!fits || (tiling ? end != n : end < n))
+    throw std::invalid_argument(std::string("adam_mini_update_8bit: the tensors must ") +
+                                (tiling ? "tile" : "cover") + " the range");
 }
 
 }  // namespace
@@ -125,11 +125,13 @@ void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, co
 template <typename P, typename G>
 void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
                            float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
-                           const AdamWStep& s, const AdamWRounding& rounding) {
-  check_tiling(tensors, n);
+                           const AdamWStep& s, const AdamWRounding& rounding, MiniStepPart part) {
+  check_tensors(tensors, n, part != MiniStepPart::first_moments);
   const RunCoefficients coefficients(s);
-  for (const MiniTensor& t : tensors)
-    update_second_moments(grad + t.begin, t.v, t.blocks, coefficients.decayed);
+  if (part != MiniStepPart::first_moments)
+    for (const MiniTensor& t : tensors)
+      update_second_moments(grad + t.begin, t.v, t.blocks, coefficients.decayed);
+  if (part == MiniStepPart::second_moments) return;
   const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
   const MomentCodec codec = first_moment_codec(format);
   const int64_t block = moment_block_size(format), blocks = ceil_div(n, block);
@@ -167,13 +169,14 @@ MT_INSTANTIATE_ADAM_MINI_GRADS(f16)
 template <typename P, typename G>
 void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
                            float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
-                           const AdamWStep& s, const AdamWRounding& rounding) {
-  dispatch<&adam_mini_update_8bit<P, G>>(master, param, grad, format, m, m_scales, n, tensors, s, rounding);
+                           const AdamWStep& s, const AdamWRounding& rounding, MiniStepPart part) {
+  dispatch<&adam_mini_update_8bit<P, G>>(master, param, grad, format, m, m_scales, n, tensors, s, rounding,
+                                         part);
 }
 #define MT_INSTANTIATE_ADAM_MINI_8BIT(P, G)                                                                \
   template void adam_mini_update_8bit<P, G>(float*, P*, const G*, MomentFormat, uint8_t*, float*, int64_t, \
                                             std::span<const MiniTensor>, const AdamWStep&,                 \
-                                            const AdamWRounding&);
+                                            const AdamWRounding&, MiniStepPart);
 #define MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(P) \
   MT_INSTANTIATE_ADAM_MINI_8BIT(P, float) MT_INSTANTIATE_ADAM_MINI_8BIT(P, bf16)
 MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(float)

@@ -23,11 +23,14 @@ void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, co
 // The same step over n elements from a quantization block's start whose first moment is 8-bit, quantized as
 // AdamW's (block_quant.h: first_moment_codec(format), blocks of moment_block_size(format) from element 0,
 // m_scales[k] block k's): each block is dequantized, its elements stepped tensor by tensor with exactly
-// adam_mini_update's arithmetic, and requantized. `tensors` tile [0, n) in order (std::invalid_argument
-// otherwise); their v are updated first. rounding.index is element 0's index in the whole parameter buffer.
+// adam_mini_update's arithmetic, and requantized; their v are updated first. rounding.index is element 0's
+// index in the whole parameter buffer. `part` (core/adamw_step.h): the whole step, where `tensors` tile
+// [0, n) in order; only the tensors' second moments, where they tile it too; or only the first moments and
+// weights, where they cover [0, n) in order (the first may begin before 0, the last end after n) and their v
+// are already this step's. std::invalid_argument otherwise.
 template <typename P, typename G>
 void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
                            float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
-                           const AdamWStep& s, const AdamWRounding& rounding);
+                           const AdamWStep& s, const AdamWRounding& rounding, MiniStepPart part);
 
 }  // namespace mt::kernels

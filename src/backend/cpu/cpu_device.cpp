@@ -157,13 +157,14 @@ void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments,
 
 void CpuDevice::adam_mini_update_blocked(const AdamWOperands& p, MomentFormat format, uint8_t* m,
                                          float* m_scales, std::span<const MiniTensor> tensors,
-                                         const AdamWStep& step, const AdamWRounding& rounding) {
+                                         const AdamWStep& step, const AdamWRounding& rounding,
+                                         MiniStepPart part) {
   with_type(p.weights_dtype, "Adam-mini over weights", [&](auto weights) {
     using P = typename decltype(weights)::type;
     with_type<false>(p.grads_dtype, "Adam-mini over gradients", [&](auto grads) {
       using G = typename decltype(grads)::type;
       kernels::adam_mini_update_8bit(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
-                                     format, m, m_scales, p.n, tensors, step, rounding);
+                                     format, m, m_scales, p.n, tensors, step, rounding, part);
     });
   });
 }

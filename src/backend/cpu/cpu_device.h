@@ -29,7 +29,7 @@ class CpuDevice : public Backend {
                         const AdamWRounding& rounding) override;
   void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m, float* m_scales,
                                 std::span<const MiniTensor> tensors, const AdamWStep& step,
-                                const AdamWRounding& rounding) override;
+                                const AdamWRounding& rounding, MiniStepPart part) override;
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,
                             const AdamWRounding& rounding) override;
