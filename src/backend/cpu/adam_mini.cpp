@@ -21,14 +21,27 @@ template <typename G>
 void update_second_moments(const G* grad, float* v, const MiniBlockLayout& b, const Coefficients& c) {
   const int64_t lines = b.by_column ? b.cols : b.rows, length = b.by_column ? b.rows : b.cols;
   std::vector<double> line_sum(static_cast<size_t>(lines));
+  const auto square = [&](int64_t i) {
+    const float g = to_f32(grad[i]) * c.grad_multiplier;
+    return static_cast<double>(g * g);
+  };
+  if (b.by_column) {
+    // A chunk of columns at a time, row by row: each column's sum in row order, read contiguously.
+    constexpr int64_t kColumns = 64;
 #pragma omp parallel for
-  for (int64_t i = 0; i < lines; ++i) {
-    double sum = 0;
-    for (int64_t j = 0; j < length; ++j) {
-      const float g = to_f32(grad[b.by_column ? j * b.cols + i : i * b.cols + j]) * c.grad_multiplier;
-      sum += static_cast<double>(g * g);
+    for (int64_t first = 0; first < b.cols; first += kColumns) {
+      const int64_t last = std::min(first + kColumns, b.cols);
+      for (int64_t row = 0; row < b.rows; ++row)
+        for (int64_t col = first; col < last; ++col)
+          line_sum[static_cast<size_t>(col)] += square(row * b.cols + col);
     }
-    line_sum[static_cast<size_t>(i)] = sum;
+  } else {
+#pragma omp parallel for
+    for (int64_t row = 0; row < b.rows; ++row) {
+      double sum = 0;
+      for (int64_t col = 0; col < b.cols; ++col) sum += square(row * b.cols + col);
+      line_sum[static_cast<size_t>(row)] = sum;
+    }
   }
   std::vector<double> sum(static_cast<size_t>(b.count));
   std::vector<int64_t> lines_in(static_cast<size_t>(b.count));
@@ -51,24 +64,38 @@ struct TensorInputs {
   uint64_t seed, index;  // index: element 0's in the whole parameter buffer
 };
 
-// Element i of the inputs, element `at` of a tensor with first moment m and blocks b: its weight stepped;
-// returns the new first moment (before any rounding for storage).
+// Element i of the inputs, with first moment m in a block whose second moment is v_block: its weight
+// stepped; returns the new first moment (before any rounding for storage).
 template <Weights kWeights, typename P, typename G>
-inline float step_element(const TensorInputs<P, G>& in, int64_t i, int64_t at, float m, const float* v,
-                          const MiniBlockLayout& b, const Coefficients& c) {
-  const int64_t line = b.by_column ? at % b.cols : at / b.cols;
+inline float step_element(const TensorInputs<P, G>& in, int64_t i, float m, float v_block,
+                          const Coefficients& c) {
   const ElementStep e = adam_element(load_weight<kWeights>(in.master, in.param, i),
-                                     to_f32(in.grad[i]) * c.grad_multiplier, m, v[b.block_of[line]], c);
+                                     to_f32(in.grad[i]) * c.grad_multiplier, m, v_block, c);
   store_weight<kWeights>(in.master, in.param, i, e.weight, in.seed, in.index + static_cast<uint64_t>(i));
   return e.m;
 }
 
+// Row by row, so that an element's line needs no division and its second moment is a contiguous read (one per
+// row, or the columns' gathered once): the inner loop then vectorizes as AdamW's does.
 template <Weights kWeights, typename P, typename G, typename M>
 void update(const TensorInputs<P, G>& in, M* m, const float* v, const MiniBlockLayout& b,
             const Coefficients& c) {
-  const int64_t n = b.rows * b.cols;
+  std::vector<float> v_of_column;
+  if (b.by_column)
+    for (int64_t col = 0; col < b.cols; ++col) v_of_column.push_back(v[b.block_of[col]]);
 #pragma omp parallel for
-  for (int64_t i = 0; i < n; ++i) m[i] = round_to<M>(step_element<kWeights>(in, i, i, to_f32(m[i]), v, b, c));
+  for (int64_t row = 0; row < b.rows; ++row) {
+    const int64_t start = row * b.cols;
+    if (b.by_column) {
+      for (int64_t col = 0; col < b.cols; ++col)
+        m[start + col] =
+            round_to<M>(step_element<kWeights>(in, start + col, to_f32(m[start + col]), v_of_column[col], c));
+    } else {
+      const float v_row = v[b.block_of[row]];
+      for (int64_t i = start; i < start + b.cols; ++i)
+        m[i] = round_to<M>(step_element<kWeights>(in, i, to_f32(m[i]), v_row, c));
+    }
+  }
 }
 
 int64_t elements(const MiniTensor& t) {
@@ -90,8 +117,17 @@ void update_quantized_block(const TensorInputs<P, G>& in, MomentCodec codec, uin
   for (int64_t at = first; at < first + length; ++t) {
     const int64_t end = std::min(first + length, t->begin + elements(*t));
     const Coefficients& c = t->decay ? coefficients.decayed : coefficients.undecayed;
-    for (int64_t i = at; i < end; ++i)
-      block[i - first] = step_element<kWeights>(in, i, i - t->begin, block[i - first], t->v, t->blocks, c);
+    const MiniBlockLayout& b = t->blocks;
+    // The tensor's row and column of element `at`, then counted on: one division per tensor and block.
+    int64_t row = (at - t->begin) / b.cols, col = (at - t->begin) % b.cols;
+    for (int64_t i = at; i < end; ++i) {
+      const float v_block = t->v[b.block_of[b.by_column ? col : row]];
+      block[i - first] = step_element<kWeights>(in, i, block[i - first], v_block, c);
+      if (++col == b.cols) {
+        col = 0;
+        ++row;
+      }
+    }
     at = end;
   }
   m_scales[k] = quantize_block(codec, block, length, m + first);
