@@ -260,6 +260,26 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
   return layouts;
 }
 
+// The optimizers worth trying besides AdamW's ordinary step where the request asks for that: the update in
+// the backward (one micro-batch a step, ZeRO up to 2, no model parallelism or offload), Adam-mini (ZeRO 0, no
+// model parallelism, offload or LoRA) and both; a request that names one keeps it.
+struct OptimizerChoice {
+  OptimizerKind kind = OptimizerKind::adamw;
+  bool in_backward = false;
+};
+
+std::vector<OptimizerChoice> optimizer_choices(const TrainConfig& base, bool model_parallel, int stage,
+                                               OffloadOptimizer offload) {
+  if (base.optimizer != OptimizerKind::adamw || base.optimizer_in_backward)
+    return {{base.optimizer, base.optimizer_in_backward}};
+  std::vector<OptimizerChoice> choices = {{}};
+  if (model_parallel || offload != OffloadOptimizer::none) return choices;
+  if (stage <= 2) choices.push_back({OptimizerKind::adamw, true});
+  if (stage == 0 && !base.lora.enabled())
+    for (bool in_backward : {false, true}) choices.push_back({OptimizerKind::adam_mini, in_backward});
+  return choices;
+}
+
 }  // namespace
 
 SearchResult search_configs(const SearchRequest& request) {
@@ -288,20 +308,25 @@ SearchResult search_configs(const SearchRequest& request) {
       if (!base.offload_path.empty() && tp * pp == 1) offloads.push_back(OffloadOptimizer::nvme);
       for (const PrecisionConfig& precision : precision_choices())
         for (int stage : stages)
-          for (OffloadOptimizer offload : offloads) {
-            TrainConfig config = base;
-            config.tensor_parallel = tp;
-            config.pipeline_parallel = pp;
-            config.sequence_parallel = sequence_parallel;
-            config.precision = precision;
-            config.zero_stage = stage;
-            config.offload_optimizer = offload;
-            for (int64_t micro = 1; micro <= std::min(per_rank, most_micro); ++micro) {
-              if (per_rank % micro != 0) continue;
-              config.micro_batch = micro;
-              if (!group.search(config, spec.n_layer / pp)) break;  // recompute counts a stage's layers
+          for (OffloadOptimizer offload : offloads)
+            for (const OptimizerChoice& optimizer : optimizer_choices(base, tp * pp > 1, stage, offload)) {
+              TrainConfig config = base;
+              config.tensor_parallel = tp;
+              config.pipeline_parallel = pp;
+              config.sequence_parallel = sequence_parallel;
+              config.precision = precision;
+              config.zero_stage = stage;
+              config.offload_optimizer = offload;
+              config.optimizer = optimizer.kind;
+              config.optimizer_in_backward = optimizer.in_backward;
+              // The update in the backward takes a step's samples in one micro-batch (no accumulation).
+              for (int64_t micro = optimizer.in_backward ? per_rank : 1;
+                   micro <= std::min(per_rank, most_micro); ++micro) {
+                if (per_rank % micro != 0) continue;
+                config.micro_batch = micro;
+                if (!group.search(config, spec.n_layer / pp)) break;  // recompute counts a stage's layers
+              }
             }
-          }
     }
   result.arenas_packed = group.arenas_packed();
   std::stable_sort(
@@ -318,6 +343,8 @@ std::string describe_config(const TrainConfig& c) {
   if (eight_bit(p)) s += " +" + moment_dtype_name(p.moments()) + "-moments";
   if (p.o2_gradient) s += " +O2-grad";
   if (!p.master_weights) s += " -master";
+  if (c.optimizer == OptimizerKind::adam_mini) s += ", Adam-mini";
+  if (c.optimizer_in_backward) s += ", update in the backward";
   if (c.pipeline_parallel > 1) s += ", pipeline parallel " + std::to_string(c.pipeline_parallel);
   if (c.tensor_parallel > 1)
     s +=
@@ -344,12 +371,27 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
   s += command_line_args(c, {"--seq-length"});
   with_value({"--micro-batch-size", "--global-batch-size"});
   // What the search chose, then what the request fixed.
-  s += command_line_args(
-      c, {"--precision", "--exp-avg-dtype", "--main-grads-dtype", "--main-params-dtype",
-          "--pipeline-model-parallel-size", "--tensor-model-parallel-size", "--sequence-parallel",
-          "--zero-stage", "--recompute-granularity", "--offload-optimizer", "--eval-interval", "--threads",
-          "--lora-rank", "--lora-alpha", "--lora-dropout", "--lora-target", "--lora-train-modules",
-          "--base-quant", "--no-double-quant"});
+  s += command_line_args(c, {"--precision",
+                             "--exp-avg-dtype",
+                             "--main-grads-dtype",
+                             "--main-params-dtype",
+                             "--pipeline-model-parallel-size",
+                             "--tensor-model-parallel-size",
+                             "--sequence-parallel",
+                             "--zero-stage",
+                             "--recompute-granularity",
+                             "--offload-optimizer",
+                             "--optimizer",
+                             "--optimizer-in-backward",
+                             "--eval-interval",
+                             "--threads",
+                             "--lora-rank",
+                             "--lora-alpha",
+                             "--lora-dropout",
+                             "--lora-target",
+                             "--lora-train-modules",
+                             "--base-quant",
+                             "--no-double-quant"});
   return s;
 }
 

@@ -279,6 +279,10 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
   const double grads = static_cast<double>(plan.bytes[Category::grads]);
   c.optimizer_s = 2 * grads / (profile.memory_gbps * 1e9) +
                   shard_params / (adamw_mparams(profile, plan.policy.moments) * 1e6);
+  // Adam-mini reads every gradient once more, for its blocks' second moments, before AdamW's pass.
+  if (config.optimizer == OptimizerKind::adam_mini)
+    c.optimizer_s +=
+        shard_params * static_cast<double>(dtype_size(plan.policy.grads)) / (profile.memory_gbps * 1e9);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
   // The update in the backward all-reduces each block as it completes, once a pass, and waits for it.

@@ -183,6 +183,26 @@ class TwoRanks(ResumeTestCase):
         self.assert_bitwise("two", ["--global-batch-size", "4", "--zero-stage", "1", *IN_BACKWARD], ranks=2)
 
 
+class PlanOffersThem(CliTestCase):
+    def test_plan_lists_the_update_in_the_backward_and_adam_mini_with_the_estimates_bytes(self):
+        result = memtrain("plan", "--model", "llama-tiny", "--seq-length", "32", "--ranks", "1", "--device-memory",
+                          "3MiB", "--global-batch-size", "4", "--top", "200")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        found = {}
+        lines = result.stdout.splitlines()
+        for i, line in enumerate(lines):
+            if line.strip().startswith("per rank") and lines[i + 1].strip().startswith("memtrain train"):
+                command = lines[i + 1].split()
+                for flag in ("--optimizer-in-backward", "adam-mini"):
+                    if flag in command and flag not in found:
+                        found[flag] = (int(line.split("= ")[1].split(" B")[0]), command)
+        self.assertEqual(set(found), {"--optimizer-in-backward", "adam-mini"}, result.stdout[-2000:])
+        for flag, (planned, command) in found.items():
+            with self.subTest(flag):
+                flags = [w for w in command[2:] if w != "--data" and w != "DATA"]
+                self.assertEqual(estimate(*flags)["ranks"][0]["total_bytes"], planned)
+
+
 class Resume(ResumeTestCase):
     def test_resume_is_bitwise(self):
         for name, extra in (("gpt2", []), ("llama-int8", ["--model", "llama-tiny", *INT8])):
