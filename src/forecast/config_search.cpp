@@ -260,6 +260,22 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
   return layouts;
 }
 
+// Bytes that every candidate of `config`'s group holds on its largest rank at least: that rank's share of the
+// weights and, unless offloaded, of the master weights and moments, per element (no scales, no Adam-mini v,
+// no gradients, no activations). 0 under LoRA, whose frozen base is stored otherwise.
+double model_states_floor(const TrainConfig& c, int64_t params, int ranks) {
+  if (c.lora.enabled()) return 0;
+  const ModelStatePolicy policy = model_state_policy(c.precision);
+  const double model_parallel = c.tensor_parallel * c.pipeline_parallel, dp = ranks / model_parallel;
+  const double n = static_cast<double>(params) / model_parallel;
+  double bytes = n * static_cast<double>(dtype_size(policy.weights)) / (c.zero_stage >= 3 ? dp : 1);
+  if (c.offload_optimizer == OffloadOptimizer::none) {
+    const double moments = (c.optimizer == OptimizerKind::adam_mini ? 1 : 2) * dtype_size(policy.moments);
+    bytes += n * ((policy.master_weights ? 4 : 0) + moments) / (c.zero_stage >= 1 ? dp : 1);
+  }
+  return bytes;
+}
+
 // The optimizers worth trying besides AdamW's ordinary step where the request asks for that: the update in
 // the backward (one micro-batch a step, ZeRO up to 2, no model parallelism or offload), Adam-mini (ZeRO 0, no
 // model parallelism, offload or LoRA) and both; a request that names one keeps it.
@@ -319,6 +335,11 @@ SearchResult search_configs(const SearchRequest& request) {
               config.offload_optimizer = offload;
               config.optimizer = optimizer.kind;
               config.optimizer_in_backward = optimizer.in_backward;
+              if (model_states_floor(config, spec.padded_num_parameters(), request.ranks) >
+                  static_cast<double>(request.device_memory)) {
+                ++result.groups_skipped;
+                continue;
+              }
               // The update in the backward takes a step's samples in one micro-batch (no accumulation).
               for (int64_t micro = optimizer.in_backward ? per_rank : 1;
                    micro <= std::min(per_rank, most_micro); ++micro) {

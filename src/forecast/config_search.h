@@ -39,6 +39,9 @@ struct ConfigCandidate {
 struct SearchResult {
   std::vector<ConfigCandidate> fitting;  // fastest first by the cost model
   int64_t candidates_planned = 0;        // lay_out_run calls the search made
+  // Groups of configurations (a precision, ZeRO stage, offload and optimizer, every micro-batch and recompute)
+  // not planned: this much of the model states alone is more than the device holds.
+  int64_t groups_skipped = 0;
   // Of those calls' arenas (3 each), the ones packed: the rest recurred in the search and were reused.
   int64_t arenas_packed = 0;
   std::vector<std::string> notes;  // where the ranking agrees or disagrees with the usual advice

@@ -64,6 +64,19 @@ class DeepModels(CliTestCase):
         if os.environ.get("MEMTRAIN_SANITIZED") != "1":  # the sanitizers' time is their own
             self.assertLess(time.monotonic() - started, 20)
 
+    def test_30000_layers_that_cannot_fit_are_refused_by_plan_within_seconds(self):
+        # Their weights and optimizer states alone pass 1 GiB in every configuration: no group is planned.
+        model = llama_config(self.tmp / "deeper.json", 30000)
+        started = time.monotonic()
+        result = memtrain("plan", "--model", model, "--seq-length", 32, "--ranks", 1, "--device-memory", "1GiB",
+                          "--global-batch-size", 8, timeout=60)
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("planned 0 configurations", result.stdout)
+        self.assertIn("groups skipped: their weights, master weights and moments alone exceed the device",
+                      result.stdout)
+        if os.environ.get("MEMTRAIN_SANITIZED") != "1":
+            self.assertLess(time.monotonic() - started, 20)
+
     def test_absurd_layer_count_is_refused_before_planning(self):
         model = llama_config(self.tmp / "absurd.json", 10 ** 8)
         result = memtrain("estimate", *run_flags(model=model), timeout=20)
