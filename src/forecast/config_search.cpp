@@ -189,6 +189,19 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
 
 }  // namespace
 
+double model_states_floor(const TrainConfig& c, int64_t params, int ranks) {
+  if (c.lora.enabled()) return 0;
+  const ModelStatePolicy policy = model_state_policy(c.precision);
+  const double model_parallel = c.tensor_parallel * c.pipeline_parallel, dp = ranks / model_parallel;
+  const double n = static_cast<double>(params) / model_parallel;
+  double bytes = n * static_cast<double>(dtype_size(policy.weights)) / (c.zero_stage >= 3 ? dp : 1);
+  if (c.offload_optimizer == OffloadOptimizer::none) {
+    const double moments = (c.optimizer == OptimizerKind::adam_mini ? 1 : 2) * dtype_size(policy.moments);
+    bytes += n * ((policy.master_weights ? 4 : 0) + moments) / (c.zero_stage >= 1 ? dp : 1);
+  }
+  return bytes;
+}
+
 RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers) {
   return {.granularity = RecomputeGranularity::full, .method = method, .num_layers = layers};
 }
@@ -258,22 +271,6 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
       }
     }
   return layouts;
-}
-
-// Bytes that every candidate of `config`'s group holds on its largest rank at least: that rank's share of the
-// weights and, unless offloaded, of the master weights and moments, per element (no scales, no Adam-mini v,
-// no gradients, no activations). 0 under LoRA, whose frozen base is stored otherwise.
-double model_states_floor(const TrainConfig& c, int64_t params, int ranks) {
-  if (c.lora.enabled()) return 0;
-  const ModelStatePolicy policy = model_state_policy(c.precision);
-  const double model_parallel = c.tensor_parallel * c.pipeline_parallel, dp = ranks / model_parallel;
-  const double n = static_cast<double>(params) / model_parallel;
-  double bytes = n * static_cast<double>(dtype_size(policy.weights)) / (c.zero_stage >= 3 ? dp : 1);
-  if (c.offload_optimizer == OffloadOptimizer::none) {
-    const double moments = (c.optimizer == OptimizerKind::adam_mini ? 1 : 2) * dtype_size(policy.moments);
-    bytes += n * ((policy.master_weights ? 4 : 0) + moments) / (c.zero_stage >= 1 ? dp : 1);
-  }
-  return bytes;
 }
 
 // The optimizers worth trying besides AdamW's ordinary step where the request asks for that: the update in

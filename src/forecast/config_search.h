@@ -39,8 +39,8 @@ struct ConfigCandidate {
 struct SearchResult {
   std::vector<ConfigCandidate> fitting;  // fastest first by the cost model
   int64_t candidates_planned = 0;        // lay_out_run calls the search made
-  // Groups of configurations (a precision, ZeRO stage, offload and optimizer, every micro-batch and recompute)
-  // not planned: this much of the model states alone is more than the device holds.
+  // Groups of configurations (a precision, ZeRO stage, offload and optimizer, every micro-batch and
+  // recompute) not planned: this much of the model states alone is more than the device holds.
   int64_t groups_skipped = 0;
   // Of those calls' arenas (3 each), the ones packed: the rest recurred in the search and were reused.
   int64_t arenas_packed = 0;
@@ -50,6 +50,12 @@ struct SearchResult {
 SearchResult search_configs(const SearchRequest& request);
 
 RecomputeConfig full_recompute(RecomputeMethod method, int64_t layers);
+
+// Bytes that every candidate of `config` holds on its largest rank at least: that rank's share of the
+// weights and, unless offloaded, of the master weights and moments, per element of the model's `params` (no
+// scales, no Adam-mini v, no gradients, no activations); 0 under LoRA, whose frozen base is stored otherwise.
+// A search skips what this alone puts over the device, without planning it.
+double model_states_floor(const TrainConfig& config, int64_t params, int ranks);
 
 // The fewest layers of full block recompute with which `config` fits, or 0 when not even all n_layer do.
 // Memory falls as layers are added, so by bisection.

@@ -162,11 +162,14 @@ std::string step_change(double changed_s, double refused_s) {
 std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, int64_t limit) {
   const CpuIsa isa = process_cpu_isa();
   const HardwareProfile& profile = doctor_profile(config, world);
-  const int64_t n_layer = resolve_model(config.model, config.pad_vocab_multiple).n_layer;
+  const ModelSpec spec = resolve_model(config.model, config.pad_vocab_multiple);
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
   // nowhere. Changes of the moments or gradients alone keep the graph: its arenas are packed once.
   ArenaPackCache arenas;
   const auto planned = [&](const TrainConfig& changed) -> std::optional<ConfigCandidate> {
+    // What cannot fit by its model states alone is not planned.
+    if (model_states_floor(changed, spec.padded_num_parameters(), world) > static_cast<double>(limit))
+      return std::nullopt;
     try {
       check_config(changed);  // the combinations refused by name (Adam-mini with offload, say)
       return evaluate_candidate(changed, world, profile, isa, &arenas);
@@ -178,7 +181,7 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
     const std::optional<ConfigCandidate> c = planned(changed);
     return c && c->rank_bytes <= limit;
   };
-  const std::vector<Change> changes = candidate_changes(config, world, n_layer, fits);
+  const std::vector<Change> changes = candidate_changes(config, world, spec.n_layer, fits);
   std::vector<FitChange> fitting;
   const auto consider = [&](const std::string& flags, const TrainConfig& changed) {
     const std::optional<ConfigCandidate> c = planned(changed);
