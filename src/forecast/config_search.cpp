@@ -281,9 +281,10 @@ struct OptimizerChoice {
   bool in_backward = false;
 };
 
-std::vector<OptimizerChoice> optimizer_choices(const TrainConfig& base, bool model_parallel, int stage,
+std::vector<OptimizerChoice> optimizer_choices(const SearchRequest& request, bool model_parallel, int stage,
                                                OffloadOptimizer offload) {
-  if (base.optimizer != OptimizerKind::adamw || base.optimizer_in_backward)
+  const TrainConfig& base = request.base;
+  if (base.optimizer != OptimizerKind::adamw || base.optimizer_in_backward || !request.other_optimizers)
     return {{base.optimizer, base.optimizer_in_backward}};
   std::vector<OptimizerChoice> choices = {{}};
   if (model_parallel || offload != OffloadOptimizer::none) return choices;
@@ -322,7 +323,7 @@ SearchResult search_configs(const SearchRequest& request) {
       for (const PrecisionConfig& precision : precision_choices())
         for (int stage : stages)
           for (OffloadOptimizer offload : offloads)
-            for (const OptimizerChoice& optimizer : optimizer_choices(base, tp * pp > 1, stage, offload)) {
+            for (const OptimizerChoice& optimizer : optimizer_choices(request, tp * pp > 1, stage, offload)) {
               TrainConfig config = base;
               config.tensor_parallel = tp;
               config.pipeline_parallel = pp;

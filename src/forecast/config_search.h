@@ -27,6 +27,9 @@ struct SearchRequest {
   CpuIsa isa = process_cpu_isa();  // every candidate's kernels run at this level
   // Called after each configuration is planned, with the count so far: a long search's progress.
   std::function<void(int64_t planned)> on_planned = {};
+  // Beside AdamW's ordinary step, Adam-mini and the update in the backward where they run; a base that names
+  // either keeps it. False: AdamW's step only.
+  bool other_optimizers = true;
 };
 
 struct ConfigCandidate {

@@ -99,14 +99,16 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
     }
 }
 
-// Where everything fits, each of the 12 precision settings plans each micro-batch without recompute: 48
-// candidates over only 12 graphs (weights in fp32, bf16 or fp16 at 4 micro-batches), whose 3 arenas each are
-// packed once. The ranking is unchanged by it: the test above compares every candidate with lay_out_run.
+// Where everything fits, each of the 12 precision settings of AdamW's step plans each micro-batch without
+// recompute: 48 candidates over only 12 graphs (weights in fp32, bf16 or fp16 at 4 micro-batches), whose 3
+// arenas each are packed once. The ranking is unchanged by it: the test above compares every candidate with
+// lay_out_run.
 TEST(Planner, PacksTheArenasOfARecurringGraphOnce) {
   const SearchRequest request{.base = tiny_base("gpt2-tiny", 8),
                               .ranks = 1,
                               .device_memory = int64_t{1} << 40,
-                              .profile = testing::tested_profile()};
+                              .profile = testing::tested_profile(),
+                              .other_optimizers = false};
   const SearchResult result = search_configs(request);
   EXPECT_EQ(result.candidates_planned, 48);
   EXPECT_EQ(result.fitting.size(), 48u);
@@ -195,8 +197,11 @@ TEST(Planner, O2OptimizerFirstWhenModelStatesOverflow) {
   TrainConfig o2 = plain;
   o2.precision.set_moments(MomentDType::bf16);
   const int64_t limit = (rank_total(plain, 1, 0) + rank_total(o2, 1, 0)) / 2;
-  const SearchResult result = search_configs(
-      {.base = plain, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
+  const SearchResult result = search_configs({.base = plain,
+                                              .ranks = 1,
+                                              .device_memory = limit,
+                                              .profile = testing::tested_profile(),
+                                              .other_optimizers = false});
   const auto& ranked = result.fitting;
   const auto o2_alone = std::find_if(ranked.begin(), ranked.end(), [](const ConfigCandidate& c) {
     return c.config.precision.moments() == MomentDType::bf16 && !c.config.precision.o2_gradient &&
@@ -230,8 +235,11 @@ TEST(Planner, OnlyEightBitMomentsFit) {
   smallest_8bit.precision.set_moments(MomentDType::int8);
   const int64_t limit = (rank_total(smallest, 1, 0) + rank_total(smallest_8bit, 1, 0)) / 2;
   ASSERT_LT(rank_total(smallest_8bit, 1, 0), limit);
-  const SearchResult result = search_configs(
-      {.base = base, .ranks = 1, .device_memory = limit, .profile = testing::tested_profile()});
+  const SearchResult result = search_configs({.base = base,
+                                              .ranks = 1,
+                                              .device_memory = limit,
+                                              .profile = testing::tested_profile(),
+                                              .other_optimizers = false});
   ASSERT_FALSE(result.fitting.empty());
   for (const ConfigCandidate& c : result.fitting) {
     EXPECT_TRUE(eight_bit(c)) << describe_config(c.config);
