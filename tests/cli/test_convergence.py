@@ -8,10 +8,12 @@ steps, validation every 25. Two checks share the runs:
   map) end within 1% of fp32 moments (the bf16 run above); fp8 (e4m3, blocks of 128) and bf16 are reported
   beside them. With --svg the four moment runs' curves are drawn with `memtrain report`
   (bench/moment_convergence.sh: the README's picture);
-- the optimizers (issue 30): the update in the backward (with clipping: two passes a step), Adam-mini, and
-  both, in fp32, each final validation loss within 2% of AdamW's (the fp32 run); --optimizer-svg draws them.
+- the optimizers (issue 30): Adam-mini in fp32, its final validation loss within 2% of AdamW's (the fp32 run);
+  with --optimizer-svg also the update in the backward (with clipping: two passes a step) and both, checked the
+  same way and drawn. CI leaves those two out: without clipping the update in the backward is bitwise AdamW's
+  step, with it within 1e-5 (tests/cli/test_optimizer_in_backward.py), so 300 steps of it add only time.
 
-The eleven runs go two at a time on one thread each, which on 2 cores finishes sooner than one at a time on two
+The runs go two at a time on one thread each, which on 2 cores finishes sooner than one at a time on two
 (the products are small). CTest gives the test both cores.
 
 usage: test_convergence.py WORK_DIR [--svg FILE]   (runs the binary memtrain_cli.py names)
@@ -130,12 +132,12 @@ def check_moments(runs: dict) -> list:
     return [f"int8 moments not within 1% of fp32 moments ({diff:+.2%})"] if abs(diff) > INT8_TOLERANCE else []
 
 
-def check_optimizers(runs: dict) -> list:
+def check_optimizers(runs: dict, optimizers: dict) -> list:
     """Each optimizer mode's final validation loss against AdamW's; a failure beyond 2%."""
-    reference = final_val(runs[OPTIMIZERS["adamw"]])
+    reference = final_val(runs[optimizers["adamw"]])
     print(f"final validation loss AdamW {reference:.4f}")
     failures = []
-    for mode, name in OPTIMIZERS.items():
+    for mode, name in optimizers.items():
         diff = final_val(runs[name]) / reference - 1
         print(f"  {mode:22s} {final_val(runs[name]):.4f} ({diff:+.2%})")
         if abs(diff) > OPTIMIZER_TOLERANCE:
@@ -158,14 +160,17 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("work", type=Path)
     parser.add_argument("--svg", type=Path, help="draw the moment runs' curves into this SVG file")
-    parser.add_argument("--optimizer-svg", type=Path, help="draw the optimizer modes' curves into this SVG file")
+    parser.add_argument("--optimizer-svg", type=Path,
+                        help="also run the update in the backward and draw the optimizer modes' curves into this file")
     args = parser.parse_args()
+    optimizers = OPTIMIZERS if args.optimizer_svg else {"adamw": "fp32", "adam-mini": "adam-mini"}
     data = args.work / "data"
     prepare(data)
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {name: pool.submit(train_demo, data, run_dir(args.work, name), name) for name in RUNS}
+        names = [name for name in RUNS if name not in OPTIMIZERS.values() or name in optimizers.values()]
+        futures = {name: pool.submit(train_demo, data, run_dir(args.work, name), name) for name in names}
         runs = {name: future.result() for name, future in futures.items()}
-    failures = check_precision(runs) + check_moments(runs) + check_optimizers(runs)
+    failures = check_precision(runs) + check_moments(runs) + check_optimizers(runs, optimizers)
     if args.svg:
         draw(args.work, args.svg, "moments", MOMENTS,
              f"Adam's moments in {', '.join(MOMENTS)}: gpt2-demo, {STEPS} steps, bf16 weights + fp32 master")
