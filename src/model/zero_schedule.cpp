@@ -151,6 +151,7 @@ BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, 
   if (covered != n) throw std::logic_error("block gradients: a parameter's block gets no gradients");
   const int64_t q = std::max<int64_t>(moment_block, 1);
   std::map<int64_t, int> carry_of;  // quantization block -> its carry
+  std::vector<int> carry_first_op;  // per carry: the first of its blocks' last ops
   for (BlockGradients& b : updates.blocks) {
     // The quantization blocks wholly inside the block: from its first block start, to its last block start
     // or to the end of the parameters, whose last quantization block may be short.
@@ -159,25 +160,24 @@ BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, 
     for (const int64_t begin : {b.flat_begin / q * q, b.whole_end}) {
       if (begin >= b.flat_end || (begin >= b.whole_begin && begin < b.whole_end)) continue;
       auto [it, first] = carry_of.try_emplace(begin / q, static_cast<int>(updates.carries.size()));
-      if (first)
+      if (first) {
         updates.carries.push_back(
-            {.tensor = -1, .flat_begin = begin, .flat_end = std::min(begin + q, n), .last_op = 0});
+            {.tensor = -1, .flat_begin = begin, .flat_end = std::min(begin + q, n), .last_op = b.last_op});
+        carry_first_op.push_back(b.last_op);
+      }
+      GradientCarry& carry = updates.carries[it->second];
+      carry.last_op = std::max(carry.last_op, b.last_op);
+      carry_first_op[it->second] = std::min(carry_first_op[it->second], b.last_op);
       if (b.carries.empty() || b.carries.back() != it->second) b.carries.push_back(it->second);
     }
   }
   for (size_t c = 0; c < updates.carries.size(); ++c) {
     GradientCarry& carry = updates.carries[c];
-    int first_op = -1;
-    for (const BlockGradients& b : updates.blocks)
-      if (std::find(b.carries.begin(), b.carries.end(), static_cast<int>(c)) != b.carries.end()) {
-        first_op = first_op < 0 ? b.last_op : std::min(first_op, b.last_op);
-        carry.last_op = std::max(carry.last_op, b.last_op);
-      }
     carry.tensor = graph.table.add({.name = "grads.carry" + std::to_string(carry.flat_begin / q),
                                     .shape = {carry.flat_end - carry.flat_begin},
                                     .dtype = grads,
                                     .category = Category::grads,
-                                    .first_op = first_op,
+                                    .first_op = carry_first_op[c],
                                     .last_op = carry.last_op});
   }
   return updates;

@@ -154,7 +154,8 @@ void AdamW::update_mini_blocked(Allocation& memory, float lr, float grad_multipl
                        updates_, grad_multiplier};
   const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
   memory.optimizer_state().visit(begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
-    const int64_t first = std::max(window.begin, grads.begin), last = window.end, local = first - window.begin;
+    const int64_t first = std::max(window.begin, grads.begin), last = window.end,
+                  local = first - window.begin;
     // One call over the range, whose quantization blocks straddle the tensors: the tensors in it, or, for
     // first moments, every tensor with an element in it.
     std::vector<MiniTensor> tensors;

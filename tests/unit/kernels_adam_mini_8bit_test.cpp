@@ -108,7 +108,8 @@ void step_8bit(State& s, const std::vector<bf16>& grad, const AdamWStep& step, c
 void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r,
                    int64_t split) {
   adam_mini_update_8bit<bf16, bf16>(s.master_at(0), s.param.data(), grad.data(), s.format, s.m.data(),
-                                    s.m_scales.data(), s.n, s.tensors(), step, r, MiniStepPart::second_moments);
+                                    s.m_scales.data(), s.n, s.tensors(), step, r,
+                                    MiniStepPart::second_moments);
   const int64_t at = split * moment_block_size(s.format);
   for (const auto& [begin, end] : {std::pair{at, s.n}, std::pair<int64_t, int64_t>{0, at}}) {
     std::vector<MiniTensor> covering;
@@ -117,10 +118,10 @@ void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& ste
         t.begin -= begin;
         covering.push_back(t);
       }
-    adam_mini_update_8bit<bf16, bf16>(s.master_at(begin), s.param.data() + begin, grad.data() + begin, s.format,
-                                      s.m.data() + begin, s.m_scales.data() + split * (begin > 0), end - begin,
-                                      covering, step, {r.stochastic_moments, r.seed, r.index + begin},
-                                      MiniStepPart::first_moments);
+    adam_mini_update_8bit<bf16, bf16>(
+        s.master_at(begin), s.param.data() + begin, grad.data() + begin, s.format, s.m.data() + begin,
+        s.m_scales.data() + split * (begin > 0), end - begin, covering, step,
+        {r.stochastic_moments, r.seed, r.index + begin}, MiniStepPart::first_moments);
   }
 }
 
@@ -186,7 +187,8 @@ TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotTileOrCoverTheRange) {
   std::vector<MiniTensor> short_of_n = s.tensors();
   short_of_n.pop_back();
   const auto run = [&](const std::vector<MiniTensor>& tensors) {
-    for (MiniStepPart part : {MiniStepPart::whole, MiniStepPart::second_moments, MiniStepPart::first_moments}) {
+    for (MiniStepPart part :
+         {MiniStepPart::whole, MiniStepPart::second_moments, MiniStepPart::first_moments}) {
       const auto call = [&] {
         adam_mini_update_8bit<bf16, bf16>(s.master.data(), s.param.data(), grad.data(), s.format, s.m.data(),
                                           s.m_scales.data(), s.n, tensors, step_at(1), {}, part);
