@@ -72,12 +72,18 @@ def ranks_running(out: Path) -> list:
 
 
 def kill_leftovers(agent: Path):
-    """B's Open MPI daemon (it outlives an mpirun killed after a lost link) and anything it started."""
-    for pid in processes_naming(str(agent)):
+    """B's Open MPI daemon (it outlives an mpirun killed after a lost link), anything it started, and anything
+    still naming the agent; returns once they are gone, so that the next job starts on a quiet host."""
+    namespace_b = subprocess.run(["ip", "netns", "pids", NS_B], capture_output=True, text=True).stdout.split()
+    leftovers = set(map(int, namespace_b)) | set(processes_naming(str(agent)))
+    for pid in leftovers:
         try:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in leftovers) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def set_up_hosts():
@@ -89,6 +95,21 @@ def set_up_hosts():
         sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", ns)
         sh("ip", "-n", ns, "link", "set", ns, "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
+    wait_for_link()
+
+
+def wait_for_link(limit_s=30):
+    """Until both ends of the link report carrier and state UP: the kernel applies a link's change of state
+    up to a second late, and a job started before then finds no route to the other host."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        states = [subprocess.run(["ip", "-n", ns, "-o", "link", "show", "dev", ns], capture_output=True,
+                                 text=True).stdout for ns in (NS_A, NS_B)]
+        if all("LOWER_UP" in state and "state UP" in state for state in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the link between the hosts was not up after {limit_s} s: {states}")
+        time.sleep(0.1)
 
 
 def tear_down_hosts():
@@ -99,14 +120,20 @@ def tear_down_hosts():
 def write_agent(folder: Path, unshared_dir: Path) -> Path:
     """The rsh agent mpirun starts B's daemon with: `agent [options] HOST COMMAND...` as ssh is called. On B it
     enters namespace B with a host name of its own, and mounts an empty tmpfs over `unshared_dir` (visible in
-    B's mount namespace only, as a folder local to B)."""
+    B's mount namespace only, as a folder local to B). Each start and its exit code go to agent.log, which a
+    failing test prints: Open MPI says only that a daemon did not start."""
     agent = folder / "agent.sh"
+    log = folder / "agent.log"
     agent.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         while [ "${{1#-}}" != "$1" ]; do shift; done
         host=$1; shift
         [ "$host" = {IP_B} ] || {{ echo "agent: unknown host $host" >&2; exit 1; }}
-        exec ip netns exec {NS_B} unshare --uts sh -c 'hostname {HOST_B} && mount -t tmpfs none {unshared_dir} && '"$*"
+        echo "$(date +%T.%N) start: $*" >> {log}
+        ip netns exec {NS_B} unshare --uts sh -c 'hostname {HOST_B} && mount -t tmpfs none {unshared_dir} && '"$*"
+        code=$?
+        echo "$(date +%T.%N) exit $code" >> {log}
+        exit $code
         """))
     agent.chmod(0o755)
     return agent
@@ -121,6 +148,9 @@ class TwoHosts(CliTestCase):
         cls.unshared = cls.folder / "local-to-b"
         cls.unshared.mkdir()
         cls.agent = write_agent(cls.folder, cls.unshared)
+        # Open MPI's session directories: a daemon killed after a lost link leaves its own behind
+        cls.session_dirs = cls.folder / "ompi"
+        cls.session_dirs.mkdir()
         cls.hostfile = cls.folder / "hostfile"
         cls.hostfile.write_text(f"{IP_A} slots=1\n{IP_B} slots=1\n")
 
@@ -134,6 +164,7 @@ class TwoHosts(CliTestCase):
         return ["ip", "netns", "exec", NS_A, "mpirun", "--allow-run-as-root", "-np", "2", "--hostfile",
                 str(self.hostfile), "--mca", "plm_rsh_agent", str(self.agent), "--mca", "btl", "tcp,self",
                 "--mca", "btl_tcp_if_include", SUBNET + ".0/24", "--mca", "oob_tcp_if_include", SUBNET + ".0/24",
+                "--mca", "orte_tmpdir_base", str(self.session_dirs),
                 "-x", "OMP_NUM_THREADS=1", "-x", "ASAN_OPTIONS=detect_leaks=0"]
 
     def start(self, **flags) -> subprocess.Popen:
@@ -145,7 +176,11 @@ class TwoHosts(CliTestCase):
                                     stdout=out, stderr=err, start_new_session=True)
 
     def output(self):
-        return (self.tmp / "stdout").read_text(), (self.tmp / "stderr").read_text()
+        """The job's stdout, and its stderr with the agent's log of B's daemons after it."""
+        log = self.folder / "agent.log"
+        agent_log = log.read_text() if log.exists() else "(no daemon started on B)\n"
+        stderr = (self.tmp / "stderr").read_text()
+        return (self.tmp / "stdout").read_text(), f"{stderr}\nagent.log:\n{agent_log}"
 
     def finish(self, job: subprocess.Popen, limit_s: float):
         """The job's (exit code, stdout, stderr); killed and failed when it outlives limit_s."""
@@ -190,6 +225,7 @@ class TwoHosts(CliTestCase):
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
             sh("ip", "-n", NS_A, "link", "set", NS_A, "up")
+            wait_for_link()
         err = self.output()[1]
         self.assertRegex(err, r"memtrain: error: \w+: world rank 0 on \S+ waited longer than "
                               r"--distributed-timeout-minutes 0.1 for world rank 1 ")
