@@ -50,15 +50,6 @@ int64_t first_non_finite(const char* raw, DType dtype, int64_t n) {
 
 }  // namespace
 
-float* adam_mini_v(const Allocation& memory) {
-  const Plan& plan = memory.plan();
-  if (plan.policy.v_blocks == 0) return nullptr;
-  float* v = nullptr;
-  memory.optimizer_state().visit(plan.shard_begin, plan.shard_end, StateAccess::read_all,
-                                 [&](const StateWindow& w) { v = static_cast<float*>(w.v); });
-  return v;
-}
-
 void read_adam_mini_v(const std::string& checkpoint_dir, Allocation& memory) {
   const int64_t blocks = memory.plan().policy.v_blocks;
   const SafetensorsReader file(checkpoint_dir + "/" + rank_file_name(0));
@@ -66,12 +57,13 @@ void read_adam_mini_v(const std::string& checkpoint_dir, Allocation& memory) {
   if (!entry || entry->dtype != DType::f32 || entry->numel() != blocks)
     fail_data(file.path() + ": expected tensor " + kAdamMiniVTensor + " F32 [" + std::to_string(blocks) +
               "] (Adam-mini's second moments)");
-  memory.device().write(adam_mini_v(memory), blocks * 4, [&](char* piece, int64_t offset, int64_t bytes) {
-    file.read_part(*entry, static_cast<uint64_t>(offset), static_cast<uint64_t>(bytes), piece);
-    if (const int64_t bad = first_non_finite(piece, DType::f32, bytes / 4); bad >= 0)
-      fail_data(file.path() + ": tensor " + kAdamMiniVTensor + " holds a NaN or infinite value (entry " +
-                std::to_string(offset / 4 + bad) + "): the checkpoint is corrupt");
-  });
+  memory.device().write(
+      memory.optimizer_state().adam_mini_v(), blocks * 4, [&](char* piece, int64_t offset, int64_t bytes) {
+        file.read_part(*entry, static_cast<uint64_t>(offset), static_cast<uint64_t>(bytes), piece);
+        if (const int64_t bad = first_non_finite(piece, DType::f32, bytes / 4); bad >= 0)
+          fail_data(file.path() + ": tensor " + kAdamMiniVTensor + " holds a NaN or infinite value (entry " +
+                    std::to_string(offset / 4 + bad) + "): the checkpoint is corrupt");
+      });
 }
 
 RankFiles::RankFiles(const std::string& checkpoint_dir, const CheckpointLayout& layout, int part) {

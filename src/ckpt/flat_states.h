@@ -50,8 +50,6 @@ std::vector<StateTensor> state_tensors(const Plan& plan);
 // Adam-mini's second moments (ModelStatePolicy::v_blocks of them, fp32): one per block, not per flat
 // parameter, and held whole by every rank, so rank 0's file holds them all under this name.
 inline constexpr const char* kAdamMiniVTensor = "adam_mini_v";
-// This rank's Adam-mini v (in the device's memory), or null without Adam-mini.
-float* adam_mini_v(const Allocation& memory);
 // Fills it from rank 0's file of `checkpoint_dir`, which must hold plan.policy.v_blocks finite values.
 void read_adam_mini_v(const std::string& checkpoint_dir, Allocation& memory);
 

@@ -30,7 +30,7 @@ ManifestFile write_rank_file(const std::string& dir, const Allocation& memory, c
   const std::vector<StateTensor> states = state_tensors(memory.plan());
   std::vector<SafetensorsWriter::Item> items = {{kWeightsTensor, weights.dtype, {range.size()}}};
   for (const StateTensor& t : states) items.push_back({t.name, t.dtype, {t.entries(range.begin, range.end)}});
-  const float* mini_v = rank == 0 ? adam_mini_v(memory) : nullptr;
+  const float* mini_v = rank == 0 ? memory.optimizer_state().adam_mini_v() : nullptr;
   if (mini_v) items.push_back({kAdamMiniVTensor, DType::f32, {memory.plan().policy.v_blocks}});
   const std::string name = rank_file_name(rank);
   SafetensorsWriter writer(dir + "/" + name, items,

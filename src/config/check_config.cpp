@@ -46,13 +46,16 @@ void check_checkpoint_flags(const TrainConfig& c) {
 }
 
 // Adam-mini holds its fp32 second moments whole, in memory, for a whole model's partition (its first moment
-// in any moment dtype): what would need more is refused by name (docs/optimizer_states.md).
+// in any moment dtype), stepped on every rank from whole gradients: what would need more is refused by name
+// (docs/optimizer_states.md).
 void check_adam_mini_flags(const TrainConfig& c) {
   if (c.optimizer != OptimizerKind::adam_mini) return;
   const std::string mini = "--optimizer adam-mini with ";
-  if (c.zero_stage >= 1)
+  if (c.zero_stage >= 3 || (c.zero_stage == 2 && !c.optimizer_in_backward))
     fail_usage(mini + flag_source_with_value(c, "--zero-stage") +
-               ": Adam-mini's blocks are not cut into ZeRO shards; use --zero-stage 0");
+               ": each rank steps every block's second moment from the whole gradients, which ZeRO-" +
+               std::to_string(c.zero_stage) + " shards; use --zero-stage 1" +
+               (c.zero_stage == 2 ? " (or 2 with --optimizer-in-backward)" : ""));
   if (c.tensor_parallel > 1 || c.pipeline_parallel > 1)
     fail_usage(mini +
                (c.tensor_parallel > 1 ? flag_source_with_value(c, "--tensor-model-parallel-size")

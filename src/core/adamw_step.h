@@ -77,15 +77,7 @@ struct MiniBlocks {
 // One parameter tensor of a range that Adam-mini updates with block-quantized first moments: its elements
 // from `begin` (relative to the range) on, blocks.rows * blocks.cols of them, whose second moments are
 // v[0, blocks.count), with s.weight_decay when `decay` and none otherwise. A quantization block may hold
-// elements of several tensors, so one call updates every tensor of its range: the tensors tile it in order.
-struct MiniTensor;
-
-// Which part of Adam-mini's step over 8-bit first moments a call makes: all of it, or, for the update in the
-// backward (where a quantization block may hold elements of two blocks of the model, complete at different
-// times), the second moments of whole tensors first and later the first moments and weights of a range of
-// whole quantization blocks, whose tensors may begin before it and end after it.
-enum class MiniStepPart { whole, second_moments, first_moments };
-
+// elements of several tensors, so one call updates every tensor with an element in its range.
 struct MiniTensor {
   int64_t begin;
   MiniBlockLayout blocks;

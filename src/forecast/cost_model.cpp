@@ -93,8 +93,8 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
   switch (stage) {
     case 0:
       return 2 * grads * ring;  // all-reduce once per step
-    case 1:
-      return (grads + weights) * ring;  // reduce to owners, gather the updated weights
+    case 1:  // reduce to owners (all-reduce for Adam-mini's whole v), gather the updated weights
+      return ((plan.policy.v_blocks > 0 ? 2 : 1) * grads + weights) * ring;
     case 2:
       return (accum * grads + weights) * ring;  // every micro-batch's windows reduced to owners
     default:                                    // and each window's weights gathered twice a pass

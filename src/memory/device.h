@@ -76,18 +76,20 @@ class Device {
   virtual void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                                     const AdamWStep& step, std::span<const DecayRun> runs,
                                     const AdamWRounding& rounding) = 0;
-  // Adam-mini over one tensor (params.n = blocks.rows * blocks.cols): the first moment m in fp32 or bf16
-  // (`moments`), one fp32 second moment per block at v.
-  virtual void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
-                                const MiniBlockLayout& blocks, const AdamWStep& step,
+  // Adam-mini (backend/cpu/adam_mini.h): one tensor's fp32 second moments per block at v from its whole
+  // gradient (grads_dtype), then the first moments and weights of any range with v already this step's.
+  virtual void adam_mini_second_moments(const void* grads, DType grads_dtype, float* v,
+                                        const MiniBlockLayout& blocks, const AdamWStep& step) = 0;
+  // Elements [first, first + params.n) of one tensor, params at element `first`; the first moment m in fp32
+  // or bf16 (`moments`).
+  virtual void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,
+                                const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                                 const AdamWRounding& rounding) = 0;
-  // Adam-mini over a range of tensors (params.n elements from the first moment's block start) whose first
-  // moment m is 8-bit, quantized as AdamW's (`format`; its scales at m_scales); each tensor's fp32 second
-  // moments per block as adam_mini_update's; `part` of the step (core/adamw_step.h).
+  // params.n elements from a quantization block's start, covered by `tensors` in order, whose first moment
+  // m is 8-bit, quantized as AdamW's (`format`; its scales at m_scales).
   virtual void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m,
                                         float* m_scales, std::span<const MiniTensor> tensors,
-                                        const AdamWStep& step, const AdamWRounding& rounding,
-                                        MiniStepPart part) = 0;
+                                        const AdamWStep& step, const AdamWRounding& rounding) = 0;
   // A frozen base weight's n values (host fp32) quantized into its buffers (QLoRA).
   virtual void quantize_weight(const float* host_values, const QuantizedWeight& into) = 0;
 };

@@ -50,6 +50,9 @@ class OptimizerState {
   virtual ~OptimizerState() = default;
   // Calls visit for consecutive windows covering [begin, end), which must lie in the plan's shard.
   virtual void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) = 0;
+  // Adam-mini's second moments (ModelStatePolicy::v_blocks fp32), one model's whole on every rank and never
+  // offloaded; null for AdamW.
+  virtual float* adam_mini_v() const { return nullptr; }
 };
 
 // The whole shard in memory: one window over `shard`'s buffers.
@@ -57,6 +60,9 @@ class InMemoryOptimizerState : public OptimizerState {
  public:
   InMemoryOptimizerState(const Plan& plan, const StateBuffers& shard) : plan_(plan), shard_(shard) {}
   void visit(int64_t begin, int64_t end, StateAccess access, const Visitor& visit) override;
+  float* adam_mini_v() const override {
+    return plan_.policy.v_blocks > 0 ? static_cast<float*>(shard_.v) : nullptr;
+  }
 
  private:
   const Plan& plan_;

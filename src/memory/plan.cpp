@@ -111,8 +111,13 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   // whole blocks of blocked moments, so that a window starts on a block.
   plan.state_elems = plan.shard_elems;
   plan.moment_scales = policy.moment_scales(plan.shard_elems);
-  if (policy.v_blocks > 0 && (offload.enabled || sharding.shards_optimizer()))
-    throw std::logic_error("adam-mini's second moments are held whole: no offload, no ZeRO sharding");
+  // Adam-mini's v is one model's on every rank, stepped from whole gradients: a block's at a time in the
+  // backward, or all of them held (ZeRO-1 at most).
+  if (policy.v_blocks > 0 && (offload.enabled || (sharding.shards_grads() && !policy.grads_in_backward) ||
+                              sharding.shards_weights()))
+    throw std::logic_error(
+        "adam-mini's second moments are held whole, from whole gradients: no offload, "
+        "ZeRO-1 (or ZeRO-2 with the update in the backward)");
   if (offload.enabled) {
     if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
     plan.offload = offload;

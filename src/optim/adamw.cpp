@@ -40,8 +40,16 @@ OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale, 
   if (!std::isfinite(norm)) return {norm, true};
   ++updates_;
   const Plan& plan = memory.plan();
-  apply(memory, lr, grad_multiplier(norm, loss_scale),
-        {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
+  const float multiplier = grad_multiplier(norm, loss_scale);
+  if (plan.policy.v_blocks > 0) {
+    // Every rank steps the second moments of every block from the whole gradients (ZeRO-1 shards only the
+    // first moments and master weights): each rank holds one model's v, bitwise the same, and a shard may
+    // cut a block.
+    if (plan.sharding.shards_grads() || plan.policy.grads_in_backward)
+      throw std::logic_error("adam-mini: the step needs the whole gradients (check_config allows ZeRO-1)");
+    update_second_moments(memory, multiplier, 0, plan.num_params, memory.grads_at(0));
+  }
+  apply(memory, lr, multiplier, {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
   return {norm, false};
 }
 
@@ -53,22 +61,32 @@ float AdamW::grad_multiplier(double norm, float loss_scale) const {
 
 void AdamW::update_range(Allocation& memory, float lr, float grad_multiplier, int64_t begin, int64_t end,
                          const void* grads) {
-  const ModelStatePolicy& policy = memory.plan().policy;
-  apply(memory, lr, grad_multiplier, {begin, end, grads},
-        policy.v_blocks > 0 && policy.blocked_moments() ? MiniStepPart::first_moments : MiniStepPart::whole);
+  apply(memory, lr, grad_multiplier, {begin, end, grads});
 }
 
 void AdamW::update_second_moments(Allocation& memory, float grad_multiplier, int64_t begin, int64_t end,
                                   const void* grads) {
-  const ModelStatePolicy& policy = memory.plan().policy;
-  if (policy.v_blocks > 0 && policy.blocked_moments())
-    update_mini(memory, 0.0f, grad_multiplier, {begin, end, grads}, MiniStepPart::second_moments);
+  const Plan& plan = memory.plan();
+  if (plan.policy.v_blocks == 0) return;
+  check_mini_blocks(plan);
+  float* v = memory.optimizer_state().adam_mini_v();
+  const auto size = static_cast<int64_t>(dtype_size(plan.policy.grads));
+  const AdamWStep s{0.0f, config_.beta1, config_.beta2, config_.eps, 0.0f, updates_, grad_multiplier};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const MiniBlocks& b = mini_blocks_[i];
+    const int64_t offset = memory.param_offset(params_[i].id), last = offset + b.rows * b.cols;
+    if (offset >= end || last <= begin) continue;
+    if (offset < begin || last > end)
+      throw std::logic_error("adam-mini: second moments of tensor " + memory.table()[params_[i].id].name +
+                             " from part of its gradients");
+    memory.device().adam_mini_second_moments(static_cast<const char*>(grads) + (offset - begin) * size,
+                                             plan.policy.grads, v + b.first, b.layout(), s);
+  }
 }
 
-void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-                  MiniStepPart part) {
+void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
   if (memory.plan().policy.v_blocks > 0)
-    update_mini(memory, lr, grad_multiplier, grads, part);
+    update_mini(memory, lr, grad_multiplier, grads);
   else if (memory.plan().policy.blocked_moments())
     update_blocked(memory, lr, grad_multiplier, grads);
   else
@@ -114,64 +132,62 @@ void AdamW::update_blocked(Allocation& memory, float lr, float grad_multiplier, 
   });
 }
 
-void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-                        MiniStepPart part) {
-  const Plan& plan = memory.plan();
+void AdamW::check_mini_blocks(const Plan& plan) const {
   if (mini_blocks_.size() != params_.size() || adam_mini_block_count(mini_blocks_) != plan.policy.v_blocks)
     throw std::logic_error("adam-mini: the optimizer's blocks are not the plan's");
   for (size_t i = 0; i < params_.size(); ++i)
     if (mini_blocks_[i].param != params_[i].id)
       throw std::logic_error("adam-mini: blocks out of the parameters' order");
-  if (plan.policy.blocked_moments()) return update_mini_blocked(memory, lr, grad_multiplier, grads, part);
+}
+
+void AdamW::update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
+  const Plan& plan = memory.plan();
+  check_mini_blocks(plan);
+  if (plan.policy.blocked_moments()) return update_mini_blocked(memory, lr, grad_multiplier, grads);
   const int64_t moment_size = static_cast<int64_t>(dtype_size(plan.policy.moments));
   const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
   memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    // Each tensor where it overlaps the window: a shard's or a block's edge may cut it.
     for (size_t i = 0; i < params_.size(); ++i) {
       const ParamGroup& p = params_[i];
       const MiniBlocks& b = mini_blocks_[i];
-      const int64_t first = memory.param_offset(p.id), local = first - window.begin;
-      if (first < window.begin || first >= window.end) continue;  // a tensor of another range
+      const int64_t offset = memory.param_offset(p.id);
+      const int64_t first = std::max(offset, window.begin),
+                    last = std::min(offset + b.rows * b.cols, window.end);
+      if (first >= last) continue;
       const AdamWStep s{
           lr,       config_.beta1,  config_.beta2, config_.eps, p.decay ? config_.weight_decay : 0.0f,
           updates_, grad_multiplier};
-      memory.device().adam_mini_update(operands(memory, window.master ? window.master + local : nullptr,
-                                                first, first + b.rows * b.cols, grads),
-                                       static_cast<char*>(window.m) + local * moment_size,
-                                       plan.policy.moments, static_cast<float*>(window.v) + b.first,
-                                       b.layout(), s, {false, seed, first});
+      const int64_t local = first - window.begin;
+      memory.device().adam_mini_update(
+          operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
+          static_cast<char*>(window.m) + local * moment_size, plan.policy.moments,
+          static_cast<const float*>(window.v) + b.first, b.layout(), first - offset, s, {false, seed, first});
     }
   });
 }
 
-void AdamW::update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-                                MiniStepPart part) {
+void AdamW::update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {
   const Plan& plan = memory.plan();
-  // A block's second moments (part second_moments) start where its parameters do, inside a quantization
-  // block: the visit starts on that block, and the call on the parameters (it reads no first moment).
-  const int64_t q = plan.policy.moment_block;
-  const int64_t begin = part == MiniStepPart::second_moments ? grads.begin / q * q : grads.begin;
   const AdamWStep step{lr,       config_.beta1,  config_.beta2, config_.eps, config_.weight_decay,
                        updates_, grad_multiplier};
   const uint64_t seed = mix64(config_.seed) ^ mix64(updates_);
-  memory.optimizer_state().visit(begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
-    const int64_t first = std::max(window.begin, grads.begin), last = window.end,
-                  local = first - window.begin;
-    // One call over the range, whose quantization blocks straddle the tensors: the tensors in it, or, for
-    // first moments, every tensor with an element in it.
+  memory.optimizer_state().visit(grads.begin, grads.end, StateAccess::update, [&](const StateWindow& window) {
+    const int64_t first = window.begin, last = window.end;
+    // One call over the window, whose quantization blocks straddle the tensors: every tensor with an element
+    // in it.
     std::vector<MiniTensor> tensors;
     for (size_t i = 0; i < params_.size(); ++i) {
       const MiniBlocks& b = mini_blocks_[i];
       const int64_t offset = memory.param_offset(params_[i].id), end = offset + b.rows * b.cols;
-      if (part == MiniStepPart::first_moments ? end <= first || offset >= last : offset < first || end > last)
-        continue;
+      if (end <= first || offset >= last) continue;
       tensors.push_back(
           {offset - first, b.layout(), static_cast<float*>(window.v) + b.first, params_[i].decay});
     }
     std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
-    memory.device().adam_mini_update_blocked(
-        operands(memory, window.master ? window.master + local : nullptr, first, last, grads),
-        plan.policy.moment_format(), static_cast<uint8_t*>(window.m) + local, window.m_scales + local / q,
-        tensors, step, {false, seed, first}, part);
+    memory.device().adam_mini_update_blocked(operands(memory, window.master, first, last, grads),
+                                             plan.policy.moment_format(), static_cast<uint8_t*>(window.m),
+                                             window.m_scales, tensors, step, {false, seed, first});
   });
 }
 

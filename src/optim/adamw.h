@@ -60,9 +60,9 @@ class AdamW {
   void begin_step() { ++updates_; }
   void update_range(Allocation& memory, float lr, float grad_multiplier, int64_t begin, int64_t end,
                     const void* grads);
-  // Adam-mini over 8-bit m: a quantization block of m may hold elements of two blocks, complete at different
-  // times, so a block's second moments are updated here from its whole parameters [begin, end) as soon as it
-  // completes, and update_range steps only first moments and weights. Nothing for any other optimizer state.
+  // Adam-mini: the second moments of the whole tensors in [begin, end) from their gradients at `grads`
+  // (element `begin`), a pass before update_range's over any part of them (a block of the model complete in
+  // the backward; in step, every tensor, then this rank's shard). Nothing for AdamW.
   void update_second_moments(Allocation& memory, float grad_multiplier, int64_t begin, int64_t end,
                              const void* grads);
   int64_t updates_taken() const { return updates_; }
@@ -75,16 +75,16 @@ class AdamW {
     int64_t begin = 0, end = 0;
     const void* data = nullptr;
   };
-  // The update of [grads.begin, grads.end) in the policy's kind: one of the three below.
-  void apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-             MiniStepPart part = MiniStepPart::whole);
+  // The update of [grads.begin, grads.end) in the policy's kind: one of the four below (Adam-mini's with its
+  // second moments already this step's).
+  void apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
   // Through the device (memory/device.h): moments in fp32 or bf16, or blocked in 8 bits.
   void update(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
   void update_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
-  void update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-                   MiniStepPart part);
-  void update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads,
-                           MiniStepPart part);
+  void update_mini(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
+  void update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
+  // std::logic_error unless mini_blocks_ are the plan's, one per parameter in order.
+  void check_mini_blocks(const Plan& plan) const;
   // The weights and gradients of flat parameters [first, last), with their master copy at `master`.
   AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last,
                          const Gradients& grads) const;

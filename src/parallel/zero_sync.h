@@ -1,8 +1,8 @@
 // The data-parallel exchanges of one optimizer step under ZeRO, run on the AsyncCommunicator's worker so
 // that they overlap the kernels. The step's ops run in block windows (model/zero_schedule.h):
 //   stages 0, 1  after a block's last window of the step's final micro-batch, its gradients are summed over
-//                the ranks (stage 0: all-reduced; stage 1: reduced to the rank owning each part), while the
-//                backward of earlier blocks goes on;
+//                the ranks (stage 0, and stage 1 under Adam-mini: all-reduced; stage 1: reduced to the rank
+//                owning each part), while the backward of earlier blocks goes on;
 //   stages 2, 3  every window sums its gradients in a comm tensor whose owned parts start from the shard's
 //                running sum, reduced to the owners during the next window;
 //   stage 3      a window's block of weights is gathered from their owners during the window before.
@@ -29,8 +29,8 @@ class ZeroSync final : public OpHooks {
   // Stages 0 and 1 run without the op hooks (pipeline parallel, whose tied embedding sums its gradient over
   // the stages first): starts every block's gradient reduction at once, for reduce_gradients to wait for.
   void start_block_reductions();
-  // Waits until this rank's gradient range holds the sum over ranks: all of the buffer at stage 0, this
-  // rank's shard from stage 1 on (the rest of the buffer is left as it was).
+  // Waits until this rank's gradient range holds the sum over ranks: all of the buffer at stage 0 (and at
+  // stage 1 under Adam-mini), this rank's shard from stage 1 on (the rest of the buffer is left as it was).
   void reduce_gradients();
   // The sum over ranks of one number per rank, added in rank order (the same bits on every rank).
   double sum(double local);

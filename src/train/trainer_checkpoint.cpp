@@ -186,7 +186,8 @@ uint32_t Trainer::state_hash() {
                                      for (const ckpt::StateTensor& t : states)
                                        memory_->device().read(t.in_window(w), t.bytes(w.begin, w.end), add);
                                    });
-  if (const float* v = ckpt::adam_mini_v(*memory_)) memory_->device().read(v, plan_.policy.v_blocks * 4, add);
+  if (const float* v = memory_->optimizer_state().adam_mini_v())
+    memory_->device().read(v, plan_.policy.v_blocks * 4, add);
   const int64_t counters[2] = {optimizer_->updates_taken(), consumed_samples_};
   crc = crc32c(counters, sizeof counters, crc);
   if (scaler_) {

@@ -2,18 +2,21 @@
 first moment per element (fp32, bf16, or 8 bits with an fp32 scale per quantization block, as AdamW's) plus
 exactly one fp32 second moment per block of Adam-mini's partition (4 bytes a block, the blocks counted here from
 the model's shapes), estimate prints the same bytes and the block count, and two data-parallel ranks at ZeRO 0
-(each holding the whole state) follow one process; a resume is bitwise the uninterrupted run (rank 0's file
-holds the v blocks; 8-bit m keeps its scales, v has none), in one process and on two ranks, and a resume that
-changes --optimizer is refused by name; what Adam-mini does not support yet is refused by a usage error naming
-both flags. The per-step arithmetic is tests/parity/test_adam_mini_parity.py's.
+(each holding the whole state) follow one process; at ZeRO-1 (each rank holding its shard of m, cut through a
+tensor, and every block's v, stepped from the whole gradients) they are bitwise ZeRO 0's. A resume is bitwise
+the uninterrupted run (rank 0's file holds the v blocks; 8-bit m keeps its scales, v has none), in one process
+and on two ranks; a ZeRO-1 checkpoint resumes at ZeRO 0 on two ranks bitwise and in one process with its
+states loaded as saved; a resume that changes --optimizer is refused by name; what Adam-mini does not support
+is refused by a usage error naming both flags. The per-step arithmetic is tests/parity/test_adam_mini_parity.py's.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals.
 """
 import unittest
 
-from memtrain_cli import (CATEGORIES, CliTestCase, ResumeTestCase, memtrain, read_memory, read_metrics,
+from memtrain_cli import (CATEGORIES, CliTestCase, ResumeTestCase, memtrain, read_json, read_memory, read_metrics,
                           read_safetensors, run_flags)
 from test_estimate import estimate
+from test_moment_resume import flat_states
 
 MINI = ("--optimizer", "adam-mini")
 INT8 = ("--exp-avg-dtype", "int8", "--exp-avg-sq-dtype", "int8")
@@ -99,6 +102,32 @@ class TwoRanks(CliTestCase):
                                      m_bytes(memory["num_params"], m_size, m_block) + 4 * gpt2_tiny_blocks())
 
 
+    def test_zero_1_is_zero_0_bitwise(self):
+        # gpt2-tiny's 124,672 parameters: rank 1's shard starts at 62,336 (fp32 m) or 63,488 (int8's blocks of
+        # 2048), inside layer 0's tensors either way.
+        for name, extra, m_size, m_block in (("fp32", [], 4, None), ("int8", INT8, 1, 2048),
+                                             ("bf16-int8", ["--bf16", "--main-params-dtype", "none", *INT8], 1, 2048)):
+            with self.subTest(name):
+                runs = {}
+                for stage in ("0", "1"):
+                    out = self.tmp / name / stage
+                    flags = run_flags(*MINI, *extra, "--zero-stage", stage, train_iters=3, global_batch_size=4)
+                    result = self.train(*flags, "--save-weights", out / "w.safetensors", out=out, ranks=2)
+                    self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+                    runs[stage] = ([r["loss"] for r in read_metrics(out)], (out / "w.safetensors").read_bytes())
+                    est = estimate(*flags, "--dp", "2")
+                    first_shard = est["ranks"][0]["shard"]  # S elements, every rank's m planned for S
+                    for rank in range(2):
+                        memory = read_memory(out, rank)
+                        self.assertEqual(memory["planned"], memory["measured"])
+                        for c in CATEGORIES:
+                            self.assertEqual(est["ranks"][rank]["bytes"][c], memory["planned"][c], f"{rank} {c}")
+                        self.assertEqual(memory["planned"]["optim"], m_bytes(first_shard[1] - first_shard[0], m_size,
+                                                                             m_block) + 4 * gpt2_tiny_blocks())
+                self.assertEqual(len(runs["1"][0]), 3)
+                self.assertEqual(runs["1"], runs["0"])
+
+
 class OneProcessResume(ResumeTestCase):
     def test_resume_is_bitwise_and_rank_0_holds_the_blocks(self):
         for name, extra, blocks in (("gpt2", [], gpt2_tiny_blocks()),
@@ -129,13 +158,41 @@ class OneProcessResume(ResumeTestCase):
 
 class TwoRanksResume(ResumeTestCase):
     def test_resume_is_bitwise(self):
-        self.assert_bitwise("two", [*MINI, "--global-batch-size", "4"], ranks=2)
+        for stage in ("0", "1"):
+            with self.subTest(stage=stage):
+                self.assert_bitwise(f"two{stage}", [*MINI, "--global-batch-size", "4", "--zero-stage", stage], ranks=2)
+
+    def test_a_zero_1_checkpoint_resumes_at_zero_0_and_in_one_process(self):
+        common = [*MINI, *INT8, "--global-batch-size", "4"]
+        for ranks, stage in ((2, "0"), (1, "0")):
+            name = f"zero1-to-{ranks}"
+            with self.subTest(ranks=ranks):
+                straight, split = self.uninterrupted_and_resumed(name, [*common, "--zero-stage", "1"], 2, ranks,
+                                                                 [*common, "--zero-stage", stage])
+                saved = split / "ckpt" / f"step_{self.N:08d}"
+                out = self.tmp / f"{name}-resaved"
+                self.train(out, "--load", str(saved), "--save", str(out / "ckpt"), *common, "--zero-stage", stage,
+                           ranks=ranks, iters=self.N)
+                resaved = out / "ckpt" / saved.name
+                self.assertEqual(read_json(resaved / "state.json")["layout"]["world"], ranks)
+                states = ("weights", "adam_m", "adam_m_scales", "adam_mini_v")
+                before, after = flat_states(saved, states), flat_states(resaved, states)
+                self.assertEqual(after, before)
+                self.assertEqual(len(before["adam_mini_v"]), 4 * gpt2_tiny_blocks())
+                losses = [r["loss"] for r in self.records(split)]
+                expected = [r["loss"] for r in self.records(straight)]
+                if ranks == 2:  # ZeRO 0 and 1 step alike on the same two ranks
+                    self.assertEqual(losses, expected)
+                else:  # one process sums the ranks' gradients in another order
+                    self.assertEqual(losses[:self.N], expected[:self.N])
+                    self.assert_close(losses, expected, 1e-5)
 
 
 class Refusals(CliTestCase):
     def test_what_adam_mini_does_not_support_is_refused_by_name(self):
         cases = [
-            (["--zero-stage", "1"], "--zero-stage 1"),
+            (["--zero-stage", "2"], "--zero-stage 2"),
+            (["--zero-stage", "3"], "--zero-stage 3"),
             (["--tensor-model-parallel-size", "2"], "--tensor-model-parallel-size 2"),
             (["--pipeline-model-parallel-size", "2"], "--pipeline-model-parallel-size 2"),
             (["--offload-optimizer", "nvme", "--offload-path", str(self.tmp)], "--offload-optimizer nvme"),

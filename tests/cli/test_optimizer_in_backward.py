@@ -182,6 +182,24 @@ class TwoRanks(ResumeTestCase):
                 self.assertEqual(files["in-backward"], files["ordinary"])
         self.assert_bitwise("two", ["--global-batch-size", "4", "--zero-stage", "1", *IN_BACKWARD], ranks=2)
 
+    def test_adam_mini_in_the_backward_at_zero_1_and_2_is_bitwise_its_zero_1_step(self):
+        # Each rank steps every block's v from the block's all-reduced gradients, and its shard of m (cut
+        # through tensors) after; the ordinary Adam-mini step goes up to ZeRO-1.
+        flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--optimizer", "adam-mini", *INT8]
+        runs = {}
+        for name, extra in (("ordinary", ["--zero-stage", "1", "--clip-grad", "0"]),
+                            ("zero1", ["--zero-stage", "1", *IN_BACKWARD]),
+                            ("zero2", ["--zero-stage", "2", *IN_BACKWARD])):
+            out = self.tmp / f"mini-{name}"
+            self.train(out, *flags, *extra, "--save-weights", str(out / "w.safetensors"), ranks=2)
+            runs[name] = ((out / "w.safetensors").read_bytes(), [r["loss"] for r in read_metrics(out)])
+            for rank in range(2):
+                memory = read_memory(out, rank)
+                self.assertEqual(memory["planned"], memory["measured"])
+        self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
+        self.assertEqual(runs["zero1"], runs["ordinary"])
+        self.assertEqual(runs["zero2"], runs["ordinary"])
+
 
 class PlanOffersThem(CliTestCase):
     def test_plan_lists_the_update_in_the_backward_and_adam_mini_with_the_estimates_bytes(self):

@@ -167,15 +167,19 @@ class ForwardingBackend : public Backend {
                     const AdamWRounding& rounding) override {
     inner_.adamw_update(params, m, v, moments, step, rounding);
   }
-  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
-                        const MiniBlockLayout& blocks, const AdamWStep& step,
+  void adam_mini_second_moments(const void* grads, DType grads_dtype, float* v, const MiniBlockLayout& blocks,
+                                const AdamWStep& step) override {
+    inner_.adam_mini_second_moments(grads, grads_dtype, v, blocks, step);
+  }
+  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,
+                        const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                         const AdamWRounding& rounding) override {
-    inner_.adam_mini_update(params, m, moments, v, blocks, step, rounding);
+    inner_.adam_mini_update(params, m, moments, v, blocks, first, step, rounding);
   }
   void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m, float* m_scales,
                                 std::span<const MiniTensor> tensors, const AdamWStep& step,
-                                const AdamWRounding& rounding, MiniStepPart part) override {
-    inner_.adam_mini_update_blocked(params, format, m, m_scales, tensors, step, rounding, part);
+                                const AdamWRounding& rounding) override {
+    inner_.adam_mini_update_blocked(params, format, m, m_scales, tensors, step, rounding);
   }
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,

@@ -75,24 +75,27 @@ inline float step_element(const TensorInputs<P, G>& in, int64_t i, float m, floa
   return e.m;
 }
 
-// Row by row, so that an element's line needs no division and its second moment is a contiguous read (one per
-// row, or the columns' gathered once): the inner loop then vectorizes as AdamW's does.
+// Elements [first, first + n) of the tensor, row by row, so that an element's line needs no division and its
+// second moment is a contiguous read (one per row, or the columns' gathered once): the inner loop then
+// vectorizes as AdamW's does. The inputs and m hold element `first` at 0.
 template <Weights kWeights, typename P, typename G, typename M>
-void update(const TensorInputs<P, G>& in, M* m, const float* v, const MiniBlockLayout& b,
-            const Coefficients& c) {
+void update(const TensorInputs<P, G>& in, M* m, const float* v, const MiniBlockLayout& b, int64_t first,
+            int64_t n, const Coefficients& c) {
   std::vector<float> v_of_column;
   if (b.by_column)
     for (int64_t col = 0; col < b.cols; ++col) v_of_column.push_back(v[b.block_of[col]]);
+  const int64_t first_row = first / b.cols, end_row = ceil_div(first + n, b.cols);
 #pragma omp parallel for
-  for (int64_t row = 0; row < b.rows; ++row) {
-    const int64_t start = row * b.cols;
+  for (int64_t row = first_row; row < end_row; ++row) {
+    // The row's elements in the range, counted from `first`; column col is element col - row_start.
+    const int64_t row_start = row * b.cols - first;
+    const int64_t begin = std::max<int64_t>(row_start, 0), end = std::min(row_start + b.cols, n);
     if (b.by_column) {
-      for (int64_t col = 0; col < b.cols; ++col)
-        m[start + col] =
-            round_to<M>(step_element<kWeights>(in, start + col, to_f32(m[start + col]), v_of_column[col], c));
+      for (int64_t i = begin; i < end; ++i)
+        m[i] = round_to<M>(step_element<kWeights>(in, i, to_f32(m[i]), v_of_column[i - row_start], c));
     } else {
       const float v_row = v[b.block_of[row]];
-      for (int64_t i = start; i < start + b.cols; ++i)
+      for (int64_t i = begin; i < end; ++i)
         m[i] = round_to<M>(step_element<kWeights>(in, i, to_f32(m[i]), v_row, c));
     }
   }
@@ -133,41 +136,43 @@ void update_quantized_block(const TensorInputs<P, G>& in, MomentCodec codec, uin
   m_scales[k] = quantize_block(codec, block, length, m + first);
 }
 
-// The tensors one after the other from [0, n)'s start to its end: exactly (tiling), or from before it to
-// past it (covering).
-void check_tensors(std::span<const MiniTensor> tensors, int64_t n, bool tiling) {
-  const bool fits = !tensors.empty() && (tiling ? tensors.front().begin == 0 : tensors.front().begin <= 0);
-  int64_t end = fits ? tensors.front().begin : 0;
+// The tensors one after the other, from at or before [0, n)'s start to at or past its end.
+void check_tensors(std::span<const MiniTensor> tensors, int64_t n) {
+  int64_t end = tensors.empty() ? 0 : tensors.front().begin;
   for (const MiniTensor& t : tensors) {
     if (t.begin != end) throw std::invalid_argument("adam_mini_update_8bit: the tensors are not in order");
     end += elements(t);
   }
-  if (!fits || (tiling ? end != n : end < n))
-    throw std::invalid_argument(std::string("adam_mini_update_8bit: the tensors must ") +
-                                (tiling ? "tile" : "cover") + " the range");
+  if (tensors.empty() || tensors.front().begin > 0 || end < n)
+    throw std::invalid_argument("adam_mini_update_8bit: the tensors must cover the range");
 }
 
 }  // namespace
 
+template <typename G>
+void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& blocks, const AdamWStep& s) {
+  update_second_moments(grad, v, blocks, Coefficients(s));
+}
+
 template <typename P, typename G, typename M>
-void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, const MiniBlockLayout& blocks,
-                      const AdamWStep& s, const AdamWRounding& rounding) {
+void adam_mini_update(float* master, P* param, const G* grad, M* m, const float* v,
+                      const MiniBlockLayout& blocks, int64_t first, int64_t n, const AdamWStep& s,
+                      const AdamWRounding& rounding) {
+  if (first < 0 || n < 0 || first + n > blocks.rows * blocks.cols)
+    throw std::invalid_argument("adam_mini_update: elements [" + std::to_string(first) + ", " +
+                                std::to_string(first + n) + ") outside the tensor");
   const Coefficients c(s);
-  update_second_moments(grad, v, blocks, c);
   const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
-  with_weights<P>(master, [&](auto weights) { update<decltype(weights)::value>(in, m, v, blocks, c); });
+  with_weights<P>(master,
+                  [&](auto weights) { update<decltype(weights)::value>(in, m, v, blocks, first, n, c); });
 }
 
 template <typename P, typename G>
 void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
                            float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
-                           const AdamWStep& s, const AdamWRounding& rounding, MiniStepPart part) {
-  check_tensors(tensors, n, part != MiniStepPart::first_moments);
+                           const AdamWStep& s, const AdamWRounding& rounding) {
+  check_tensors(tensors, n);
   const RunCoefficients coefficients(s);
-  if (part != MiniStepPart::first_moments)
-    for (const MiniTensor& t : tensors)
-      update_second_moments(grad + t.begin, t.v, t.blocks, coefficients.decayed);
-  if (part == MiniStepPart::second_moments) return;
   const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
   const MomentCodec codec = first_moment_codec(format);
   const int64_t block = moment_block_size(format), blocks = ceil_div(n, block);
@@ -182,15 +187,23 @@ void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat 
 }  // namespace MT_ISA
 
 #ifdef MEMTRAIN_KERNEL_ENTRY_POINTS
+template <typename G>
+void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& blocks, const AdamWStep& s) {
+  dispatch<&adam_mini_second_moments<G>>(grad, v, blocks, s);
+}
+template void adam_mini_second_moments<float>(const float*, float*, const MiniBlockLayout&, const AdamWStep&);
+template void adam_mini_second_moments<bf16>(const bf16*, float*, const MiniBlockLayout&, const AdamWStep&);
+
 template <typename P, typename G, typename M>
-void adam_mini_update(float* master, P* param, const G* grad, M* m, float* v, const MiniBlockLayout& blocks,
-                      const AdamWStep& s, const AdamWRounding& rounding) {
-  dispatch<&adam_mini_update<P, G, M>>(master, param, grad, m, v, blocks, s, rounding);
+void adam_mini_update(float* master, P* param, const G* grad, M* m, const float* v,
+                      const MiniBlockLayout& blocks, int64_t first, int64_t n, const AdamWStep& s,
+                      const AdamWRounding& rounding) {
+  dispatch<&adam_mini_update<P, G, M>>(master, param, grad, m, v, blocks, first, n, s, rounding);
 }
 
-#define MT_INSTANTIATE_ADAM_MINI(P, G, M)                                                           \
-  template void adam_mini_update<P, G, M>(float*, P*, const G*, M*, float*, const MiniBlockLayout&, \
-                                          const AdamWStep&, const AdamWRounding&);
+#define MT_INSTANTIATE_ADAM_MINI(P, G, M)                                                                 \
+  template void adam_mini_update<P, G, M>(float*, P*, const G*, M*, const float*, const MiniBlockLayout&, \
+                                          int64_t, int64_t, const AdamWStep&, const AdamWRounding&);
 #define MT_INSTANTIATE_ADAM_MINI_MOMENTS(P, G) \
   MT_INSTANTIATE_ADAM_MINI(P, G, float) MT_INSTANTIATE_ADAM_MINI(P, G, bf16)
 #define MT_INSTANTIATE_ADAM_MINI_GRADS(P) \
@@ -205,14 +218,13 @@ MT_INSTANTIATE_ADAM_MINI_GRADS(f16)
 template <typename P, typename G>
 void adam_mini_update_8bit(float* master, P* param, const G* grad, MomentFormat format, uint8_t* m,
                            float* m_scales, int64_t n, std::span<const MiniTensor> tensors,
-                           const AdamWStep& s, const AdamWRounding& rounding, MiniStepPart part) {
-  dispatch<&adam_mini_update_8bit<P, G>>(master, param, grad, format, m, m_scales, n, tensors, s, rounding,
-                                         part);
+                           const AdamWStep& s, const AdamWRounding& rounding) {
+  dispatch<&adam_mini_update_8bit<P, G>>(master, param, grad, format, m, m_scales, n, tensors, s, rounding);
 }
 #define MT_INSTANTIATE_ADAM_MINI_8BIT(P, G)                                                                \
   template void adam_mini_update_8bit<P, G>(float*, P*, const G*, MomentFormat, uint8_t*, float*, int64_t, \
                                             std::span<const MiniTensor>, const AdamWStep&,                 \
-                                            const AdamWRounding&, MiniStepPart);
+                                            const AdamWRounding&);
 #define MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(P) \
   MT_INSTANTIATE_ADAM_MINI_8BIT(P, float) MT_INSTANTIATE_ADAM_MINI_8BIT(P, bf16)
 MT_INSTANTIATE_ADAM_MINI_8BIT_GRADS(float)
@@ -234,7 +246,9 @@ bool enroll_weights() {
          enroll<&kernels::adam_mini_update_8bit<P, float>>(adam_mini_update_8bit) &&
          enroll<&kernels::adam_mini_update_8bit<P, bf16>>(adam_mini_update_8bit);
 }
-const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>();
+const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>() &&
+                      enroll<&kernels::adam_mini_second_moments<float>>(adam_mini_second_moments) &&
+                      enroll<&kernels::adam_mini_second_moments<bf16>>(adam_mini_second_moments);
 }  // namespace
 }  // namespace MT_ISA
 

@@ -139,8 +139,16 @@ void CpuDevice::adamw_update(const AdamWOperands& p, void* m, void* v, DType mom
   });
 }
 
-void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments, float* v,
-                                 const MiniBlockLayout& blocks, const AdamWStep& step,
+void CpuDevice::adam_mini_second_moments(const void* grads, DType grads_dtype, float* v,
+                                         const MiniBlockLayout& blocks, const AdamWStep& step) {
+  with_type<false>(grads_dtype, "Adam-mini's second moments over gradients", [&](auto grad) {
+    using G = typename decltype(grad)::type;
+    kernels::adam_mini_second_moments(static_cast<const G*>(grads), v, blocks, step);
+  });
+}
+
+void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments, const float* v,
+                                 const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                                  const AdamWRounding& rounding) {
   with_type(p.weights_dtype, "Adam-mini over weights", [&](auto weights) {
     using P = typename decltype(weights)::type;
@@ -149,7 +157,7 @@ void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments,
       with_type<false>(moments, "Adam-mini over moments", [&](auto moment) {
         using M = typename decltype(moment)::type;
         kernels::adam_mini_update(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
-                                  static_cast<M*>(m), v, blocks, step, rounding);
+                                  static_cast<M*>(m), v, blocks, first, p.n, step, rounding);
       });
     });
   });
@@ -157,14 +165,13 @@ void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments,
 
 void CpuDevice::adam_mini_update_blocked(const AdamWOperands& p, MomentFormat format, uint8_t* m,
                                          float* m_scales, std::span<const MiniTensor> tensors,
-                                         const AdamWStep& step, const AdamWRounding& rounding,
-                                         MiniStepPart part) {
+                                         const AdamWStep& step, const AdamWRounding& rounding) {
   with_type(p.weights_dtype, "Adam-mini over weights", [&](auto weights) {
     using P = typename decltype(weights)::type;
     with_type<false>(p.grads_dtype, "Adam-mini over gradients", [&](auto grads) {
       using G = typename decltype(grads)::type;
       kernels::adam_mini_update_8bit(p.master, static_cast<P*>(p.weights), static_cast<const G*>(p.grads),
-                                     format, m, m_scales, p.n, tensors, step, rounding, part);
+                                     format, m, m_scales, p.n, tensors, step, rounding);
     });
   });
 }

@@ -24,12 +24,14 @@ class CpuDevice : public Backend {
   double sum_of_squares(const void* x, DType dtype, int64_t n) override;
   void adamw_update(const AdamWOperands& params, void* m, void* v, DType moments, const AdamWStep& step,
                     const AdamWRounding& rounding) override;
-  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, float* v,
-                        const MiniBlockLayout& blocks, const AdamWStep& step,
+  void adam_mini_second_moments(const void* grads, DType grads_dtype, float* v, const MiniBlockLayout& blocks,
+                                const AdamWStep& step) override;
+  void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,
+                        const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                         const AdamWRounding& rounding) override;
   void adam_mini_update_blocked(const AdamWOperands& params, MomentFormat format, uint8_t* m, float* m_scales,
                                 std::span<const MiniTensor> tensors, const AdamWStep& step,
-                                const AdamWRounding& rounding, MiniStepPart part) override;
+                                const AdamWRounding& rounding) override;
   void adamw_update_blocked(const AdamWOperands& params, const QuantizedMoments& moments,
                             const AdamWStep& step, std::span<const DecayRun> runs,
                             const AdamWRounding& rounding) override;

@@ -1,6 +1,8 @@
-// Adam-mini with an 8-bit first moment: the same step as adam_mini_update with an fp32 m on the dequantized
-// m, then requantized as AdamW's m, over tensors that straddle the quantization blocks (rows, a vector,
-// columns; decay switching); thread counts; tensors that do not tile the range.
+// Adam-mini's kernels: the first moments and weights of a tensor cut anywhere into ranges (a ZeRO shard's
+// edge) are the whole tensor's step; with an 8-bit first moment, the same step as adam_mini_update with an
+// fp32 m on the dequantized m, then requantized as AdamW's m, over tensors that straddle the quantization
+// blocks (rows, a vector, columns; decay switching), in one range or in two; thread counts; tensors that do
+// not cover the range.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -83,33 +85,39 @@ AdamWStep step_at(int64_t t) {
   return {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.37f : 1.0f};
 }
 
-// The reference: adam_mini_update with an fp32 m per tensor on the dequantized m, then m quantized.
+// Every tensor's second moments (the pass before any first moments).
+void second_moments(State& s, const std::vector<bf16>& grad, const AdamWStep& step) {
+  for (const MiniTensor& t : s.tensors())
+    adam_mini_second_moments(grad.data() + t.begin, t.v, t.blocks, step);
+}
+
+// The reference: adam_mini_update with an fp32 m per whole tensor on the dequantized m, then m quantized.
 void reference_step(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
   const MomentCodec codec = first_moment_codec(s.format);
   std::vector<float> m(static_cast<size_t>(s.n));
   dequantize_blocks(codec, s.m.data(), s.m_scales.data(), s.n, m.data());
+  second_moments(s, grad, step);
   for (const MiniTensor& t : s.tensors()) {
     AdamWStep tensor_step = step;
     if (!t.decay) tensor_step.weight_decay = 0;
     adam_mini_update<bf16, bf16, float>(s.master_at(t.begin), s.param.data() + t.begin, grad.data() + t.begin,
-                                        m.data() + t.begin, t.v, t.blocks, tensor_step,
-                                        {false, r.seed, r.index + t.begin});
+                                        m.data() + t.begin, t.v, t.blocks, 0, t.blocks.rows * t.blocks.cols,
+                                        tensor_step, {false, r.seed, r.index + t.begin});
   }
   quantize_blocks(codec, m.data(), s.n, s.m.data(), s.m_scales.data());
 }
 
 void step_8bit(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
+  second_moments(s, grad, step);
   adam_mini_update_8bit<bf16, bf16>(s.master_at(0), s.param.data(), grad.data(), s.format, s.m.data(),
-                                    s.m_scales.data(), s.n, s.tensors(), step, r, MiniStepPart::whole);
+                                    s.m_scales.data(), s.n, s.tensors(), step, r);
 }
 
 // The update in the backward's order: every tensor's second moments, then the first moments of the range
 // from quantization block `split` on, then of the range before it, each with the tensors that cover it.
 void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r,
                    int64_t split) {
-  adam_mini_update_8bit<bf16, bf16>(s.master_at(0), s.param.data(), grad.data(), s.format, s.m.data(),
-                                    s.m_scales.data(), s.n, s.tensors(), step, r,
-                                    MiniStepPart::second_moments);
+  second_moments(s, grad, step);
   const int64_t at = split * moment_block_size(s.format);
   for (const auto& [begin, end] : {std::pair{at, s.n}, std::pair<int64_t, int64_t>{0, at}}) {
     std::vector<MiniTensor> covering;
@@ -118,11 +126,71 @@ void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& ste
         t.begin -= begin;
         covering.push_back(t);
       }
-    adam_mini_update_8bit<bf16, bf16>(
-        s.master_at(begin), s.param.data() + begin, grad.data() + begin, s.format, s.m.data() + begin,
-        s.m_scales.data() + split * (begin > 0), end - begin, covering, step,
-        {r.stochastic_moments, r.seed, r.index + begin}, MiniStepPart::first_moments);
+    adam_mini_update_8bit<bf16, bf16>(s.master_at(begin), s.param.data() + begin, grad.data() + begin,
+                                      s.format, s.m.data() + begin, s.m_scales.data() + split * (begin > 0),
+                                      end - begin, covering, step,
+                                      {r.stochastic_moments, r.seed, r.index + begin});
   }
+}
+
+// One tensor with an fp32 m (or bf16 weights without master: bits keyed by the flat index), stepped whole or
+// in the ranges cut at `cuts` (elements of the tensor, in order; not on a row's edge).
+struct FloatState {
+  Shape shape;
+  std::vector<float> master, m, v;
+  std::vector<bf16> param;
+
+  FloatState(const Shape& s, bool with_master) : shape(s) {
+    const int64_t n = s.rows * s.cols;
+    if (with_master) master = random_floats(n, 4);
+    param = to_storage<bf16>(random_floats(n, 5));
+    m = random_floats(n, 6, 1e-3);
+    v = random_floats(s.count, 7, 1e-3);
+    for (float& x : v) x *= x;
+  }
+  void step(const std::vector<bf16>& grad, const AdamWStep& step, std::vector<int64_t> cuts) {
+    const MiniBlockLayout b{shape.rows, shape.cols, shape.by_column, shape.block_of.data(), shape.count};
+    adam_mini_second_moments(grad.data(), v.data(), b, step);
+    cuts.insert(cuts.begin(), 0);
+    cuts.push_back(shape.rows * shape.cols);
+    for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+      const int64_t first = cuts[k];
+      adam_mini_update<bf16, bf16, float>(
+          master.empty() ? nullptr : master.data() + first, param.data() + first, grad.data() + first,
+          m.data() + first, v.data(), b, first, cuts[k + 1] - first, step, {false, 90, 500 + first});
+    }
+  }
+  bool operator==(const FloatState& o) const {
+    return bitwise_equal(master, o.master) && bitwise_equal(param, o.param) && bitwise_equal(m, o.m) &&
+           bitwise_equal(v, o.v);
+  }
+};
+
+TEST(KernelAdamMini, RangesCutAnywhereAreTheWholeTensorsStep) {
+  for (const Shape& shape : shapes())
+    for (bool with_master : {true, false}) {
+      const int64_t n = shape.rows * shape.cols;
+      FloatState whole(shape, with_master), cut = whole;
+      for (int64_t t = 1; t <= 3; ++t) {
+        const std::vector<bf16> grad =
+            to_storage<bf16>(random_floats(n, 80 + static_cast<uint64_t>(t), 1e-2));
+        whole.step(grad, step_at(t), {});
+        cut.step(grad, step_at(t), {n / 3 + 1, n / 3 + 2, n - 5});
+        ASSERT_TRUE(cut == whole) << shape.rows << "x" << shape.cols << " master " << with_master << " step "
+                                  << t;
+      }
+    }
+}
+
+TEST(KernelAdamMini, RefusesARangeOutsideTheTensor) {
+  const Shape shape = shapes()[0];
+  FloatState s(shape, true);
+  const MiniBlockLayout b{shape.rows, shape.cols, shape.by_column, shape.block_of.data(), shape.count};
+  const std::vector<bf16> grad = to_storage<bf16>(random_floats(shape.rows * shape.cols, 9, 1e-2));
+  EXPECT_THROW(
+      (adam_mini_update<bf16, bf16, float>(s.master.data(), s.param.data(), grad.data(), s.m.data(),
+                                           s.v.data(), b, 100, shape.rows * shape.cols, step_at(1), {})),
+      std::invalid_argument);
 }
 
 constexpr MomentFormat kFormats[] = {MomentFormat::int8, MomentFormat::fp8};
@@ -179,25 +247,20 @@ TEST(KernelAdamMini8bit, SameBitsForAnyThreadCount) {
   }
 }
 
-TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotTileOrCoverTheRange) {
+TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotCoverTheRange) {
   State s(MomentFormat::int8, true);
   const std::vector<bf16> grad = to_storage<bf16>(random_floats(s.n, 50, 1e-2));
   std::vector<MiniTensor> gap = s.tensors();
   gap[1].begin += 1;  // a gap before the vector, which then runs past the third tensor's start
   std::vector<MiniTensor> short_of_n = s.tensors();
   short_of_n.pop_back();
-  const auto run = [&](const std::vector<MiniTensor>& tensors) {
-    for (MiniStepPart part :
-         {MiniStepPart::whole, MiniStepPart::second_moments, MiniStepPart::first_moments}) {
-      const auto call = [&] {
-        adam_mini_update_8bit<bf16, bf16>(s.master.data(), s.param.data(), grad.data(), s.format, s.m.data(),
-                                          s.m_scales.data(), s.n, tensors, step_at(1), {}, part);
-      };
-      EXPECT_THROW(call(), std::invalid_argument);
-    }
-  };
-  run(gap);
-  run(short_of_n);
+  std::vector<MiniTensor> late = s.tensors();
+  late.erase(late.begin());
+  for (const std::vector<MiniTensor>* tensors : {&gap, &short_of_n, &late})
+    EXPECT_THROW(
+        (adam_mini_update_8bit<bf16, bf16>(s.master.data(), s.param.data(), grad.data(), s.format, s.m.data(),
+                                           s.m_scales.data(), s.n, *tensors, step_at(1), {})),
+        std::invalid_argument);
 }
 
 }  // namespace
