@@ -5,8 +5,8 @@ shared by two blocks included), with master weights or without, Adam-mini, LoRA 
 are planned tensors with lifetimes, measured == planned == estimated, and for GPT-2 tiny exactly the tied
 embedding's block (live for the whole backward) plus the largest layer's; a resume is bitwise; what needs every
 gradient before the first update runs a first pass for the norm (clipping, fp16), within tolerance of the
-ordinary step; two ranks at ZeRO 0, 1 and 2 are bitwise the ordinary step; what is not scheduled block by block
-yet is a usage error naming both flags.
+ordinary step; two ranks at ZeRO 0, 1 and 2 are bitwise the ordinary step, and Adam-mini in the backward at ZeRO 1 and 2
+its ordinary ZeRO-1 step; what is not scheduled block by block yet is a usage error naming both flags.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals (TwoRanks needs mpirun).
 """
