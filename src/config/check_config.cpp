@@ -46,16 +46,11 @@ void check_checkpoint_flags(const TrainConfig& c) {
 }
 
 // Adam-mini holds its fp32 second moments whole, in memory, for a whole model's partition (its first moment
-// in any moment dtype), stepped on every rank from whole gradients: what would need more is refused by name
+// in any moment dtype), stepped on every rank: what would need more is refused by name
 // (docs/optimizer_states.md).
 void check_adam_mini_flags(const TrainConfig& c) {
   if (c.optimizer != OptimizerKind::adam_mini) return;
   const std::string mini = "--optimizer adam-mini with ";
-  if (c.zero_stage >= 3 || (c.zero_stage == 2 && !c.optimizer_in_backward))
-    fail_usage(mini + flag_source_with_value(c, "--zero-stage") +
-               ": each rank steps every block's second moment from the whole gradients, which ZeRO-" +
-               std::to_string(c.zero_stage) + " shards; use --zero-stage 1" +
-               (c.zero_stage == 2 ? " (or 2 with --optimizer-in-backward)" : ""));
   if (c.tensor_parallel > 1 || c.pipeline_parallel > 1)
     fail_usage(mini +
                (c.tensor_parallel > 1 ? flag_source_with_value(c, "--tensor-model-parallel-size")

@@ -25,7 +25,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual std::string backend() const = 0;  // "single" or "mpi"
-  // data[count] = sum over ranks of data[count], in place. dtype f32, bf16 or f16.
+  // data[count] = sum over ranks of data[count], in place. dtype f32, bf16, f16 or f64.
   virtual void all_reduce_sum(void* data, int64_t count, DType dtype) = 0;
   // recv[count] = sum over ranks r of send_r[rank()*count, (rank()+1)*count): send holds size()*count
   // elements. recv may be send + rank()*count (in place); otherwise the two must not overlap.

@@ -274,8 +274,8 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
 }
 
 // The optimizers worth trying besides AdamW's ordinary step where the request asks for that: the update in
-// the backward (one micro-batch a step, ZeRO up to 2, no model parallelism or offload), Adam-mini (ZeRO up to
-// 1, no model parallelism, offload or LoRA) and both (ZeRO up to 2); a request that names one keeps it.
+// the backward (one micro-batch a step, ZeRO up to 2, no model parallelism or offload), Adam-mini (no model
+// parallelism, offload or LoRA) and both (ZeRO up to 2); a request that names one keeps it.
 struct OptimizerChoice {
   OptimizerKind kind = OptimizerKind::adamw;
   bool in_backward = false;
@@ -289,7 +289,7 @@ std::vector<OptimizerChoice> optimizer_choices(const SearchRequest& request, boo
   std::vector<OptimizerChoice> choices = {{}};
   if (model_parallel || offload != OffloadOptimizer::none) return choices;
   if (stage <= 2) choices.push_back({OptimizerKind::adamw, true});
-  if (stage <= 1 && !base.lora.enabled()) choices.push_back({OptimizerKind::adam_mini, false});
+  if (!base.lora.enabled()) choices.push_back({OptimizerKind::adam_mini, false});
   if (stage <= 2 && !base.lora.enabled()) choices.push_back({OptimizerKind::adam_mini, true});
   return choices;
 }

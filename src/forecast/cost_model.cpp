@@ -90,15 +90,16 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
   const double n = static_cast<double>(plan.num_params);
   const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
   const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
+  const double sums = static_cast<double>(plan.v_sums_bytes);
   switch (stage) {
     case 0:
       return 2 * grads * ring;  // all-reduce once per step
     case 1:  // reduce to owners (all-reduce for Adam-mini's whole v), gather the updated weights
       return ((plan.policy.v_blocks > 0 ? 2 : 1) * grads + weights) * ring;
-    case 2:
-      return (accum * grads + weights) * ring;  // every micro-batch's windows reduced to owners
-    default:                                    // and each window's weights gathered twice a pass
-      return (accum * grads + 2 * accum * weights) * ring;
+    case 2:  // every micro-batch's windows reduced to owners (and Adam-mini's block sums all-reduced)
+      return (accum * grads + weights + 2 * sums) * ring;
+    default:  // and each window's weights gathered twice a pass
+      return (accum * grads + 2 * accum * weights + 2 * sums) * ring;
   }
 }
 

@@ -263,17 +263,19 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
 
 ModelStateLayout model_state_layout(const Estimate& e) {
   const RankEstimate& r = e.largest();
-  return {.num_params = r.num_params,
-          .shard_elems = r.shard_elems,
-          // A model-parallel rank's part has no published count to name its padding by.
-          .published_params = r.place.tp * r.place.pp == 1 ? e.spec.num_parameters() : r.num_params,
-          .moment_block = e.policy.moment_block,
-          .dp = e.dp,
-          .stage = e.dp > 1 ? e.config.zero_stage : 0,
-          .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,
-          .grads_in_backward = e.policy.grads_in_backward,
-          .v_blocks = e.policy.v_blocks,
-          .planned = r.bytes};
+  return {
+      .num_params = r.num_params,
+      .shard_elems = r.shard_elems,
+      // A model-parallel rank's part has no published count to name its padding by.
+      .published_params = r.place.tp * r.place.pp == 1 ? e.spec.num_parameters() : r.num_params,
+      .moment_block = e.policy.moment_block,
+      .dp = e.dp,
+      .stage = e.dp > 1 ? e.config.zero_stage : 0,
+      .offloaded = e.config.offload_optimizer == OffloadOptimizer::nvme,
+      .grads_in_backward = e.policy.grads_in_backward,
+      .v_blocks = e.policy.v_blocks,
+      .v_sums = e.policy.v_blocks > 0 && e.dp > 1 && e.config.zero_stage >= 2 && !e.policy.grads_in_backward,
+      .planned = r.bytes};
 }
 
 std::string format_estimate(const Estimate& e) {

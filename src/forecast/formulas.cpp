@@ -108,7 +108,9 @@ std::string why_differs(const FormulaTerm& t, const ModelStateLayout& m, bool di
     return "--optimizer-in-backward: the gradients of the blocks in flight only (listed below)";
   if (t.category == Category::optim && m.v_blocks > 0)
     return "Adam-mini: v is one fp32 per block, " + with_commas(m.v_blocks) +
-           " blocks, not one per parameter";
+           " blocks, not one per parameter" +
+           (m.v_sums ? ", and one fp64 sum of squares per block, the ranks' shards of the gradients added"
+                     : "");
   // A shard of whole blocks holds whole blocks' scales, so the coefficient times S is exact.
   if (divided && static_cast<double>(planned) == t.per_param() * static_cast<double>(m.shard_elems))
     return "shard padding: every rank holds S = ceil(N/d)" +

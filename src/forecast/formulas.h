@@ -62,6 +62,7 @@ struct ModelStateLayout {
   bool offloaded = false;
   bool grads_in_backward = false;  // --optimizer-in-backward: the blocks in flight hold the gradients
   int64_t v_blocks = 0;            // Adam-mini: its fp32 second moments, one per block
+  bool v_sums = false;             // and an fp64 sum per block where the gradients are sharded
   CategoryBytes planned;
 };
 

@@ -18,6 +18,7 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& devic
       grads_(tracker_, Category::grads, plan.bytes[Category::grads] - plan.grads.size),
       adam_m_(tracker_, Category::optim, plan.m_bytes),
       adam_v_(tracker_, Category::optim, plan.v_bytes),
+      v_sums_(tracker_, Category::optim, plan.v_sums_bytes),
       m_scales_(tracker_, Category::optim, plan.moment_scales * 4),
       v_scales_(tracker_, Category::optim, plan.v_scales() * 4),
       others_(table.size()),

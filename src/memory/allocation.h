@@ -78,6 +78,9 @@ class Allocation {
   void* grads() const { return grads_.as<void>(); }
   int64_t grads_bytes() const { return grads_.bytes(); }  // of the flat buffer: none under grads_in_backward
   OptimizerState& optimizer_state() const { return *optimizer_state_; }
+  // Adam-mini's per-block sums of squares where a rank holds a shard of the gradients (Plan::v_sums_bytes),
+  // else null.
+  double* adam_mini_sums() const { return plan_.v_sums_bytes > 0 ? v_sums_.as<double>() : nullptr; }
 
   // Host memory the host fills a batch tensor through: the tensor itself where the host can write it, else
   // its staging twin (TensorDesc::staging). upload() then copies the twin in (nothing without one).
@@ -109,7 +112,7 @@ class Allocation {
   const Plan& plan_;
   Device& device_;
   MemoryTracker tracker_, host_tracker_;
-  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, m_scales_, v_scales_;
+  TrackedBuffer params_, master_, grads_, adam_m_, adam_v_, v_sums_, m_scales_, v_scales_;
   std::vector<TrackedBuffer> others_;  // per tensor id; empty for tensors held elsewhere
   Arena activations_, workspace_, comm_arena_, grads_arena_;
   std::array<Arena*, 4> arenas() { return {&activations_, &workspace_, &comm_arena_, &grads_arena_}; }

@@ -80,6 +80,12 @@ class Device {
   // gradient (grads_dtype), then the first moments and weights of any range with v already this step's.
   virtual void adam_mini_second_moments(const void* grads, DType grads_dtype, float* v,
                                         const MiniBlockLayout& blocks, const AdamWStep& step) = 0;
+  // Where a rank holds part of a tensor's gradient (ZeRO-2, 3): its blocks' sums of squares over elements
+  // [first, first + n) (grads at element `first`) added to sums; then v from the sums over all ranks.
+  virtual void adam_mini_block_squares(const void* grads, DType grads_dtype, const MiniBlockLayout& blocks,
+                                       int64_t first, int64_t n, float grad_multiplier, double* sums) = 0;
+  virtual void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                                  const AdamWStep& step) = 0;
   // Elements [first, first + params.n) of one tensor, params at element `first`; the first moment m in fp32
   // or bf16 (`moments`).
   virtual void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,

@@ -111,13 +111,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   // whole blocks of blocked moments, so that a window starts on a block.
   plan.state_elems = plan.shard_elems;
   plan.moment_scales = policy.moment_scales(plan.shard_elems);
-  // Adam-mini's v is one model's on every rank, stepped from whole gradients: a block's at a time in the
-  // backward, or all of them held (ZeRO-1 at most).
-  if (policy.v_blocks > 0 && (offload.enabled || (sharding.shards_grads() && !policy.grads_in_backward) ||
-                              sharding.shards_weights()))
-    throw std::logic_error(
-        "adam-mini's second moments are held whole, from whole gradients: no offload, "
-        "ZeRO-1 (or ZeRO-2 with the update in the backward)");
+  if (policy.v_blocks > 0 && offload.enabled)
+    throw std::logic_error("adam-mini's second moments are held whole, in memory: no offload");
   if (offload.enabled) {
     if (offload.chunk_elems <= 0) throw std::logic_error("optimizer offload needs a positive chunk size");
     plan.offload = offload;
@@ -136,8 +131,11 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.bytes[Category::grads] = checked_mul(flat_grads, static_cast<int64_t>(dtype_size(policy.grads)));
   plan.m_bytes = checked_mul(s, moment_size);
   plan.v_bytes = policy.v_blocks > 0 ? checked_mul(policy.v_blocks, 4) : plan.m_bytes;
-  plan.bytes[Category::optim] = checked_add(checked_add(plan.m_bytes, plan.v_bytes),
-                                            checked_mul(checked_add(plan.moment_scales, plan.v_scales()), 4));
+  if (policy.v_blocks > 0 && sharding.shards_grads() && !policy.grads_in_backward)
+    plan.v_sums_bytes = checked_mul(policy.v_blocks, 8);
+  plan.bytes[Category::optim] =
+      checked_add(checked_add(checked_add(plan.m_bytes, plan.v_bytes), plan.v_sums_bytes),
+                  checked_mul(checked_add(plan.moment_scales, plan.v_scales()), 4));
   const auto pack = [&](Category category) {
     return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
   };

@@ -90,6 +90,9 @@ struct Plan {
   int64_t state_elems = 0, moment_scales = 0;
   // Bytes of each moment buffer in memory: m, and v (per element, or Adam-mini's fp32 per block).
   int64_t m_bytes = 0, v_bytes = 0;
+  // Adam-mini where a rank holds only its shard of the gradients (ZeRO-2, 3): one fp64 sum of squares per
+  // block, the ranks' parts added together before v steps.
+  int64_t v_sums_bytes = 0;
   CategoryBytes bytes;                // planned, per category
   CategoryBytes host;                 // the part of `bytes` in host memory (MemorySpace::host buffers)
   int64_t num_params = 0;             // elements of all parameter tensors

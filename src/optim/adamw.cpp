@@ -35,19 +35,21 @@ double AdamW::local_sum_of_squares(const Allocation& memory) const {
   return sum;
 }
 
-OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale, const GlobalSum& global_sum) {
+OptimizerStepResult AdamW::step(Allocation& memory, float lr, float loss_scale, const GlobalSum& global_sum,
+                                const GlobalSums& global_sums) {
   const double norm = std::sqrt(global_sum(local_sum_of_squares(memory))) / loss_scale;
   if (!std::isfinite(norm)) return {norm, true};
   ++updates_;
   const Plan& plan = memory.plan();
   const float multiplier = grad_multiplier(norm, loss_scale);
   if (plan.policy.v_blocks > 0) {
-    // Every rank steps the second moments of every block from the whole gradients (ZeRO-1 shards only the
-    // first moments and master weights): each rank holds one model's v, bitwise the same, and a shard may
-    // cut a block.
-    if (plan.sharding.shards_grads() || plan.policy.grads_in_backward)
-      throw std::logic_error("adam-mini: the step needs the whole gradients (check_config allows ZeRO-1)");
-    update_second_moments(memory, multiplier, 0, plan.num_params, memory.grads_at(0));
+    // Every rank steps the second moments of every block, so that each holds one model's v, the same bits,
+    // and a shard may cut a block: from the whole gradients up to ZeRO-1, else from the ranks' sums.
+    if (plan.policy.grads_in_backward) throw std::logic_error("adam-mini: step under grads_in_backward");
+    if (plan.sharding.shards_grads())
+      update_second_moments_from_shard(memory, multiplier, global_sums);
+    else
+      update_second_moments(memory, multiplier, 0, plan.num_params, memory.grads_at(0));
   }
   apply(memory, lr, multiplier, {plan.shard_begin, plan.shard_end, memory.grads_at(plan.shard_begin)});
   return {norm, false};
@@ -82,6 +84,29 @@ void AdamW::update_second_moments(Allocation& memory, float grad_multiplier, int
     memory.device().adam_mini_second_moments(static_cast<const char*>(grads) + (offset - begin) * size,
                                              plan.policy.grads, v + b.first, b.layout(), s);
   }
+}
+
+void AdamW::update_second_moments_from_shard(Allocation& memory, float grad_multiplier,
+                                             const GlobalSums& global_sums) {
+  const Plan& plan = memory.plan();
+  check_mini_blocks(plan);
+  double* sums = memory.adam_mini_sums();
+  if (!sums) throw std::logic_error("adam-mini: no planned sums of squares for a shard of the gradients");
+  memory.device().zero(sums, plan.v_sums_bytes);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const MiniBlocks& b = mini_blocks_[i];
+    const int64_t offset = memory.param_offset(params_[i].id);
+    const int64_t first = std::max(offset, plan.shard_begin),
+                  last = std::min(offset + b.rows * b.cols, plan.shard_end);
+    if (first < last)
+      memory.device().adam_mini_block_squares(memory.grads_at(first), plan.policy.grads, b.layout(),
+                                              first - offset, last - first, grad_multiplier, sums + b.first);
+  }
+  global_sums(sums, plan.policy.v_blocks);
+  float* v = memory.optimizer_state().adam_mini_v();
+  const AdamWStep s{0.0f, config_.beta1, config_.beta2, config_.eps, 0.0f, updates_, grad_multiplier};
+  for (const MiniBlocks& b : mini_blocks_)
+    memory.device().adam_mini_second_moments_from_sums(v + b.first, sums + b.first, b.layout(), s);
 }
 
 void AdamW::apply(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads) {

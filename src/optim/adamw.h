@@ -44,13 +44,17 @@ class AdamW {
 
   // Sums a rank's partial sum of squares over all data-parallel ranks (identity for one process).
   using GlobalSum = std::function<double(double)>;
+  // Sums n values in place over all data-parallel ranks, in rank order: Adam-mini's per-block sums of
+  // squares where each rank holds its shard of the gradients (ZeRO-2, 3).
+  using GlobalSums = std::function<void(double* values, int64_t n)>;
 
   // The gradients hold loss_scale times the true ones. On inf/NaN nothing changes and the step is skipped;
   // otherwise the plan's shard of weights and moments is updated and the number of updates taken grows by
   // one. Under ZeRO the caller has reduced this rank's gradient range before, and gathers the weights after.
   OptimizerStepResult step(
       Allocation& memory, float lr, float loss_scale,
-      const GlobalSum& global_sum = [](double local) { return local; });
+      const GlobalSum& global_sum = [](double local) { return local; },
+      const GlobalSums& global_sums = [](double*, int64_t) {});
   // What the gradients are multiplied by in an update: the loss scale undone, and clipped to clip_grad when
   // their norm (unscaled) is above it.
   float grad_multiplier(double norm, float loss_scale) const;
@@ -85,6 +89,10 @@ class AdamW {
   void update_mini_blocked(Allocation& memory, float lr, float grad_multiplier, const Gradients& grads);
   // std::logic_error unless mini_blocks_ are the plan's, one per parameter in order.
   void check_mini_blocks(const Plan& plan) const;
+  // Adam-mini's second moments of every block where this rank holds only its shard of the gradients: the
+  // shard's sums of squares per block, summed over the ranks, then v.
+  void update_second_moments_from_shard(Allocation& memory, float grad_multiplier,
+                                        const GlobalSums& global_sums);
   // The weights and gradients of flat parameters [first, last), with their master copy at `master`.
   AdamWOperands operands(const Allocation& memory, float* master, int64_t first, int64_t last,
                          const Gradients& grads) const;

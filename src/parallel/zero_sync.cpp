@@ -206,6 +206,11 @@ double ZeroSync::sum(double local) {
   return sum_over_ranks(comm_, local);
 }
 
+void ZeroSync::sum(double* values, int64_t n) {
+  const ScopeTimer timer(exposed_seconds_);
+  comm_.wait(comm_.start([=](Communicator& c) { c.all_reduce_sum(values, n, DType::f64); }));
+}
+
 // Every rank's shard, broadcast from its owner in place, in chunks of the bucket.
 void ZeroSync::gather_weights() {
   const Plan& p = plan();

@@ -34,6 +34,8 @@ class ZeroSync final : public OpHooks {
   void reduce_gradients();
   // The sum over ranks of one number per rank, added in rank order (the same bits on every rank).
   double sum(double local);
+  // values[0, n) summed over the ranks in place, in rank order (the same bits on every rank).
+  void sum(double* values, int64_t n);
   // Stages 1 and 2, after the update: every rank's weight shard copied to all ranks. Stage 3 keeps shards.
   void gather_weights();
 

@@ -229,8 +229,10 @@ OptimizerStepResult Trainer::accumulate_and_update(int64_t step, float lr, float
   }
   sync_->reduce_gradients();
   if (cfg_.sequence_parallel) sum_sequence_parallel_grads(groups_, memory, model_);
-  return optimizer_->step(memory, lr, loss_scale,
-                          [&](double local) { return sum_norm_over_shards(groups_, *sync_, plan_, local); });
+  return optimizer_->step(
+      memory, lr, loss_scale,
+      [&](double local) { return sum_norm_over_shards(groups_, *sync_, plan_, local); },
+      [&](double* values, int64_t n) { sync_->sum(values, n); });
 }
 
 OptimizerStepResult Trainer::update_in_backward(int64_t step, float lr, float loss_scale,

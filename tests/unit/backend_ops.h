@@ -171,6 +171,14 @@ class ForwardingBackend : public Backend {
                                 const AdamWStep& step) override {
     inner_.adam_mini_second_moments(grads, grads_dtype, v, blocks, step);
   }
+  void adam_mini_block_squares(const void* grads, DType grads_dtype, const MiniBlockLayout& blocks,
+                               int64_t first, int64_t n, float grad_multiplier, double* sums) override {
+    inner_.adam_mini_block_squares(grads, grads_dtype, blocks, first, n, grad_multiplier, sums);
+  }
+  void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                          const AdamWStep& step) override {
+    inner_.adam_mini_second_moments_from_sums(v, sums, blocks, step);
+  }
   void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,
                         const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                         const AdamWRounding& rounding) override {

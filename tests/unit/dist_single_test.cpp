@@ -194,6 +194,19 @@ TEST(DistLocalSum, ResultIsIndependentOfThreadsAndMayOverwriteAPart) {
   EXPECT_THROW(sum_in_rank_order(parts, a.data(), n, DType::i32), std::invalid_argument);
 }
 
+TEST(DistLocalSum, DoublesSumInDoubleInRankOrder) {
+  // 1 + 2^-40 is lost in fp32, kept in double; (1e16 + 1) + 1 differs from 1e16 + (1 + 1) in double.
+  const double one = 1.0, tiny = 0x1p-40, big = 1e16;
+  double sum = 0;
+  const void* kept[] = {&one, &tiny};
+  sum_in_rank_order(kept, &sum, 1, DType::f64);
+  EXPECT_EQ(sum, 1.0 + 0x1p-40);
+  const void* in_order[] = {&big, &one, &one};
+  sum_in_rank_order(in_order, &sum, 1, DType::f64);
+  EXPECT_EQ(sum, (big + one) + one);
+  EXPECT_NE(sum, big + (one + one));
+}
+
 }  // namespace
 }  // namespace mt
 

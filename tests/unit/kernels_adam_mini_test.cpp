@@ -182,6 +182,31 @@ TEST(KernelAdamMini, RangesCutAnywhereAreTheWholeTensorsStep) {
     }
 }
 
+TEST(KernelAdamMini, BlockSumsOfRangesGiveTheSecondMoments) {
+  // One range: the whole tensor's sums, bit for bit the one-pass step. Ranges cut anywhere (a ZeRO-2 shard's
+  // edge) sum a block in parts, added after: within rounding.
+  for (const Shape& shape : shapes()) {
+    const int64_t n = shape.rows * shape.cols;
+    const MiniBlockLayout b{shape.rows, shape.cols, shape.by_column, shape.block_of.data(), shape.count};
+    const std::vector<bf16> grad = to_storage<bf16>(random_floats(n, 11, 1e-2));
+    const AdamWStep step = step_at(2);
+    std::vector<float> whole = random_floats(shape.count, 12, 1e-3);
+    for (float& x : whole) x *= x;
+    std::vector<float> one_range = whole, cut = whole;
+    adam_mini_second_moments(grad.data(), whole.data(), b, step);
+    std::vector<double> sums(static_cast<size_t>(shape.count)), parts(sums.size());
+    adam_mini_block_squares(grad.data(), b, 0, n, step.grad_multiplier, sums.data());
+    adam_mini_second_moments_from_sums(one_range.data(), sums.data(), b, step);
+    EXPECT_TRUE(bitwise_equal(one_range, whole)) << shape.rows << "x" << shape.cols;
+    for (const auto& [first, last] :
+         {std::pair<int64_t, int64_t>{0, n / 3 + 1}, {n / 3 + 1, n - 5}, {n - 5, n}})
+      adam_mini_block_squares(grad.data() + first, b, first, last - first, step.grad_multiplier,
+                              parts.data());
+    adam_mini_second_moments_from_sums(cut.data(), parts.data(), b, step);
+    for (int64_t k = 0; k < shape.count; ++k) EXPECT_NEAR(cut[k], whole[k], 1e-6 * whole[k]) << k;
+  }
+}
+
 TEST(KernelAdamMini, RefusesARangeOutsideTheTensor) {
   const Shape shape = shapes()[0];
   FloatState s(shape, true);
@@ -191,6 +216,8 @@ TEST(KernelAdamMini, RefusesARangeOutsideTheTensor) {
       (adam_mini_update<bf16, bf16, float>(s.master.data(), s.param.data(), grad.data(), s.m.data(),
                                            s.v.data(), b, 100, shape.rows * shape.cols, step_at(1), {})),
       std::invalid_argument);
+  std::vector<double> sums(static_cast<size_t>(shape.count));
+  EXPECT_THROW(adam_mini_block_squares(grad.data(), b, -1, 10, 1.0f, sums.data()), std::invalid_argument);
 }
 
 constexpr MomentFormat kFormats[] = {MomentFormat::int8, MomentFormat::fp8};

@@ -16,43 +16,67 @@ namespace MT_ISA {
 
 namespace {
 
-// The blocks' new second moments: each block's sum of g^2 over its lines, line by line in index order.
+// Each line's sum of (g * multiplier)^2 over elements [first, first + n) of the tensor (grad holds element
+// `first` at 0), each line's elements in index order: the same bits for any thread count.
 template <typename G>
-void update_second_moments(const G* grad, float* v, const MiniBlockLayout& b, const Coefficients& c) {
-  const int64_t lines = b.by_column ? b.cols : b.rows, length = b.by_column ? b.rows : b.cols;
+std::vector<double> line_squares(const G* grad, const MiniBlockLayout& b, int64_t first, int64_t n,
+                                 float multiplier) {
+  const int64_t lines = b.by_column ? b.cols : b.rows;
   std::vector<double> line_sum(static_cast<size_t>(lines));
   const auto square = [&](int64_t i) {
-    const float g = to_f32(grad[i]) * c.grad_multiplier;
+    const float g = to_f32(grad[i - first]) * multiplier;
     return static_cast<double>(g * g);
+  };
+  const int64_t first_row = first / b.cols, end_row = ceil_div(first + n, b.cols);
+  const auto row_part = [&](int64_t row) {  // the row's elements in the range, as tensor indices
+    return std::pair{std::max(row * b.cols, first), std::min(row * b.cols + b.cols, first + n)};
   };
   if (b.by_column) {
     // A chunk of columns at a time, row by row: each column's sum in row order, read contiguously.
     constexpr int64_t kColumns = 64;
 #pragma omp parallel for
-    for (int64_t first = 0; first < b.cols; first += kColumns) {
-      const int64_t last = std::min(first + kColumns, b.cols);
-      for (int64_t row = 0; row < b.rows; ++row)
-        for (int64_t col = first; col < last; ++col)
-          line_sum[static_cast<size_t>(col)] += square(row * b.cols + col);
+    for (int64_t chunk = 0; chunk < b.cols; chunk += kColumns) {
+      for (int64_t row = first_row; row < end_row; ++row) {
+        const auto [begin, end] = row_part(row);
+        const int64_t from = std::max(begin, row * b.cols + chunk),
+                      to = std::min(end, row * b.cols + chunk + kColumns);
+        for (int64_t i = from; i < to; ++i) line_sum[static_cast<size_t>(i - row * b.cols)] += square(i);
+      }
     }
   } else {
 #pragma omp parallel for
-    for (int64_t row = 0; row < b.rows; ++row) {
+    for (int64_t row = first_row; row < end_row; ++row) {
+      const auto [begin, end] = row_part(row);
       double sum = 0;
-      for (int64_t col = 0; col < b.cols; ++col) sum += square(row * b.cols + col);
+      for (int64_t i = begin; i < end; ++i) sum += square(i);
       line_sum[static_cast<size_t>(row)] = sum;
     }
   }
-  std::vector<double> sum(static_cast<size_t>(b.count));
+  return line_sum;
+}
+
+// sums[block] += each of its lines' sums, in line order.
+void add_to_blocks(const std::vector<double>& line_sum, const MiniBlockLayout& b, double* sums) {
+  for (size_t i = 0; i < line_sum.size(); ++i) sums[b.block_of[i]] += line_sum[i];
+}
+
+// v_b = beta2 v_b + (1 - beta2) mean, the mean the block's whole sum over its elements.
+void step_second_moments(float* v, const double* sums, const MiniBlockLayout& b, const Coefficients& c) {
+  const int64_t lines = b.by_column ? b.cols : b.rows, length = b.by_column ? b.rows : b.cols;
   std::vector<int64_t> lines_in(static_cast<size_t>(b.count));
-  for (int64_t i = 0; i < lines; ++i) {
-    sum[static_cast<size_t>(b.block_of[i])] += line_sum[static_cast<size_t>(i)];
-    ++lines_in[static_cast<size_t>(b.block_of[i])];
-  }
+  for (int64_t i = 0; i < lines; ++i) ++lines_in[static_cast<size_t>(b.block_of[i])];
   for (int64_t k = 0; k < b.count; ++k) {
-    const float mean = static_cast<float>(sum[k] / static_cast<double>(lines_in[k] * length));
+    const float mean = static_cast<float>(sums[k] / static_cast<double>(lines_in[k] * length));
     v[k] = std::fma(v[k], c.v_keep, c.v_weight * mean);
   }
+}
+
+// The blocks' new second moments from the whole tensor's gradient.
+template <typename G>
+void update_second_moments(const G* grad, float* v, const MiniBlockLayout& b, const Coefficients& c) {
+  std::vector<double> sums(static_cast<size_t>(b.count));
+  add_to_blocks(line_squares(grad, b, 0, b.rows * b.cols, c.grad_multiplier), b, sums.data());
+  step_second_moments(v, sums.data(), b, c);
 }
 
 // What a tensor's steps read and write besides its moments, element 0 first.
@@ -154,6 +178,20 @@ void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& bl
   update_second_moments(grad, v, blocks, Coefficients(s));
 }
 
+template <typename G>
+void adam_mini_block_squares(const G* grad, const MiniBlockLayout& blocks, int64_t first, int64_t n,
+                             float grad_multiplier, double* sums) {
+  if (first < 0 || n < 0 || first + n > blocks.rows * blocks.cols)
+    throw std::invalid_argument("adam_mini_block_squares: elements [" + std::to_string(first) + ", " +
+                                std::to_string(first + n) + ") outside the tensor");
+  add_to_blocks(line_squares(grad, blocks, first, n, grad_multiplier), blocks, sums);
+}
+
+void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                        const AdamWStep& s) {
+  step_second_moments(v, sums, blocks, Coefficients(s));
+}
+
 template <typename P, typename G, typename M>
 void adam_mini_update(float* master, P* param, const G* grad, M* m, const float* v,
                       const MiniBlockLayout& blocks, int64_t first, int64_t n, const AdamWStep& s,
@@ -193,6 +231,21 @@ void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& bl
 }
 template void adam_mini_second_moments<float>(const float*, float*, const MiniBlockLayout&, const AdamWStep&);
 template void adam_mini_second_moments<bf16>(const bf16*, float*, const MiniBlockLayout&, const AdamWStep&);
+
+template <typename G>
+void adam_mini_block_squares(const G* grad, const MiniBlockLayout& blocks, int64_t first, int64_t n,
+                             float grad_multiplier, double* sums) {
+  dispatch<&adam_mini_block_squares<G>>(grad, blocks, first, n, grad_multiplier, sums);
+}
+template void adam_mini_block_squares<float>(const float*, const MiniBlockLayout&, int64_t, int64_t, float,
+                                             double*);
+template void adam_mini_block_squares<bf16>(const bf16*, const MiniBlockLayout&, int64_t, int64_t, float,
+                                            double*);
+
+void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                        const AdamWStep& s) {
+  dispatch<&adam_mini_second_moments_from_sums>(v, sums, blocks, s);
+}
 
 template <typename P, typename G, typename M>
 void adam_mini_update(float* master, P* param, const G* grad, M* m, const float* v,
@@ -246,9 +299,13 @@ bool enroll_weights() {
          enroll<&kernels::adam_mini_update_8bit<P, float>>(adam_mini_update_8bit) &&
          enroll<&kernels::adam_mini_update_8bit<P, bf16>>(adam_mini_update_8bit);
 }
-const bool enrolled = enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>() &&
-                      enroll<&kernels::adam_mini_second_moments<float>>(adam_mini_second_moments) &&
-                      enroll<&kernels::adam_mini_second_moments<bf16>>(adam_mini_second_moments);
+const bool enrolled =
+    enroll_weights<float>() && enroll_weights<bf16>() && enroll_weights<f16>() &&
+    enroll<&kernels::adam_mini_second_moments<float>>(adam_mini_second_moments) &&
+    enroll<&kernels::adam_mini_second_moments<bf16>>(adam_mini_second_moments) &&
+    enroll<&kernels::adam_mini_block_squares<float>>(adam_mini_block_squares) &&
+    enroll<&kernels::adam_mini_block_squares<bf16>>(adam_mini_block_squares) &&
+    enroll<&kernels::adam_mini_second_moments_from_sums>(adam_mini_second_moments_from_sums);
 }  // namespace
 }  // namespace MT_ISA
 

@@ -21,6 +21,17 @@ namespace mt::kernels {
 template <typename G>
 void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& blocks, const AdamWStep& s);
 
+// Where a rank holds only part of a tensor's gradient (ZeRO-2 and 3): each block's sum of
+// (g * grad_multiplier)^2 over elements [first, first + n) of the tensor (grad holds element `first` at 0),
+// added to sums[block], line by line in index order; then, once the sums are the whole tensor's (summed over
+// the ranks), v_b = beta2 v_b + (1 - beta2) sums[b] / the block's elements. std::invalid_argument when the
+// range leaves the tensor.
+template <typename G>
+void adam_mini_block_squares(const G* grad, const MiniBlockLayout& blocks, int64_t first, int64_t n,
+                             float grad_multiplier, double* sums);
+void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                        const AdamWStep& s);
+
 // The first moments and weights of elements [first, first + n) of one tensor whose second moments v are
 // already this step's. P: weight storage (float, bf16, f16); G: gradient (float, bf16); M: the first moment
 // (float, bf16, rounded to nearest). master (null without master weights), param, grad and m hold element

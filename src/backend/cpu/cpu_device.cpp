@@ -147,6 +147,19 @@ void CpuDevice::adam_mini_second_moments(const void* grads, DType grads_dtype, f
   });
 }
 
+void CpuDevice::adam_mini_block_squares(const void* grads, DType grads_dtype, const MiniBlockLayout& blocks,
+                                        int64_t first, int64_t n, float grad_multiplier, double* sums) {
+  with_type<false>(grads_dtype, "Adam-mini's sums of squares over gradients", [&](auto grad) {
+    using G = typename decltype(grad)::type;
+    kernels::adam_mini_block_squares(static_cast<const G*>(grads), blocks, first, n, grad_multiplier, sums);
+  });
+}
+
+void CpuDevice::adam_mini_second_moments_from_sums(float* v, const double* sums,
+                                                   const MiniBlockLayout& blocks, const AdamWStep& step) {
+  kernels::adam_mini_second_moments_from_sums(v, sums, blocks, step);
+}
+
 void CpuDevice::adam_mini_update(const AdamWOperands& p, void* m, DType moments, const float* v,
                                  const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                                  const AdamWRounding& rounding) {

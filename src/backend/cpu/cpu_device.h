@@ -26,6 +26,10 @@ class CpuDevice : public Backend {
                     const AdamWRounding& rounding) override;
   void adam_mini_second_moments(const void* grads, DType grads_dtype, float* v, const MiniBlockLayout& blocks,
                                 const AdamWStep& step) override;
+  void adam_mini_block_squares(const void* grads, DType grads_dtype, const MiniBlockLayout& blocks,
+                               int64_t first, int64_t n, float grad_multiplier, double* sums) override;
+  void adam_mini_second_moments_from_sums(float* v, const double* sums, const MiniBlockLayout& blocks,
+                                          const AdamWStep& step) override;
   void adam_mini_update(const AdamWOperands& params, void* m, DType moments, const float* v,
                         const MiniBlockLayout& blocks, int64_t first, const AdamWStep& step,
                         const AdamWRounding& rounding) override;
