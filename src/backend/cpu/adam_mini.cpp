@@ -172,6 +172,13 @@ void check_tensors(std::span<const MiniTensor> tensors, int64_t n) {
     throw std::invalid_argument("adam_mini_update_8bit: the tensors must cover the range");
 }
 
+// std::invalid_argument naming `op` unless elements [first, first + n) lie in the tensor.
+void check_range(const char* op, const MiniBlockLayout& b, int64_t first, int64_t n) {
+  if (first < 0 || n < 0 || first + n > b.rows * b.cols)
+    throw std::invalid_argument(std::string(op) + ": elements [" + std::to_string(first) + ", " +
+                                std::to_string(first + n) + ") outside the tensor");
+}
+
 }  // namespace
 
 template <typename G>
@@ -182,9 +189,7 @@ void adam_mini_second_moments(const G* grad, float* v, const MiniBlockLayout& bl
 template <typename G>
 void adam_mini_block_squares(const G* grad, const MiniBlockLayout& blocks, int64_t first, int64_t n,
                              float grad_multiplier, double* sums) {
-  if (first < 0 || n < 0 || first + n > blocks.rows * blocks.cols)
-    throw std::invalid_argument("adam_mini_block_squares: elements [" + std::to_string(first) + ", " +
-                                std::to_string(first + n) + ") outside the tensor");
+  check_range("adam_mini_block_squares", blocks, first, n);
   add_to_blocks(line_squares(grad, blocks, first, n, grad_multiplier), blocks, sums);
 }
 
@@ -197,9 +202,7 @@ template <typename P, typename G, typename M>
 void adam_mini_update(float* master, P* param, const G* grad, M* m, const float* v,
                       const MiniBlockLayout& blocks, int64_t first, int64_t n, const AdamWStep& s,
                       const AdamWRounding& rounding) {
-  if (first < 0 || n < 0 || first + n > blocks.rows * blocks.cols)
-    throw std::invalid_argument("adam_mini_update: elements [" + std::to_string(first) + ", " +
-                                std::to_string(first + n) + ") outside the tensor");
+  check_range("adam_mini_update", blocks, first, n);
   const Coefficients c(s);
   const TensorInputs<P, G> in{master, param, grad, rounding.seed, static_cast<uint64_t>(rounding.index)};
   with_weights<P>(master,
