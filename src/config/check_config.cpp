@@ -114,8 +114,6 @@ void check_optimizer_in_backward(const TrainConfig& c, int64_t accumulation) {
   refuse(accumulation > 1,
          "gradient accumulation (" + std::to_string(accumulation) + " micro-batches a step)",
          "the update would need the gradients of every micro-batch kept; raise --micro-batch-size instead");
-  refuse(c.zero_stage >= 3, flag_source_with_value(c, "--zero-stage"),
-         "the blocks' weights are gathered per window, not updated in the backward yet; use stage 1 or 2");
   refuse(c.tensor_parallel > 1, flag_source_with_value(c, "--tensor-model-parallel-size"),
          "not scheduled block by block yet; use data parallelism");
   refuse(c.pipeline_parallel > 1, flag_source_with_value(c, "--pipeline-model-parallel-size"),

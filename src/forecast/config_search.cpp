@@ -274,23 +274,25 @@ std::vector<ModelParallelLayout> model_parallel_choices(const TrainConfig& base,
 }
 
 // The optimizers worth trying besides AdamW's ordinary step where the request asks for that: the update in
-// the backward (one micro-batch a step, ZeRO up to 2, no model parallelism or offload), Adam-mini (no model
-// parallelism, offload or LoRA) and both (ZeRO up to 2); a request that names one keeps it.
+// the backward (one micro-batch a step, no model parallelism or offload), Adam-mini (no model parallelism,
+// offload or LoRA) and both; a request that names one keeps it.
 struct OptimizerChoice {
   OptimizerKind kind = OptimizerKind::adamw;
   bool in_backward = false;
 };
 
-std::vector<OptimizerChoice> optimizer_choices(const SearchRequest& request, bool model_parallel, int stage,
+std::vector<OptimizerChoice> optimizer_choices(const SearchRequest& request, bool model_parallel,
                                                OffloadOptimizer offload) {
   const TrainConfig& base = request.base;
   if (base.optimizer != OptimizerKind::adamw || base.optimizer_in_backward || !request.other_optimizers)
     return {{base.optimizer, base.optimizer_in_backward}};
   std::vector<OptimizerChoice> choices = {{}};
   if (model_parallel || offload != OffloadOptimizer::none) return choices;
-  if (stage <= 2) choices.push_back({OptimizerKind::adamw, true});
-  if (!base.lora.enabled()) choices.push_back({OptimizerKind::adam_mini, false});
-  if (stage <= 2 && !base.lora.enabled()) choices.push_back({OptimizerKind::adam_mini, true});
+  choices.push_back({OptimizerKind::adamw, true});
+  if (!base.lora.enabled()) {
+    choices.push_back({OptimizerKind::adam_mini, false});
+    choices.push_back({OptimizerKind::adam_mini, true});
+  }
   return choices;
 }
 
@@ -323,7 +325,7 @@ SearchResult search_configs(const SearchRequest& request) {
       for (const PrecisionConfig& precision : precision_choices())
         for (int stage : stages)
           for (OffloadOptimizer offload : offloads)
-            for (const OptimizerChoice& optimizer : optimizer_choices(request, tp * pp > 1, stage, offload)) {
+            for (const OptimizerChoice& optimizer : optimizer_choices(request, tp * pp > 1, offload)) {
               TrainConfig config = base;
               config.tensor_parallel = tp;
               config.pipeline_parallel = pp;

@@ -103,6 +103,19 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
   }
 }
 
+// Bytes one rank sends and receives per step for the update in the backward, whose graph runs `passes`
+// times (twice with a norm pass): each block all-reduced as it completes, then ZeRO-1 and 2 gather the
+// updated weights once, ZeRO-3 each window's weights twice a pass.
+double in_backward_comm_bytes(const Plan& plan, int world, int passes) {
+  if (world < 2) return 0;
+  const double n = static_cast<double>(plan.num_params);
+  const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
+  const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
+  const int stage = plan.sharding.stage;
+  const double gathers = stage >= 3 ? 2.0 * passes : stage >= 1 ? 1 : 0;
+  return (2 * grads * passes + gathers * weights) * ring_share(world);
+}
+
 // AdamW's calibrated rate for this run's moments; a profile calibrated before the 8-bit kernels existed has
 // none for them, and the shipped profile of its level and threads stands in (as for MPI above).
 double adamw_mparams(const HardwareProfile& profile, DType moments) {
@@ -286,10 +299,10 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
         shard_params * static_cast<double>(dtype_size(plan.policy.grads)) / (profile.memory_gbps * 1e9);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  // The update in the backward all-reduces each block as it completes, once a pass, and waits for it.
-  c.comm_s = config.optimizer_in_backward
-                 ? mpi_seconds(profile, comm_bytes(plan, 0, data_parallel, 1)) * (norm_pass ? 2 : 1)
-                 : mpi_seconds(profile, comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
+  // The update in the backward waits for each block's all-reduce.
+  c.comm_s = mpi_seconds(profile, config.optimizer_in_backward
+                                      ? in_backward_comm_bytes(plan, data_parallel, norm_pass ? 2 : 1)
+                                      : comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));
   // Overlapped exchanges: the calibrated share hides, at most behind the backward's half of the compute; a
   // negative share (exchanges and kernels sharing the cores) costs more than waiting for them. A pipeline
   // stage starts them after its last pass: nothing hides them.

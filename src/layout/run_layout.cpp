@@ -85,9 +85,12 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
     run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
     policy.v_blocks = adam_mini_block_count(run.mini_blocks);
   }
-  // The update in the backward sums each block's gradients itself: the windows without ZeRO-2's comm tensors.
-  const int schedule_stage = place.dp == 1 ? 0 : cfg.optimizer_in_backward ? 1 : cfg.zero_stage;
-  run.zero = add_zero_schedule(run.model.graph, schedule_stage, policy.grads);
+  // The update in the backward sums each block's gradients itself: the windows without ZeRO-2's gradient
+  // sums, and with stage 3's gathered weights.
+  const int schedule_stage = place.dp == 1                                     ? 0
+                             : cfg.optimizer_in_backward && cfg.zero_stage < 3 ? 1
+                                                                               : cfg.zero_stage;
+  run.zero = add_zero_schedule(run.model.graph, schedule_stage, policy.grads, !cfg.optimizer_in_backward);
   if (cfg.optimizer_in_backward) {
     policy.grads_in_backward = true;
     run.backward_updates = add_block_gradients(run.model.graph, run.zero, policy.grads, policy.moment_block);

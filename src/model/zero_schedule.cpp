@@ -44,7 +44,7 @@ int64_t block_numel(const TensorTable& table, const std::vector<int>& params) {
 
 }  // namespace
 
-ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
+ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads, bool window_grads) {
   ZeroSchedule schedule;
   schedule.stage = stage;
   schedule.window_of_op.assign(graph.ops.size(), -1);
@@ -78,7 +78,7 @@ ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads) {
                                   .category = Category::comm,
                                   .first_op = w > 0 ? windows[w - 1].first_op : window.first_op,
                                   .last_op = window.last_op});
-    if (window.writes_grads)
+    if (window.writes_grads && window_grads)
       window.grads = table.add({.name = name + ".grads",
                                 .shape = {n},
                                 .dtype = grads,
@@ -130,7 +130,7 @@ std::vector<BlockGradients> block_gradient_tensors(Graph& graph, const ZeroSched
       Op& op = graph.ops[i];
       const int w = schedule.window_of_op[i];
       if (w >= 0 && schedule.windows[w].block == block && writes_gradients(op.kind()))
-        op.window = {.weights = -1, .grads = b.tensor, .first_param = b.first_param};
+        op.window = {.weights = schedule.windows[w].weights, .grads = b.tensor, .first_param = b.first_param};
     }
     blocks.push_back(b);
   }
@@ -141,7 +141,8 @@ std::vector<BlockGradients> block_gradient_tensors(Graph& graph, const ZeroSched
 
 BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads,
                                     int64_t moment_block) {
-  if (schedule.stage >= 2) throw std::logic_error("block gradients: the ZeRO-2/3 windows hold them already");
+  for (const BlockWindow& window : schedule.windows)
+    if (window.grads >= 0) throw std::logic_error("block gradients: the ZeRO-2/3 windows hold them already");
   BackwardUpdates updates{.blocks = block_gradient_tensors(graph, schedule, grads), .carries = {}};
   int64_t n = 0;  // the flat parameters
   for (const TensorDesc& t : graph.table.tensors())

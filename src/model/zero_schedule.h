@@ -61,10 +61,13 @@ struct BackwardUpdates {
 
 // The windows of the graph's ops; for stages 2 and 3 also their comm tensors (weights in the parameters'
 // dtype, gradients in `grads`), added to the graph's table and set as the window buffers of its ops.
-ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads);
+// `window_grads` false: no gradient sums in the windows, whose gradients go to add_block_gradients' tensors
+// (stage 3's gathered weights stay).
+ZeroSchedule add_zero_schedule(Graph& graph, int stage, DType grads, bool window_grads = true);
 
 // The blocks' gradient tensors, added to the graph's table and named by the ops that write gradients (as
-// ZeRO-2's window sums are); the schedule's windows must be stage 0's or 1's, which add no comm tensors.
+// ZeRO-2's window sums are); the schedule's windows must hold no gradient sums (add_zero_schedule's
+// `window_grads` false, or stage 0 or 1); under stage 3 the ops keep reading the gathered weights.
 // `moment_block`: elements per quantization block of 8-bit moments, 0 for none. Every parameter's block must
 // get gradients, or the ordinary step's decay of it would be missed.
 BackwardUpdates add_block_gradients(Graph& graph, const ZeroSchedule& schedule, DType grads,

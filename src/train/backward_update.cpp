@@ -9,11 +9,12 @@
 namespace mt {
 
 BackwardUpdate::BackwardUpdate(AdamW& optimizer, Allocation& memory, const BackwardUpdates& updates,
-                               int num_ops, Communicator* data_parallel)
+                               int num_ops, Communicator* data_parallel, OpHooks* gathers)
     : optimizer_(optimizer),
       memory_(memory),
       updates_(updates),
       data_parallel_(data_parallel),
+      gathers_(gathers),
       starting_(num_ops, -1),
       ending_(num_ops, -1) {
   for (size_t b = 0; b < updates.blocks.size(); ++b) {
@@ -41,12 +42,22 @@ double BackwardUpdate::norm() const {
 }
 
 void BackwardUpdate::before(int op, bool training) {
+  if (gathers_) gathers_->before(op, training);
   if (!training || starting_[op] < 0) return;
   const int id = updates_.blocks[starting_[op]].tensor;
   memory_.device().zero(memory_.data(id), memory_.table()[id].bytes());
 }
 
 void BackwardUpdate::after(int op, bool training) {
+  update_after(op, training);
+  if (gathers_) gathers_->after(op, training);
+}
+
+void BackwardUpdate::end_pass() {
+  if (gathers_) gathers_->end_pass();
+}
+
+void BackwardUpdate::update_after(int op, bool training) {
   if (!training || ending_[op] < 0) return;
   const BlockGradients& block = updates_.blocks[ending_[op]];
   const TensorDesc& grads = memory_.table()[block.tensor];

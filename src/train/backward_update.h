@@ -4,7 +4,9 @@
 // the block from and lets go, so the gradients held at once are those of the blocks in flight. 8-bit
 // moments' quantization blocks that straddle two blocks are updated from their carry once both are complete.
 // Where the update needs the step's gradient norm first (clipping, fp16's overflow check), a first pass of
-// the same graph only sums the blocks' squares. The per-element arithmetic is AdamW::step's.
+// the same graph only sums the blocks' squares. The per-element arithmetic is AdamW::step's. Under ZeRO-3
+// a block's update writes this rank's shard of its weights after the block's last window, whose gathered copy
+// no later op of the step reads.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +22,10 @@ namespace mt {
 
 class BackwardUpdate final : public OpHooks {
  public:
-  // `data_parallel`: the ranks whose gradients are summed, null for one.
+  // `data_parallel`: the ranks whose gradients are summed, null for one. `gathers`: ZeRO-3's hooks that
+  // gather each window's weights (parallel/zero_sync.h), run around this one's; null below stage 3.
   BackwardUpdate(AdamW& optimizer, Allocation& memory, const BackwardUpdates& updates, int num_ops,
-                 Communicator* data_parallel);
+                 Communicator* data_parallel, OpHooks* gathers = nullptr);
 
   // A pass that only sums the gradients' squares (norm()).
   void begin_norm_pass();
@@ -33,9 +36,11 @@ class BackwardUpdate final : public OpHooks {
 
   void before(int op, bool training) override;
   void after(int op, bool training) override;
-  void end_pass() override {}
+  void end_pass() override;
 
  private:
+  // After op `op`: the block whose gradients it completes summed and updated, with the carries it fills.
+  void update_after(int op, bool training);
   // This rank's part of the flat range [begin, end), updated from its gradients at `grads` (element begin).
   void update(int64_t begin, int64_t end, const char* grads);
   // Copies the block's part of each quantization block it shares into that block's carry.
@@ -45,6 +50,7 @@ class BackwardUpdate final : public OpHooks {
   Allocation& memory_;
   const BackwardUpdates& updates_;
   Communicator* data_parallel_;
+  OpHooks* gathers_;
   std::vector<int> starting_, ending_;  // per op: the block whose gradients it starts (ends), or -1
   bool updating_ = false;
   int64_t step_ = 0;

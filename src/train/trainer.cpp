@@ -142,9 +142,11 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   // Pipeline stages reduce their gradients after the step (step()): a tied embedding sums its stages' first.
   if (place_.dp > 1 && place_.pp == 1) exec_->set_op_hooks(sync_.get());
   if (cfg.optimizer_in_backward) {  // its hook sums the blocks' gradients over data-parallel ranks itself
+    // Under ZeRO-3 the ops still read their block's weights gathered per window: those hooks run around it.
+    OpHooks* gathers = place_.dp > 1 && cfg.zero_stage >= 3 ? sync_.get() : nullptr;
     backward_update_ = std::make_unique<BackwardUpdate>(*optimizer_, memory, run_.backward_updates,
                                                         static_cast<int>(model_.graph.ops.size()),
-                                                        place_.dp > 1 ? &groups_.data() : nullptr);
+                                                        place_.dp > 1 ? &groups_.data() : nullptr, gathers);
     exec_->set_op_hooks(backward_update_.get());
   }
   exec_->set_tensor_group(groups_.tensor());

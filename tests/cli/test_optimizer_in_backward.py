@@ -5,8 +5,9 @@ shared by two blocks included), with master weights or without, Adam-mini, LoRA 
 are planned tensors with lifetimes, measured == planned == estimated, and for GPT-2 tiny exactly the tied
 embedding's block (live for the whole backward) plus the largest layer's; a resume is bitwise; what needs every
 gradient before the first update runs a first pass for the norm (clipping, fp16), within tolerance of the
-ordinary step; two ranks at ZeRO 0, 1 and 2 are bitwise the ordinary step, and Adam-mini in the backward at ZeRO 1 and 2
-its ordinary ZeRO-1 step; what is not scheduled block by block yet is a usage error naming both flags.
+ordinary step; two ranks at every ZeRO stage are bitwise the ordinary step and resume bitwise, and Adam-mini in
+the backward at ZeRO 1, 2 and 3 is bitwise its ordinary ZeRO-1 step; what is not scheduled block by block yet
+(accumulation, tensor and pipeline parallelism, offload) is a usage error naming both flags.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals (TwoRanks needs mpirun).
 """
@@ -134,9 +135,8 @@ class Refusals(CliTestCase):
                 self.assert_error(self.train(*extra, out=out), 2, *mentions)
                 self.assertFalse(out.exists() and any(out.iterdir()), f"{out} written")
 
-    def test_model_parallel_and_zero_3_are_refused_by_the_estimate(self):
-        for extra, mentions in ((["--dp", "2", "--zero-stage", "3"], ["--zero-stage 3"]),
-                                (["--tp", "2"], ["--tensor-model-parallel-size 2"]),
+    def test_model_parallel_is_refused_by_the_estimate(self):
+        for extra, mentions in ((["--tp", "2"], ["--tensor-model-parallel-size 2"]),
                                 (["--pp", "2"], ["--pipeline-model-parallel-size 2"])):
             with self.subTest(extra=extra):
                 result = memtrain("estimate", *run_flags(*IN_BACKWARD), *extra)
@@ -166,39 +166,50 @@ class NormFirst(ResumeTestCase):
 
 
 class TwoRanks(ResumeTestCase):
-    def test_zero_0_1_2_are_bitwise_the_ordinary_step_and_resume_bitwise(self):
-        for stage in ("0", "1", "2"):
+    def final_states(self, out):
+        """The final checkpoint's model file and both ranks' files (weights or their shards, master, moments)."""
+        final = out / "ckpt" / f"step_{2 * self.N:08d}"
+        return [(final / name).read_bytes() for name in ("model.safetensors", "rank0.safetensors", "rank1.safetensors")]
+
+    def test_every_zero_stage_is_bitwise_the_ordinary_step_and_resumes_bitwise(self):
+        for stage in ("0", "1", "2", "3"):
             with self.subTest(stage=stage):
                 flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--zero-stage", stage, *INT8,
                          "--clip-grad", "0"]
-                files = {}
+                runs = {}
                 for mode, extra in (("ordinary", []), ("in-backward", ["--optimizer-in-backward"])):
                     out = self.tmp / f"zero{stage}-{mode}"
-                    self.train(out, *flags, *extra, "--save-weights", str(out / "w.safetensors"), ranks=2)
-                    files[mode] = ((out / "w.safetensors").read_bytes(), [r["loss"] for r in read_metrics(out)])
+                    self.train(out, *flags, *extra, "--save", str(out / "ckpt"), ranks=2)
+                    runs[mode] = (self.final_states(out), [r["loss"] for r in read_metrics(out)])
                     for rank in range(2):
                         memory = read_memory(out, rank)
                         self.assertEqual(memory["planned"], memory["measured"])
-                self.assertEqual(files["in-backward"], files["ordinary"])
-        self.assert_bitwise("two", ["--global-batch-size", "4", "--zero-stage", "1", *IN_BACKWARD], ranks=2)
+                self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
+                self.assertEqual(runs["in-backward"], runs["ordinary"])
+        for stage in ("1", "3"):
+            with self.subTest(resume_stage=stage):
+                self.assert_bitwise(f"two{stage}", ["--global-batch-size", "4", "--zero-stage", stage, *IN_BACKWARD],
+                                    ranks=2)
 
-    def test_adam_mini_in_the_backward_at_zero_1_and_2_is_bitwise_its_zero_1_step(self):
+    def test_adam_mini_in_the_backward_at_every_stage_is_bitwise_its_zero_1_step(self):
         # Each rank steps every block's v from the block's all-reduced gradients, and its shard of m (cut
-        # through tensors) after; the ordinary Adam-mini step goes up to ZeRO-1.
+        # through tensors) after: the ordinary ZeRO-1 step's arithmetic (at ZeRO 2 and 3 the ordinary step sums
+        # a block cut by a shard's edge in two parts).
         flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--optimizer", "adam-mini", *INT8]
         runs = {}
         for name, extra in (("ordinary", ["--zero-stage", "1", "--clip-grad", "0"]),
                             ("zero1", ["--zero-stage", "1", *IN_BACKWARD]),
-                            ("zero2", ["--zero-stage", "2", *IN_BACKWARD])):
+                            ("zero2", ["--zero-stage", "2", *IN_BACKWARD]),
+                            ("zero3", ["--zero-stage", "3", *IN_BACKWARD])):
             out = self.tmp / f"mini-{name}"
-            self.train(out, *flags, *extra, "--save-weights", str(out / "w.safetensors"), ranks=2)
-            runs[name] = ((out / "w.safetensors").read_bytes(), [r["loss"] for r in read_metrics(out)])
+            self.train(out, *flags, *extra, "--save", str(out / "ckpt"), ranks=2)
+            runs[name] = (self.final_states(out)[0], [r["loss"] for r in read_metrics(out)])
             for rank in range(2):
                 memory = read_memory(out, rank)
                 self.assertEqual(memory["planned"], memory["measured"])
         self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
-        self.assertEqual(runs["zero1"], runs["ordinary"])
-        self.assertEqual(runs["zero2"], runs["ordinary"])
+        for name in ("zero1", "zero2", "zero3"):
+            self.assertEqual(runs[name], runs["ordinary"], name)
 
 
 class PlanOffersThem(CliTestCase):
@@ -219,6 +230,20 @@ class PlanOffersThem(CliTestCase):
             with self.subTest(flag):
                 flags = [w for w in command[2:] if w != "--data" and w != "DATA"]
                 self.assertEqual(estimate(*flags)["ranks"][0]["total_bytes"], planned)
+
+    def test_two_ranks_plan_the_update_in_the_backward_at_zero_3_with_the_estimates_bytes(self):
+        result = memtrain("plan", "--model", "llama-tiny", "--seq-length", "32", "--ranks", "2", "--device-memory",
+                          "3MiB", "--global-batch-size", "4", "--top", "400")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        lines = result.stdout.splitlines()
+        chosen = [(lines[i], lines[i + 1].split()) for i, line in enumerate(lines[:-1])
+                  if line.strip().startswith("per rank") and "--optimizer-in-backward" in lines[i + 1]
+                  and "--zero-stage 3" in lines[i + 1]]
+        self.assertTrue(chosen, result.stdout[-2000:])
+        line, command = chosen[0]
+        flags = [w for w in command[command.index("train") + 1:] if w != "--data" and w != "DATA"]
+        ranks = estimate(*flags, "--dp", "2")["ranks"]
+        self.assertEqual(max(r["total_bytes"] for r in ranks), int(line.split("= ")[1].split(" B")[0]))
 
 
 class Resume(ResumeTestCase):

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 #include "memory/plan.h"
@@ -84,6 +85,46 @@ TEST(ZeroSchedule, StagesBelowTwoAddNoTensors) {
   EXPECT_EQ(finals, std::vector<int>(finals.size(), 1));
   EXPECT_EQ(s.windows.back().block, 0);  // the embedding's backward ends the step
   EXPECT_TRUE(s.windows.back().last_grads_of_block);
+}
+
+// The update in the backward at ZeRO-3: the windows gather weights as stage 3's do but sum no gradients; the
+// ops that write a block's gradients name its gradient tensor beside the window's gathered weights, and no
+// later window of the step reads a block's weights after its gradients are complete (its update writes them).
+TEST(ZeroSchedule, BlockGradientsKeepStageThreesGatheredWeights) {
+  ModelSpec spec = testing::small_gpt2_spec(3);
+  ModelGraph m = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  const ZeroSchedule s = add_zero_schedule(m.graph, 3, DType::f32, /*window_grads=*/false);
+  const BackwardUpdates updates = add_block_gradients(m.graph, s, DType::f32, 0);
+  ASSERT_EQ(updates.blocks.size(), static_cast<size_t>(spec.n_layer) + 2);
+  std::vector<int> grads_of_block(updates.blocks.size(), -1), done_after(updates.blocks.size(), -1);
+  for (const BlockGradients& b : updates.blocks) {
+    grads_of_block.at(static_cast<size_t>(b.block)) = b.tensor;
+    done_after.at(static_cast<size_t>(b.block)) = b.last_op;
+  }
+  for (const BlockWindow& window : s.windows) {
+    EXPECT_GE(window.weights, 0);
+    EXPECT_EQ(window.grads, -1);
+    EXPECT_LE(window.last_op, done_after.at(static_cast<size_t>(window.block))) << window.block;
+  }
+  const TensorTable& t = m.graph.table;
+  for (int i = 0; i < static_cast<int>(m.graph.ops.size()); ++i) {
+    const Op& op = m.graph.ops[i];
+    const int w = s.window_of_op[i];
+    if (w < 0) continue;
+    const BlockWindow& window = s.windows[w];
+    EXPECT_EQ(op.window.weights, window.weights) << op.name;
+    EXPECT_EQ(op.window.first_param, window.params.front()) << op.name;
+    const bool backward = op.name.ends_with(".backward") || i == m.graph.loss_op;
+    EXPECT_EQ(op.window.grads, backward ? grads_of_block.at(static_cast<size_t>(window.block)) : -1)
+        << op.name;
+    if (op.window.grads >= 0) {
+      EXPECT_EQ(t[op.window.grads].category, Category::grads) << op.name;
+    }
+  }
+  // A schedule whose windows sum gradients already holds them: no block tensors on top.
+  ModelGraph summed = build_gpt2_graph(spec, {.batch = 2, .seq_len = 16});
+  const ZeroSchedule stage2 = add_zero_schedule(summed.graph, 2, DType::f32);
+  EXPECT_THROW(add_block_gradients(summed.graph, stage2, DType::f32, 0), std::logic_error);
 }
 
 // Per-rank model-state bytes for bf16 with fp32 master and Adam over N = 2 ranks (Megatron's and ZeRO's
