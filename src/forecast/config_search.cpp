@@ -41,7 +41,8 @@ std::vector<PrecisionConfig> precision_choices() {
 // Memory falls as more layers are recomputed, so the fewest is found by bisection.
 class GroupSearch {
  public:
-  GroupSearch(const SearchRequest& request, SearchResult& result) : request_(request), result_(result) {}
+  GroupSearch(const SearchRequest& request, SearchResult& result)
+      : request_(request), result_(result), graphs_(request.profile) {}
 
   // False when not even full recompute of every layer fits: a larger micro-batch will not either.
   bool search(TrainConfig config, int64_t n_layer) {
@@ -60,11 +61,11 @@ class GroupSearch {
   }
 
   bool fits(const TrainConfig& config) { return plan(config).rank_bytes <= request_.device_memory; }
-  int64_t arenas_packed() const { return arenas_.packed(); }
+  const GraphCache& graphs() const { return graphs_; }
 
  private:
   ConfigCandidate plan(const TrainConfig& config) {
-    ConfigCandidate c = evaluate_candidate(config, request_.ranks, request_.profile, request_.isa, &arenas_);
+    ConfigCandidate c = evaluate_candidate(config, request_.ranks, request_.isa, graphs_);
     ++result_.candidates_planned;
     if (request_.on_planned) request_.on_planned(result_.candidates_planned);
     return c;
@@ -78,7 +79,7 @@ class GroupSearch {
 
   const SearchRequest& request_;
   SearchResult& result_;
-  ArenaPackCache arenas_;  // the precisions of one micro-batch and recompute share their arenas
+  GraphCache graphs_;  // the precisions and optimizers of one micro-batch and recompute share their graph
 };
 
 bool eight_bit(const PrecisionConfig& p) {
@@ -222,25 +223,44 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
   return hi;
 }
 
-ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   CpuIsa isa, ArenaPackCache* cache) {
+namespace {
+
+// The candidate from each pipeline stage's plan and cost, `plan_stage(place, device)`: each stage holds its
+// own layers (the first the embedding, the last the head) and micro-batches in flight; on a stage,
+// data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal shares. The slowest stage
+// sets the pipeline's pace.
+template <typename PlanStage>
+ConfigCandidate candidate_over_stages(const TrainConfig& config, int ranks, CpuIsa isa, PlanStage plan_stage) {
   ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
-  // Each pipeline stage holds its own layers (the first the embedding, the last the head) and micro-batches
-  // in flight; on a stage, data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal
-  // shares. The slowest stage sets the pipeline's pace.
   const int pp = config.pipeline_parallel;
   for (int stage = 0; stage < pp; ++stage) {
     const ParallelRank place = parallel_rank(config, ranks, stage * (ranks / pp));
     const DeviceTarget device{.cpu_isa = isa, .threads = rank_threads(config, ranks)};
-    const RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place), cache);
-    if (run.plan.bytes.total() > c.rank_bytes) {
-      c.rank_bytes = run.plan.bytes.total();
-      c.bytes = run.plan.bytes;
+    const auto [plan, cost] = plan_stage(place, device);
+    if (plan.bytes.total() > c.rank_bytes) {
+      c.rank_bytes = plan.bytes.total();
+      c.bytes = plan.bytes;
     }
-    const StepCost cost = predict_step_cost(run, config, place.dp, profile);
     if (cost.step_s > c.cost.step_s) c.cost = cost;
   }
   return c;
+}
+
+}  // namespace
+
+ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
+                                   CpuIsa isa) {
+  return candidate_over_stages(config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
+    RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
+    const StepCost cost = predict_step_cost(run, config, place.dp, profile);
+    return GraphCache::Planned{.plan = std::move(run.plan), .cost = cost};
+  });
+}
+
+ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, CpuIsa isa, GraphCache& graphs) {
+  return candidate_over_stages(config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
+    return graphs.plan(config, place, device, parallel_buffer_bytes(place), place.dp);
+  });
 }
 
 namespace {
@@ -349,7 +369,8 @@ SearchResult search_configs(const SearchRequest& request) {
               }
             }
     }
-  result.arenas_packed = group.arenas_packed();
+  result.graphs_laid_out = group.graphs().graphs();
+  result.arenas_packed = group.graphs().arenas_packed();
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });

@@ -15,7 +15,7 @@
 #include "devices/devices.h"
 #include "forecast/cost_model.h"
 #include "forecast/hardware_profile.h"
-#include "memory/arena_pack_cache.h"
+#include "forecast/graph_cache.h"
 
 namespace mt {
 
@@ -45,7 +45,9 @@ struct SearchResult {
   // Groups of configurations (a precision, ZeRO stage, offload and optimizer, every micro-batch and
   // recompute) not planned: this much of the model states alone is more than the device holds.
   int64_t groups_skipped = 0;
-  // Of those calls' arenas (3 each), the ones packed: the rest recurred in the search and were reused.
+  // The distinct graphs among them, each laid out once (GraphCache), and of those graphs' arenas (4 each)
+  // the ones packed: the rest recurred and were reused.
+  int64_t graphs_laid_out = 0;
   int64_t arenas_packed = 0;
   std::vector<std::string> notes;  // where the ranking agrees or disagrees with the usual advice
 };
@@ -66,9 +68,11 @@ int64_t fewest_block_layers(TrainConfig config, int64_t n_layer,
                             const std::function<bool(const TrainConfig&)>& fits);
 
 // Plans one configuration on `ranks` ranks, each pipeline stage's largest rank, with the thread count the
-// trainer would use, at ISA level `isa`; `cache` keeps the arenas packed for one candidate for the next.
+// trainer would use, at ISA level `isa`: lay_out_run and predict_step_cost on `profile`.
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
-                                   CpuIsa isa, ArenaPackCache* cache = nullptr);
+                                   CpuIsa isa);
+// The same through `graphs` (its profile), which lays out each distinct graph once: the same bytes.
+ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, CpuIsa isa, GraphCache& graphs);
 
 // The flags of `config` that differ from training's defaults: precision, O2, ZeRO, recompute, batch,
 // offload, threads (with `mpirun -np N` in front for N ranks).

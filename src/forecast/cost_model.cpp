@@ -162,14 +162,14 @@ OpCost attention_cost(const TensorTable& table, int qkv, int lse, double product
 // A pipeline stage of P over m micro-batches idles (P - 1) / m of its passes' time (kernels and exchanges)
 // while the pipeline fills and drains; a stage holding a tied embedding also sums its gradient with the
 // other end's, one all-reduce between two ranks, after its passes.
-void add_pipeline_costs(const RunLayout& run, const HardwareProfile& profile, double compute_s, StepCost& c) {
-  const int pp = run.model.graph.pp;
-  if (pp == 1) return;
-  c.bubble_fraction = pipeline_bubble_fraction(pp, run.accum);
-  c.bubble_s = (compute_s + c.tp_comm_s + c.pp_comm_s) * (pp - 1) / static_cast<double>(run.accum);
-  if (const int tied = run.model.tied_embedding; tied >= 0) {
-    const double grads = static_cast<double>(run.model.graph.table[tied].numel()) *
-                         static_cast<double>(dtype_size(run.plan.policy.grads));
+void add_pipeline_costs(const RunShape& run, const Plan& plan, const HardwareProfile& profile, double compute_s,
+                        StepCost& c) {
+  if (run.pp == 1) return;
+  c.bubble_fraction = pipeline_bubble_fraction(run.pp, run.accum);
+  c.bubble_s = (compute_s + c.tp_comm_s + c.pp_comm_s) * (run.pp - 1) / static_cast<double>(run.accum);
+  if (run.tied_embedding_numel > 0) {
+    const double grads =
+        static_cast<double>(run.tied_embedding_numel) * static_cast<double>(dtype_size(plan.policy.grads));
     c.pp_comm_s += mpi_seconds(profile, 2 * ring_share(2) * grads);
   }
 }
@@ -267,26 +267,44 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
   return c;
 }
 
-StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
-                           const HardwareProfile& profile) {
-  const Plan& plan = run.plan;
-  const Graph& graph = run.model.graph;
+RunShape run_shape(const RunLayout& run) {
+  const int tied = run.model.tied_embedding;
+  return {.accum = run.accum,
+          .seq_len = run.seq_len,
+          .graph_passes = static_cast<int64_t>(run.model.batches.size()),
+          .pp = run.model.graph.pp,
+          .tied_embedding_numel = tied >= 0 ? run.model.graph.table[tied].numel() : 0};
+}
+
+StepCost sum_op_costs(const Graph& graph, const ModelSpec& spec, const HardwareProfile& profile, int tp) {
+  StepCost c;
+  for (const Op& op : graph.ops) {
+    const OpCost op_cost = predict_op_cost(graph.table, op, spec, profile, tp);
+    c.flops += op_cost.flops;
+    double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
+                      : op_cost.kind == OpCostKind::attention ? c.attention_s
+                                                              : c.elementwise_s;
+    seconds += op_cost.seconds - op_cost.comm_s;
+    (op.kind() == OpKind::pipe_exchange ? c.pp_comm_s : c.tp_comm_s) += op_cost.comm_s;
+  }
+  return c;
+}
+
+StepCost step_cost(const StepCost& ops, const RunShape& run, const Plan& plan, const TrainConfig& config,
+                   int data_parallel, const HardwareProfile& profile) {
   // The graph runs once per micro-batch, or once per step on a pipeline stage (which holds them all); the
   // update in the backward runs it twice where clipping or fp16 needs the norm first (Trainer).
   const bool norm_pass = config.optimizer_in_backward &&
                          (config.adam.clip_grad > 0 || config.precision.precision == Precision::fp16);
   const double passes =
-      static_cast<double>(run.accum) / static_cast<double>(run.model.batches.size()) * (norm_pass ? 2 : 1);
+      static_cast<double>(run.accum) / static_cast<double>(run.graph_passes) * (norm_pass ? 2 : 1);
   StepCost c;
-  for (const Op& op : graph.ops) {
-    const OpCost op_cost = predict_op_cost(graph.table, op, run.spec, profile, config.tensor_parallel);
-    c.flops += op_cost.flops * passes;
-    double& seconds = op_cost.kind == OpCostKind::matmul      ? c.matmul_s
-                      : op_cost.kind == OpCostKind::attention ? c.attention_s
-                                                              : c.elementwise_s;
-    seconds += (op_cost.seconds - op_cost.comm_s) * passes;
-    (op.kind() == OpKind::pipe_exchange ? c.pp_comm_s : c.tp_comm_s) += op_cost.comm_s * passes;
-  }
+  c.flops = ops.flops * passes;
+  c.matmul_s = ops.matmul_s * passes;
+  c.attention_s = ops.attention_s * passes;
+  c.elementwise_s = ops.elementwise_s * passes;
+  c.tp_comm_s = ops.tp_comm_s * passes;
+  c.pp_comm_s = ops.pp_comm_s * passes;
   // Per step besides the ops: the gradients zeroed, their norm summed for clipping, and AdamW over this
   // rank's shard at the calibrated rate of its moments' dtype.
   const double shard_params = static_cast<double>(plan.shard_elems);
@@ -308,10 +326,10 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
   // stage starts them after its last pass: nothing hides them.
   const double compute_s = c.matmul_s + c.attention_s + c.elementwise_s;
   c.comm_exposed_s =
-      config.overlap_comm && graph.pp == 1 && !config.optimizer_in_backward
+      config.overlap_comm && run.pp == 1 && !config.optimizer_in_backward
           ? std::max(c.comm_s * (1 - *mpi_rates(profile).comm_overlap), c.comm_s - compute_s / 2)
           : c.comm_s;
-  add_pipeline_costs(run, profile, compute_s, c);
+  add_pipeline_costs(run, plan, profile, compute_s, c);
   c.step_s =
       compute_s + c.bubble_s + c.optimizer_s + c.comm_exposed_s + c.tp_comm_s + c.pp_comm_s + c.offload_s;
   // In doubles: the global batch's tokens may pass 2^63, which int64_t would wrap negative ("-0 tokens/s").
@@ -319,6 +337,12 @@ StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int 
                         static_cast<double>(run.seq_len) * static_cast<double>(data_parallel);
   c.tokens_per_sec = tokens / c.step_s;
   return c;
+}
+
+StepCost predict_step_cost(const RunLayout& run, const TrainConfig& config, int data_parallel,
+                           const HardwareProfile& profile) {
+  return step_cost(sum_op_costs(run.model.graph, run.spec, profile, config.tensor_parallel), run_shape(run),
+                   run.plan, config, data_parallel, profile);
 }
 
 }  // namespace mt

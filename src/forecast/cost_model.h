@@ -51,6 +51,23 @@ struct OpCost {
 OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& spec,
                        const HardwareProfile& profile, int tp);
 
+// What of a run, besides its ops and plan, its step's cost reads.
+struct RunShape {
+  int64_t accum = 1;                 // micro-batches per step (RunLayout::accum)
+  int64_t seq_len = 0;               // T
+  int64_t graph_passes = 1;          // micro-batches one pass of the graph runs: a pipeline stage's all
+  int pp = 1;                        // pipeline stages
+  int64_t tied_embedding_numel = 0;  // a pipeline stage's tied embedding, summed with the other end's; 0: none
+};
+RunShape run_shape(const RunLayout& run);
+
+// predict_step_cost in two parts, for a search that prices many configurations of one graph: the ops of one
+// pass of the graph (flops, the kernels' seconds by kind, the tensor-parallel and pipeline exchanges), then
+// the step from them, the run's shape and one configuration's plan.
+StepCost sum_op_costs(const Graph& graph, const ModelSpec& spec, const HardwareProfile& profile, int tp);
+StepCost step_cost(const StepCost& ops, const RunShape& run, const Plan& plan, const TrainConfig& config,
+                   int data_parallel, const HardwareProfile& profile);
+
 // `data_parallel`: the ranks of the ZeRO group (the world over config.tensor_parallel and
 // config.pipeline_parallel), each training its own micro-batches; config.tensor_parallel: the ranks sharing
 // one micro-batch, whose graph (of one pipeline stage) `run` holds.

@@ -164,15 +164,15 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
   const HardwareProfile& profile = doctor_profile(config, world);
   const ModelSpec spec = resolve_model(config.model, config.pad_vocab_multiple);
   // A configuration this run's flags do not allow (a micro-batch the batch does not divide into, say) fits
-  // nowhere. Changes of the moments or gradients alone keep the graph: its arenas are packed once.
-  ArenaPackCache arenas;
+  // nowhere. Changes of the moments, gradients or optimizer alone keep the graph: it is laid out once.
+  GraphCache graphs(profile);
   const auto planned = [&](const TrainConfig& changed) -> std::optional<ConfigCandidate> {
     // What cannot fit by its model states alone is not planned.
     if (model_states_floor(changed, spec.padded_num_parameters(), world) > static_cast<double>(limit))
       return std::nullopt;
     try {
       check_config(changed);  // the combinations refused by name (Adam-mini with offload, say)
-      return evaluate_candidate(changed, world, profile, isa, &arenas);
+      return evaluate_candidate(changed, world, isa, graphs);
     } catch (const Error&) {
       return std::nullopt;
     }

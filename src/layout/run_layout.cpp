@@ -32,17 +32,17 @@ void check_scalar_sizes(const TrainConfig& cfg, const ModelSpec& spec, int64_t T
   checked_mul(checked_mul(T, checked_add(spec.head_dim(), 64)), 32 * static_cast<int64_t>(threads));
 }
 
-RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelRank& place,
-                  const DeviceTarget& device, int64_t comm_buffer_bytes, ArenaPackCache* cache) {
+// The run's graph and table, and the plan of its tensors (plan_tensors: no model states yet).
+RunLayout lay_out_tensors(const TrainConfig& cfg, const ModelSpec& spec, const ParallelRank& place,
+                          const DeviceTarget& device, ArenaPackCache* cache) {
   RunLayout run;
   run.spec = spec;
   run.seq_len = run_seq_len(cfg, run.spec);
   run.accum = accumulation_steps(cfg, place.dp);
-  check_optimizer_in_backward(cfg, run.accum);
   const int64_t B = cfg.micro_batch, T = run.seq_len;
   check_scalar_sizes(cfg, run.spec, T, device.threads);
 
-  ModelStatePolicy policy = model_state_policy(cfg.precision);
+  const ModelStatePolicy policy = model_state_policy(cfg.precision);
   const DeviceTraits traits = device_traits(device, policy.weights, T, run.spec.head_dim());
   run.model = build_model_graph(run.spec, {.batch = B,
                                            .seq_len = T,
@@ -81,29 +81,16 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
     for (int id : run.model.params) largest = std::max(largest, table[id].numel());
     run.checkpoint_stream = host_buffer("checkpoint.stream", std::min<int64_t>(largest, 1 << 18), DType::f32);
   }
-  if (cfg.optimizer == OptimizerKind::adam_mini) {
-    run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
-    policy.v_blocks = adam_mini_block_count(run.mini_blocks);
-  }
+  if (cfg.optimizer == OptimizerKind::adam_mini) run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
   // The update in the backward sums each block's gradients itself: the windows without ZeRO-2's gradient
   // sums, and with stage 3's gathered weights.
   const int schedule_stage = place.dp == 1                                     ? 0
                              : cfg.optimizer_in_backward && cfg.zero_stage < 3 ? 1
                                                                                : cfg.zero_stage;
   run.zero = add_zero_schedule(run.model.graph, schedule_stage, policy.grads, !cfg.optimizer_in_backward);
-  if (cfg.optimizer_in_backward) {
-    policy.grads_in_backward = true;
+  if (cfg.optimizer_in_backward)
     run.backward_updates = add_block_gradients(run.model.graph, run.zero, policy.grads, policy.moment_block);
-  }
-  const Sharding sharding{.dp = place.dp,
-                          .dp_rank = place.dp_rank,
-                          .stage = cfg.zero_stage,
-                          .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
-                          .comm_internal_bytes = comm_buffer_bytes};
-  const OptimizerOffload offload{.enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
-                                 .path = cfg.offload_path,
-                                 .chunk_elems = static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4)};
-  run.plan = make_plan(table, traits.alignment, policy, sharding, offload, cache);
+  run.plan = plan_tensors(table, traits.alignment, policy.weights, cache);
   return run;
 }
 
@@ -120,16 +107,64 @@ RunLayout lay_out(const TrainConfig& cfg, const ModelSpec& spec, const ParallelR
 
 }  // namespace
 
-RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
-                      int64_t comm_buffer_bytes, ArenaPackCache* cache) {
+ModelSpec check_layout(const TrainConfig& cfg, const ParallelRank& place) {
   const ModelSpec spec = resolve_model(cfg.model, cfg.pad_vocab_multiple);
   check_flags(cfg, spec, run_seq_len(cfg, spec));
   if (spec.n_layer > kMaxPlannedLayers) fail_too_deep(cfg, spec);
+  check_optimizer_in_backward(cfg, accumulation_steps(cfg, place.dp));
+  return spec;
+}
+
+RunLayout lay_out_graph(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
+                        ArenaPackCache* cache) {
+  const ModelSpec spec = check_layout(cfg, place);
   try {
-    return lay_out(cfg, spec, place, device, comm_buffer_bytes, cache);
+    return lay_out_tensors(cfg, spec, place, device, cache);
   } catch (const SizeOverflow&) {
     fail_plan_overflow(cfg, spec);
   }
+}
+
+void plan_model_states(Plan& plan, const TrainConfig& cfg, const ModelSpec& spec, const ParallelRank& place,
+                       int64_t comm_buffer_bytes, int64_t v_blocks) {
+  ModelStatePolicy policy = model_state_policy(cfg.precision);
+  policy.v_blocks = v_blocks;
+  policy.grads_in_backward = cfg.optimizer_in_backward;
+  const Sharding sharding{.dp = place.dp,
+                          .dp_rank = place.dp_rank,
+                          .stage = cfg.zero_stage,
+                          .bucket_elems = static_cast<int64_t>(cfg.bucket_size_mb * (1 << 20) / 4),
+                          .comm_internal_bytes = comm_buffer_bytes};
+  const OptimizerOffload offload{.enabled = cfg.offload_optimizer == OffloadOptimizer::nvme,
+                                 .path = cfg.offload_path,
+                                 .chunk_elems = static_cast<int64_t>(cfg.offload_chunk_mb * (1 << 20) / 4)};
+  try {
+    size_model_states(plan, policy, sharding, offload);
+  } catch (const SizeOverflow&) {
+    fail_plan_overflow(cfg, spec);
+  }
+}
+
+RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
+                      int64_t comm_buffer_bytes, ArenaPackCache* cache) {
+  RunLayout run = lay_out_graph(cfg, place, device, cache);
+  plan_model_states(run.plan, cfg, run.spec, place, comm_buffer_bytes, adam_mini_block_count(run.mini_blocks));
+  return run;
+}
+
+TrainConfig graph_settings(const TrainConfig& cfg, const ParallelRank& place) {
+  TrainConfig graph = cfg;
+  PrecisionConfig& p = graph.precision;
+  const PrecisionConfig defaults;
+  // The graph's tensors read the moments only for the update in the backward's carries (their quantization
+  // block), and the gradients' dtype only where the schedule holds gradient tensors.
+  const bool blocked = p.exp_avg == MomentDType::int8 || p.exp_avg == MomentDType::fp8;
+  if (!cfg.optimizer_in_backward || !blocked) p.set_moments(defaults.exp_avg);
+  if (!cfg.optimizer_in_backward && !(place.dp > 1 && cfg.zero_stage >= 2)) p.o2_gradient = defaults.o2_gradient;
+  p.master_weights = defaults.master_weights;
+  p.o2_stochastic_rounding = defaults.o2_stochastic_rounding;
+  graph.optimizer = TrainConfig{}.optimizer;
+  return graph;
 }
 
 }  // namespace mt

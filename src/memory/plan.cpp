@@ -70,20 +70,16 @@ const ArenaLayout& Plan::arena(Category category) const {
   }
 }
 
-Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
-               const Sharding& sharding, const OptimizerOffload& offload, ArenaPackCache* cache) {
+Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights, ArenaPackCache* cache) {
   Plan plan;
   plan.alignment = alignment;
-  plan.policy = policy;
-  plan.sharding = sharding;
   plan.param_offset = flat_param_offsets(table);
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category == Category::params) {
-      if (t.dtype != policy.weights)
+      if (t.dtype != weights)
         throw std::logic_error("parameter " + t.name + " is " + std::string(dtype_name(t.dtype)) +
-                               " but the policy stores weights as " +
-                               std::string(dtype_name(policy.weights)));
+                               " but the policy stores weights as " + std::string(dtype_name(weights)));
       plan.num_params = checked_add(plan.num_params, t.numel());
     } else if (!t.has_lifetime()) {
       plan.bytes[t.category] = checked_add(plan.bytes[t.category], t.bytes());
@@ -93,6 +89,20 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
                              " in host memory has a lifetime: host buffers are not packed");
     }
   }
+  const auto pack = [&](Category category) {
+    return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
+  };
+  plan.activations = pack(Category::activations);
+  plan.workspace = pack(Category::workspace);
+  plan.comm = pack(Category::comm);
+  plan.grads = pack(Category::grads);
+  return plan;
+}
+
+void size_model_states(Plan& plan, const ModelStatePolicy& policy, const Sharding& sharding,
+                       const OptimizerOffload& offload) {
+  plan.policy = policy;
+  plan.sharding = sharding;
   const int64_t n = plan.num_params, block = std::max<int64_t>(policy.moment_block, 1);
   if (sharding.shards_optimizer()) {
     // Blocked moments: a block never straddles two ranks, so a shard is a whole number of blocks.
@@ -136,15 +146,14 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
   plan.bytes[Category::optim] =
       checked_add(checked_add(checked_add(plan.m_bytes, plan.v_bytes), plan.v_sums_bytes),
                   checked_mul(checked_add(plan.moment_scales, plan.v_scales()), 4));
-  const auto pack = [&](Category category) {
-    return cache ? cache->pack(table, category, alignment) : pack_arena(table, category, alignment);
-  };
-  plan.activations = pack(Category::activations);
-  plan.workspace = pack(Category::workspace);
-  plan.comm = pack(Category::comm);
-  plan.grads = pack(Category::grads);
   for (Category c : kArenaCategories) plan.bytes[c] = checked_add(plan.bytes[c], plan.arena(c).size);
   plan.bytes.total();  // every sum of the categories that reports print fits as well
+}
+
+Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
+               const Sharding& sharding, const OptimizerOffload& offload, ArenaPackCache* cache) {
+  Plan plan = plan_tensors(table, alignment, policy.weights, cache);
+  size_model_states(plan, policy, sharding, offload);
   return plan;
 }
 

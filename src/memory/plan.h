@@ -131,9 +131,20 @@ class ArenaPackCache;
 
 // Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown. `alignment` is
 // the device's (KernelSizes::alignment). With `cache`, arenas it has packed before are not packed again.
+// plan_tensors then size_model_states.
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
                const Sharding& sharding = {}, const OptimizerOffload& offload = {},
                ArenaPackCache* cache = nullptr);
+
+// make_plan's first half, what the table decides: the parameters' count and offsets (each must be of
+// `weights`, the policy's dtype), the bytes of the tensors without lifetimes and the packed arenas; no model
+// states. A search sizes many configurations' states over one graph's tensors (forecast/graph_cache.h).
+Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights, ArenaPackCache* cache = nullptr);
+
+// make_plan's second half, on plan_tensors' result: the model states of `policy` under `sharding` and
+// `offload` (shards, master weights, flat gradients, moments and their scales), added to the tensors' bytes.
+void size_model_states(Plan& plan, const ModelStatePolicy& policy, const Sharding& sharding,
+                       const OptimizerOffload& offload);
 
 // Slots per offloaded state: the chunk being updated and the one in flight.
 constexpr int64_t kOffloadSlots = 2;

@@ -1,0 +1,68 @@
+#include "forecast/graph_cache.h"
+
+#include <stdexcept>
+
+#include "config/run_flag_table.h"
+#include "model/adam_mini_blocks.h"
+
+namespace mt {
+
+namespace {
+
+// Every flag's arguments (graph_settings' configuration), then the rank's place and the device: equal keys,
+// equal graphs.
+std::string graph_key(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device) {
+  std::string key;
+  for (const RunFlag& flag : run_flag_table()) {
+    key += flag.name();
+    key += '=';
+    key += flag_args(config, flag.name());
+    key += '\n';
+  }
+  for (int value : {place.tp, place.dp, place.pp, place.tp_rank, place.dp_rank, place.pp_rank,
+                    static_cast<int>(place.tied_embedding), static_cast<int>(device.cpu_isa), device.threads}) {
+    key += std::to_string(value);
+    key += ' ';
+  }
+  return key;
+}
+
+}  // namespace
+
+const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const ParallelRank& place,
+                                           const DeviceTarget& device) {
+  const TrainConfig settings = graph_settings(config, place);
+  const std::string key = graph_key(settings, place, device);
+  if (const auto found = graphs_.find(key); found != graphs_.end()) return found->second;
+  RunLayout run = lay_out_graph(settings, place, device, &arenas_);
+  Graph g{.spec = run.spec,
+          .tensors = std::move(run.plan),
+          .ops = sum_op_costs(run.model.graph, run.spec, profile_, settings.tensor_parallel),
+          .shape = run_shape(run),
+          .adam_mini_blocks = {}};
+  // What only sizes the tensors' memory is not kept: a deep model's offsets take tens of MB a graph.
+  g.tensors.param_offset = {};
+  for (ArenaLayout* arena : {&g.tensors.activations, &g.tensors.workspace, &g.tensors.comm, &g.tensors.grads})
+    arena->offset = {};
+  // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the rest).
+  if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())
+    g.adam_mini_blocks =
+        adam_mini_block_count(adam_mini_blocks(run.spec, run.model.graph.table, run.model.params));
+  return graphs_.emplace(key, std::move(g)).first->second;
+}
+
+GraphCache::Planned GraphCache::plan(const TrainConfig& config, const ParallelRank& place,
+                                     const DeviceTarget& device, int64_t comm_buffer_bytes, int data_parallel) {
+  check_layout(config, place);
+  const Graph& g = graph(config, place, device);
+  Planned planned{.plan = g.tensors, .cost = {}};
+  const bool mini = config.optimizer == OptimizerKind::adam_mini;
+  if (mini && !g.adam_mini_blocks)
+    throw std::logic_error("graph cache: Adam-mini planned on a graph without its partition");
+  const int64_t v_blocks = mini ? *g.adam_mini_blocks : 0;
+  plan_model_states(planned.plan, config, g.spec, place, comm_buffer_bytes, v_blocks);
+  planned.cost = step_cost(g.ops, g.shape, planned.plan, config, data_parallel, profile_);
+  return planned;
+}
+
+}  // namespace mt
