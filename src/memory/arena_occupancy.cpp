@@ -14,10 +14,17 @@ ArenaOccupancy::ArenaOccupancy(int num_ops) {
   within_.resize(2 * leaves_);
 }
 
-// The first interval of `set` that ends after `offset`.
-ArenaOccupancy::Intervals::const_iterator ArenaOccupancy::first_ending_after(const Intervals& set,
+// The first interval of [from, to) that ends after `offset`: galloping from `from`, where a rising offset
+// usually finds it within a few intervals, then a binary search in the last stride.
+ArenaOccupancy::Intervals::const_iterator ArenaOccupancy::first_ending_after(Intervals::const_iterator from,
+                                                                             Intervals::const_iterator to,
                                                                              int64_t offset) {
-  return std::upper_bound(set.begin(), set.end(), offset,
+  std::ptrdiff_t stride = 1;
+  while (stride < to - from && from[stride].end <= offset) {
+    from += stride;
+    stride *= 2;
+  }
+  return std::upper_bound(from, from + std::min(stride, to - from), offset,
                           [](int64_t x, const Interval& interval) { return x < interval.end; });
 }
 
@@ -63,26 +70,32 @@ void ArenaOccupancy::place(int first_op, int last_op, int64_t begin, int64_t end
 
 int64_t ArenaOccupancy::lowest_free(int first_op, int last_op, int64_t size) const {
   const Nodes nodes = decompose(first_op, last_op);
+  // Per set, the first interval that may still overlap: the offset only rises, so it only moves forward.
   std::array<const Intervals*, 4 * kMaxDepth> held;
+  std::array<Intervals::const_iterator, 4 * kMaxDepth> next;
   size_t sets = 0;
-  for (int i = 0; i < nodes.covers; ++i)
-    if (!within_[nodes.cover[i]].empty()) held[sets++] = &within_[nodes.cover[i]];
-  for (int i = 0; i < nodes.paths; ++i)
-    if (!whole_[nodes.path[i]].empty()) held[sets++] = &whole_[nodes.path[i]];
-  // Raise the offset past each interval it overlaps until no set has one: each step skips a whole merged run.
-  int64_t offset = 0;
-  for (size_t i = 0, unmoved = 0; unmoved < sets;) {
-    const Intervals& set = *held[i];
-    const auto it = first_ending_after(set, offset);
-    if (it != set.end() && it->begin < checked_add(offset, size)) {
-      offset = it->end;
-      unmoved = 0;  // this set again: its next interval may start within `size`
-    } else {
-      ++unmoved;
-      i = (i + 1) % sets;
+  const auto hold = [&](const Intervals& set) {
+    if (set.empty()) return;
+    held[sets] = &set;
+    next[sets++] = set.begin();
+  };
+  for (int i = 0; i < nodes.covers; ++i) hold(within_[nodes.cover[i]]);
+  for (int i = 0; i < nodes.paths; ++i) hold(whole_[nodes.path[i]]);
+  // Every offset below the end of an interval that [offset, offset + size) overlaps overlaps it too: each
+  // round raises the offset to the furthest such end over all sets (a whole merged run each), until a round
+  // finds none.
+  for (int64_t offset = 0;;) {
+    const int64_t end = checked_add(offset, size);
+    int64_t past = offset;
+    for (size_t i = 0; i < sets; ++i) {
+      auto& it = next[i];
+      const auto last = held[i]->end();
+      if (it != last && it->end <= offset) it = first_ending_after(it, last, offset);
+      if (it != last && it->begin < end) past = std::max(past, it->end);
     }
+    if (past == offset) return offset;
+    offset = past;
   }
-  return offset;
 }
 
 }  // namespace mt
