@@ -230,7 +230,8 @@ namespace {
 // data-parallel rank 0 holds the largest shard and the tensor-parallel ranks equal shares. The slowest stage
 // sets the pipeline's pace.
 template <typename PlanStage>
-ConfigCandidate candidate_over_stages(const TrainConfig& config, int ranks, CpuIsa isa, PlanStage plan_stage) {
+ConfigCandidate candidate_over_stages(const TrainConfig& config, int ranks, CpuIsa isa,
+                                      PlanStage plan_stage) {
   ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
   const int pp = config.pipeline_parallel;
   for (int stage = 0; stage < pp; ++stage) {
@@ -250,17 +251,19 @@ ConfigCandidate candidate_over_stages(const TrainConfig& config, int ranks, CpuI
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const HardwareProfile& profile,
                                    CpuIsa isa) {
-  return candidate_over_stages(config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
-    RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
-    const StepCost cost = predict_step_cost(run, config, place.dp, profile);
-    return GraphCache::Planned{.plan = std::move(run.plan), .cost = cost};
-  });
+  return candidate_over_stages(
+      config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
+        RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
+        const StepCost cost = predict_step_cost(run, config, place.dp, profile);
+        return GraphCache::Planned{.plan = std::move(run.plan), .cost = cost};
+      });
 }
 
 ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, CpuIsa isa, GraphCache& graphs) {
-  return candidate_over_stages(config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
-    return graphs.plan(config, place, device, parallel_buffer_bytes(place), place.dp);
-  });
+  return candidate_over_stages(
+      config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
+        return graphs.plan(config, place, device, parallel_buffer_bytes(place), place.dp);
+      });
 }
 
 namespace {

@@ -14,8 +14,8 @@
 #include "config/train_config.h"
 #include "devices/devices.h"
 #include "forecast/cost_model.h"
-#include "forecast/hardware_profile.h"
 #include "forecast/graph_cache.h"
+#include "forecast/hardware_profile.h"
 
 namespace mt {
 

@@ -104,16 +104,18 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
 }
 
 // Bytes one rank sends and receives per step for the update in the backward, whose graph runs `passes`
-// times (twice with a norm pass): each block all-reduced as it completes, then ZeRO-1 and 2 gather the
-// updated weights once, ZeRO-3 each window's weights twice a pass.
+// times (twice with a norm pass): each block reduced to its owners as it completes (all-reduced, twice the
+// bytes, without sharding or under Adam-mini), then ZeRO-1 and 2 gather the updated weights once, ZeRO-3
+// each window's weights twice a pass.
 double in_backward_comm_bytes(const Plan& plan, int world, int passes) {
   if (world < 2) return 0;
   const double n = static_cast<double>(plan.num_params);
   const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
   const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
   const int stage = plan.sharding.stage;
+  const double reductions = stage >= 1 && plan.policy.v_blocks == 0 ? 1 : 2;
   const double gathers = stage >= 3 ? 2.0 * passes : stage >= 1 ? 1 : 0;
-  return (2 * grads * passes + gathers * weights) * ring_share(world);
+  return (reductions * grads * passes + gathers * weights) * ring_share(world);
 }
 
 // AdamW's calibrated rate for this run's moments; a profile calibrated before the 8-bit kernels existed has
@@ -162,8 +164,8 @@ OpCost attention_cost(const TensorTable& table, int qkv, int lse, double product
 // A pipeline stage of P over m micro-batches idles (P - 1) / m of its passes' time (kernels and exchanges)
 // while the pipeline fills and drains; a stage holding a tied embedding also sums its gradient with the
 // other end's, one all-reduce between two ranks, after its passes.
-void add_pipeline_costs(const RunShape& run, const Plan& plan, const HardwareProfile& profile, double compute_s,
-                        StepCost& c) {
+void add_pipeline_costs(const RunShape& run, const Plan& plan, const HardwareProfile& profile,
+                        double compute_s, StepCost& c) {
   if (run.pp == 1) return;
   c.bubble_fraction = pipeline_bubble_fraction(run.pp, run.accum);
   c.bubble_s = (compute_s + c.tp_comm_s + c.pp_comm_s) * (run.pp - 1) / static_cast<double>(run.accum);

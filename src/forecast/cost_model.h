@@ -53,11 +53,12 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
 
 // What of a run, besides its ops and plan, its step's cost reads.
 struct RunShape {
-  int64_t accum = 1;                 // micro-batches per step (RunLayout::accum)
-  int64_t seq_len = 0;               // T
-  int64_t graph_passes = 1;          // micro-batches one pass of the graph runs: a pipeline stage's all
-  int pp = 1;                        // pipeline stages
-  int64_t tied_embedding_numel = 0;  // a pipeline stage's tied embedding, summed with the other end's; 0: none
+  int64_t accum = 1;         // micro-batches per step (RunLayout::accum)
+  int64_t seq_len = 0;       // T
+  int64_t graph_passes = 1;  // micro-batches one pass of the graph runs: a pipeline stage's all
+  int pp = 1;                // pipeline stages
+  int64_t tied_embedding_numel =
+      0;  // a pipeline stage's tied embedding, summed with the other end's; 0: none
 };
 RunShape run_shape(const RunLayout& run);
 

@@ -19,8 +19,9 @@ std::string graph_key(const TrainConfig& config, const ParallelRank& place, cons
     key += flag_args(config, flag.name());
     key += '\n';
   }
-  for (int value : {place.tp, place.dp, place.pp, place.tp_rank, place.dp_rank, place.pp_rank,
-                    static_cast<int>(place.tied_embedding), static_cast<int>(device.cpu_isa), device.threads}) {
+  for (int value :
+       {place.tp, place.dp, place.pp, place.tp_rank, place.dp_rank, place.pp_rank,
+        static_cast<int>(place.tied_embedding), static_cast<int>(device.cpu_isa), device.threads}) {
     key += std::to_string(value);
     key += ' ';
   }
@@ -44,7 +45,8 @@ const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const Para
   g.tensors.param_offset = {};
   for (ArenaLayout* arena : {&g.tensors.activations, &g.tensors.workspace, &g.tensors.comm, &g.tensors.grads})
     arena->offset = {};
-  // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the rest).
+  // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the
+  // rest).
   if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())
     g.adam_mini_blocks =
         adam_mini_block_count(adam_mini_blocks(run.spec, run.model.graph.table, run.model.params));
@@ -52,7 +54,8 @@ const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const Para
 }
 
 GraphCache::Planned GraphCache::plan(const TrainConfig& config, const ParallelRank& place,
-                                     const DeviceTarget& device, int64_t comm_buffer_bytes, int data_parallel) {
+                                     const DeviceTarget& device, int64_t comm_buffer_bytes,
+                                     int data_parallel) {
   check_layout(config, place);
   const Graph& g = graph(config, place, device);
   Planned planned{.plan = g.tensors, .cost = {}};

@@ -28,9 +28,9 @@ class GraphCache {
 
   struct Graph {
     ModelSpec spec;
-    Plan tensors;      // plan_tensors' result, without the per-tensor offsets
-    StepCost ops;      // sum_op_costs: one pass of the graph
-    RunShape shape;    // run_shape
+    Plan tensors;                             // plan_tensors' result, without the per-tensor offsets
+    StepCost ops;                             // sum_op_costs: one pass of the graph
+    RunShape shape;                           // run_shape
     std::optional<int64_t> adam_mini_blocks;  // Adam-mini's v blocks, where it runs (one whole model)
   };
 
@@ -50,7 +50,7 @@ class GraphCache {
   const Graph& graph(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device);
 
   HardwareProfile profile_;
-  ArenaPackCache arenas_;  // graphs of equal tensors share their arenas
+  ArenaPackCache arenas_;                // graphs of equal tensors share their arenas
   std::map<std::string, Graph> graphs_;  // by graph_settings' flags, the rank's place and the device
 };
 

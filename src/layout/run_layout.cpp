@@ -81,7 +81,8 @@ RunLayout lay_out_tensors(const TrainConfig& cfg, const ModelSpec& spec, const P
     for (int id : run.model.params) largest = std::max(largest, table[id].numel());
     run.checkpoint_stream = host_buffer("checkpoint.stream", std::min<int64_t>(largest, 1 << 18), DType::f32);
   }
-  if (cfg.optimizer == OptimizerKind::adam_mini) run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
+  if (cfg.optimizer == OptimizerKind::adam_mini)
+    run.mini_blocks = adam_mini_blocks(run.spec, table, run.model.params);
   // The update in the backward sums each block's gradients itself: the windows without ZeRO-2's gradient
   // sums, and with stage 3's gathered weights.
   const int schedule_stage = place.dp == 1                                     ? 0
@@ -148,7 +149,8 @@ void plan_model_states(Plan& plan, const TrainConfig& cfg, const ModelSpec& spec
 RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
                       int64_t comm_buffer_bytes, ArenaPackCache* cache) {
   RunLayout run = lay_out_graph(cfg, place, device, cache);
-  plan_model_states(run.plan, cfg, run.spec, place, comm_buffer_bytes, adam_mini_block_count(run.mini_blocks));
+  plan_model_states(run.plan, cfg, run.spec, place, comm_buffer_bytes,
+                    adam_mini_block_count(run.mini_blocks));
   return run;
 }
 
@@ -160,7 +162,8 @@ TrainConfig graph_settings(const TrainConfig& cfg, const ParallelRank& place) {
   // block), and the gradients' dtype only where the schedule holds gradient tensors.
   const bool blocked = p.exp_avg == MomentDType::int8 || p.exp_avg == MomentDType::fp8;
   if (!cfg.optimizer_in_backward || !blocked) p.set_moments(defaults.exp_avg);
-  if (!cfg.optimizer_in_backward && !(place.dp > 1 && cfg.zero_stage >= 2)) p.o2_gradient = defaults.o2_gradient;
+  if (!cfg.optimizer_in_backward && !(place.dp > 1 && cfg.zero_stage >= 2))
+    p.o2_gradient = defaults.o2_gradient;
   p.master_weights = defaults.master_weights;
   p.o2_stochastic_rounding = defaults.o2_stochastic_rounding;
   graph.optimizer = TrainConfig{}.optimizer;

@@ -38,16 +38,17 @@ struct RunLayout {
 RunLayout lay_out_run(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
                       int64_t comm_buffer_bytes, ArenaPackCache* cache = nullptr);
 
-// lay_out_run in its parts, for a search that plans many configurations of one graph (forecast/graph_cache.h).
-// The checks of `config` lay_out_run makes before planning (usage errors), and the model they resolve.
+// lay_out_run in its parts, for a search that plans many configurations of one graph
+// (forecast/graph_cache.h). The checks of `config` lay_out_run makes before planning (usage errors), and the
+// model they resolve.
 ModelSpec check_layout(const TrainConfig& config, const ParallelRank& place);
 // check_layout, then the graph, its table and the plan of its tensors (plan_tensors: no model states).
 RunLayout lay_out_graph(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
                         ArenaPackCache* cache = nullptr);
 // The model states of `config` sized on `plan` (size_model_states), with `v_blocks` Adam-mini blocks (0 for
 // AdamW): lay_out_graph's plan becomes lay_out_run's.
-void plan_model_states(Plan& plan, const TrainConfig& config, const ModelSpec& spec, const ParallelRank& place,
-                       int64_t comm_buffer_bytes, int64_t v_blocks);
+void plan_model_states(Plan& plan, const TrainConfig& config, const ModelSpec& spec,
+                       const ParallelRank& place, int64_t comm_buffer_bytes, int64_t v_blocks);
 // `config` with the settings the graph does not read at their defaults: the moments' dtype (but the update in
 // the backward's 8-bit quantization block), master weights, the gradients' dtype where no gradient tensor
 // of the graph holds it, stochastic rounding, the optimizer. Configurations with equal graph_settings have

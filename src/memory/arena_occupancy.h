@@ -26,7 +26,7 @@ class ArenaOccupancy {
   };
   using Intervals = std::vector<Interval>;  // sorted, disjoint, touching ones merged: runs stay few
   static Intervals::const_iterator first_ending_after(Intervals::const_iterator from,
-                                                     Intervals::const_iterator to, int64_t offset);
+                                                      Intervals::const_iterator to, int64_t offset);
   static void add(Intervals& set, int64_t begin, int64_t end);
 
   static constexpr int kMaxDepth = 33;  // levels of a tree over at most 2^31 ops, leaves included

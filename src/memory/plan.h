@@ -139,7 +139,8 @@ Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePoli
 // make_plan's first half, what the table decides: the parameters' count and offsets (each must be of
 // `weights`, the policy's dtype), the bytes of the tensors without lifetimes and the packed arenas; no model
 // states. A search sizes many configurations' states over one graph's tensors (forecast/graph_cache.h).
-Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights, ArenaPackCache* cache = nullptr);
+Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights,
+                  ArenaPackCache* cache = nullptr);
 
 // make_plan's second half, on plan_tensors' result: the model states of `policy` under `sharding` and
 // `offload` (shards, master weights, flat gradients, moments and their scales), added to the tensors' bytes.

@@ -62,9 +62,7 @@ void BackwardUpdate::update_after(int op, bool training) {
   const BlockGradients& block = updates_.blocks[ending_[op]];
   const TensorDesc& grads = memory_.table()[block.tensor];
   char* data = static_cast<char*>(memory_.data(block.tensor));
-  // Every rank sums in rank order, so each holds the same bits the ordinary step's reduction gives.
-  if (data_parallel_) data_parallel_->all_reduce_sum(data, grads.numel(), grads.dtype);
-  const double squares = memory_.device().sum_of_squares(data, grads.dtype, grads.numel());
+  const double squares = sum_over_ranks(block, data);
   sum_of_squares_ += squares;
   if (!updating_) return;
   // A norm pass has found the step finite before any update; without one, the blocks after this one in the
@@ -81,6 +79,32 @@ void BackwardUpdate::update_after(int op, bool training) {
   for (int c : block.carries)
     if (const GradientCarry& carry = updates_.carries[c]; carry.last_op == op)
       update(carry.flat_begin, carry.flat_end, static_cast<const char*>(memory_.data(carry.tensor)));
+}
+
+double BackwardUpdate::sum_over_ranks(const BlockGradients& block, char* grads) {
+  const TensorDesc& t = memory_.table()[block.tensor];
+  const Plan& plan = memory_.plan();
+  const auto squares = [&](const char* data, int64_t n) {
+    return memory_.device().sum_of_squares(data, t.dtype, n);
+  };
+  // Every rank sums in rank order, so each holds the same bits the ordinary step's reduction gives.
+  if (!data_parallel_ || !plan.sharding.shards_optimizer() || plan.policy.v_blocks > 0) {
+    if (data_parallel_) data_parallel_->all_reduce_sum(grads, t.numel(), t.dtype);
+    return squares(grads, t.numel());
+  }
+  const auto size = static_cast<int64_t>(dtype_size(t.dtype));
+  double own = 0;
+  for (int r = 0; r < plan.sharding.dp; ++r) {
+    const int64_t begin = std::max(block.flat_begin, r * plan.shard_elems);
+    const int64_t end = std::min({block.flat_end, (r + 1) * plan.shard_elems, plan.num_params});
+    if (begin >= end) continue;
+    char* part = grads + (begin - block.flat_begin) * size;
+    data_parallel_->reduce_sum(part, part, end - begin, t.dtype, r);
+    if (r == plan.sharding.dp_rank) own = squares(part, end - begin);
+  }
+  // The ranks' parts' squares, summed in rank order: the same block norm, and verdict on it, on every rank.
+  data_parallel_->all_reduce_sum(&own, 1, DType::f64);
+  return own;
 }
 
 void BackwardUpdate::fill_carries(const BlockGradients& block, const char* grads) {

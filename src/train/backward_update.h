@@ -1,7 +1,8 @@
 // --optimizer-in-backward: the optimizer step runs inside the backward, a block at a time. Each block's
 // gradients are a planned tensor (model/zero_schedule.h: BlockGradients) that this hook zeroes before the
-// first op writing them and, after the last, sums over the data-parallel ranks, updates this rank's part of
-// the block from and lets go, so the gradients held at once are those of the blocks in flight. 8-bit
+// first op writing them and, after the last, sums over the data-parallel ranks (to the owner of each part,
+// ZeRO-2 style, from ZeRO-1 on), updates this rank's part of the block from and lets go, so the gradients
+// held at once are those of the blocks in flight. 8-bit
 // moments' quantization blocks that straddle two blocks are updated from their carry once both are complete.
 // Where the update needs the step's gradient norm first (clipping, fp16's overflow check), a first pass of
 // the same graph only sums the blocks' squares. The per-element arithmetic is AdamW::step's. Under ZeRO-3
@@ -39,6 +40,10 @@ class BackwardUpdate final : public OpHooks {
   void end_pass() override;
 
  private:
+  // Sums the block's gradients (`grads`) over the data-parallel ranks: reduced to the rank owning each part
+  // where the ranks shard the optimizer state (ZeRO-1 on), all-reduced whole without sharding and under
+  // Adam-mini (every rank steps every block's v). Returns the block's sum of squares, every rank's part.
+  double sum_over_ranks(const BlockGradients& block, char* grads);
   // After op `op`: the block whose gradients it completes summed and updated, with the carries it fills.
   void update_after(int op, bool training);
   // This rank's part of the flat range [begin, end), updated from its gradients at `grads` (element begin).

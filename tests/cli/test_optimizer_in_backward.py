@@ -191,6 +191,18 @@ class TwoRanks(ResumeTestCase):
                 self.assert_bitwise(f"two{stage}", ["--global-batch-size", "4", "--zero-stage", stage, *IN_BACKWARD],
                                     ranks=2)
 
+    def test_clipping_on_two_ranks_follows_the_ordinary_step(self):
+        # Each block is reduced to the owners of its parts; the norm pass sums the ranks' parts' squares.
+        flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--zero-stage", "2", "--clip-grad", "0.5"]
+        runs = {}
+        for mode, extra in (("ordinary", []), ("in-backward", ["--optimizer-in-backward"])):
+            out = self.tmp / f"clip-{mode}"
+            self.train(out, *flags, *extra, ranks=2)
+            runs[mode] = read_metrics(out)
+        self.assertGreater(runs["ordinary"][0]["grad_norm"], 0.5)
+        for key in ("loss", "grad_norm"):
+            self.assert_close([r[key] for r in runs["in-backward"]], [r[key] for r in runs["ordinary"]])
+
     def test_adam_mini_in_the_backward_at_every_stage_is_bitwise_its_zero_1_step(self):
         # Each rank steps every block's v from the block's all-reduced gradients, and its shard of m (cut
         # through tensors) after: the ordinary ZeRO-1 step's arithmetic (at ZeRO 2 and 3 the ordinary step sums

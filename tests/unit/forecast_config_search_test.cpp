@@ -89,7 +89,8 @@ TEST(Planner, ListsOnlyFittingConfigurationsSortedByPredictedTime) {
         // Every rank of the run fits, not only rank 0, and the listed bytes are the largest's lay_out_run;
         // the cost is the one planned without the search's graph cache.
         EXPECT_EQ(c.rank_bytes, largest_rank_total(c.config, world));
-        EXPECT_EQ(c.cost.step_s, evaluate_candidate(c.config, world, request.profile, request.isa).cost.step_s);
+        EXPECT_EQ(c.cost.step_s,
+                  evaluate_candidate(c.config, world, request.profile, request.isa).cost.step_s);
         EXPECT_LE(c.rank_bytes, request.device_memory);
         const int dp = world / (c.config.tensor_parallel * c.config.pipeline_parallel);
         EXPECT_EQ(
