@@ -1,12 +1,19 @@
 #include "forecast/config_search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <thread>
 
 #include "config/check_config.h"
 #include "config/run_flag_table.h"
 #include "core/error.h"
 #include "dist/communicator.h"
+#include "forecast/oom_doctor.h"
 #include "model/spec.h"
 #include "parallel/parallel_groups.h"
 
@@ -36,22 +43,61 @@ std::vector<PrecisionConfig> precision_choices() {
   return choices;
 }
 
-// The candidates of one (precision, stage, offload, micro-batch) that fit, least recompute first: none if it
-// fits, else selective if it fits, the fewest block layers that fit, and uniform 1 when no block count does.
-// Memory falls as more layers are recomputed, so the fewest is found by bisection.
-class GroupSearch {
+// The search's count of configurations planned, told to SearchRequest::on_planned one call at a time.
+class Progress {
  public:
-  GroupSearch(const SearchRequest& request, SearchResult& result)
-      : request_(request), result_(result), graphs_(request.profile) {}
+  explicit Progress(const SearchRequest& request) : request_(request) {}
+  void planned() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ++planned_;
+    if (request_.on_planned) request_.on_planned(planned_);
+  }
+  int64_t count() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return planned_;
+  }
 
-  // False when not even full recompute of every layer fits: a larger micro-batch will not either.
-  bool search(TrainConfig config, int64_t n_layer) {
+ private:
+  const SearchRequest& request_;
+  mutable std::mutex mutex_;
+  int64_t planned_ = 0;
+};
+
+// One lane of the search: a configuration's settings but the micro-batch and recompute, the micro-batches it
+// runs (its ranks' share of the global batch, in at most `most_micro` samples) and the layers a stage holds.
+struct Lane {
+  TrainConfig config;
+  int64_t first_micro = 1, per_rank = 1, most_micro = 1, stage_layers = 1;
+};
+
+// A lane's candidates that fit, per micro-batch from the smallest up, least recompute first: none if it
+// fits, else selective if it fits, the fewest block layers that fit, and uniform 1 when no block count does.
+// Memory falls as more layers are recomputed, so the fewest is found by bisection; a micro-batch for which
+// not even full recompute of every layer fits ends the lane, as a larger one will not fit either.
+class LaneSearch {
+ public:
+  LaneSearch(const SearchRequest& request, GraphCache& graphs, Progress& progress)
+      : request_(request), graphs_(graphs), progress_(progress) {}
+
+  std::vector<ConfigCandidate> search(const Lane& lane) {
+    TrainConfig config = lane.config;
+    for (int64_t micro = lane.first_micro; micro <= std::min(lane.per_rank, lane.most_micro); ++micro) {
+      if (lane.per_rank % micro != 0) continue;
+      config.micro_batch = micro;
+      if (!search_micro_batch(config, lane.stage_layers)) break;
+    }
+    return std::move(fitting_);
+  }
+
+ private:
+  bool search_micro_batch(TrainConfig config, int64_t n_layer) {
     config.recompute = {};
     if (try_add(config)) return true;
     config.recompute = {.granularity = RecomputeGranularity::selective};
     const bool selective = try_add(config);
-    const int64_t layers =
-        fewest_block_layers(config, n_layer, [this](const TrainConfig& c) { return fits(c); });
+    const int64_t layers = fewest_block_layers(config, n_layer, [this](const TrainConfig& c) {
+      return plan(c).rank_bytes <= request_.device_memory;
+    });
     if (layers == 0) {
       config.recompute = full_recompute(RecomputeMethod::uniform, 1);
       return try_add(config) || selective;
@@ -59,28 +105,81 @@ class GroupSearch {
     config.recompute = full_recompute(RecomputeMethod::block, layers);
     return try_add(config);
   }
-
-  bool fits(const TrainConfig& config) { return plan(config).rank_bytes <= request_.device_memory; }
-  const GraphCache& graphs() const { return graphs_; }
-
- private:
   ConfigCandidate plan(const TrainConfig& config) {
     ConfigCandidate c = evaluate_candidate(config, request_.ranks, request_.isa, graphs_);
-    ++result_.candidates_planned;
-    if (request_.on_planned) request_.on_planned(result_.candidates_planned);
+    progress_.planned();
     return c;
   }
   bool try_add(const TrainConfig& config) {
     ConfigCandidate c = plan(config);
     if (c.rank_bytes > request_.device_memory) return false;
-    result_.fitting.push_back(std::move(c));
+    fitting_.push_back(std::move(c));
     return true;
   }
 
   const SearchRequest& request_;
-  SearchResult& result_;
-  GraphCache graphs_;  // the precisions and optimizers of one micro-batch and recompute share their graph
+  GraphCache& graphs_;
+  Progress& progress_;
+  std::vector<ConfigCandidate> fitting_;
 };
+
+// Threads for the search: the machine's cores, at most 8, and no more than each can hold the graph it lays
+// out four times over in the memory free (a graph takes about 20 KB a layer: 575 MB of peak memory for a
+// 30,000-layer LLaMA's estimate).
+int default_search_threads(const ModelSpec& spec) {
+  const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  const int64_t per_graph = std::max<int64_t>(spec.n_layer, 1) * 20'000 * 4;
+  const int64_t free = available_memory_bytes();
+  const int64_t by_memory = free > 0 ? std::max<int64_t>(1, free / per_graph) : 1;
+  return static_cast<int>(std::min<int64_t>({cores, 8, by_memory}));
+}
+
+// The lanes in the order threads take them: lanes that start on one graph walk the same graphs, and a thread
+// that needs a graph another is laying out waits, so the first lane of each starting graph comes first, then
+// the second of each, and so on.
+std::vector<size_t> lanes_apart(const SearchRequest& request, const std::vector<Lane>& lanes) {
+  std::map<std::string, std::vector<size_t>> by_graph;
+  std::vector<const std::vector<size_t>*> graphs;  // in the order they first start a lane
+  for (size_t i = 0; i < lanes.size(); ++i) {
+    TrainConfig first = lanes[i].config;
+    first.micro_batch = lanes[i].first_micro;
+    const ParallelRank place = parallel_rank(first, request.ranks, 0);
+    const DeviceTarget device{.cpu_isa = request.isa, .threads = rank_threads(first, request.ranks)};
+    std::vector<size_t>& same = by_graph[GraphCache::key(first, place, device)];
+    if (same.empty()) graphs.push_back(&same);
+    same.push_back(i);
+  }
+  std::vector<size_t> order;
+  for (size_t round = 0; order.size() < lanes.size(); ++round)
+    for (const std::vector<size_t>* same : graphs)
+      if (round < same->size()) order.push_back((*same)[round]);
+  return order;
+}
+
+// Each lane's fitting candidates, on `threads` threads sharing `graphs`, in the lanes' order whichever
+// finished first; the first lane's error (in that order) is rethrown once all have ended.
+std::vector<std::vector<ConfigCandidate>> search_lanes(const SearchRequest& request,
+                                                       const std::vector<Lane>& lanes, int threads,
+                                                       GraphCache& graphs, Progress& progress) {
+  std::vector<std::vector<ConfigCandidate>> found(lanes.size());
+  std::vector<std::exception_ptr> failed(lanes.size());
+  const std::vector<size_t> order = lanes_apart(request, lanes);
+  std::atomic<size_t> next = 0;
+  const auto work = [&] {
+    for (size_t n = next++; n < order.size(); n = next++) try {
+        found[order[n]] = LaneSearch(request, graphs, progress).search(lanes[order[n]]);
+      } catch (...) {
+        failed[order[n]] = std::current_exception();
+      }
+  };
+  std::vector<std::thread> workers;
+  for (int t = 1; t < threads; ++t) workers.emplace_back(work);
+  work();
+  for (std::thread& worker : workers) worker.join();
+  for (const std::exception_ptr& e : failed)
+    if (e) std::rethrow_exception(e);
+  return found;
+}
 
 bool eight_bit(const PrecisionConfig& p) {
   return p.moments() == MomentDType::fp8 || p.moments() == MomentDType::int8;
@@ -334,7 +433,7 @@ SearchResult search_configs(const SearchRequest& request) {
   const int64_t seq_len = base.seq_len > 0 ? base.seq_len : spec.n_positions;
   const int64_t most_micro = std::max<int64_t>(1, request.device_memory / 4 / seq_len);
   SearchResult result;
-  GroupSearch group(request, result);
+  std::vector<Lane> lanes;
   for (const auto [tp, pp] : model_parallel_choices(base, spec, request.ranks))
     for (bool sequence_parallel : tp > 1 ? std::vector{false, true} : std::vector{false}) {
       // The global batch is split over the data-parallel ranks; tensor-parallel ranks and pipeline stages
@@ -363,17 +462,23 @@ SearchResult search_configs(const SearchRequest& request) {
                 ++result.groups_skipped;
                 continue;
               }
-              // The update in the backward takes a step's samples in one micro-batch (no accumulation).
-              for (int64_t micro = optimizer.in_backward ? per_rank : 1;
-                   micro <= std::min(per_rank, most_micro); ++micro) {
-                if (per_rank % micro != 0) continue;
-                config.micro_batch = micro;
-                if (!group.search(config, spec.n_layer / pp)) break;  // recompute counts a stage's layers
-              }
+              // The update in the backward takes a step's samples in one micro-batch (no accumulation);
+              // recompute counts a stage's layers.
+              lanes.push_back({.config = config,
+                               .first_micro = optimizer.in_backward ? per_rank : 1,
+                               .per_rank = per_rank,
+                               .most_micro = most_micro,
+                               .stage_layers = spec.n_layer / pp});
             }
     }
-  result.graphs_laid_out = group.graphs().graphs();
-  result.arenas_packed = group.graphs().arenas_packed();
+  GraphCache graphs(request.profile);
+  Progress progress(request);
+  const int threads = request.search_threads > 0 ? request.search_threads : default_search_threads(spec);
+  for (std::vector<ConfigCandidate>& found : search_lanes(request, lanes, threads, graphs, progress))
+    std::move(found.begin(), found.end(), std::back_inserter(result.fitting));
+  result.candidates_planned = progress.count();
+  result.graphs_laid_out = graphs.graphs();
+  result.arenas_packed = graphs.arenas_packed();
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });

@@ -25,11 +25,15 @@ struct SearchRequest {
   int64_t device_memory = 0;  // bytes per rank
   HardwareProfile profile;
   CpuIsa isa = process_cpu_isa();  // every candidate's kernels run at this level
-  // Called after each configuration is planned, with the count so far: a long search's progress.
+  // Called after each configuration is planned, with the count so far: a long search's progress (one call
+  // at a time, from whichever thread planned it).
   std::function<void(int64_t planned)> on_planned = {};
   // Beside AdamW's ordinary step, Adam-mini and the update in the backward where they run; a base that names
   // either keeps it. False: AdamW's step only.
   bool other_optimizers = true;
+  // Threads that plan configurations at once, each laying out one graph at a time; 0: the cores, up to 8,
+  // as many as the memory free holds graphs of this model. Any count lists the same configurations.
+  int search_threads = 0;
 };
 
 struct ConfigCandidate {

@@ -7,16 +7,14 @@
 
 namespace mt {
 
-namespace {
-
-// Every flag's arguments (graph_settings' configuration), then the rank's place and the device: equal keys,
-// equal graphs.
-std::string graph_key(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device) {
+std::string GraphCache::key(const TrainConfig& config, const ParallelRank& place,
+                            const DeviceTarget& device) {
+  const TrainConfig settings = graph_settings(config, place);
   std::string key;
   for (const RunFlag& flag : run_flag_table()) {
     key += flag.name();
     key += '=';
-    key += flag_args(config, flag.name());
+    key += flag_args(settings, flag.name());
     key += '\n';
   }
   for (int value :
@@ -28,20 +26,15 @@ std::string graph_key(const TrainConfig& config, const ParallelRank& place, cons
   return key;
 }
 
-}  // namespace
-
-const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const ParallelRank& place,
-                                           const DeviceTarget& device) {
-  const TrainConfig settings = graph_settings(config, place);
-  const std::string key = graph_key(settings, place, device);
-  if (const auto found = graphs_.find(key); found != graphs_.end()) return found->second;
+GraphCache::Graph GraphCache::lay_out(const TrainConfig& settings, const ParallelRank& place,
+                                      const DeviceTarget& device) {
   RunLayout run = lay_out_graph(settings, place, device, &arenas_);
   Graph g{.spec = run.spec,
           .tensors = std::move(run.plan),
           .ops = sum_op_costs(run.model.graph, run.spec, profile_, settings.tensor_parallel),
           .shape = run_shape(run),
           .adam_mini_blocks = {}};
-  // What only sizes the tensors' memory is not kept: a deep model's offsets take tens of MB a graph.
+  // What only places the tensors is not kept: a deep model's offsets take tens of MB a graph.
   g.tensors.param_offset = {};
   for (ArenaLayout* arena : {&g.tensors.activations, &g.tensors.workspace, &g.tensors.comm, &g.tensors.grads})
     arena->offset = {};
@@ -50,7 +43,36 @@ const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const Para
   if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())
     g.adam_mini_blocks =
         adam_mini_block_count(adam_mini_blocks(run.spec, run.model.graph.table, run.model.params));
-  return graphs_.emplace(key, std::move(g)).first->second;
+  return g;
+}
+
+const GraphCache::Graph& GraphCache::graph(const TrainConfig& config, const ParallelRank& place,
+                                           const DeviceTarget& device) {
+  const std::string key = GraphCache::key(config, place, device);
+  std::promise<std::shared_ptr<const Graph>> laying_out;
+  std::shared_future<std::shared_ptr<const Graph>> graph;
+  bool first = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = graphs_.try_emplace(key);
+    first = found.second;
+    if (first) found.first->second = laying_out.get_future().share();
+    graph = found.first->second;
+  }
+  // The map keeps the graph; get() rethrows its layout's error.
+  if (!first) return *graph.get();
+  try {
+    laying_out.set_value(
+        std::make_shared<const Graph>(lay_out(graph_settings(config, place), place, device)));
+  } catch (...) {
+    laying_out.set_exception(std::current_exception());
+  }
+  return *graph.get();
+}
+
+int64_t GraphCache::graphs() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(graphs_.size());
 }
 
 GraphCache::Planned GraphCache::plan(const TrainConfig& config, const ParallelRank& place,

@@ -6,10 +6,14 @@
 // tensors (plan_tensors' bytes and arena sizes), its ops' costs summed over one pass, the run's shape and
 // Adam-mini's block count. A configuration's plan is then size_model_states over that, and its cost
 // step_cost: the functions lay_out_run and predict_step_cost end with, so the bytes are theirs exactly.
+// Threads may plan at once: each graph is laid out by the first that needs it.
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -43,15 +47,22 @@ class GraphCache {
   Planned plan(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
                int64_t comm_buffer_bytes, int data_parallel);
 
-  int64_t graphs() const { return static_cast<int64_t>(graphs_.size()); }  // laid out
+  // Equal for two configurations of one graph: graph_settings' flags, the rank's place and the device.
+  static std::string key(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device);
+
+  int64_t graphs() const;  // laid out
   int64_t arenas_packed() const { return arenas_.packed(); }
 
  private:
+  // The graph of `config`; a thread asking for one another is laying out waits for it.
   const Graph& graph(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device);
+  Graph lay_out(const TrainConfig& settings, const ParallelRank& place, const DeviceTarget& device);
 
   HardwareProfile profile_;
-  ArenaPackCache arenas_;                // graphs of equal tensors share their arenas
-  std::map<std::string, Graph> graphs_;  // by graph_settings' flags, the rank's place and the device
+  ArenaPackCache arenas_;  // graphs of equal tensors share their arenas
+  mutable std::mutex mutex_;
+  // By key: the graph, or its layout under way.
+  std::map<std::string, std::shared_future<std::shared_ptr<const Graph>>> graphs_;
 };
 
 }  // namespace mt

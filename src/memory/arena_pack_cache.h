@@ -1,11 +1,12 @@
 // Packings already made, kept by exactly what they packed. A configuration search plans one graph under
 // several model-state settings (the precision's moments and gradients, ZeRO, offload), whose tables hold the
 // same arena tensors: those arenas are packed once. The key is every packed tensor's bytes and lifetime in
-// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout.
+// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout. Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <mutex>
 #include <vector>
 
 #include "memory/plan.h"
@@ -16,7 +17,10 @@ class ArenaPackCache {
  public:
   // pack_arena(table, category, alignment), packed once per distinct key.
   ArenaLayout pack(const TensorTable& table, Category category, int64_t alignment);
-  int64_t packed() const { return packed_; }  // the pack_arena calls made: the keys not found
+  int64_t packed() const {  // the pack_arena calls made: the keys not found
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return packed_;
+  }
 
  private:
   struct Packed {
@@ -34,6 +38,7 @@ class ArenaPackCache {
   // dozen distinct graphs (weights in fp32, bf16 or fp16 at each micro-batch), three arenas each. The least
   // recently used go first; the bound keeps what is held (every layer's tensors per entry) to a few plans.
   static constexpr size_t kEntries = 36;
+  mutable std::mutex mutex_;  // threads of a search share the cache
   std::deque<Entry> entries_;
   int64_t packed_ = 0;
 };

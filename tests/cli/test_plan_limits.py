@@ -1,6 +1,7 @@
 """The plan's limits: byte counts beyond 64 bits are a usage error naming the flags (estimate and train), never
-a negative total that fits; a 10,000-layer model plans in seconds, and an absurd layer count is refused before
-planning takes its memory; SIGTERM and SIGINT end a run that is still planning at once, with 128 + signal.
+a negative total that fits; a 10,000-layer model plans in seconds, a 30,000-layer one is searched laying out
+each of its distinct graphs once, and an absurd layer count is refused before planning takes its memory;
+SIGTERM and SIGINT end a run that is still planning at once, with 128 + signal.
 
 Runs the binary memtrain_cli.py names.
 """
@@ -77,6 +78,23 @@ class DeepModels(CliTestCase):
         if os.environ.get("MEMTRAIN_SANITIZED") != "1":
             self.assertLess(time.monotonic() - started, 20)
 
+    @unittest.skipIf(os.environ.get("MEMTRAIN_SANITIZED") == "1", "minutes under the sanitizers; the unit "
+                     "tests run the same search on small models there")
+    def test_30000_layers_that_fit_are_planned_laying_out_each_graph_once(self):
+        # Everything fits at 80 GiB: 12 precisions x (AdamW, Adam-mini) x micro-batches 1, 2, 4, 8, and the
+        # update in the backward (either optimizer) at micro-batch 8: 120 configurations. Their graphs: weights
+        # in fp32, bf16 or fp16 at each micro-batch (12), and in the backward the gradients' dtype and the
+        # 8-bit moments' quantization block add theirs (fp32: 3, bf16: 2 x 3, fp16: 1): 22.
+        model = llama_config(self.tmp / "deeper.json", 30000)
+        started = time.monotonic()
+        result = memtrain("plan", "--model", model, "--seq-length", 32, "--ranks", 1, "--device-memory", "80GiB",
+                          "--global-batch-size", 8, timeout=600)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("planned 120 configurations (22 distinct graphs)", result.stdout)
+        self.assertIn("120 fit", result.stdout)
+        # 16 s on two busy cores here (116 s before graphs were shared); the bound leaves room for a loaded CI.
+        self.assertLess(time.monotonic() - started, 120)
+
     def test_absurd_layer_count_is_refused_before_planning(self):
         model = llama_config(self.tmp / "absurd.json", 10 ** 8)
         result = memtrain("estimate", *run_flags(model=model), timeout=20)
@@ -85,8 +103,8 @@ class DeepModels(CliTestCase):
 
 class SignalsWhilePlanning(CliTestCase):
     def stop_while_planning(self, sent):
-        # 20,000 layers: seconds of planning, then more for the OOM doctor, since the plan exceeds the limit.
-        model = llama_config(self.tmp / "deep.json", 20000)
+        # 60,000 layers: seconds of planning, then more for the OOM doctor, since the plan exceeds the limit.
+        model = llama_config(self.tmp / "deep.json", 60000)
         process = subprocess.Popen(
             command("train", *run_flags(model=model), "--data", self.data, "--out", self.tmp / "run",
                     "--memory-limit", "1GiB"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -120,6 +120,25 @@ TEST(Planner, LaysOutARecurringGraphOnce) {
   EXPECT_GE(result.arenas_packed, 4);  // at least every micro-batch's activations
 }
 
+// Threads search lanes at once and share the graphs: any count lists the same configurations, in the same
+// order, with the same bytes and costs.
+TEST(Planner, AnyThreadCountListsTheSameConfigurations) {
+  const TrainConfig base = tiny_base("llama-tiny", 8);
+  SearchRequest request{.base = base, .ranks = 2, .profile = testing::tested_profile()};
+  request.device_memory = middle_limit(base, 2);
+  std::vector<std::vector<std::pair<std::string, int64_t>>> listed;
+  for (int threads : {1, 3}) {
+    request.search_threads = threads;
+    const SearchResult result = search_configs(request);
+    ASSERT_FALSE(result.fitting.empty());
+    std::vector<std::pair<std::string, int64_t>> list;
+    for (const ConfigCandidate& c : result.fitting)
+      list.push_back({describe_config(c.config) + " " + std::to_string(c.cost.step_s), c.rank_bytes});
+    listed.push_back(std::move(list));
+  }
+  EXPECT_EQ(listed[0], listed[1]);
+}
+
 // A long search says how far it is: the hook hears every configuration planned, counted from 1.
 TEST(Planner, ReportsEachConfigurationPlanned) {
   std::vector<int64_t> heard;
