@@ -5,8 +5,8 @@ shared by two blocks included), with master weights or without, Adam-mini, LoRA 
 are planned tensors with lifetimes, measured == planned == estimated, and for GPT-2 tiny exactly the tied
 embedding's block (live for the whole backward) plus the largest layer's; a resume is bitwise; what needs every
 gradient before the first update runs a first pass for the norm (clipping, fp16), within tolerance of the
-ordinary step; two ranks at every ZeRO stage are bitwise the ordinary step and resume bitwise, and Adam-mini in
-the backward at ZeRO 1, 2 and 3 is bitwise its ordinary ZeRO-1 step; what is not scheduled block by block yet
+ordinary step; two ranks at every ZeRO stage are bitwise the ordinary step and resume bitwise (GPT-2's tied
+embedding: the ZeRO-1 step), and Adam-mini in the backward at ZeRO 1, 2 and 3 is bitwise its ordinary ZeRO-1 step; what is not scheduled block by block yet
 (accumulation, tensor and pipeline parallelism, offload) is a usage error naming both flags.
 
 Runs the binary memtrain_cli.py names; unittest arguments select, e.g. -k Refusals (TwoRanks needs mpirun).
@@ -190,6 +190,25 @@ class TwoRanks(ResumeTestCase):
             with self.subTest(resume_stage=stage):
                 self.assert_bitwise(f"two{stage}", ["--global-batch-size", "4", "--zero-stage", stage, *IN_BACKWARD],
                                     ranks=2)
+
+    def test_a_tied_embedding_in_the_backward_at_every_stage_is_bitwise_the_zero_1_step(self):
+        # GPT-2's head and embedding both write the tied embedding's gradients: the update in the backward sums
+        # them on each rank and reduces the block once, as ZeRO 0 and 1 reduce the whole buffer; the ordinary
+        # ZeRO-2/3 step reduces the head's window and the embedding's separately (another order of the sums).
+        flags = ["--model", "gpt2-tiny", "--global-batch-size", "4", "--clip-grad", "0"]
+        runs = {}
+        for name, extra in (("ordinary", ["--zero-stage", "1"]),
+                            *((f"zero{stage}", ["--zero-stage", stage, "--optimizer-in-backward"])
+                              for stage in ("0", "1", "2", "3"))):
+            out = self.tmp / f"tied-{name}"
+            self.train(out, *flags, *extra, "--save", str(out / "ckpt"), ranks=2)
+            runs[name] = (self.final_states(out)[0], [r["loss"] for r in read_metrics(out)])
+            for rank in range(2):
+                memory = read_memory(out, rank)
+                self.assertEqual(memory["planned"], memory["measured"])
+        self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
+        for stage in ("0", "1", "2", "3"):
+            self.assertEqual(runs[f"zero{stage}"], runs["ordinary"], f"ZeRO {stage}")
 
     def test_clipping_on_two_ranks_follows_the_ordinary_step(self):
         # Each block is reduced to the owners of its parts; the norm pass sums the ranks' parts' squares.
