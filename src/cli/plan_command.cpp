@@ -33,8 +33,8 @@ void print_plan(const SearchRequest& request, const SearchResult& result, int to
               std::string(cpu_isa_name(request.isa)).c_str(),
               describe_profile(request.profile, request.isa, threads).c_str());
   std::printf("planned %lld configurations (%lld distinct graphs) in %.2f s; %zu fit",
-              static_cast<long long>(result.candidates_planned), static_cast<long long>(result.graphs_laid_out),
-              seconds, result.fitting.size());
+              static_cast<long long>(result.candidates_planned),
+              static_cast<long long>(result.graphs_laid_out), seconds, result.fitting.size());
   if (result.groups_skipped > 0)
     std::printf(" (%lld groups skipped: their weights, master weights and moments alone exceed the device)",
                 static_cast<long long>(result.groups_skipped));

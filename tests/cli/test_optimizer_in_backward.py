@@ -191,24 +191,28 @@ class TwoRanks(ResumeTestCase):
                 self.assert_bitwise(f"two{stage}", ["--global-batch-size", "4", "--zero-stage", stage, *IN_BACKWARD],
                                     ranks=2)
 
-    def test_a_tied_embedding_in_the_backward_at_every_stage_is_bitwise_the_zero_1_step(self):
-        # GPT-2's head and embedding both write the tied embedding's gradients: the update in the backward sums
-        # them on each rank and reduces the block once, as ZeRO 0 and 1 reduce the whole buffer; the ordinary
-        # ZeRO-2/3 step reduces the head's window and the embedding's separately (another order of the sums).
-        flags = ["--model", "gpt2-tiny", "--global-batch-size", "4", "--clip-grad", "0"]
+    def assert_the_zero_1_step(self, name, flags, stages):
+        """The update in the backward at each of `stages` against the ordinary ZeRO-1 step (--clip-grad 0): the
+        final model file and the losses bit for bit, planned == measured on both ranks."""
         runs = {}
-        for name, extra in (("ordinary", ["--zero-stage", "1"]),
-                            *((f"zero{stage}", ["--zero-stage", stage, "--optimizer-in-backward"])
-                              for stage in ("0", "1", "2", "3"))):
-            out = self.tmp / f"tied-{name}"
-            self.train(out, *flags, *extra, "--save", str(out / "ckpt"), ranks=2)
-            runs[name] = (self.final_states(out)[0], [r["loss"] for r in read_metrics(out)])
+        for run, extra in (("ordinary", ["--zero-stage", "1"]),
+                           *((stage, ["--zero-stage", stage, "--optimizer-in-backward"]) for stage in stages)):
+            out = self.tmp / f"{name}-{run}"
+            self.train(out, *flags, "--clip-grad", "0", *extra, "--save", str(out / "ckpt"), ranks=2)
+            runs[run] = (self.final_states(out)[0], [r["loss"] for r in read_metrics(out)])
             for rank in range(2):
                 memory = read_memory(out, rank)
                 self.assertEqual(memory["planned"], memory["measured"])
         self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
-        for stage in ("0", "1", "2", "3"):
-            self.assertEqual(runs[f"zero{stage}"], runs["ordinary"], f"ZeRO {stage}")
+        for stage in stages:
+            self.assertEqual(runs[stage], runs["ordinary"], f"{name} at ZeRO {stage}")
+
+    def test_a_tied_embedding_in_the_backward_at_every_stage_is_bitwise_the_zero_1_step(self):
+        # GPT-2's head and embedding both write the tied embedding's gradients: the update in the backward sums
+        # them on each rank and reduces the block once, as ZeRO 0 and 1 reduce the whole buffer; the ordinary
+        # ZeRO-2/3 step reduces the head's window and the embedding's separately (another order of the sums).
+        self.assert_the_zero_1_step("tied", ["--model", "gpt2-tiny", "--global-batch-size", "4"],
+                                    ("0", "1", "2", "3"))
 
     def test_clipping_on_two_ranks_follows_the_ordinary_step(self):
         # Each block is reduced to the owners of its parts; the norm pass sums the ranks' parts' squares.
@@ -226,21 +230,8 @@ class TwoRanks(ResumeTestCase):
         # Each rank steps every block's v from the block's all-reduced gradients, and its shard of m (cut
         # through tensors) after: the ordinary ZeRO-1 step's arithmetic (at ZeRO 2 and 3 the ordinary step sums
         # a block cut by a shard's edge in two parts).
-        flags = ["--model", "llama-tiny", "--global-batch-size", "4", "--optimizer", "adam-mini", *INT8]
-        runs = {}
-        for name, extra in (("ordinary", ["--zero-stage", "1", "--clip-grad", "0"]),
-                            ("zero1", ["--zero-stage", "1", *IN_BACKWARD]),
-                            ("zero2", ["--zero-stage", "2", *IN_BACKWARD]),
-                            ("zero3", ["--zero-stage", "3", *IN_BACKWARD])):
-            out = self.tmp / f"mini-{name}"
-            self.train(out, *flags, *extra, "--save", str(out / "ckpt"), ranks=2)
-            runs[name] = (self.final_states(out)[0], [r["loss"] for r in read_metrics(out)])
-            for rank in range(2):
-                memory = read_memory(out, rank)
-                self.assertEqual(memory["planned"], memory["measured"])
-        self.assertEqual(len(runs["ordinary"][1]), 2 * self.N)
-        for name in ("zero1", "zero2", "zero3"):
-            self.assertEqual(runs[name], runs["ordinary"], name)
+        self.assert_the_zero_1_step("mini", ["--model", "llama-tiny", "--global-batch-size", "4", "--optimizer",
+                                             "adam-mini", *INT8], ("1", "2", "3"))
 
 
 class PlanOffersThem(CliTestCase):
