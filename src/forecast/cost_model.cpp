@@ -95,7 +95,7 @@ double comm_bytes(const Plan& plan, int stage, int world, int64_t accum) {
     case 0:
       return 2 * grads * ring;  // all-reduce once per step
     case 1:  // reduce to owners (all-reduce for Adam-mini's whole v), gather the updated weights
-      return ((plan.policy.v_blocks > 0 ? 2 : 1) * grads + weights) * ring;
+      return ((plan.reduces_grads_to_owners() ? 1 : 2) * grads + weights) * ring;
     case 2:  // every micro-batch's windows reduced to owners (and Adam-mini's block sums all-reduced)
       return (accum * grads + weights + 2 * sums) * ring;
     default:  // and each window's weights gathered twice a pass
@@ -113,7 +113,7 @@ double in_backward_comm_bytes(const Plan& plan, int world, int passes) {
   const double grads = n * static_cast<double>(dtype_size(plan.policy.grads));
   const double weights = n * static_cast<double>(dtype_size(plan.policy.weights));
   const int stage = plan.sharding.stage;
-  const double reductions = stage >= 1 && plan.policy.v_blocks == 0 ? 1 : 2;
+  const double reductions = plan.reduces_grads_to_owners() ? 1 : 2;
   const double gathers = stage >= 3 ? 2.0 * passes : stage >= 1 ? 1 : 0;
   return (reductions * grads * passes + gathers * weights) * ring_share(world);
 }
@@ -319,7 +319,7 @@ StepCost step_cost(const StepCost& ops, const RunShape& run, const Plan& plan, c
         shard_params * static_cast<double>(dtype_size(plan.policy.grads)) / (profile.memory_gbps * 1e9);
   if (plan.offload.enabled)
     c.offload_s = 2 * static_cast<double>(plan.offloaded_bytes) / (profile.disk_gbps * 1e9);
-  // The update in the backward waits for each block's all-reduce.
+  // The update in the backward waits for each block's reduction.
   c.comm_s = mpi_seconds(profile, config.optimizer_in_backward
                                       ? in_backward_comm_bytes(plan, data_parallel, norm_pass ? 2 : 1)
                                       : comm_bytes(plan, plan.sharding.stage, data_parallel, run.accum));

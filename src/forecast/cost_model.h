@@ -57,8 +57,8 @@ struct RunShape {
   int64_t seq_len = 0;       // T
   int64_t graph_passes = 1;  // micro-batches one pass of the graph runs: a pipeline stage's all
   int pp = 1;                // pipeline stages
-  int64_t tied_embedding_numel =
-      0;  // a pipeline stage's tied embedding, summed with the other end's; 0: none
+  // A pipeline stage's tied embedding, summed with the other end's; 0: none.
+  int64_t tied_embedding_numel = 0;
 };
 RunShape run_shape(const RunLayout& run);
 

@@ -116,6 +116,9 @@ struct Plan {
   const ArenaLayout& arena(Category category) const;
   // Whether the flat gradient buffer holds every parameter's gradient.
   bool holds_all_grads() const { return !sharding.shards_grads() && !policy.grads_in_backward; }
+  // Whether the ranks sum the gradients to the owner of each part (ZeRO-1 on), not to every rank: where no
+  // rank holds all the optimizer state, and no rank steps Adam-mini's v from whole blocks.
+  bool reduces_grads_to_owners() const { return sharding.shards_optimizer() && policy.v_blocks == 0; }
   // The second moment's scales: as m's, none when Adam-mini keeps v per block.
   int64_t v_scales() const { return policy.v_blocks > 0 ? 0 : moment_scales; }
 };

@@ -175,7 +175,7 @@ AsyncCommunicator::Ticket ZeroSync::start_whole_block_reduce(int w) {
   const int64_t bucket = std::max<int64_t>(p.sharding.bucket_elems, 1);
   char* grads = bytes(memory_.grads());
   // Adam-mini steps every block's v on every rank: at ZeRO-1 too each rank needs all the summed gradients.
-  const bool all_reduce = !p.sharding.shards_optimizer() || p.policy.v_blocks > 0;
+  const bool all_reduce = !p.reduces_grads_to_owners();
   return started(comm_.start([=, &range](Communicator& c) {
     for (const Part& part : range.parts) {
       for (int64_t b = part.begin; b < part.end; b += bucket) {

@@ -88,7 +88,7 @@ double BackwardUpdate::sum_over_ranks(const BlockGradients& block, char* grads) 
     return memory_.device().sum_of_squares(data, t.dtype, n);
   };
   // Every rank sums in rank order, so each holds the same bits the ordinary step's reduction gives.
-  if (!data_parallel_ || !plan.sharding.shards_optimizer() || plan.policy.v_blocks > 0) {
+  if (!data_parallel_ || !plan.reduces_grads_to_owners()) {
     if (data_parallel_) data_parallel_->all_reduce_sum(grads, t.numel(), t.dtype);
     return squares(grads, t.numel());
   }
