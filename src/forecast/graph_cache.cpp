@@ -41,8 +41,7 @@ GraphCache::Graph GraphCache::lay_out(const TrainConfig& settings, const Paralle
   // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the
   // rest).
   if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())
-    g.adam_mini_blocks =
-        adam_mini_block_count(adam_mini_blocks(run.spec, run.model.graph.table, run.model.params));
+    g.adam_mini_blocks = adam_mini_block_count(run.spec, run.model.graph.table, run.model.params);
   return g;
 }
 

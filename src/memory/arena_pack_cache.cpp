@@ -1,8 +1,48 @@
 #include "memory/arena_pack_cache.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+
+#include "core/int_math.h"
 
 namespace mt {
+
+int64_t ArenaPackCache::Ratio::apply(int64_t count) const {
+  // SizeOverflow where the packing's own sums would overflow 64 bits.
+  if (den == 1) return checked_mul(count, num);
+  const __int128 scaled = static_cast<__int128>(count) * num;
+  if (scaled % den != 0) throw std::logic_error("arena pack cache: a scaled offset is not whole");
+  if (scaled / den > INT64_MAX) throw SizeOverflow("a scaled packing overflows 64 bits");
+  return static_cast<int64_t>(scaled / den);
+}
+
+// The arena `key` asks for may be an entry's with every tensor's bytes, and aligned bytes, times one ratio
+// and the same lifetimes. Then its packing is the entry's scaled: pack_arena's order (bytes, then start,
+// then id) is the same, and the lowest free offset of a scaled arena is the scaled lowest free offset, since
+// it is always zero or the end of a placed tensor. A micro-batch's activations are micro-batch one's scaled
+// wherever every activation's bytes are a multiple of the alignment.
+std::optional<ArenaPackCache::Ratio> ArenaPackCache::scale_from(const Entry& e,
+                                                                const std::vector<Packed>& key) {
+  if (e.key.size() != key.size()) return std::nullopt;
+  const auto first_sized =
+      std::find_if(e.key.begin(), e.key.end(), [](const Packed& p) { return p.bytes > 0; });
+  if (first_sized == e.key.end()) return std::nullopt;  // all empty: an exact hit or none
+  const int64_t from = first_sized->bytes, to = key[static_cast<size_t>(first_sized - e.key.begin())].bytes;
+  if (to <= 0) return std::nullopt;
+  const Ratio ratio{.num = to / std::gcd(from, to), .den = from / std::gcd(from, to)};
+  const auto scales = [&](int64_t a, int64_t b) {
+    return static_cast<__int128>(a) * ratio.num == static_cast<__int128>(b) * ratio.den;
+  };
+  for (size_t i = 0; i < key.size(); ++i) {
+    const Packed &a = e.key[i], &b = key[i];
+    if (a.first_op != b.first_op || a.last_op != b.last_op || !scales(a.bytes, b.bytes) ||
+        !scales(arena_aligned(a.bytes, e.alignment), arena_aligned(b.bytes, e.alignment)))
+      return std::nullopt;
+  }
+  return ratio;
+}
 
 ArenaLayout ArenaPackCache::pack(const TensorTable& table, Category category, int64_t alignment) {
   std::vector<Packed> key;
@@ -17,12 +57,20 @@ ArenaLayout ArenaPackCache::pack(const TensorTable& table, Category category, in
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto hit = std::find_if(entries_.begin(), entries_.end(),
                                   [&](const Entry& e) { return e.alignment == alignment && e.key == key; });
-    if (hit != entries_.end()) {
-      std::rotate(hit, hit + 1, entries_.end());  // now the most recently used
+    std::optional<Ratio> ratio = Ratio{};
+    auto scaled = hit;
+    for (auto e = entries_.rbegin(); hit == entries_.end() && e != entries_.rend(); ++e)
+      if (e->alignment == alignment && (ratio = scale_from(*e, key))) {
+        scaled = std::prev(e.base());
+        break;
+      }
+    if (scaled != entries_.end()) {
+      std::rotate(scaled, scaled + 1, entries_.end());  // now the most recently used
       const Entry& e = entries_.back();
-      ArenaLayout layout{.size = e.size, .sum_of_tensors = e.sum_of_tensors, .offset = {}};
+      ArenaLayout layout{
+          .size = ratio->apply(e.size), .sum_of_tensors = ratio->apply(e.sum_of_tensors), .offset = {}};
       layout.offset.assign(table.size(), -1);
-      for (size_t i = 0; i < ids.size(); ++i) layout.offset[ids[i]] = e.offsets[i];
+      for (size_t i = 0; i < ids.size(); ++i) layout.offset[ids[i]] = ratio->apply(e.offsets[i]);
       return layout;
     }
   }

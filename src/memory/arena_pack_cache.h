@@ -1,12 +1,15 @@
 // Packings already made, kept by exactly what they packed. A configuration search plans one graph under
 // several model-state settings (the precision's moments and gradients, ZeRO, offload), whose tables hold the
 // same arena tensors: those arenas are packed once. The key is every packed tensor's bytes and lifetime in
-// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout. Thread-safe.
+// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout; so does a hit on a key
+// whose bytes are all one multiple of the asked ones (scale_from says why), as each micro-batch's
+// activations often are. Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "memory/plan.h"
@@ -34,6 +37,12 @@ class ArenaPackCache {
     std::vector<int64_t> offsets;  // theirs, in the same order
     int64_t size, sum_of_tensors;
   };
+  struct Ratio {  // num / den > 0
+    int64_t num = 1, den = 1;
+    int64_t apply(int64_t count) const;  // exact, or std::logic_error
+  };
+  // The ratio of `key`'s bytes to the entry's when its packing is the entry's scaled by it.
+  static std::optional<Ratio> scale_from(const Entry& e, const std::vector<Packed>& key);
   // The search's precisions each try every micro-batch, so its arenas recur every few candidates: about a
   // dozen distinct graphs (weights in fp32, bf16 or fp16 at each micro-batch), three arenas each. The least
   // recently used go first; the bound keeps what is held (every layer's tensors per entry) to a few plans.

@@ -19,5 +19,8 @@ namespace mt {
 // order.
 std::vector<MiniBlocks> adam_mini_blocks(const ModelSpec& spec, const TensorTable& table,
                                          const std::vector<int>& params);
+// Their number (adam_mini_block_count of the above), without numbering each block's rows.
+int64_t adam_mini_block_count(const ModelSpec& spec, const TensorTable& table,
+                              const std::vector<int>& params);
 
 }  // namespace mt

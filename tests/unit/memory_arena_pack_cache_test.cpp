@@ -53,6 +53,28 @@ TEST(ArenaPackCache, EveryAnswerIsPackArenas) {
                      pack_arena(table, Category::activations, 4096));
 }
 
+// Arenas whose every size is one multiple of a packed arena's (as a larger micro-batch's activations are)
+// are that packing scaled, up or down, and pack nothing; one size off the multiple is packed on its own.
+TEST(ArenaPackCache, ScaledArenasAreScaledPackings) {
+  constexpr int64_t kAlignedFloats = testing::kAlignment / 4;
+  ArenaPackCache cache;
+  for (int64_t times : {2, 1, 8, 3}) {
+    const TensorTable table = random_table(4, 300, times * kAlignedFloats);
+    expect_same_layout(cache.pack(table, Category::activations, testing::kAlignment),
+                       pack_arena(table, Category::activations, testing::kAlignment));
+    EXPECT_EQ(cache.packed(), 1) << "x" << times;
+  }
+  TensorTable off = random_table(4, 300, 3 * kAlignedFloats);
+  for (int id = 0; id < off.size(); ++id)
+    if (off[id].category == Category::activations && off[id].shape[0] > 0) {
+      off[id].shape[0] += kAlignedFloats;  // aligned still, but no longer 3 times the first table's
+      break;
+    }
+  expect_same_layout(cache.pack(off, Category::activations, testing::kAlignment),
+                     pack_arena(off, Category::activations, testing::kAlignment));
+  EXPECT_EQ(cache.packed(), 2);
+}
+
 // make_plan with a cache: the same plan, for tables that share their arenas and differ elsewhere.
 TEST(ArenaPackCache, MakePlanWithACacheIsMakePlan) {
   ArenaPackCache cache;
