@@ -5,7 +5,9 @@ link taken down mid-run ends every rank within --distributed-timeout-minutes, wi
 that B does not share (a tmpfs mounted over it in B's mount namespace) is refused before step 1, naming B.
 
 After the ranks have ended, Open MPI's mpirun still waits for its daemon on the lost host (its TCP connection
-holds the kill order unacknowledged): that launcher is killed here once every rank is gone.
+holds the kill order unacknowledged): that launcher is killed here once every rank is gone. With Open MPI's
+out-of-band keepalive shorter than the timeout (as the README says to launch), mpirun notices the lost host
+itself and the whole job ends within the timeout, with Open MPI's message.
 
 Needs root and `ip netns` (iproute2), `unshare` (util-linux), Open MPI: without them it exits 77, which CTest
 reports as skipped (SKIP_RETURN_CODE), printing why.
@@ -33,6 +35,9 @@ IP_A, IP_B = SUBNET + ".1", SUBNET + ".2"
 HOST_B = "memtrain-host-b"
 TIMEOUT_MINUTES = 0.1  # 6 s: the link test's limit
 MARGIN_S = 30  # past that limit: starting the abort, and a slow (sanitizer) build
+# Open MPI's keepalive on its launcher's connections: idle 2 s, then 2 probes 1 s apart, 4 s < the timeout.
+KEEPALIVE = ["--mca", "oob_tcp_keepalive_time", "2", "--mca", "oob_tcp_keepalive_intvl", "1",
+             "--mca", "oob_tcp_keepalive_probes", "2"]
 
 
 def why_not_runnable() -> str:
@@ -167,12 +172,13 @@ class TwoHosts(CliTestCase):
                 "--mca", "orte_tmpdir_base", str(self.session_dirs),
                 "-x", "OMP_NUM_THREADS=1", "-x", "ASAN_OPTIONS=detect_leaks=0"]
 
-    def start(self, **flags) -> subprocess.Popen:
+    def start(self, mpirun_options=(), **flags) -> subprocess.Popen:
         """The job, its output into files (B's daemon may outlive mpirun, holding a pipe open)."""
         words = run_flags(**{"data": self.data, "zero_stage": 1, **flags})
         self.addCleanup(kill_leftovers, self.agent)
         with open(self.tmp / "stdout", "w") as out, open(self.tmp / "stderr", "w") as err:
-            return subprocess.Popen([*self.mpirun_two_hosts(), MEMTRAIN, "train", *map(str, words)],
+            return subprocess.Popen([*self.mpirun_two_hosts(), *mpirun_options, MEMTRAIN, "train",
+                                     *map(str, words)],
                                     stdout=out, stderr=err, start_new_session=True)
 
     def output(self):
@@ -204,18 +210,26 @@ class TwoHosts(CliTestCase):
         self.assertEqual(len(losses[0]), 4)
         self.assertEqual(losses[0], losses[1])
 
+    def train_until_first_step(self, job: subprocess.Popen, out: Path):
+        deadline = time.monotonic() + 90
+        while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
+            self.assertIsNone(job.poll(), "the job ended before training")
+            self.assertLess(time.monotonic(), deadline, "no step within 90 s")
+            time.sleep(0.2)
+        self.assertEqual(len(ranks_running(out)), 2)
+
+    def take_link_down(self) -> float:
+        sh("ip", "-n", NS_A, "link", "set", NS_A, "down")
+        self.addCleanup(wait_for_link)
+        self.addCleanup(sh, "ip", "-n", NS_A, "link", "set", NS_A, "up")
+        return time.monotonic()
+
     def test_a_link_taken_down_ends_every_rank_within_the_timeout(self):
         out = self.tmp / "link-down"
         job = self.start(out=out, train_iters=100000, distributed_timeout_minutes=TIMEOUT_MINUTES)
         try:
-            deadline = time.monotonic() + 90
-            while not (out / "metrics.jsonl").exists() or not (out / "metrics.jsonl").read_text():
-                self.assertIsNone(job.poll(), "the job ended before training")
-                self.assertLess(time.monotonic(), deadline, "no step within 90 s")
-                time.sleep(0.2)
-            self.assertEqual(len(ranks_running(out)), 2)
-            sh("ip", "-n", NS_A, "link", "set", NS_A, "down")
-            down = time.monotonic()
+            self.train_until_first_step(job, out)
+            down = self.take_link_down()
             while ranks_running(out) and time.monotonic() < down + TIMEOUT_MINUTES * 60 + MARGIN_S:
                 time.sleep(0.2)
             ended = time.monotonic() - down
@@ -224,12 +238,29 @@ class TwoHosts(CliTestCase):
         finally:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-            sh("ip", "-n", NS_A, "link", "set", NS_A, "up")
-            wait_for_link()
         err = self.output()[1]
         self.assertRegex(err, r"memtrain: error: \w+: world rank 0 on \S+ waited longer than "
                               r"--distributed-timeout-minutes 0.1 for world rank 1 ")
         print(f"link down: every rank ended after {ended:.1f} s (limit {TIMEOUT_MINUTES * 60:.0f} s)")
+
+    def test_with_the_keepalive_under_the_timeout_mpirun_itself_ends_within_it(self):
+        out = self.tmp / "keepalive"
+        job = self.start(KEEPALIVE, out=out, train_iters=100000, distributed_timeout_minutes=TIMEOUT_MINUTES)
+        try:
+            self.train_until_first_step(job, out)
+            down = self.take_link_down()
+            job.wait(timeout=TIMEOUT_MINUTES * 60 + MARGIN_S)
+            ended = time.monotonic() - down
+        except subprocess.TimeoutExpired:
+            self.fail(f"mpirun still ran {TIMEOUT_MINUTES * 60 + MARGIN_S:.0f} s after the link went down")
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+        self.assertNotEqual(job.returncode, 0, self.output()[1])
+        self.assertEqual(ranks_running(out), [])
+        self.assertLessEqual(ended, TIMEOUT_MINUTES * 60 + MARGIN_S)
+        print(f"link down with the keepalive: mpirun ended after {ended:.1f} s, exit {job.returncode}")
 
     def test_a_save_not_shared_by_the_other_host_is_refused_before_step_1(self):
         save = self.unshared / "checkpoints"
