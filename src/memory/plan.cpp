@@ -16,7 +16,7 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
   layout.offset.assign(table.size(), -1);
   std::vector<int> order;
   std::vector<int64_t> bytes(table.size());  // read once: the sort compares them often
-  int num_ops = 0;
+  std::vector<int> bounds;                   // every lifetime's first and last op
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != category || !t.has_lifetime()) continue;
@@ -24,7 +24,8 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
     order.push_back(id);
     bytes[id] = t.bytes();
     layout.sum_of_tensors = checked_add(layout.sum_of_tensors, arena_aligned(bytes[id], alignment));
-    num_ops = std::max(num_ops, t.last_op + 1);
+    bounds.push_back(t.first_op);
+    bounds.push_back(t.last_op);
   }
   // Largest first, ties by earlier start then id: a stable, deterministic packing.
   std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -32,14 +33,22 @@ ArenaLayout pack_arena(const TensorTable& table, Category category, int64_t alig
     if (table[a].first_op != table[b].first_op) return table[a].first_op < table[b].first_op;
     return a < b;
   });
-  ArenaOccupancy held(num_ops);
+  // Two lifetimes overlap as their bounds' ranks among all bounds do: the occupancy spans those, not every
+  // op of the step (a deep model's workspace has far fewer tensors than the step has ops).
+  std::sort(bounds.begin(), bounds.end());
+  bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+  const auto rank = [&](int op) {
+    return static_cast<int>(std::lower_bound(bounds.begin(), bounds.end(), op) - bounds.begin());
+  };
+  ArenaOccupancy held(static_cast<int>(bounds.size()));
   for (int id : order) {
     const TensorDesc& t = table[id];
+    const int first = rank(t.first_op), last = rank(t.last_op);
     const int64_t size = arena_aligned(bytes[id], alignment);
-    const int64_t offset = held.lowest_free(t.first_op, t.last_op, size);
+    const int64_t offset = held.lowest_free(first, last, size);
     layout.offset[id] = offset;
     layout.size = std::max(layout.size, checked_add(offset, size));
-    held.place(t.first_op, t.last_op, offset, offset + size);
+    held.place(first, last, offset, offset + size);
   }
   return layout;
 }
