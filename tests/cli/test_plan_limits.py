@@ -92,7 +92,7 @@ class DeepModels(CliTestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("planned 120 configurations (22 distinct graphs)", result.stdout)
         self.assertIn("120 fit", result.stdout)
-        # 16 s on two busy cores here (116 s before graphs were shared); the bound leaves room for a loaded CI.
+        # 14 s on two busy cores here (116 s before graphs were shared); the bound leaves room for a loaded CI.
         self.assertLess(time.monotonic() - started, 120)
 
     def test_absurd_layer_count_is_refused_before_planning(self):
