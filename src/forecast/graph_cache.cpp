@@ -34,10 +34,6 @@ GraphCache::Graph GraphCache::lay_out(const TrainConfig& settings, const Paralle
           .ops = sum_op_costs(run.model.graph, run.spec, profile_, settings.tensor_parallel),
           .shape = run_shape(run),
           .adam_mini_blocks = {}};
-  // What only places the tensors is not kept: a deep model's offsets take tens of MB a graph.
-  g.tensors.param_offset = {};
-  for (ArenaLayout* arena : {&g.tensors.activations, &g.tensors.workspace, &g.tensors.comm, &g.tensors.grads})
-    arena->offset = {};
   // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the
   // rest).
   if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())

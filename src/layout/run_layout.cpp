@@ -147,8 +147,8 @@ void plan_model_states(Plan& plan, const TrainConfig& cfg, const ModelSpec& spec
 }
 
 RunLayout lay_out_run(const TrainConfig& cfg, const ParallelRank& place, const DeviceTarget& device,
-                      int64_t comm_buffer_bytes, ArenaPackCache* cache) {
-  RunLayout run = lay_out_graph(cfg, place, device, cache);
+                      int64_t comm_buffer_bytes) {
+  RunLayout run = lay_out_graph(cfg, place, device);
   plan_model_states(run.plan, cfg, run.spec, place, comm_buffer_bytes,
                     adam_mini_block_count(run.mini_blocks));
   return run;

@@ -34,15 +34,16 @@ struct RunLayout {
 // The plan of the rank at `place` (its data-, tensor- and pipeline-parallel ranks) on `device` (its traits:
 // the kernels' workspace, the alignment), with communicators holding `comm_buffer_bytes` of their own.
 // Checks the flags first (mt::Error on bad input: a model deeper than planning takes, or byte counts beyond
-// 64 bits, are usage errors too); reads no data. `cache` (make_plan's) serves a search planning many.
+// 64 bits, are usage errors too); reads no data.
 RunLayout lay_out_run(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
-                      int64_t comm_buffer_bytes, ArenaPackCache* cache = nullptr);
+                      int64_t comm_buffer_bytes);
 
 // lay_out_run in its parts, for a search that plans many configurations of one graph
 // (forecast/graph_cache.h). The checks of `config` lay_out_run makes before planning (usage errors), and the
 // model they resolve.
 ModelSpec check_layout(const TrainConfig& config, const ParallelRank& place);
-// check_layout, then the graph, its table and the plan of its tensors (plan_tensors: no model states).
+// check_layout, then the graph, its table and the plan of its tensors (plan_tensors: no model states; with
+// `cache`, sizes only).
 RunLayout lay_out_graph(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
                         ArenaPackCache* cache = nullptr);
 // The model states of `config` sized on `plan` (size_model_states), with `v_blocks` Adam-mini blocks (0 for

@@ -46,13 +46,8 @@ std::optional<ArenaPackCache::Ratio> ArenaPackCache::scale_from(const Entry& e,
 
 ArenaLayout ArenaPackCache::pack(const TensorTable& table, Category category, int64_t alignment) {
   std::vector<Packed> key;
-  std::vector<int> ids;
-  for (int id = 0; id < table.size(); ++id) {
-    const TensorDesc& t = table[id];
-    if (t.category != category || !t.has_lifetime()) continue;
-    key.push_back({t.bytes(), t.first_op, t.last_op});
-    ids.push_back(id);
-  }
+  for (const TensorDesc& t : table.tensors())
+    if (t.category == category && t.has_lifetime()) key.push_back({t.bytes(), t.first_op, t.last_op});
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     const auto hit = std::find_if(entries_.begin(), entries_.end(),
@@ -67,22 +62,16 @@ ArenaLayout ArenaPackCache::pack(const TensorTable& table, Category category, in
     if (scaled != entries_.end()) {
       std::rotate(scaled, scaled + 1, entries_.end());  // now the most recently used
       const Entry& e = entries_.back();
-      ArenaLayout layout{
-          .size = ratio->apply(e.size), .sum_of_tensors = ratio->apply(e.sum_of_tensors), .offset = {}};
-      layout.offset.assign(table.size(), -1);
-      for (size_t i = 0; i < ids.size(); ++i) layout.offset[ids[i]] = ratio->apply(e.offsets[i]);
-      return layout;
+      return {.size = ratio->apply(e.size), .sum_of_tensors = ratio->apply(e.sum_of_tensors), .offset = {}};
     }
   }
-  // Packed unlocked: two threads may pack one key at once, and get the same layout.
-  ArenaLayout layout = pack_arena(table, category, alignment);
-  std::vector<int64_t> offsets(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) offsets[i] = layout.offset[ids[i]];
+  // Packed unlocked: two threads may pack one key at once, and get the same sizes.
+  const ArenaLayout layout = pack_arena(table, category, alignment);
   const std::lock_guard<std::mutex> lock(mutex_);
   ++packed_;
   if (entries_.size() == kEntries) entries_.pop_front();
-  entries_.push_back({alignment, std::move(key), std::move(offsets), layout.size, layout.sum_of_tensors});
-  return layout;
+  entries_.push_back({alignment, std::move(key), layout.size, layout.sum_of_tensors});
+  return {.size = layout.size, .sum_of_tensors = layout.sum_of_tensors, .offset = {}};
 }
 
 }  // namespace mt

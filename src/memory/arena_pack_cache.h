@@ -1,9 +1,10 @@
-// Packings already made, kept by exactly what they packed. A configuration search plans one graph under
-// several model-state settings (the precision's moments and gradients, ZeRO, offload), whose tables hold the
-// same arena tensors: those arenas are packed once. The key is every packed tensor's bytes and lifetime in
-// id order, which is all pack_arena reads, so a hit returns pack_arena's own layout; so does a hit on a key
-// whose bytes are all one multiple of the asked ones (scale_from says why), as each micro-batch's
-// activations often are. Thread-safe.
+// The sizes of packings already made, kept by exactly what they packed: what a configuration search reads,
+// which plans one graph under several model-state settings (the precision's moments and gradients, ZeRO,
+// offload) whose tables hold the same arena tensors, and graphs that share their arenas. Those arenas are
+// packed once. The key is every packed tensor's bytes and lifetime in id order, which is all pack_arena
+// reads, so a hit returns pack_arena's own sizes; so does a hit on a key whose bytes are all one multiple
+// of the asked ones, scaled (scale_from says why), as each micro-batch's activations often are. No offsets
+// are kept or returned: a search places no tensor. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ namespace mt {
 
 class ArenaPackCache {
  public:
-  // pack_arena(table, category, alignment), packed once per distinct key.
+  // pack_arena(table, category, alignment)'s size and sum_of_tensors (no offsets), packed once per key.
   ArenaLayout pack(const TensorTable& table, Category category, int64_t alignment);
   int64_t packed() const {  // the pack_arena calls made: the keys not found
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -33,8 +34,7 @@ class ArenaPackCache {
   };
   struct Entry {
     int64_t alignment;
-    std::vector<Packed> key;       // the category's tensors with lifetimes, in id order
-    std::vector<int64_t> offsets;  // theirs, in the same order
+    std::vector<Packed> key;  // the category's tensors with lifetimes, in id order
     int64_t size, sum_of_tensors;
   };
   struct Ratio {  // num / den > 0

@@ -82,7 +82,7 @@ const ArenaLayout& Plan::arena(Category category) const {
 Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights, ArenaPackCache* cache) {
   Plan plan;
   plan.alignment = alignment;
-  plan.param_offset = flat_param_offsets(table);
+  if (!cache) plan.param_offset = flat_param_offsets(table);
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category == Category::params) {

@@ -133,8 +133,9 @@ std::vector<int64_t> flat_param_offsets(const TensorTable& table);
 class ArenaPackCache;
 
 // Every byte count of the plan, its total included, fits 64 bits, or SizeOverflow is thrown. `alignment` is
-// the device's (KernelSizes::alignment). With `cache`, arenas it has packed before are not packed again.
-// plan_tensors then size_model_states.
+// the device's (KernelSizes::alignment). With `cache` (a search's), arenas it has packed before are not
+// packed again, and the plan holds sizes only: no arena or parameter offsets. plan_tensors then
+// size_model_states.
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
                const Sharding& sharding = {}, const OptimizerOffload& offload = {},
                ArenaPackCache* cache = nullptr);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "core/rng.h"
 
@@ -106,9 +107,9 @@ void GraphBuilder::all_reduce(const std::string& name, int data) {
   if (step_.tp > 1) op(name + ".all_reduce", ops::AllReduce{.data = data});
 }
 
-int GraphBuilder::residual_act(const std::string& name, int64_t width) {
-  if (!sequence_parallel()) return act(name, width);
-  return act(name, {step_.batch * step_.seq_len / step_.tp, width});
+int GraphBuilder::residual_act(std::string name, int64_t width) {
+  if (!sequence_parallel()) return act(std::move(name), width);
+  return act(std::move(name), {step_.batch * step_.seq_len / step_.tp, width});
 }
 
 int GraphBuilder::gathered(const std::string& name, int shard) {
@@ -157,21 +158,21 @@ std::string GraphBuilder::adapter_module(const LoraAdapter& adapter) const {
   return a.substr(0, a.size() - lora_a_name("").size());
 }
 
-int GraphBuilder::tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype) {
-  const bool per_micro_batch = c == Category::activations || c == Category::workspace;
-  return m_.graph.table.add({per_micro_batch ? name + name_suffix_ : name, std::move(shape), dtype, c});
+int GraphBuilder::tensor(std::string name, std::vector<int64_t> shape, Category c, DType dtype) {
+  if (c == Category::activations || c == Category::workspace) name += name_suffix_;  // per micro-batch
+  return m_.graph.table.add({std::move(name), std::move(shape), dtype, c});
 }
 
-int GraphBuilder::act(const std::string& name, std::vector<int64_t> shape) {
-  return tensor(name, std::move(shape), Category::activations, step_.dtype);
+int GraphBuilder::act(std::string name, std::vector<int64_t> shape) {
+  return tensor(std::move(name), std::move(shape), Category::activations, step_.dtype);
 }
 
-int GraphBuilder::stat(const std::string& name, std::vector<int64_t> shape) {
-  return tensor(name, std::move(shape), Category::activations, DType::f32);
+int GraphBuilder::stat(std::string name, std::vector<int64_t> shape) {
+  return tensor(std::move(name), std::move(shape), Category::activations, DType::f32);
 }
 
-int GraphBuilder::scratch(const std::string& name, int64_t floats) {
-  return tensor(name, {floats}, Category::workspace, DType::f32);
+int GraphBuilder::scratch(std::string name, int64_t floats) {
+  return tensor(std::move(name), {floats}, Category::workspace, DType::f32);
 }
 
 int GraphBuilder::dequant_tile(const std::string& name, int weight) {

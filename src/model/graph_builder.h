@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -118,7 +119,7 @@ class GraphBuilder {
   void end_first_forward();
   void mark_tied_embedding(int param) { m_.tied_embedding = param; }
   // The residual stream's tensors: this rank's token shard [B*T/tp, width] under sequence parallelism.
-  int residual_act(const std::string& name, int64_t width);
+  int residual_act(std::string name, int64_t width);
   // The input of a column-parallel product from the residual stream's `shard`: under sequence parallelism a
   // new [B, T, width] tensor `name` gathered from every rank's shard, else the shard itself.
   int gathered(const std::string& name, int shard);
@@ -130,11 +131,13 @@ class GraphBuilder {
   void sum_partials(const std::string& name, int partial, int out);
   // module's LoRA factors a [r, in] and b [width, r], trainable, on the module's columns from `column`.
   LoraAdapter lora_adapter(const std::string& module, int64_t in, int64_t width, int64_t column);
-  int tensor(const std::string& name, std::vector<int64_t> shape, Category c, DType dtype);
-  int act(const std::string& name, std::vector<int64_t> shape);  // compute dtype
-  int act(const std::string& name, int64_t width) { return act(name, {step_.batch, step_.seq_len, width}); }
-  int stat(const std::string& name, std::vector<int64_t> shape);  // fp32 activation
-  int scratch(const std::string& name, int64_t floats);           // fp32 workspace
+  int tensor(std::string name, std::vector<int64_t> shape, Category c, DType dtype);
+  int act(std::string name, std::vector<int64_t> shape);  // compute dtype
+  int act(std::string name, int64_t width) {
+    return act(std::move(name), {step_.batch, step_.seq_len, width});
+  }
+  int stat(std::string name, std::vector<int64_t> shape);  // fp32 activation
+  int scratch(std::string name, int64_t floats);           // fp32 workspace
   void op(std::string name, OpArgs args);
 
   // The product, then each adapter's (named after its module, with `suffix`).
