@@ -88,12 +88,13 @@ class DeepModels(CliTestCase):
         model = llama_config(self.tmp / "deeper.json", 30000)
         started = time.monotonic()
         result = memtrain("plan", "--model", model, "--seq-length", 32, "--ranks", 1, "--device-memory", "80GiB",
-                          "--global-batch-size", 8, timeout=600)
+                          "--global-batch-size", 8, timeout=120)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("planned 120 configurations (22 distinct graphs)", result.stdout)
         self.assertIn("120 fit", result.stdout)
-        # 14 s on two busy cores here (116 s before graphs were shared); the bound leaves room for a loaded CI.
-        self.assertLess(time.monotonic() - started, 120)
+        # 13-15 s on two cores here (116 s before graphs were shared, 18 s in a loaded CI); the bound leaves a
+        # loaded machine room, and is still a minute, not the minutes it took.
+        self.assertLess(time.monotonic() - started, 60)
 
     def test_absurd_layer_count_is_refused_before_planning(self):
         model = llama_config(self.tmp / "absurd.json", 10 ** 8)
