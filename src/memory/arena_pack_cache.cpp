@@ -19,19 +19,22 @@ int64_t ArenaPackCache::Ratio::apply(int64_t count) const {
 }
 
 // The arena `key` asks for may be an entry's with every tensor's bytes, and aligned bytes, times one ratio
-// and the same lifetimes. Then its packing is the entry's scaled: pack_arena's order (bytes, then start,
-// then id) is the same, and the lowest free offset of a scaled arena is the scaled lowest free offset, since
-// it is always zero or the end of a placed tensor. A micro-batch's activations are micro-batch one's scaled
-// wherever every activation's bytes are a multiple of the alignment.
+// (one for the same key) and the same lifetimes. Then its packing is the entry's scaled: pack_arena's order
+// (bytes, then start, then id) is the same, and the lowest free offset of a scaled arena is the scaled lowest
+// free offset, since it is always zero or the end of a placed tensor. A micro-batch's activations are
+// micro-batch one's scaled wherever every activation's bytes are a multiple of the alignment.
 std::optional<ArenaPackCache::Ratio> ArenaPackCache::scale_from(const Entry& e,
                                                                 const std::vector<Packed>& key) {
   if (e.key.size() != key.size()) return std::nullopt;
+  // The ratio of the first tensor that holds bytes; one where none does (the same key, or none).
+  Ratio ratio;
   const auto first_sized =
       std::find_if(e.key.begin(), e.key.end(), [](const Packed& p) { return p.bytes > 0; });
-  if (first_sized == e.key.end()) return std::nullopt;  // all empty: an exact hit or none
-  const int64_t from = first_sized->bytes, to = key[static_cast<size_t>(first_sized - e.key.begin())].bytes;
-  if (to <= 0) return std::nullopt;
-  const Ratio ratio{.num = to / std::gcd(from, to), .den = from / std::gcd(from, to)};
+  if (first_sized != e.key.end()) {
+    const int64_t from = first_sized->bytes, to = key[static_cast<size_t>(first_sized - e.key.begin())].bytes;
+    if (to <= 0) return std::nullopt;
+    ratio = {.num = to / std::gcd(from, to), .den = from / std::gcd(from, to)};
+  }
   const auto scales = [&](int64_t a, int64_t b) {
     return static_cast<__int128>(a) * ratio.num == static_cast<__int128>(b) * ratio.den;
   };
@@ -50,19 +53,15 @@ ArenaLayout ArenaPackCache::pack(const TensorTable& table, Category category, in
     if (t.category == category && t.has_lifetime()) key.push_back({t.bytes(), t.first_op, t.last_op});
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    const auto hit = std::find_if(entries_.begin(), entries_.end(),
-                                  [&](const Entry& e) { return e.alignment == alignment && e.key == key; });
-    std::optional<Ratio> ratio = Ratio{};
-    auto scaled = hit;
-    for (auto e = entries_.rbegin(); hit == entries_.end() && e != entries_.rend(); ++e)
-      if (e->alignment == alignment && (ratio = scale_from(*e, key))) {
-        scaled = std::prev(e.base());
-        break;
-      }
-    if (scaled != entries_.end()) {
-      std::rotate(scaled, scaled + 1, entries_.end());  // now the most recently used
-      const Entry& e = entries_.back();
-      return {.size = ratio->apply(e.size), .sum_of_tensors = ratio->apply(e.sum_of_tensors), .offset = {}};
+    // The most recently used first; the same key is a ratio of one.
+    for (auto e = entries_.rbegin(); e != entries_.rend(); ++e) {
+      const std::optional<Ratio> ratio = e->alignment == alignment ? scale_from(*e, key) : std::nullopt;
+      if (!ratio) continue;
+      const auto used = std::prev(e.base());
+      std::rotate(used, used + 1, entries_.end());  // now the most recently used
+      const Entry& hit = entries_.back();
+      return {
+          .size = ratio->apply(hit.size), .sum_of_tensors = ratio->apply(hit.sum_of_tensors), .offset = {}};
     }
   }
   // Packed unlocked: two threads may pack one key at once, and get the same sizes.

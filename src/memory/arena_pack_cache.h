@@ -30,7 +30,6 @@ class ArenaPackCache {
   struct Packed {
     int64_t bytes;
     int first_op, last_op;
-    bool operator==(const Packed&) const = default;
   };
   struct Entry {
     int64_t alignment;
@@ -39,7 +38,7 @@ class ArenaPackCache {
   };
   struct Ratio {  // num / den > 0
     int64_t num = 1, den = 1;
-    int64_t apply(int64_t count) const;  // exact, or std::logic_error
+    int64_t apply(int64_t count) const;  // exact (std::logic_error if not whole; SizeOverflow)
   };
   // The ratio of `key`'s bytes to the entry's when its packing is the entry's scaled by it.
   static std::optional<Ratio> scale_from(const Entry& e, const std::vector<Packed>& key);
