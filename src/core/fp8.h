@@ -6,6 +6,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "core/host_device.h"
+
 namespace mt {
 
 struct fp8_e4m3 {
@@ -18,7 +20,7 @@ constexpr uint8_t kE4m3Nan = 0x7f;
 // Round to nearest, ties to even, then saturate: every finite value above 448 in magnitude, and infinity,
 // becomes +-448 (OCP's saturating conversion; an optimizer state must not turn into NaN by overflow). NaN
 // becomes 0x7f whatever its sign. -0 stays -0. Written without branches so that a loop over it vectorizes.
-inline fp8_e4m3 round_to_e4m3(float x) {
+MT_HOST_DEVICE inline fp8_e4m3 round_to_e4m3(float x) {
   const uint32_t u = std::bit_cast<uint32_t>(x);
   const uint32_t sign = (u >> 24) & 0x80u;
   const uint32_t a = u & 0x7fffffffu;
@@ -37,7 +39,7 @@ inline fp8_e4m3 round_to_e4m3(float x) {
 
 // Exact: every e4m3 value is an fp32 value. Subnormals are mantissa * 2^-9; normals are the exponent and
 // mantissa fields moved into fp32's and rebiased (7 -> 127). Without branches, so that loops vectorize.
-inline float to_f32(fp8_e4m3 x) {
+MT_HOST_DEVICE inline float to_f32(fp8_e4m3 x) {
   const uint32_t b = x.bits, exponent_mantissa = b & 0x7fu;
   const float normal = std::bit_cast<float>((exponent_mantissa << 20) + (120u << 23));
   const float subnormal = static_cast<float>(b & 0x7u) * 0x1p-9f;

@@ -6,17 +6,19 @@
 #include <cstdint>
 #include <string_view>
 
+#include "core/host_device.h"
+
 namespace mt {
 
 // SplitMix64 finalizer: a bijective 64-bit mix with good avalanche.
-constexpr uint64_t mix64(uint64_t x) {
+MT_HOST_DEVICE constexpr uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 
-constexpr uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
+MT_HOST_DEVICE constexpr uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(mix64(seed) ^ stream) ^ index);
 }
 

@@ -20,20 +20,6 @@ namespace {
 // sum_of_squares reduces chunks of this many elements, then adds the chunk sums in index order.
 constexpr int64_t kSquaresChunk = 4096;
 
-// One random stream per stochastically rounded moment (the weights' is adamw_math.h's), so that m, v and the
-// weight of an element round independently. Changing these changes every run with stochastic moments.
-constexpr uint64_t kStreamM = hash_name("adamw.m");
-constexpr uint64_t kStreamV = hash_name("adamw.v");
-
-template <bool kStochastic, typename M>
-inline M store_moment(float x, uint64_t seed, uint64_t stream, uint64_t index) {
-  if constexpr (kStochastic) {
-    return stochastic_round(x, static_cast<uint32_t>(random_bits(seed, stream, index)));
-  } else {
-    return round_to<M>(x);
-  }
-}
-
 // One fused pass. The step uses the fp32 moments before they are rounded for storage. Every random draw is
 // a function of the element's global index, never of the thread that handles it.
 template <Weights kWeights, bool kStochasticMoments, typename P, typename G, typename M>
@@ -44,8 +30,8 @@ void update(float* master, P* param, const G* grad, M* m, M* v, int64_t n, const
     const uint64_t at = index + static_cast<uint64_t>(i);
     const ElementStep e = adamw_element(load_weight<kWeights>(master, param, i), to_f32(grad[i]),
                                         to_f32(m[i]), to_f32(v[i]), c);
-    m[i] = store_moment<kStochasticMoments, M>(e.m, seed, kStreamM, at);
-    v[i] = store_moment<kStochasticMoments, M>(e.v, seed, kStreamV, at);
+    m[i] = round_moment<kStochasticMoments, M>(e.m, seed, kStreamFirstMoment, at);
+    v[i] = round_moment<kStochasticMoments, M>(e.v, seed, kStreamSecondMoment, at);
     store_weight<kWeights>(master, param, i, e.weight, seed, at);
   }
 }

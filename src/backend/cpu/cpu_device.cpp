@@ -17,6 +17,7 @@
 #include "backend/cpu/cpu_isa.h"
 #include "backend/cpu/matmul.h"
 #include "backend/cpu/weight_quant.h"
+#include "core/storage_type.h"
 
 namespace mt {
 
@@ -34,27 +35,10 @@ class HostAllocator final : public DeviceAllocator {
   void release(void* data, int64_t /*bytes*/) override { std::free(data); }
 };
 
-template <typename T>
-struct Type {
-  using type = T;
-};
-
-// Calls f(Type<T>{}) for the storage type of a weight, gradient or moment dtype: fp32, bf16, and f16 where
-// the kernels take it (weights only).
+// Dispatches on a dtype's storage type, naming this device in its error.
 template <bool kF16 = true, typename F>
 void with_type(DType dtype, const char* what, F f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(Type<float>{});
-    case DType::bf16:
-      return f(Type<bf16>{});
-    case DType::f16:
-      if constexpr (kF16) return f(Type<f16>{});
-      break;
-    default:
-      break;
-  }
-  throw std::logic_error(std::string("cpu device: ") + what + " of dtype " + std::string(dtype_name(dtype)));
+  with_storage_type<kF16>(dtype, "cpu device", what, f);
 }
 
 }  // namespace
