@@ -1,14 +1,41 @@
-// Whether this build can train on an NVIDIA GPU. A build without CUDA (MEMTRAIN_CUDA off) links
-// backend/no_cuda/, which knows no GPU; one with it links backend/cuda/, which finds the GPUs through the
-// CUDA runtime. Neither trains on one yet: the CUDA backend is the next step (docs/architecture.md, "Adding a
-// device").
+// The GPU side of a build, for the room that chooses the device (devices/devices.h). A build with CUDA
+// (MEMTRAIN_CUDA) links backend/cuda/, which finds the GPUs through the CUDA runtime and trains on one; a
+// build without it links backend/no_cuda/, which knows no GPU and says so. Plain C++: no room above includes
+// a CUDA header.
 #pragma once
 
+#include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+
+#include "exec/backend.h"
+#include "memory/device_traits.h"
+#include "memory/plan.h"
 
 namespace mt {
 
-// A usage error for `where` (the flag and its value), saying why this build cannot train on a GPU.
-[[noreturn]] void refuse_gpu(const std::string& where);
+// The GPU a run trains on: its index among those the CUDA runtime sees.
+struct GpuTarget {
+  int index = 0;
+};
+
+// Whether this build has a GPU backend (MEMTRAIN_CUDA).
+bool gpu_backend_built();
+// The GPUs this process sees; 0 with `why` set when there are none (a build without CUDA, no driver, no
+// device, a runtime error).
+int gpu_count(std::string* why);
+// Makes GPU `index` this process's device; a usage error naming `flag` when this build or machine has none.
+GpuTarget open_gpu(int index, const std::string& flag);
+
+// What GPU `index`'s driver says of its memory now (its context made if it was not): nothing without one.
+std::optional<DeviceMemoryInfo> gpu_memory(int index);
+
+// What a plan for the GPU needs for a run's shapes. It needs no GPU: `estimate --device cuda` plans on a
+// machine without one. A usage error naming `flag` in a build without CUDA.
+DeviceTraits gpu_device_traits(DType dtype, int64_t seq_len, int64_t head_dim, const std::string& flag);
+
+// The backend for a run whose model states are laid out as `policy` says, on target's GPU.
+std::unique_ptr<Backend> make_gpu_backend(const GpuTarget& target, const ModelStatePolicy& policy);
 
 }  // namespace mt

@@ -63,10 +63,26 @@ void check_adam_mini_flags(const TrainConfig& c) {
     fail_usage(mini + "--o2-stochastic-rounding: Adam-mini rounds its bf16 first moment to nearest");
 }
 
+// What the GPU backend does not run yet is refused by its flag before anything is planned for it.
+void check_gpu_flags(const TrainConfig& c) {
+  if (device_kind(c.device) != DeviceKind::cuda) return;
+  const std::string gpu = "--device " + c.device + " with ";
+  const auto refuse = [&](const std::string& flag) {
+    fail_usage(gpu + flag_source_with_value(c, flag) +
+               ": not on the GPU yet; train it on the CPU (--device cpu)");
+  };
+  if (c.optimizer == OptimizerKind::adam_mini) refuse("--optimizer");
+  if (c.base_quant.enabled()) refuse("--base-quant");
+  if (c.offload_optimizer == OffloadOptimizer::nvme) refuse("--offload-optimizer");
+  const MomentDType moments = c.precision.moments();
+  if (moments == MomentDType::fp8 || moments == MomentDType::int8) refuse("--exp-avg-dtype");
+}
+
 }  // namespace
 
 void check_config(const TrainConfig& c) {
   check_device(c.device);
+  check_gpu_flags(c);
   check_parallel_flags(c);
   check_checkpoint_flags(c);
   check_adam_mini_flags(c);

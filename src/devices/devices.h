@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/cpu_isa.h"
@@ -15,10 +16,14 @@
 
 namespace mt {
 
-// The device a plan is made for and a run trains on: the CPU, the one device a build can train on today.
+enum class DeviceKind { cpu, cuda };
+
+// The device a plan is made for and a run trains on: the CPU, or one NVIDIA GPU (a build with CUDA).
 struct DeviceTarget {
-  CpuIsa cpu_isa = CpuIsa::generic;  // the CPU kernels' level
+  DeviceKind kind = DeviceKind::cpu;
+  CpuIsa cpu_isa = CpuIsa::generic;  // the CPU kernels' level (the host's, beside a GPU)
   int threads = 1;                   // the CPU kernels' OpenMP threads
+  int gpu = 0;                       // cuda: the GPU's index
 };
 
 // Decides the CPU kernels' level (the CPU's, capped by MEMTRAIN_MAX_ISA) before any product runs or any
@@ -29,12 +34,21 @@ CpuIsa process_cpu_isa();
 // The OpenMP threads this process runs unless a run sets them (OMP_NUM_THREADS, else its cores).
 int process_threads();
 
-// --device: "cpu" and nothing else today; "cuda" and "cuda:N" are usage errors saying why (a build without
-// CUDA, or one whose CUDA backend does not train yet), and any other name one naming the choices.
+// --device: "cpu", "cuda" or "cuda:N" (a usage error naming the choices otherwise, and for cuda in a build
+// without CUDA). A plan for a GPU needs none: this checks the name, open_device finds the GPU.
 void check_device(const std::string& device);
+DeviceKind device_kind(const std::string& device);
+// One process trains on one GPU: --device cuda with more than one rank is a usage error.
+void check_device_ranks(const std::string& device, int64_t ranks);
 // This process's device for a run (--device, checked as check_device does): the CPU at this process's level,
-// its OpenMP threads set to `threads`.
+// its OpenMP threads set to `threads`; or the GPU it names, a usage error when there is none.
 DeviceTarget open_device(const std::string& device, int threads);
+// The target a plan for `device` is made for without opening it (estimate): the CPU at `isa` with `threads`,
+// or the GPU it names.
+DeviceTarget plan_target(const std::string& device, CpuIsa isa, int threads);
+
+// The driver's view of the target's memory now (a GPU's; none for the CPU).
+std::optional<DeviceMemoryInfo> device_memory_info(const DeviceTarget& target);
 
 DeviceTraits device_traits(const DeviceTarget& target, DType dtype, int64_t seq_len, int64_t head_dim);
 

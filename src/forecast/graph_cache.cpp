@@ -17,9 +17,9 @@ std::string GraphCache::key(const TrainConfig& config, const ParallelRank& place
     key += flag_args(settings, flag.name());
     key += '\n';
   }
-  for (int value :
-       {place.tp, place.dp, place.pp, place.tp_rank, place.dp_rank, place.pp_rank,
-        static_cast<int>(place.tied_embedding), static_cast<int>(device.cpu_isa), device.threads}) {
+  for (int value : {place.tp, place.dp, place.pp, place.tp_rank, place.dp_rank, place.pp_rank,
+                    static_cast<int>(place.tied_embedding), static_cast<int>(device.kind),
+                    static_cast<int>(device.cpu_isa), device.threads, device.gpu}) {
     key += std::to_string(value);
     key += ' ';
   }

@@ -95,6 +95,8 @@ class Allocation {
   CategoryBytes measured() const;
   // The part of measured() in host memory (MemorySpace::host buffers).
   const CategoryBytes& measured_host() const { return host_tracker_.peak(); }
+  // What the device committed for the buffers in its own memory (DeviceAllocator::committed).
+  int64_t committed_device() const { return tracker_.committed(); }
   // Bytes held now: the buffers as allocated and the tensors bound in the arenas (see Arena::live_bytes).
   CategoryBytes live() const;
   const Arena& activations() const { return activations_; }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -46,10 +47,18 @@ struct AdamWOperands {
 using HostReader = std::function<void(const char* data, int64_t offset, int64_t bytes)>;
 using HostWriter = std::function<void(char* data, int64_t offset, int64_t bytes)>;
 
+// What the driver of a device with memory of its own (a GPU) says of it.
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0, total_bytes = 0;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
   virtual DeviceDescription description() const = 0;
+  // Its memory as its driver sees it, after the work queued so far; none on the CPU, whose memory is the
+  // host's. A run shows with it that it allocates what the plan says and nothing during a step.
+  virtual std::optional<DeviceMemoryInfo> memory_info() { return std::nullopt; }
   // The allocator of each memory space; the Allocation and its arenas take every planned buffer from these.
   virtual DeviceAllocator& allocator(MemorySpace space) = 0;
 

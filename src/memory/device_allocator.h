@@ -17,6 +17,9 @@ class DeviceAllocator {
   virtual void* allocate(int64_t bytes) = 0;
   // Gives back what allocate(bytes) returned.
   virtual void release(void* data, int64_t bytes) = 0;
+  // The bytes the device commits for one allocate(bytes), at its granularity: what its free memory drops
+  // by. The host's allocator: bytes (the host's pages are not the plan's to count).
+  virtual int64_t committed(int64_t bytes) const { return bytes; }
 };
 
 }  // namespace mt

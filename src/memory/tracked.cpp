@@ -8,10 +8,12 @@ namespace mt {
 void MemoryTracker::on_allocate(Category c, int64_t bytes) {
   held_[c] += bytes;
   peak_[c] = std::max(peak_[c], held_[c]);
+  committed_ += allocator_->committed(bytes);
 }
 
 void MemoryTracker::on_release(Category c, int64_t bytes) {
   held_[c] -= bytes;
+  committed_ -= allocator_->committed(bytes);
 }
 
 TrackedBuffer::TrackedBuffer(MemoryTracker& tracker, Category category, int64_t bytes)

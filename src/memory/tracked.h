@@ -21,9 +21,12 @@ class MemoryTracker {
   // The most bytes held at once, per category.
   const CategoryBytes& peak() const { return peak_; }
   const CategoryBytes& held() const { return held_; }
+  // What the allocator committed for the buffers held now (DeviceAllocator::committed of each).
+  int64_t committed() const { return committed_; }
 
  private:
   DeviceAllocator* allocator_;
+  int64_t committed_ = 0;
   CategoryBytes held_;
   CategoryBytes peak_;
 };

@@ -122,6 +122,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   agree_on_failure(comm, [&] {
     read_data_shape(cfg);  // instruction data: the plan holds its mask (and packed positions)
     check_config(cfg);
+    check_device_ranks(cfg.device, comm.size());
     data_parallel_size(cfg, comm.size());
     check_data_bounds(cfg, comm.size());
     check_data_vocabulary(cfg);
