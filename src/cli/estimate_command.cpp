@@ -12,6 +12,7 @@
 #include "core/warning.h"
 #include "forecast/estimate.h"
 #include "forecast/formulas.h"
+#include "forecast/gpu_profile.h"
 #include "train/run.h"
 
 namespace mt::cli {
@@ -20,7 +21,7 @@ namespace {
 
 struct EstimateFlags {
   int dp = 1, tp = 1, pp = 1;
-  std::string device_memory, cpu_isa;
+  std::string device_memory, cpu_isa, gpu;
   bool json = false, explain = false;
 };
 
@@ -47,7 +48,8 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
       model_parallel_size("--tp", f.tp, "--tensor-model-parallel-size", config.tensor_parallel);
   config.pipeline_parallel =
       model_parallel_size("--pp", f.pp, "--pipeline-model-parallel-size", config.pipeline_parallel);
-  const Estimate e = estimate_run(config, f.dp, device, resolve_cpu_isa(f.cpu_isa));
+  const GpuProfile* gpu = f.gpu.empty() ? nullptr : &gpu_profile(f.gpu, "--gpu");
+  const Estimate e = estimate_run(config, f.dp, device, resolve_cpu_isa(f.cpu_isa), gpu);
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -94,6 +96,9 @@ void add_estimate_command(CLI::App& app) {
   cmd->add_option(
       "--device-memory", f->device_memory,
       "memory of one rank's device, e.g. 80GiB (2^30 bytes) or 24GB (10^9 bytes): fits, headroom");
+  cmd->add_option("--gpu", f->gpu,
+                  "with --device cuda: the card to fit, from its shipped profile (" + gpu_profile_names() +
+                      "): its memory and the CUDA runtime's own overhead, planned on any machine");
   add_cpu_isa_flag(*cmd, f->cpu_isa);
   cmd->add_flag("--json", f->json, "print the estimate as JSON, every category in bytes");
   cmd->add_flag(

@@ -9,6 +9,7 @@
 #include "config/run_flag_table.h"
 #include "core/error.h"
 #include "core/int_math.h"
+#include "devices/devices.h"
 #include "layout/run_layout.h"
 #include "memory/report.h"
 #include "model/pipeline_schedule.h"
@@ -40,8 +41,12 @@ std::string describe_run(const Estimate& e) {
       << " | recompute " << recompute_name(c.recompute)
       << (c.offload_optimizer == OffloadOptimizer::nvme ? " | optimizer offloaded (nvme)" : "")
       << "\nB=" << c.micro_batch << " T=" << e.seq_len << " | " << e.accum << " micro-batch"
-      << (e.accum == 1 ? "" : "es") << " per step and rank | kernels sized for " << e.threads << " thread"
-      << (e.threads == 1 ? "" : "s") << " per rank at " << cpu_isa_name(e.isa);
+      << (e.accum == 1 ? "" : "es") << " per step and rank | ";
+  if (e.on_gpu)
+    out << "for the GPU (" << c.device << (e.gpu ? ", " + e.gpu->name : "") << ")";
+  else
+    out << "kernels sized for " << e.threads << " thread" << (e.threads == 1 ? "" : "s") << " per rank at "
+        << cpu_isa_name(e.isa);
   const int pp = c.pipeline_parallel, tp = c.tensor_parallel;
   if (pp * tp == 1) return out.str();
   out << "\n";
@@ -108,8 +113,17 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
   out << "  peak: " << human_bytes(r.peak.live.total()) << " live during op " << r.peak.op << " "
       << r.peak.name << " (" << r.peak.phase << "); " << human_bytes(total)
       << " held for the whole step (arenas are reserved at their packed size)\n";
+  if (e.on_gpu)
+    out << "  on the GPU: " << human_bytes(total - r.host_bytes.total()) << " of device memory"
+        << (e.gpu ? " + runtime overhead " + human_bytes(e.gpu->runtime_overhead_bytes) +
+                        " (CUDA context, kernel images, cuBLASLt: no plan holds them; " +
+                        (e.gpu->source == "published" ? "the profile's guess, not measured" : "measured") +
+                        ") = " + human_bytes(e.device_need(r))
+                  : std::string(" (and the runtime's own overhead, which --gpu NAME counts)"))
+        << "; the host part in pinned host memory\n";
   if (e.device_memory) {
-    const int64_t headroom = *e.device_memory - total;
+    const int64_t need = e.device_need(r);
+    const int64_t headroom = *e.device_memory - need;
     if (headroom >= 0)
       out << "  fits in " << human_bytes(*e.device_memory) << ": headroom " << human_bytes(headroom) << " ("
           << percent(headroom, *e.device_memory) << " of the device)\n";
@@ -208,7 +222,13 @@ const RankEstimate& Estimate::largest() const {
   });
 }
 
-Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa) {
+int64_t Estimate::device_need(const RankEstimate& r) const {
+  if (!on_gpu) return r.bytes.total();
+  return r.bytes.total() - r.host_bytes.total() + (gpu ? gpu->runtime_overhead_bytes : 0);
+}
+
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa,
+                      const GpuProfile* gpu) {
   if (dp < 1) fail_usage("--dp must be at least 1");
   check_config(config);
   check_flag_bounds(config, {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"});
@@ -219,16 +239,20 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
                " x --pp " + std::to_string(config.pipeline_parallel) +
                " ranks: estimate lays out every rank's plan, at most " + std::to_string(kMostEstimatedRanks) +
                " ranks (memtrain plan --ranks N plans each stage's largest)");
+  check_device_ranks(config.device, *world);
   Estimate e;
   e.config = config;
   e.dp = dp;
   e.threads = rank_threads(config, e.world());
   e.isa = isa;
-  e.device_memory = device_memory;
+  const DeviceTarget target = plan_target(config.device, isa, e.threads);
+  e.on_gpu = target.kind == DeviceKind::cuda;
+  if (gpu && !e.on_gpu) fail_usage("--gpu " + gpu->gpu + ": a GPU's profile plans for --device cuda");
+  if (gpu) e.gpu = *gpu;
+  e.device_memory = device_memory ? device_memory : gpu ? std::optional(gpu->memory_bytes) : std::nullopt;
   for (int rank = 0; rank < e.world(); ++rank) {
     const ParallelRank place = parallel_rank(config, e.world(), rank);
-    const RunLayout run =
-        lay_out_run(config, place, {.cpu_isa = isa, .threads = e.threads}, parallel_buffer_bytes(place));
+    const RunLayout run = lay_out_run(config, place, target, parallel_buffer_bytes(place));
     if (rank == 0) {
       e.spec = run.spec;
       e.seq_len = run.seq_len;
@@ -332,9 +356,10 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                    {"phase", r.peak.phase},
                    {"total_bytes", r.peak.live.total()},
                    {"bytes", bytes_json(r.peak.live)}}}};
+    if (e.on_gpu) rank["device_bytes"] = r.bytes.total() - r.host_bytes.total();
     if (e.device_memory) {
-      rank["fits"] = r.bytes.total() <= *e.device_memory;
-      rank["headroom_bytes"] = *e.device_memory - r.bytes.total();
+      rank["fits"] = e.device_need(r) <= *e.device_memory;
+      rank["headroom_bytes"] = *e.device_memory - e.device_need(r);
     }
     ranks.push_back(rank);
   }
@@ -356,9 +381,16 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"cpu_isa", std::string(cpu_isa_name(e.isa))},
               {"recompute", recompute_name(e.config.recompute)},
               {"ranks", ranks}};
+  out["device"] = e.config.device;
+  if (e.gpu)
+    out["gpu"] = {{"profile", e.gpu->gpu},
+                  {"name", e.gpu->name},
+                  {"source", e.gpu->source},
+                  {"memory_bytes", e.gpu->memory_bytes},
+                  {"runtime_overhead_bytes", e.gpu->runtime_overhead_bytes}};
   if (e.device_memory) {
     out["device_memory_bytes"] = *e.device_memory;
-    out["fits"] = e.largest().bytes.total() <= *e.device_memory;
+    out["fits"] = e.device_need(e.largest()) <= *e.device_memory;
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include "config/train_config.h"
 #include "core/cpu_isa.h"
 #include "forecast/formulas.h"
+#include "forecast/gpu_profile.h"
 #include "memory/category.h"
 #include "memory/plan.h"
 #include "model/graph.h"
@@ -69,19 +70,28 @@ struct Estimate {
   int dp = 1;         // data-parallel ranks; config's tensor_parallel and pipeline_parallel the rest
   int threads = 1;    // OpenMP threads per rank, which size the kernels' scratch
   CpuIsa isa = CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
+  bool on_gpu = false;           // --device cuda: the plan is the GPU's, its host part pinned host memory
+  // --gpu: the card whose memory the plan, with the runtime's own overhead, must fit.
+  std::optional<GpuProfile> gpu;
   ModelStatePolicy policy;
   std::vector<RankEstimate> ranks;
   std::optional<int64_t> device_memory;
 
   int world() const { return dp * config.tensor_parallel * config.pipeline_parallel; }
+  // What a rank needs of its device's memory: on a GPU its device bytes (not the host part) and the
+  // runtime's overhead (0 without a profile); on the CPU all of it.
+  int64_t device_need(const RankEstimate& rank) const;
   const RankEstimate& largest() const;  // the rank holding the most
 };
 
 // The plan of every rank of `dp` data-parallel ranks x config.tensor_parallel x config.pipeline_parallel
 // (parallel/parallel_groups.h: world rank = (stage x dp + data-parallel rank) x tp + tensor-parallel rank, an
 // MPI run when more than one), each from lay_out_run as `memtrain train` makes it with the same
-// configuration. Kernels at ISA level `isa`. Reads no data, writes no file.
-Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa);
+// configuration. Kernels at ISA level `isa`; for --device cuda the GPU's plan, fitted into `gpu`'s memory
+// with its runtime overhead when a profile is given (then device_memory, when given, overrides the card's
+// memory). Reads no data, writes no file.
+Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa,
+                      const GpuProfile* gpu = nullptr);
 
 // The largest rank's model states, for comparing with the published formulas (forecast/formulas.h).
 ModelStateLayout model_state_layout(const Estimate& estimate);

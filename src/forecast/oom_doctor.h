@@ -29,7 +29,8 @@ std::vector<FitChange> changes_that_fit(const TrainConfig& config, int world, in
 
 // Throws mt::Error(no_fit) after printing the plan and the changes that fit when the plan of the rank that
 // holds the most (evaluate_candidate's: each pipeline stage's largest shard) exceeds the limit; every rank
-// reaches the same verdict. Plans as `train` does: at this process's ISA level, rank_threads per rank.
+// reaches the same verdict. Plans as `train` does: at this process's ISA level, rank_threads per rank. For
+// --device cuda: the GPU's plan (its device part) against the GPU's free memory, or --memory-limit.
 void check_memory_fit(const TrainConfig& config, int world);
 
 }  // namespace mt

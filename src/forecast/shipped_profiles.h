@@ -20,6 +20,8 @@ struct ProfileFile {
 
 // Every profiles/*.json as it was at build time; defined in the generated shipped_profile_files.cpp.
 std::span<const ProfileFile> shipped_profile_files();
+// Every profiles/gpu/*.json (forecast/gpu_profile.h), likewise.
+std::span<const ProfileFile> shipped_gpu_profile_files();
 
 // The files parsed, once. Each has MPI rates and 8-bit AdamW rates (the cost model falls back on them for a
 // profile without).
