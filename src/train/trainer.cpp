@@ -48,6 +48,7 @@ Trainer::Trainer(const TrainConfig& cfg, AsyncCommunicator& comm, const DeviceTa
   const std::vector<std::string> val_shards =
       evaluating_ ? find_shards(cfg.data, "val") : std::vector<std::string>{};
   print_banner(train_shards.size());
+  device_memory_.before_allocation(*backend_);
   allocate(train_shards, val_shards);
 }
 
@@ -111,6 +112,7 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const TensorTable& table = model_.graph.table;
   memory_ = std::make_unique<Allocation>(table, plan_, *backend_);
+  device_memory_.after_allocation(*backend_, memory_->committed_device());
   Allocation& memory = *memory_;
   if (cfg.init_from.empty()) {
     init_model_params(spec_, model_, memory, cfg.seed);
@@ -189,6 +191,7 @@ StepOutcome Trainer::step(int64_t step) {
   out.comm_busy_ms = comm_.take_busy_seconds() * 1000.0;
   out.tokens_per_sec =
       static_cast<double>(accum_ * place_.dp * cfg_.micro_batch * seq_len_) / (out.step_ms / 1000.0);
+  device_memory_.after_step(*backend_, step);
   return out;
 }
 
@@ -354,17 +357,20 @@ void Trainer::finish() {
                             plan_.offloaded_bytes,
                             plan_.host,
                             memory_->measured_host()};
-  std::printf("%s", format_memory_report(report).c_str());
+  std::printf("%s%s", format_memory_report(report).c_str(), device_memory_.format().c_str());
   // Every rank reports its own plan: under ZeRO the ranks hold different shards.
   const std::string memory_json = cfg_.out + (world_ > 1 ? "/memory.rank" + std::to_string(rank_) + ".json"
                                                          : std::string("/memory.json"));
   nlohmann::json json = memory_report_json(report);
   // The device the plan was made for and ran on (the CPU's level).
   for (const auto& [key, value] : backend_->description().fields) json[key] = value;
+  if (device_memory_.active()) json["device_memory"] = device_memory_.json();
   write_file_atomically(memory_json, json.dump(2) + "\n");
   if (report.planned.bytes != report.measured.bytes ||
       report.planned_host.bytes != report.measured_host.bytes)
     throw std::logic_error("measured memory differs from the plan (see " + memory_json + ")");
+  if (const std::string failed = device_memory_.failures(); !failed.empty())
+    throw std::logic_error(failed + "(see " + memory_json + ")");
 }
 
 double Trainer::evaluate() {

@@ -26,6 +26,7 @@
 #include "parallel/parallel_groups.h"
 #include "parallel/zero_sync.h"
 #include "train/backward_update.h"
+#include "train/device_memory_check.h"
 #include "train/metrics.h"
 
 namespace mt {
@@ -154,7 +155,8 @@ class Trainer {
   std::unique_ptr<BackwardUpdate> backward_update_;  // --optimizer-in-backward: the step's hook
   std::unique_ptr<MetricsLog> metrics_;
   MemoryTimeline timeline_;
-  int64_t consumed_samples_ = 0;  // of the training data's global order (data/loader.h)
+  DeviceMemoryCheck device_memory_;  // a GPU's driver against the plan (nothing on the CPU)
+  int64_t consumed_samples_ = 0;     // of the training data's global order (data/loader.h)
   std::string run_id_;  // the lineage of the checkpoints this run writes (ckpt::CheckpointState::run_id)
   nlohmann::json resumed_metrics_;                             // of the step resumed from
   std::optional<std::vector<ckpt::ManifestFile>> base_files_;  // base_files(), once computed
