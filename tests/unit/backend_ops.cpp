@@ -350,7 +350,11 @@ BackendUnderTest cpu_backend_at(CpuIsa level) {
 }
 
 std::vector<BackendUnderTest> backends_under_test() {
+#ifdef MEMTRAIN_BACKEND_OPS_CUDA
+  return {cuda_backend_under_test()};
+#else
   return {cpu_backend_at(process_cpu_isa())};
+#endif
 }
 
 std::string Layout::name() const {

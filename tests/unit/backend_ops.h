@@ -25,6 +25,8 @@
 
 namespace mt::backend_ops {
 
+struct OpCase;
+
 // A backend the cases run on. Each run plans its own graph from the backend's traits (the CPU's matmul and
 // attention scratch differ by level), so nothing of one backend's plan leaks into another's run.
 struct BackendUnderTest {
@@ -34,6 +36,13 @@ struct BackendUnderTest {
   std::function<std::unique_ptr<Backend>(const ModelStatePolicy& policy)> make;
   // Runs `body` with the backend's kernels active (the CPU: at its level, restored afterwards).
   std::function<void(const std::function<void()>& body)> scope;
+  // Why it cannot run on this machine (a GPU backend without a GPU): its tests are skipped, saying so.
+  std::string unavailable = {};
+  // Whether it runs the case at all: what the backend does not implement yet is refused by the flags' checks
+  // before a run is planned for it, so its cases are left out, by name in the test's output.
+  std::function<bool(const OpCase& c)> runs = [](const OpCase&) { return true; };
+  // The collectives' cases run between ranks through the executor, over host memory.
+  bool runs_collectives = true;
 };
 
 // GoogleTest shows a test's backend by its name (not its bytes, which hold pointers).
@@ -44,8 +53,11 @@ inline void PrintTo(const BackendUnderTest& backend, std::ostream* out) {
 // The CPU backend with its kernels at `level` and OpenMP's current thread count.
 BackendUnderTest cpu_backend_at(CpuIsa level);
 
-// The backends the cases run against the reference: the CPU at this process's level; a CUDA build adds its
-// own.
+// The GPU's backend (tests/cuda/backend_ops_cuda.cpp), unavailable where no GPU is found.
+BackendUnderTest cuda_backend_under_test();
+
+// The backends the cases run against the reference: the CPU at this process's level in the unit tests; the
+// GPU's in tests/cuda/'s binary (built with MEMTRAIN_BACKEND_OPS_CUDA).
 std::vector<BackendUnderTest> backends_under_test();
 
 // A model-state layout: weights and activations in `weights`, parameter gradients in `grads`.
@@ -144,6 +156,7 @@ class ForwardingBackend : public Backend {
   explicit ForwardingBackend(std::unique_ptr<Backend> owned) : owned_(std::move(owned)), inner_(*owned_) {}
 
   DeviceDescription description() const override { return inner_.description(); }
+  std::optional<DeviceMemoryInfo> memory_info() override { return inner_.memory_info(); }
   DeviceAllocator& allocator(MemorySpace space) override { return inner_.allocator(space); }
   void zero(void* dst, int64_t bytes) override { inner_.zero(dst, bytes); }
   void copy(void* dst, const void* src, int64_t bytes) override { inner_.copy(dst, src, bytes); }

@@ -149,7 +149,14 @@ std::vector<CollectiveCase> collective_table() {
   return cases;
 }
 
-class Collectives : public ::testing::TestWithParam<BackendUnderTest> {};
+class Collectives : public ::testing::TestWithParam<BackendUnderTest> {
+ protected:
+  void SetUp() override {
+    if (!GetParam().unavailable.empty()) GTEST_SKIP() << GetParam().name << ": " << GetParam().unavailable;
+    if (!GetParam().runs_collectives)
+      GTEST_SKIP() << GetParam().name << " runs in one process: no collective";
+  }
+};
 
 TEST_P(Collectives, RunByTheExecutorAsTheirPeerWould) {
   const BackendUnderTest& backend = GetParam();

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdio>
 #include <set>
 #include <string_view>
 #include <variant>
@@ -253,8 +254,14 @@ void expect_no_problems(const CaseRun& run, const std::string& backend) {
 class AgainstTheCpu : public ::testing::TestWithParam<BackendUnderTest> {};
 
 TEST_P(AgainstTheCpu, EveryCaseMatchesItsGenericLevel) {
+  if (!GetParam().unavailable.empty()) GTEST_SKIP() << GetParam().name << ": " << GetParam().unavailable;
   const BackendUnderTest reference = cpu_backend_at(CpuIsa::generic);
   for (const OpCase& c : op_cases()) {
+    if (!GetParam().runs(c)) {
+      std::printf("%s: not run on %s (refused for it by the flags' checks)\n", c.name.c_str(),
+                  GetParam().name.c_str());
+      continue;
+    }
     for (const Layout& layout : cpu_layouts()) {
       SCOPED_TRACE(c.name + " | " + layout.name());
       const CaseRun want = run_case(c, layout, reference);
