@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""GPT-2 124M trained in plain PyTorch on CPU: the baseline bench_gpt2.sh compares memtrain with.
+"""GPT-2 124M trained in plain PyTorch on CPU or one GPU: the baseline bench_gpt2.sh compares memtrain with.
 
 fp32 by default; with --autocast bf16 the forward pass and the loss run under
 torch.autocast(device_type="cpu", dtype=torch.bfloat16) and backward outside it, as PyTorch's
@@ -10,6 +10,12 @@ the backward reruns the block's forward (under the same autocast state) before i
 
 Run with Debian's /usr/bin/python3 (torch 1.13). Reads one llm.c shard in order, times the steps after
 the warmup ones, and prints one JSON object on stdout.
+
+--device cuda (scripts/device_check.sh, on a lent GPU with a recent torch) trains on the GPU as people do there:
+autocast to the GPU (device_type="cuda"), F.scaled_dot_product_attention(is_causal=True) for the attention,
+AdamW(fused=True), steps timed between torch.cuda.synchronize() calls; its JSON adds the device's memory
+(torch.cuda.max_memory_allocated, max_memory_reserved and the driver's used bytes, mem_get_info). Every GPU-only
+call sits behind that flag, so the CPU path is the same as before and still runs on torch 1.13.
 """
 import contextlib
 import argparse
@@ -46,6 +52,12 @@ class Block(nn.Module):
         q, k, v = self.qkv(x).split(c, dim=2)
         # (B, T, C) -> (B, H, T, C/H)
         q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        if x.is_cuda and hasattr(F, "scaled_dot_product_attention"):
+            # On the GPU the fused kernel (flash or memory-efficient), as a GPU baseline would run it.
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.attn_proj(y.transpose(1, 2).contiguous().view(b, t, c))
+        if mask.device != x.device:
+            mask = mask.to(x.device)
         scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
         # torch 1.13 has no scaled_dot_product_attention, so mask and softmax explicitly.
         scores = scores.masked_fill(mask[:t, :t], float("-inf"))
@@ -83,7 +95,7 @@ class GPT2(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.size(1)
-        x = self.wte(idx) + self.wpe(torch.arange(t))
+        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
             if self.checkpoint:
                 x = torch.utils.checkpoint.checkpoint(block, x, self.mask, use_reentrant=False)
@@ -150,6 +162,17 @@ def add_arguments(ap):
                     help="activation checkpointing: torch.utils.checkpoint around each block (non-reentrant)")
 
 
+def add_device_argument(ap):
+    """--device: this script's own flag (the other baselines train on the CPU only)."""
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: one GPU, with autocast to the GPU, fused attention and fused AdamW (default cpu)")
+
+
+def on_gpu(args):
+    """Whether this run trains on the GPU (the baselines without --device never do)."""
+    return getattr(args, "device", "cpu") == "cuda"
+
+
 def seeded_model(make_model, args):
     """make_model(args) on args.threads threads, seeded the same in every process."""
     torch.set_num_threads(args.threads)
@@ -168,25 +191,35 @@ def adamw_settings(args):
 
 def train(model, opt, data, args):
     """warmup + steps training steps on (inputs, targets) from data. Returns the timed steps' milliseconds,
-    every step's loss, and the timed steps' RSS growth over the forward pass."""
+    every step's loss, and the timed steps' RSS growth over the forward pass (on the GPU: the growth of the
+    bytes torch's allocator holds for tensors)."""
+    gpu = on_gpu(args)
     if args.autocast == "bf16":
-        autocast = lambda: torch.autocast(device_type="cpu", dtype=torch.bfloat16)  # noqa: E731
+        device_type = "cuda" if gpu else "cpu"
+        autocast = lambda: torch.autocast(device_type=device_type, dtype=torch.bfloat16)  # noqa: E731
     else:
         autocast = contextlib.nullcontext
+    # On the GPU the work is queued: the step's time runs from an idle device to an idle device again.
+    sync = torch.cuda.synchronize if gpu else lambda: None
+    used_bytes = torch.cuda.memory_allocated if gpu else rss_bytes
     step_ms, losses, forward_rss_growth = [], [], []
     for step in range(args.warmup + args.steps):
         x, y = next(data)
+        if gpu:
+            x, y = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        sync()
         start = time.perf_counter()
-        rss_before = rss_bytes()
+        rss_before = used_bytes()
         with autocast():
             loss = model(x, y)
         # What the forward left alive for the backward, as the kernel sees it: a rough activation size (the
         # allocator may reuse freed memory or hold on to it).
-        grown = rss_bytes() - rss_before
+        grown = used_bytes() - rss_before
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         ms = (time.perf_counter() - start) * 1e3
         losses.append(loss.item())
         print(f"torch step {step + 1}: loss {losses[-1]:.4f} {ms:.1f} ms", file=sys.stderr)
@@ -236,6 +269,23 @@ def peak_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def gpu_summary(model):
+    """The GPU run's own fields: the card, the parameter count, and its memory as torch's allocator and the
+    driver saw it at the end."""
+    free, total = torch.cuda.mem_get_info()
+    return {
+        "device": "cuda",
+        "gpu": torch.cuda.get_device_name(),
+        "torch_cuda": torch.version.cuda,
+        "sdpa": hasattr(F, "scaled_dot_product_attention"),
+        "num_params": sum(p.numel() for p in model.parameters()),
+        "max_memory_allocated_bytes": torch.cuda.max_memory_allocated(),
+        "max_memory_reserved_bytes": torch.cuda.max_memory_reserved(),
+        "device_used_bytes": total - free,
+        "device_total_bytes": total,
+    }
+
+
 def run_benchmark(description, make_model, add_model_args=lambda ap: None):
     """Parses the shared flags (and the model's, by add_model_args), trains make_model(args) and prints the
     JSON summary: the loop every single-process PyTorch baseline of bench/ runs."""
@@ -245,7 +295,12 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
     args = ap.parse_args()
 
     model = seeded_model(make_model, args)
-    opt = torch.optim.AdamW(model.parameters(), **adamw_settings(args))
+    if on_gpu(args):
+        # Initialised on the CPU as there (the same seed, the same weights), then moved; one fused AdamW kernel.
+        model = model.cuda()
+        opt = torch.optim.AdamW(model.parameters(), fused=True, **adamw_settings(args))
+    else:
+        opt = torch.optim.AdamW(model.parameters(), **adamw_settings(args))
     data = batches(shard_tokens(args.shard), args.batch, args.seq)
     step_ms, losses, forward_rss_growth = train(model, opt, data, args)
 
@@ -259,8 +314,9 @@ def run_benchmark(description, make_model, add_model_args=lambda ap: None):
         "model_state_bytes": model_state_bytes(model, opt),
         "forward_rss_growth_bytes": statistics.median(forward_rss_growth),
         "peak_rss_bytes": peak_rss_bytes(),
+        **(gpu_summary(model) if on_gpu(args) else {}),
     }))
 
 
 if __name__ == "__main__":
-    run_benchmark(__doc__, gpt2)
+    run_benchmark(__doc__, gpt2, add_device_argument)
