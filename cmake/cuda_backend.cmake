@@ -25,7 +25,12 @@ if(MEMTRAIN_WERROR)
     "$<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings;-Xcompiler=-Werror>")
 endif()
 # The static runtime: the binary needs no libcudart beside it, and runs without a driver (finding no GPU).
-# cuBLASLt is the toolkit's shared library, found beside the toolkit at run time.
-# It also uses the CPU backend's 8-bit moments' dynamic maps (shared tables), which memtrain_lib links whole
-# beside it.
-target_link_libraries(memtrain_backend_cuda PUBLIC memtrain_base CUDA::cudart_static CUDA::cublasLt)
+# cuBLASLt is not linked but loaded on first use (cublaslt_loader.cpp), by its soname, else from this toolkit;
+# its headers are the toolkit's. The backend also uses the CPU backend's 8-bit moments' dynamic maps (shared
+# tables), which memtrain_lib links whole beside it.
+string(REGEX MATCH "^[0-9]+" MEMTRAIN_CUBLASLT_SOVERSION "${CUDAToolkit_VERSION}")
+set_property(SOURCE src/backend/cuda/cublaslt_loader.cpp APPEND PROPERTY COMPILE_DEFINITIONS
+             MEMTRAIN_CUBLASLT_SOVERSION="${MEMTRAIN_CUBLASLT_SOVERSION}"
+             MEMTRAIN_CUBLASLT_PATH="${CUDAToolkit_LIBRARY_DIR}/libcublasLt.so.${MEMTRAIN_CUBLASLT_SOVERSION}")
+target_include_directories(memtrain_backend_cuda PUBLIC ${CUDAToolkit_INCLUDE_DIRS})
+target_link_libraries(memtrain_backend_cuda PUBLIC memtrain_base CUDA::cudart_static ${CMAKE_DL_LIBS})

@@ -74,8 +74,6 @@ void check_gpu_flags(const TrainConfig& c) {
   if (c.optimizer == OptimizerKind::adam_mini) refuse("--optimizer");
   if (c.base_quant.enabled()) refuse("--base-quant");
   if (c.offload_optimizer == OffloadOptimizer::nvme) refuse("--offload-optimizer");
-  const MomentDType moments = c.precision.moments();
-  if (moments == MomentDType::fp8 || moments == MomentDType::int8) refuse("--exp-avg-dtype");
 }
 
 }  // namespace

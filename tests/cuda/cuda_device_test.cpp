@@ -2,6 +2,7 @@
 // bf16 and 8-bit moments) in every storage combination bit for bit, the sum of squares close to the CPU's and
 // bitwise reproducible, staged reads and writes, and the allocators' buffers aligned and zero-filled. Every
 // test needing a GPU is skipped where there is none.
+#include <cublasLt.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -126,6 +127,11 @@ class CudaDeviceTest : public ::testing::Test {
     return *backend;
   }
 };
+
+// The binary does not link cuBLASLt (backend/cuda/cublaslt_loader.cpp): the first call loads it, GPU or not.
+TEST(CublasLtLoader, LoadsTheLibraryOnFirstUse) {
+  EXPECT_STREQ(cublasLtGetStatusName(CUBLAS_STATUS_NOT_SUPPORTED), "CUBLAS_STATUS_NOT_SUPPORTED");
+}
 
 TEST(CudaAllocatorTest, CommitsWholeGranules) {
   EXPECT_EQ(cuda::committed_bytes(1), cuda::kDeviceGranularity);
