@@ -85,16 +85,19 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
   char line[160];
   const int64_t total = r.bytes.total();
   out << title << "\n";
-  std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s\n", "category", "bytes", "", "share");
+  // On a GPU, beside each category what the device commits for its device buffers.
+  const auto committed = [&](const std::string& text) { return e.on_gpu ? "  " + text : std::string(); };
+  std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s%s\n", "category", "bytes", "", "share",
+                committed("committed on the GPU").c_str());
   out << line;
   for (Category c : kAllCategories) {
-    std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s\n", std::string(category_title(c)).c_str(),
+    std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s%s\n", std::string(category_title(c)).c_str(),
                   with_commas(r.bytes[c]).c_str(), human_bytes(r.bytes[c]).c_str(),
-                  percent(r.bytes[c], total).c_str());
+                  percent(r.bytes[c], total).c_str(), committed(human_bytes(r.committed[c])).c_str());
     out << line;
   }
-  std::snprintf(line, sizeof line, "  %-18s %18s %12s\n", "total", with_commas(total).c_str(),
-                human_bytes(total).c_str());
+  std::snprintf(line, sizeof line, "  %-18s %18s %12s %7s%s\n", "total", with_commas(total).c_str(),
+                human_bytes(total).c_str(), "", committed(human_bytes(r.committed.total())).c_str());
   out << line;
   // What the host itself fills and reads (the loaders' windows, the checkpoint stream); on the CPU the rest
   // is host memory too.
@@ -114,7 +117,9 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
       << r.peak.name << " (" << r.peak.phase << "); " << human_bytes(total)
       << " held for the whole step (arenas are reserved at their packed size)\n";
   if (e.on_gpu)
-    out << "  on the GPU: " << human_bytes(total - r.host_bytes.total()) << " of device memory"
+    out << "  on the GPU: " << human_bytes(r.device_bytes()) << " of device buffers, committed in "
+        << human_bytes(e.commit_granularity) << " granules: " << human_bytes(r.committed.total()) << " ("
+        << with_commas(r.committed.total()) << " B)"
         << (e.gpu ? " + runtime overhead " + human_bytes(e.gpu->runtime_overhead_bytes) +
                         " (CUDA context, kernel images, cuBLASLt: no plan holds them; " +
                         (e.gpu->source == "published" ? "the profile's guess, not measured" : "measured") +
@@ -132,6 +137,19 @@ std::string format_rank(const Estimate& e, const RankEstimate& r, const std::str
           << "\n";
   }
   return out.str();
+}
+
+// Each buffer's bytes as planned and as the device commits them (host buffers: pinned, as planned).
+nlohmann::ordered_json buffers_json(const std::vector<PlannedBuffer>& buffers, int64_t granularity) {
+  nlohmann::ordered_json json = nlohmann::ordered_json::array();
+  for (const PlannedBuffer& b : buffers) {
+    if (b.bytes == 0) continue;
+    json.push_back({{"category", std::string(category_key(b.category))},
+                    {"space", b.space == MemorySpace::device ? "device" : "host"},
+                    {"bytes", b.bytes},
+                    {"committed_bytes", b.committed(granularity)}});
+  }
+  return json;
 }
 
 nlohmann::ordered_json bytes_json(const CategoryBytes& bytes) {
@@ -224,7 +242,7 @@ const RankEstimate& Estimate::largest() const {
 
 int64_t Estimate::device_need(const RankEstimate& r) const {
   if (!on_gpu) return r.bytes.total();
-  return r.bytes.total() - r.host_bytes.total() + (gpu ? gpu->runtime_overhead_bytes : 0);
+  return r.committed.total() + (gpu ? gpu->runtime_overhead_bytes : 0);
 }
 
 Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> device_memory, CpuIsa isa,
@@ -258,6 +276,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
       e.seq_len = run.seq_len;
       e.accum = run.accum;
       e.policy = run.plan.policy;
+      e.commit_granularity = run.plan.commit_granularity;
       // A model-parallel rank holds part of the model, never a frozen one (LoRA is not run so).
       const bool whole = place.tp * place.pp == 1;
       e.padded_params = whole ? run.plan.num_params + run.model.graph.table.numel(Category::frozen)
@@ -266,21 +285,24 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
     }
     const Graph& graph = run.model.graph;
     const Plan& plan = run.plan;
-    e.ranks.push_back({.rank = rank,
-                       .place = place,
-                       .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
-                       .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
-                       .bytes = plan.bytes,
-                       .host_bytes = plan.host,
-                       .num_params = plan.num_params,
-                       .shard_begin = plan.shard_begin,
-                       .shard_end = plan.shard_end,
-                       .shard_elems = plan.shard_elems,
-                       .activations_packed = plan.activations.size,
-                       .activations_unpacked = plan.activations.sum_of_tensors,
-                       .offloaded_bytes = plan.offloaded_bytes,
-                       .peak = peak_op(graph, plan),
-                       .gradient_tensors = gradient_tensors(graph, plan)});
+    e.ranks.push_back(
+        {.rank = rank,
+         .place = place,
+         .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
+         .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
+         .bytes = plan.bytes,
+         .host_bytes = plan.host,
+         .committed = committed_device_bytes(graph.table, plan),
+         .buffers = e.on_gpu ? planned_buffers(graph.table, plan) : std::vector<PlannedBuffer>{},
+         .num_params = plan.num_params,
+         .shard_begin = plan.shard_begin,
+         .shard_end = plan.shard_end,
+         .shard_elems = plan.shard_elems,
+         .activations_packed = plan.activations.size,
+         .activations_unpacked = plan.activations.sum_of_tensors,
+         .offloaded_bytes = plan.offloaded_bytes,
+         .peak = peak_op(graph, plan),
+         .gradient_tensors = gradient_tensors(graph, plan)});
   }
   return e;
 }
@@ -356,7 +378,12 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
                    {"phase", r.peak.phase},
                    {"total_bytes", r.peak.live.total()},
                    {"bytes", bytes_json(r.peak.live)}}}};
-    if (e.on_gpu) rank["device_bytes"] = r.bytes.total() - r.host_bytes.total();
+    if (e.on_gpu) {
+      rank["device_bytes"] = r.device_bytes();
+      rank["device_committed_bytes"] = bytes_json(r.committed);
+      rank["device_committed_total_bytes"] = r.committed.total();
+      rank["buffers"] = buffers_json(r.buffers, e.commit_granularity);
+    }
     if (e.device_memory) {
       rank["fits"] = e.device_need(r) <= *e.device_memory;
       rank["headroom_bytes"] = *e.device_memory - e.device_need(r);
@@ -382,6 +409,7 @@ nlohmann::ordered_json estimate_json(const Estimate& e) {
               {"recompute", recompute_name(e.config.recompute)},
               {"ranks", ranks}};
   out["device"] = e.config.device;
+  if (e.on_gpu) out["commit_granularity_bytes"] = e.commit_granularity;
   if (e.gpu)
     out["gpu"] = {{"profile", e.gpu->gpu},
                   {"name", e.gpu->name},

@@ -34,14 +34,21 @@ struct OpPeak {
 OpPeak peak_op(const Graph& graph, const Plan& plan);
 
 struct RankEstimate {
+  int64_t device_bytes() const { return bytes.total() - host_bytes.total(); }  // not in host memory
+
   int rank = 0;        // world rank
   ParallelRank place;  // its pipeline stage, data- and tensor-parallel ranks
   // 1F1B: the micro-batches whose activations the rank holds at once (1 without pipeline parallelism), and
   // the activation bytes the first one keeps from its forward into its backward, read off the rank's graph.
   int64_t in_flight = 1;
   int64_t saved_per_micro_batch = 0;
-  CategoryBytes bytes;                     // what the rank allocates, per category
-  CategoryBytes host_bytes;                // the part of bytes in host memory (Plan::host)
+  CategoryBytes bytes;       // what the rank allocates, per category
+  CategoryBytes host_bytes;  // the part of bytes in host memory (Plan::host)
+  // What the device commits for the buffers in its own memory, each rounded to its granularity
+  // (committed_device_bytes): on a GPU, what its free memory drops by.
+  CategoryBytes committed;
+  // On a GPU, every buffer of the plan (planned_buffers), which `committed` sums rounded; empty on the CPU.
+  std::vector<PlannedBuffer> buffers;
   int64_t num_params = 0;                  // parameter elements of the model states (vocabulary padded)
   int64_t shard_begin = 0, shard_end = 0;  // the flat range of this rank's optimizer shard
   int64_t shard_elems = 0;                 // S = ceil(N / dp) when sharded (the last shard padded), else N
@@ -69,8 +76,9 @@ struct Estimate {
   int64_t accum = 1;  // micro-batches per optimizer step and rank (every stage runs them all)
   int dp = 1;         // data-parallel ranks; config's tensor_parallel and pipeline_parallel the rest
   int threads = 1;    // OpenMP threads per rank, which size the kernels' scratch
-  CpuIsa isa = CpuIsa::generic;  // the ISA level the kernels run at (bf16's product tiles)
-  bool on_gpu = false;           // --device cuda: the plan is the GPU's, its host part pinned host memory
+  CpuIsa isa = CpuIsa::generic;    // the ISA level the kernels run at (bf16's product tiles)
+  bool on_gpu = false;             // --device cuda: the plan is the GPU's, its host part pinned host memory
+  int64_t commit_granularity = 0;  // the device's (Plan::commit_granularity)
   // --gpu: the card whose memory the plan, with the runtime's own overhead, must fit.
   std::optional<GpuProfile> gpu;
   ModelStatePolicy policy;
@@ -78,8 +86,8 @@ struct Estimate {
   std::optional<int64_t> device_memory;
 
   int world() const { return dp * config.tensor_parallel * config.pipeline_parallel; }
-  // What a rank needs of its device's memory: on a GPU its device bytes (not the host part) and the
-  // runtime's overhead (0 without a profile); on the CPU all of it.
+  // What a rank needs of its device's memory: on a GPU what it commits for the device buffers (not the host
+  // part) and the runtime's overhead (0 without a profile); on the CPU all of it.
   int64_t device_need(const RankEstimate& rank) const;
   const RankEstimate& largest() const;  // the rank holding the most
 };

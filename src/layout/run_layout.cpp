@@ -92,6 +92,7 @@ RunLayout lay_out_tensors(const TrainConfig& cfg, const ModelSpec& spec, const P
   if (cfg.optimizer_in_backward)
     run.backward_updates = add_block_gradients(run.model.graph, run.zero, policy.grads, policy.moment_block);
   run.plan = plan_tensors(table, traits.alignment, policy.weights, cache);
+  run.plan.commit_granularity = traits.commit_granularity;
   return run;
 }
 

@@ -40,6 +40,11 @@ Allocation::Allocation(const TensorTable& table, const Plan& plan, Device& devic
     optimizer_state_ = std::make_unique<InMemoryOptimizerState>(plan, buffers);
 }
 
+int64_t Allocation::committed_device() const {
+  return tracker_.committed() + activations_.committed() + workspace_.committed() + comm_arena_.committed() +
+         grads_arena_.committed();
+}
+
 void* Allocation::data(int id) const {
   const TensorDesc& t = table_[id];
   if (t.category == Category::params) {

@@ -95,8 +95,10 @@ class Allocation {
   CategoryBytes measured() const;
   // The part of measured() in host memory (MemorySpace::host buffers).
   const CategoryBytes& measured_host() const { return host_tracker_.peak(); }
-  // What the device committed for the buffers in its own memory (DeviceAllocator::committed).
-  int64_t committed_device() const { return tracker_.committed(); }
+  // What the device committed for the buffers in its own memory, arenas included
+  // (DeviceAllocator::committed): committed_device_bytes(table, plan) of a device whose plan states its
+  // granularity.
+  int64_t committed_device() const;
   // Bytes held now: the buffers as allocated and the tensors bound in the arenas (see Arena::live_bytes).
   CategoryBytes live() const;
   const Arena& activations() const { return activations_; }

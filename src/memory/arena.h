@@ -35,6 +35,8 @@ class Arena {
   // moment fit in the planned arena; the difference is memory the packing could not reuse.
   int64_t live_bytes() const { return live_bytes_; }
   int64_t capacity() const { return buffer_.bytes(); }
+  // What its allocator committed for the arena's block (DeviceAllocator::committed).
+  int64_t committed() const { return untracked_.committed(); }
 
  private:
   const TensorTable& table_;

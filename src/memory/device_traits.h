@@ -14,6 +14,9 @@ struct DeviceTraits {
   int64_t matmul_scratch_floats = 0;     // a matrix product's conversion tiles (0: it needs none)
   int64_t attention_scratch_floats = 0;  // an attention op's (forward or backward) scratch
   int64_t dequant_tile_columns = 0;      // columns of a quantized weight dequantized at once
+  // Its allocator commits whole multiples of this for each buffer in its own memory (a GPU's 2 MiB pages);
+  // 0: the bytes asked for.
+  int64_t commit_granularity = 0;
 };
 
 }  // namespace mt

@@ -159,6 +159,38 @@ void size_model_states(Plan& plan, const ModelStatePolicy& policy, const Shardin
   plan.bytes.total();  // every sum of the categories that reports print fits as well
 }
 
+std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan& plan) {
+  const auto device = [](Category category, int64_t bytes) {
+    return PlannedBuffer{category, MemorySpace::device, bytes};
+  };
+  std::vector<PlannedBuffer> buffers = {
+      device(Category::params, plan.bytes[Category::params]),
+      device(Category::master, plan.bytes[Category::master]),
+      device(Category::grads, plan.bytes[Category::grads] - plan.grads.size),
+      device(Category::optim, plan.m_bytes),
+      device(Category::optim, plan.v_bytes),
+      device(Category::optim, plan.v_sums_bytes),
+      device(Category::optim, checked_mul(plan.moment_scales, 4)),
+      device(Category::optim, checked_mul(plan.v_scales(), 4))};
+  for (int id = 0; id < table.size(); ++id) {
+    const TensorDesc& t = table[id];
+    if (t.category != Category::params && !t.has_lifetime())
+      buffers.push_back({t.category, t.space, t.bytes()});
+  }
+  for (Category c : kArenaCategories) buffers.push_back(device(c, plan.arena(c).size));
+  return buffers;
+}
+
+CategoryBytes committed_device_bytes(const TensorTable& table, const Plan& plan) {
+  CategoryBytes committed;
+  for (const PlannedBuffer& b : planned_buffers(table, plan))
+    if (b.space == MemorySpace::device)
+      committed[b.category] =
+          checked_add(committed[b.category],
+                      plan.commit_granularity > 0 ? round_up(b.bytes, plan.commit_granularity) : b.bytes);
+  return committed;
+}
+
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,
                const Sharding& sharding, const OptimizerOffload& offload, ArenaPackCache* cache) {
   Plan plan = plan_tensors(table, alignment, policy.weights, cache);

@@ -78,7 +78,8 @@ struct ArenaLayout {
 };
 
 struct Plan {
-  int64_t alignment = 0;  // of every packed tensor: the device's
+  int64_t alignment = 0;           // of every packed tensor: the device's
+  int64_t commit_granularity = 0;  // the device's (DeviceTraits::commit_granularity)
   ModelStatePolicy policy;
   Sharding sharding;
   // The flat parameter range whose master weights and moments this rank holds: [0, n) without sharding.
@@ -150,6 +151,23 @@ Plan plan_tensors(const TensorTable& table, int64_t alignment, DType weights,
 // `offload` (shards, master weights, flat gradients, moments and their scales), added to the tensors' bytes.
 void size_model_states(Plan& plan, const ModelStatePolicy& policy, const Sharding& sharding,
                        const OptimizerOffload& offload);
+
+// One buffer an Allocation (memory/allocation.h) takes from its device.
+struct PlannedBuffer {
+  Category category;
+  MemorySpace space;
+  int64_t bytes;
+  // What it takes: whole granules of the device's memory (granularity 0: its bytes); host memory as asked.
+  int64_t committed(int64_t granularity) const {
+    return space == MemorySpace::device && granularity > 0 ? round_up(bytes, granularity) : bytes;
+  }
+};
+// Every buffer an Allocation takes for `plan`, empty ones included: the model states' (weights, master
+// weights, flat gradients, the moments and their scales), each tensor held on its own, and the four arenas.
+std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan& plan);
+// What the device commits for the plan's buffers in its own memory, per category: each buffer rounded up to
+// plan.commit_granularity (as planned without one). What a GPU's free memory drops by when they are made.
+CategoryBytes committed_device_bytes(const TensorTable& table, const Plan& plan);
 
 // Slots per offloaded state: the chunk being updated and the one in flight.
 constexpr int64_t kOffloadSlots = 2;

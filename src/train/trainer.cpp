@@ -112,7 +112,8 @@ void Trainer::allocate(const std::vector<std::string>& train_shards,
   const int64_t B = cfg.micro_batch, T = seq_len_;
   const TensorTable& table = model_.graph.table;
   memory_ = std::make_unique<Allocation>(table, plan_, *backend_);
-  device_memory_.after_allocation(*backend_, memory_->committed_device());
+  device_memory_.after_allocation(*backend_, committed_device_bytes(table, plan_).total(),
+                                  memory_->committed_device());
   Allocation& memory = *memory_;
   if (cfg.init_from.empty()) {
     init_model_params(spec_, model_, memory, cfg.seed);

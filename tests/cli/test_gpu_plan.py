@@ -9,6 +9,7 @@ import unittest
 from memtrain_cli import CliTestCase, memtrain, run_flags
 
 CUBLASLT_WORKSPACE = 32 << 20  # src/backend/cuda/cuda_backend.cpp
+GRANULE = 2 << 20  # the device allocator's commit granularity (src/backend/cuda/allocator.cuh)
 
 
 def estimate(*flags):
@@ -40,17 +41,38 @@ class GpuPlan(CliTestCase):
         self.assertEqual((gpu["profile"], gpu["source"]), ("h100", "published"))
         self.assertEqual(plan["device_memory_bytes"], gpu["memory_bytes"])
         rank = plan["ranks"][0]
+        # What the card must hold is what the driver commits for the plan's buffers, not their bytes.
         self.assertEqual(rank["headroom_bytes"],
-                         gpu["memory_bytes"] - rank["device_bytes"] - gpu["runtime_overhead_bytes"])
+                         gpu["memory_bytes"] - rank["device_committed_total_bytes"] - gpu["runtime_overhead_bytes"])
         self.assertTrue(plan["fits"])
         # --device-memory overrides the card's memory; the overhead still counts.
-        tight = rank["device_bytes"] + gpu["runtime_overhead_bytes"]
+        tight = rank["device_committed_total_bytes"] + gpu["runtime_overhead_bytes"]
         self.assertTrue(estimate("--bf16", "--device", "cuda", "--gpu", "h100", "--device-memory", tight)["fits"])
         self.assertFalse(estimate("--bf16", "--device", "cuda", "--gpu", "h100", "--device-memory", tight - 1)["fits"])
         text = memtrain("estimate", *run_flags("--bf16", "--device", "cuda", "--gpu", "h200"))
         self.assertEqual(text.returncode, 0, text.stderr)
         self.assertIn("runtime overhead", text.stdout)
         self.assertIn("NVIDIA H200", text.stdout)
+
+    def test_the_plan_states_each_buffers_committed_bytes(self):
+        plan = estimate("--bf16", "--device", "cuda", "--micro-batch-size", "3")
+        self.assertEqual(plan["commit_granularity_bytes"], GRANULE)
+        rank = plan["ranks"][0]
+        buffers = rank["buffers"]
+        # Every planned byte is in one of the buffers: the list is the whole plan.
+        self.assertEqual(sum(b["bytes"] for b in buffers), rank["total_bytes"])
+        self.assertEqual(sum(b["bytes"] for b in buffers if b["space"] == "host"), sum(rank["host_bytes"].values()))
+        for b in buffers:
+            if b["space"] == "device":
+                self.assertEqual(b["committed_bytes"] % GRANULE, 0, b)
+                self.assertLess(b["committed_bytes"] - b["bytes"], GRANULE, b)
+            else:
+                self.assertEqual(b["committed_bytes"], b["bytes"], b)  # pinned host memory, as asked
+        device = [b for b in buffers if b["space"] == "device"]
+        self.assertEqual(sum(b["committed_bytes"] for b in device), rank["device_committed_total_bytes"])
+        for category, committed in rank["device_committed_bytes"].items():
+            self.assertEqual(sum(b["committed_bytes"] for b in device if b["category"] == category), committed)
+        self.assertGreater(rank["device_committed_total_bytes"], rank["device_bytes"])
 
     def test_what_the_gpu_does_not_run_is_refused_by_its_flag(self):
         for flags, mentions in [

@@ -32,7 +32,10 @@ class CountingAllocator final : public DeviceAllocator {
     live.erase(data);
     cpu_allocator().release(data, bytes);
   }
+  // As a GPU's: each buffer commits whole granules (0: its bytes).
+  int64_t committed(int64_t bytes) const override { return granule > 0 ? round_up(bytes, granule) : bytes; }
   std::map<void*, int64_t> live;
+  int64_t granule = 0;
 };
 
 TEST(DeviceAllocator, TrackedBuffersComeFromTheirTrackersAllocator) {
@@ -115,6 +118,35 @@ TEST(DeviceAllocator, TheBatchIsStagedWhereTheHostCannotWriteTheDevicesMemory) {
   memory.upload(tokens);
   for (int i = 0; i < 16; ++i) EXPECT_EQ(memory.i32(tokens)[i], 3 * i);
   EXPECT_EQ(memory.measured_host().bytes, plan.host.bytes);
+}
+
+// The plan states what a device that commits whole granules takes for each of its buffers before any is
+// made, and the allocation commits exactly that: the model states', the arenas' and each buffer's own.
+TEST(DeviceAllocator, ThePlanStatesWhatTheDeviceCommits) {
+  const ModelSpec spec = testing::small_gpt2_spec(2);
+  StepConfig step = testing::on_cpu(spec, {.batch = 2, .seq_len = 8});
+  step.device.host_memory = false;
+  const ModelGraph model = build_model_graph(spec, step);
+  const TensorTable& table = model.graph.table;
+  ModelStatePolicy policy;
+  policy.moments = DType::u8;
+  policy.moment_block = 256;
+  Plan plan = make_plan(table, testing::kAlignment, policy);
+  CategoryBytes device_part;
+  for (Category c : kAllCategories) device_part[c] = plan.bytes[c] - plan.host[c];
+  EXPECT_EQ(committed_device_bytes(table, plan).bytes, device_part.bytes);  // no granularity: as planned
+  plan.commit_granularity = 4096;
+  const CategoryBytes committed = committed_device_bytes(table, plan);
+  CountingDevice device;
+  device.device.granule = plan.commit_granularity;
+  Allocation memory(table, plan, device);
+  EXPECT_EQ(sum(device.device.live), device_part.total());
+  EXPECT_EQ(memory.committed_device(), committed.total());
+  EXPECT_GT(committed.total(), device_part.total());
+  for (Category c : kAllCategories) {
+    EXPECT_GE(committed[c], device_part[c]) << category_key(c);
+    EXPECT_EQ(committed[c] % plan.commit_granularity, 0) << category_key(c);
+  }
 }
 
 }  // namespace

@@ -29,13 +29,14 @@ TEST(DeviceMemoryCheck, AnAllocationOfWhatWasCommittedAndSteadyStepsPass) {
   gpu.frees = {900, 500, 480, 480, 480};  // overhead 100; the plan commits 400; step 1 loads a kernel image
   DeviceMemoryCheck check;
   check.before_allocation(gpu);
-  check.after_allocation(gpu, 400);
+  check.after_allocation(gpu, 400, 400);
   for (int64_t step = 1; step <= 4; ++step) check.after_step(gpu, step);
   EXPECT_TRUE(check.active());
   EXPECT_EQ(check.failures(), "");
   const nlohmann::json json = check.json();
   EXPECT_EQ(json["runtime_overhead_bytes"], 100);
   EXPECT_EQ(json["allocation_drop_bytes"], 400);
+  EXPECT_EQ(json["planned_committed_bytes"], 400);
   EXPECT_EQ(json["committed_bytes"], 400);
   EXPECT_EQ(json["steps_checked"], 3);
   EXPECT_EQ(json["free_after_steps_bytes"], 480);
@@ -49,8 +50,19 @@ TEST(DeviceMemoryCheck, AnAllocationOutsideThePlanIsNamed) {
   gpu.frees = {900, 500};
   DeviceMemoryCheck check;
   check.before_allocation(gpu);
-  check.after_allocation(gpu, 300);
+  check.after_allocation(gpu, 300, 300);
   EXPECT_NE(check.failures().find("dropped by 400 bytes"), std::string::npos) << check.failures();
+  EXPECT_FALSE(check.json()["allocation_matches_commit"]);
+}
+
+TEST(DeviceMemoryCheck, AnAllocatorCommittingOtherThanThePlanSaysIsNamed) {
+  ReportingDevice gpu;
+  gpu.frees = {900, 500};
+  DeviceMemoryCheck check;
+  check.before_allocation(gpu);
+  check.after_allocation(gpu, 400, 512);
+  EXPECT_NE(check.failures().find("the allocator committed 512 bytes"), std::string::npos)
+      << check.failures();
   EXPECT_FALSE(check.json()["allocation_matches_commit"]);
 }
 
@@ -59,7 +71,7 @@ TEST(DeviceMemoryCheck, MemoryTakenDuringAStepIsNamedWithTheStep) {
   gpu.frees = {900, 500, 500, 500, 436, 500};
   DeviceMemoryCheck check;
   check.before_allocation(gpu);
-  check.after_allocation(gpu, 400);
+  check.after_allocation(gpu, 400, 400);
   for (int64_t step = 2; step <= 5; ++step) check.after_step(gpu, step);
   EXPECT_NE(check.failures().find("during step 4"), std::string::npos) << check.failures();
   EXPECT_FALSE(check.json()["free_steady"]);
@@ -69,7 +81,7 @@ TEST(DeviceMemoryCheck, TheCpuReportsNothingAndNothingIsChecked) {
   Backend& cpu = testing::cpu_backend();
   DeviceMemoryCheck check;
   check.before_allocation(cpu);
-  check.after_allocation(cpu, 123);
+  check.after_allocation(cpu, 123, 123);
   check.after_step(cpu, 2);
   EXPECT_FALSE(check.active());
   EXPECT_EQ(check.failures(), "");

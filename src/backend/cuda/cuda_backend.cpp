@@ -2,8 +2,10 @@
 // needs (constants of this backend: no GPU is asked), and the runner.
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/allocator.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/weight_quant.cuh"
 #include "backend/gpu.h"
 #include "core/error.h"
 
@@ -58,12 +60,14 @@ std::optional<DeviceMemoryInfo> gpu_memory(int index) {
 
 DeviceTraits gpu_device_traits(DType /*dtype*/, int64_t /*seq_len*/, int64_t /*head_dim*/,
                                const std::string& /*flag*/) {
-  // Attention needs no scratch: its backward recomputes each row's sum of dout * out inside the tiles.
+  // Attention needs no scratch: its backward recomputes each row's sum of dout * out inside the tiles. A
+  // quantized base weight is dequantized kDequantTileColumns at a time (weight_quant.cuh says why so many).
   return {.alignment = kCudaAlignment,
           .host_memory = false,
           .matmul_scratch_floats = kCublasLtWorkspaceBytes / static_cast<int64_t>(sizeof(float)),
           .attention_scratch_floats = 0,
-          .dequant_tile_columns = 0};
+          .dequant_tile_columns = cuda::kDequantTileColumns,
+          .commit_granularity = cuda::kDeviceGranularity};
 }
 
 std::unique_ptr<Backend> make_gpu_backend(const GpuTarget& target, const ModelStatePolicy& policy) {
