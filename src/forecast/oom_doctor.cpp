@@ -151,9 +151,9 @@ const HardwareProfile& doctor_profile(const TrainConfig& config, int world) {
   return shipped_hardware_profile(process_cpu_isa(), rank_threads(config, world));
 }
 
-// One process on one GPU: its plan's device part against the GPU's free memory now (its total less what the
-// runtime and any other process hold), or --memory-limit. The changes that would fit are the CPU's search;
-// on a GPU the plan is printed with the shortfall.
+// One process on one GPU: what its plan's device buffers commit against the GPU's free memory now (its total
+// less what the runtime and any other process hold), or --memory-limit. The changes that would fit are the
+// CPU's search; on a GPU the plan is printed with the shortfall.
 void check_gpu_memory_fit(const TrainConfig& config) {
   const DeviceTarget target = plan_target(config.device, process_cpu_isa(), rank_threads(config, 1));
   const std::optional<DeviceMemoryInfo> info = device_memory_info(target);
@@ -161,17 +161,18 @@ void check_gpu_memory_fit(const TrainConfig& config) {
   if (limit <= 0) return;
   const ParallelRank place = parallel_rank(config, 1, 0);
   const RunLayout run = lay_out_run(config, place, target, parallel_buffer_bytes(place));
-  const int64_t need = run.plan.bytes.total() - run.plan.host.total();
+  const CategoryBytes committed = committed_device_bytes(run.model.graph.table, run.plan);
+  const int64_t need = committed.total();
   if (need <= limit) return;
   const std::string source = config.memory_limit > 0
                                  ? std::string("--memory-limit")
                                  : "the GPU's free memory (" + human_bytes(info->total_bytes) + " less " +
                                        human_bytes(info->total_bytes - info->free_bytes) +
                                        " the runtime and other processes hold)";
-  std::printf("memory plan on the GPU: %s, over %s (%s)\n", human_bytes(need).c_str(),
-              human_bytes(limit).c_str(), source.c_str());
+  std::printf("memory plan on the GPU, as its buffers commit it: %s, over %s (%s)\n",
+              human_bytes(need).c_str(), human_bytes(limit).c_str(), source.c_str());
   for (Category c : kAllCategories) {
-    const int64_t bytes = run.plan.bytes[c] - run.plan.host[c];
+    const int64_t bytes = committed[c];
     std::printf("  %-18s %14lld  %11s  %5.1f%%\n", std::string(category_title(c)).c_str(),
                 static_cast<long long>(bytes), human_bytes(bytes).c_str(),
                 100.0 * static_cast<double>(bytes) / static_cast<double>(need));
