@@ -18,8 +18,8 @@ BackendUnderTest cuda_backend_under_test() {
       // The harness reads back after the ops: a kernel's fault shows at that copy, named by the op.
       .scope = [](const std::function<void()>& body) { body(); },
       .unavailable = found ? std::string() : why,
-      // One GPU: no vocabulary split over tensor-parallel ranks; quantized base weights are CPU-only yet.
-      .runs = [](const OpCase& c) { return c.step.tp == 1 && !c.step.base_quant.enabled(); },
+      // One GPU: no vocabulary split over tensor-parallel ranks.
+      .runs = [](const OpCase& c) { return c.step.tp == 1; },
       .runs_collectives = false};
 }
 

@@ -110,30 +110,77 @@ OpCase linear_case(std::string name, Product s, StepConfig step) {
           }};
 }
 
-// QLoRA: a frozen [out, in] weight of two parts (q and k of a fused projection) in nf4 with double
-// quantization (parts of 13300 and 5852 elements: no whole number of 64-element blocks), dequantized a tile
-// at a time, with a frozen bias and an adapter on each part's columns, both
-// with dropout.
-OpCase qlora_case() {
-  StepConfig step{.batch = 2, .seq_len = 5, .seed = 11};
+// QLoRA: a frozen weight stored quantized in parts (a fused projection's Hugging Face tensors, each of whole
+// stored rows, none a whole number of 64-element blocks), with a frozen bias and adapters with dropout,
+// dequantized a tile at a time (the CPU's of 128 columns, the GPU's of 1024).
+struct QuantizedProduct {
+  BaseQuantConfig quant;
+  bool out_in;
+  int64_t in, out;
+  std::vector<int64_t> part_rows;  // stored rows (out for [out, in], in for [in, out]) of each part
+  bool residual = false, accumulate = false;
+};
+
+// One adapter per part's output columns for [out, in]; one on 8 columns from column 3 for [in, out].
+std::vector<LoraAdapter> quantized_product_adapters(GraphBuilder& g, const QuantizedProduct& s) {
+  if (!s.out_in) return {g.lora_adapter("layer.part0", s.in, 8, 3)};
+  std::vector<LoraAdapter> adapters;
+  int64_t column = 0;
+  for (const int64_t rows : s.part_rows) {
+    adapters.push_back(g.lora_adapter("layer.part" + std::to_string(adapters.size()), s.in, rows, column));
+    column += rows;
+  }
+  return adapters;
+}
+
+OpCase qlora_case(std::string name, QuantizedProduct s, StepConfig step) {
   step.lora = {.rank = 3, .alpha = 6.0f, .dropout = 0.25f};
-  step.base_quant = {.format = BaseQuant::nf4};
+  step.base_quant = s.quant;
+  return {std::move(name), kLlama, step, [s](CaseBuilder& b) {
+            GraphBuilder& g = b.g;
+            const int w =
+                g.param("layer.proj.weight", s.out_in ? std::vector{s.out, s.in} : std::vector{s.in, s.out});
+            QuantizedStorage storage{
+                .format = s.quant.weight_format(), .double_quant = s.quant.double_quant, .parts = {}};
+            for (const int64_t rows : s.part_rows) storage.parts.push_back(rows * (s.out_in ? s.in : s.out));
+            b.model.graph.table[w].quantized = std::move(storage);
+            const LinearParams p{.weight = w,
+                                 .bias = g.param("layer.proj.bias", {s.out}),
+                                 .adapters = quantized_product_adapters(g, s)};
+            const int x = g.act("x", s.in), y = g.act("y", s.out), dx = g.act("x.grad", s.in);
+            const int dy = g.act("y.grad", s.out), residual = s.residual ? g.residual_act("r", s.out) : -1;
+            const LoraActs hidden = g.linear("proj", "", x, y, residual, p, s.out_in);
+            g.linear_backward("proj.backward", x, p, hidden, dx, dy, s.out_in);
+            for (Op& op : b.model.graph.ops)
+              if (auto* backward = std::get_if<ops::LinearBackward>(&op.args))
+                backward->accumulate = s.accumulate;
+          }};
+}
+
+std::vector<OpCase> qlora_cases() {
+  const StepConfig b2t5{.batch = 2, .seq_len = 5, .seed = 11};
+  const BaseQuantConfig nf4{.format = BaseQuant::nf4}, int8{.format = BaseQuant::int8};
+  const BaseQuantConfig nf4_fp32{.format = BaseQuant::nf4, .double_quant = false};
+  const BaseQuantConfig int8_fp32{.format = BaseQuant::int8, .double_quant = false};
   return {
-      "qlora: nf4 weight of two parts, bias, two adapters with dropout", kLlama, step, [](CaseBuilder& b) {
-        GraphBuilder& g = b.g;
-        const int64_t in = 133, q = 100, k = 44;  // two dequantized tiles of 128 columns either way
-        const int w = g.param("layer.qk_proj.weight", {q + k, in});
-        b.model.graph.table[w].quantized =
-            QuantizedStorage{.format = WeightFormat::nf4, .double_quant = true, .parts = {q * in, k * in}};
-        const LinearParams p{
-            .weight = w,
-            .bias = g.param("layer.qk_proj.bias", {q + k}),
-            .adapters = {g.lora_adapter("layer.q_proj", in, q, 0), g.lora_adapter("layer.k_proj", in, k, q)}};
-        const int x = g.act("x", in), y = g.act("y", q + k), dx = g.act("x.grad", in);
-        const int dy = g.act("y.grad", q + k);
-        const LoraActs hidden = g.linear("qk", "", x, y, -1, p, true);
-        g.linear_backward("qk.backward", x, p, hidden, dx, dy, true);
-      }};
+      qlora_case("qlora: nf4 [out, in] of parts of 13300 and 5852 elements, 8-bit absmaxes",
+                 {.quant = nf4, .out_in = true, .in = 133, .out = 144, .part_rows = {100, 44}}, b2t5),
+      qlora_case("qlora: int8 [in, out], fp32 absmaxes, 37 -> 1029: two GPU tiles, nine CPU ones",
+                 {.quant = int8_fp32, .out_in = false, .in = 37, .out = 1029, .part_rows = {37}}, b2t5),
+      qlora_case("qlora: nf4 [in, out] of parts of 540 and 675 elements (odd), fp32 absmaxes, B=1 T=1",
+                 {.quant = nf4_fp32, .out_in = false, .in = 45, .out = 27, .part_rows = {20, 25}},
+                 {.batch = 1, .seq_len = 1, .seed = 3}),
+      qlora_case("qlora: int8 [out, in], 8-bit absmaxes in two groups, 1030 -> 17 (dx in two GPU tiles), "
+                 "residual, dx accumulated",
+                 {.quant = int8,
+                  .out_in = true,
+                  .in = 1030,
+                  .out = 17,
+                  .part_rows = {17},
+                  .residual = true,
+                  .accumulate = true},
+                 b2t5),
+  };
 }
 
 // LoRA on part of the columns of a frozen fp weight in GPT-2's [in, out] layout, without dropout.
@@ -215,7 +262,7 @@ std::vector<OpCase> op_cases() {
   const StepConfig b2t5{.batch = 2, .seq_len = 5}, b3t1{.batch = 3, .seq_len = 1};
   const StepConfig packed{.batch = 2, .seq_len = 7, .packed = true};
   const StepConfig sequence_parallel{.batch = 2, .seq_len = 5, .sequence_parallel = true};
-  return {
+  std::vector<OpCase> cases{
       embedding_case("embedding with learned positions, C=37", kOddWidth, b2t5),
       embedding_case("embedding, packed positions", kGpt2, packed),
       embedding_case("embedding, vocabulary shard of tp rank 1, T=1", kLlama, tp_rank1(b3t1)),
@@ -228,7 +275,6 @@ std::vector<OpCase> op_cases() {
                   {.batch = 1, .seq_len = 1}),
       linear_case("linear, residual shard of sequence-parallel rank 1", {20, 37, true, true, true, false},
                   tp_rank1(sequence_parallel)),
-      qlora_case(),
       lora_case(),
       attention_case("rope + attention, 4 heads on 2 (GQA)", kLlama, b2t5),
       attention_case("rope + attention, packed positions", kLlama, packed),
@@ -245,6 +291,8 @@ std::vector<OpCase> op_cases() {
       head_case("lm head + loss over 300 rows: two chunks", kLlama, {.batch = 1, .seq_len = 300}),
       zero_case(),
   };
+  for (OpCase& c : qlora_cases()) cases.push_back(std::move(c));
+  return cases;
 }
 
 void expect_no_problems(const CaseRun& run, const std::string& backend) {

@@ -3,15 +3,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "backend/cpu/block_codec.h"
 #include "backend/cpu/isa_variant.h"
+#include "core/host_device.h"
 #include "core/int_math.h"
+#include "core/weight_format.h"
 
 namespace mt::kernels {
 
 namespace MT_ISA {
+
+// This level's copy of the arithmetic the GPU shares (its top says why it has no namespace of its own).
+#include "core/weight_element.h"
 
 namespace {
 
@@ -37,13 +43,6 @@ void quantize_block_codes(WeightFormat format, const float* x, int64_t length, f
     const uint8_t low = i + 1 < length ? (absmax > 0 ? nf4_code(x[i + 1] / absmax) : nf4_code(0.0f)) : 0;
     codes[i / 2] = static_cast<uint8_t>(high << 4 | low);
   }
-}
-
-// Block b's absmax as stored: fp32, or its double-quantized code read back (one fused multiply-add).
-inline float stored_absmax(const QuantizedWeight& q, int64_t b) {
-  if (q.absmax) return q.absmax[b];
-  return std::fma(signed_dynamic_map().value[q.absmax_codes[b]], q.absmax_scales[b / kAbsmaxBlock],
-                  *q.absmax_offset);
 }
 
 }  // namespace
@@ -78,20 +77,17 @@ namespace {
 // vectorizes (the products dequantize every weight on every micro-batch).
 template <typename T>
 void dequantize_in_block(const QuantizedWeight& q, int64_t b, int64_t lo, int64_t hi, T* out) {
-  const float absmax = stored_absmax(q, b);
+  const float absmax = stored_weight_absmax(q, b, signed_dynamic_map().value.data());
   const uint8_t* codes = q.codes;
   if (q.format == WeightFormat::int8) {
-    const float scale = absmax / 127.0f;
+    const float scale = int8_weight_scale(absmax);
 #pragma omp simd
-    for (int64_t i = lo; i < hi; ++i)
-      out[i - lo] = round_to<T>(static_cast<float>(static_cast<int8_t>(codes[i])) * scale);
+    for (int64_t i = lo; i < hi; ++i) out[i - lo] = round_to<T>(int8_weight_value(codes, i, scale));
     return;
   }
 #pragma omp simd
-  for (int64_t i = lo; i < hi; ++i) {
-    const int shift = (i & 1) == 0 ? 4 : 0;  // element 2k in the high nibble of byte k
-    out[i - lo] = round_to<T>(kNf4Values[(codes[i >> 1] >> shift) & 15] * absmax);
-  }
+  for (int64_t i = lo; i < hi; ++i)
+    out[i - lo] = round_to<T>(nf4_weight_value(codes, i, absmax, kNf4Values.data()));
 }
 
 // Elements [first, first + count) into out, block by block, on the calling thread.
@@ -151,14 +147,11 @@ template void dequantize_weight_tile<f16>(const QuantizedWeight&, int64_t, int64
 template <typename T>
 void dequantize_matrix_tile(QuantizedMatrix parts, int64_t row_length, int64_t row0, int64_t rows,
                             int64_t col0, int64_t cols, T* out) {
-  int64_t part_row0 = 0;  // the part's first row in the matrix
-  for (const QuantizedWeight& part : parts) {
-    const int64_t part_rows = part.n / row_length;
-    const int64_t lo = std::max(row0, part_row0), hi = std::min(row0 + rows, part_row0 + part_rows);
-    if (lo < hi)
-      dequantize_weight_tile(part, row_length, lo - part_row0, hi - lo, col0, cols, out + (lo - row0) * cols);
-    part_row0 += part_rows;
-  }
+  MT_ISA::for_each_part_of_rows(
+      parts, row_length, row0, rows,
+      [&](const QuantizedWeight& part, int64_t first, int64_t count, int64_t tile_row) {
+        dequantize_weight_tile(part, row_length, first, count, col0, cols, out + tile_row * cols);
+      });
 }
 template void dequantize_matrix_tile<float>(QuantizedMatrix, int64_t, int64_t, int64_t, int64_t, int64_t,
                                             float*);

@@ -197,6 +197,12 @@ void upload_dynamic_maps() {
   }
 }
 
+const float* signed_dynamic_map_values() {
+  void* maps = nullptr;
+  MT_CUDA_CHECK("signed_dynamic_map_values", cudaGetSymbolAddress(&maps, dynamic_values));
+  return static_cast<const float*>(maps);  // map 0 is the signed one
+}
+
 template <typename P, typename G>
 void adamw_update_8bit(float* master, P* param, const G* grad, const QuantizedMoments& moments, int64_t n,
                        const AdamWStep& s, std::span<const DecayRun> runs, const AdamWRounding& rounding,

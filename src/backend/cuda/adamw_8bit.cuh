@@ -17,6 +17,9 @@ namespace mt::cuda {
 // Copies the dynamic maps' tables (backend/cpu/dynamic_map.h) to the current GPU: once, before any
 // adamw_update_8bit (synchronous; no allocation: they are static device arrays).
 void upload_dynamic_maps();
+// The signed map's 256 values on the current GPU, as upload_dynamic_maps put them: double-quantized weight
+// absmaxes are read back through them too (weight_quant.cu).
+const float* signed_dynamic_map_values();
 
 // As the CPU's: elements [0, n) from a quantization block's start, moments' codes and scales in `moments`
 // (device memory), `runs` (HOST memory: the decay of each element, starting at 0, increasing) give each

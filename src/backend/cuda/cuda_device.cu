@@ -1,14 +1,15 @@
 // The GPU as a Device (memory/device.h): its allocators, the host's copies through one pinned staging
 // buffer, and the host-facing kernels (convert, sum of squares, AdamW over fp32, bf16 and 8-bit moments) on
-// the backend's one stream. What the GPU does not run yet (Adam-mini, quantized base weights) is a logic
-// error.
+// the backend's one stream. What the GPU does not run yet (Adam-mini) is a logic error.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
+#include "backend/cpu/weight_quant.h"
 #include "backend/cuda/adamw.cuh"
 #include "backend/cuda/adamw_8bit.cuh"
 #include "backend/cuda/allocator.cuh"
@@ -17,7 +18,9 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/reduce.cuh"
 #include "core/half.h"
+#include "core/int_math.h"
 #include "core/storage_type.h"
+#include "core/weight_format.h"
 
 namespace mt {
 
@@ -237,8 +240,20 @@ void CudaDevice::adamw_update_blocked(const AdamWOperands& p, const QuantizedMom
   });
 }
 
-void CudaDevice::quantize_weight(const float*, const QuantizedWeight&) {
-  throw std::logic_error("cuda backend: quantized base weights (QLoRA) are not on the GPU yet");
+// Quantized on the host by the CPU's quantizer, once at load, so that every device stores the same bytes (the
+// absmaxes' mean is one sum in index order), then each buffer uploaded.
+void CudaDevice::quantize_weight(const float* host_values, const QuantizedWeight& into) {
+  const bool double_quant = into.absmax == nullptr;
+  const int64_t bytes = quantized_weight_bytes(into.format, into.n, double_quant);
+  std::vector<float> buffer(static_cast<size_t>(bytes) / sizeof(float));  // the fp32 parts stay aligned
+  const QuantizedWeight host = quantized_weight_at(into.format, into.n, double_quant, buffer.data());
+  kernels::quantize_weight(host_values, host);
+  const int64_t blocks = ceil_div(into.n, kWeightBlock), floats = static_cast<int64_t>(sizeof(float));
+  copy_from_host(into.codes, host.codes, weight_code_bytes(into.format, into.n));
+  if (!double_quant) return copy_from_host(into.absmax, host.absmax, blocks * floats);
+  copy_from_host(into.absmax_codes, host.absmax_codes, blocks);
+  copy_from_host(into.absmax_scales, host.absmax_scales, ceil_div(blocks, kAbsmaxBlock) * floats);
+  copy_from_host(into.absmax_offset, host.absmax_offset, floats);
 }
 
 // A fault of an earlier kernel (or a failed launch nobody checked) is reported before a pass builds on it.

@@ -1,8 +1,8 @@
 // The CUDA backend's op runner: each op kind's kernel in backend/cuda/, over T-typed weights and activations
 // (fp32, bf16, f16) and G-typed gradients (fp32, bf16), chosen once from the run's policy; the same operands
 // and shapes as the CPU's runner (exec/operands.h), every kernel on the device's one stream. What the GPU
-// does not run yet (quantized base weights, a vocabulary split over tensor-parallel ranks) is a logic error
-// naming the op: the flags' checks refuse such runs before they are planned for a GPU.
+// does not run yet (a vocabulary split over tensor-parallel ranks) is a logic error naming the op: the flags'
+// checks refuse such runs before they are planned for a GPU.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -18,6 +18,7 @@
 #include "backend/cuda/loss.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/rope.cuh"
+#include "backend/cuda/weight_quant.cuh"
 #include "exec/operands.h"
 
 namespace mt {
@@ -31,6 +32,7 @@ using operands::lora_shape;
 using operands::optional;
 using operands::positions;
 using operands::qkv_layout;
+using operands::quantized_weight;
 using operands::vocab_rows;
 using operands::weights;
 
@@ -42,6 +44,15 @@ struct Workspace {
 Workspace workspace(const Allocation& m, int id) {
   if (id < 0) throw std::logic_error("cuda backend: a product without its planned cuBLASLt workspace");
   return {m.f32(id), m.table()[id].bytes()};
+}
+
+// A quantized weight's planned tile (GraphBuilder::dequant_tile): as many columns as it holds of the weight's
+// longer side.
+template <typename T>
+cuda::DequantTile<T> dequant_tile(const Allocation& m, int id, const LinearShape& s) {
+  const int64_t columns = m.table()[id].numel() / std::max(s.in, s.out);
+  if (columns < 1) throw std::logic_error("cuda backend: a dequantization tile without a whole column");
+  return {m.as<T>(id), columns};
 }
 
 template <typename T, typename G>
@@ -65,7 +76,6 @@ void CudaBackend<T, G>::linear(const Op& op, const OpRun& r) {
   const auto& a = op.as<ops::Linear>();
   const Allocation& m = r.memory;
   const TensorTable& table = r.graph.table;
-  if (a.dequant_tile >= 0) throw std::logic_error("cuda backend: " + op.name + ": quantized base weights");
   const LinearShape s = linear_shape(table, a.inp, a.weight, a.weight_out_in);
   if (a.residual >= 0) {
     // The output starts as the residual (in this rank's rows of a sequence-parallel partial sum).
@@ -76,21 +86,33 @@ void CudaBackend<T, G>::linear(const Op& op, const OpRun& r) {
                                             residual.bytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   const Workspace ws = workspace(m, a.matmul_scratch);
-  cuda::linear_forward(lt_, m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
-                       weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0, ws.data, ws.bytes,
-                       s.layout, stream_);
+  if (a.dequant_tile < 0) {
+    cuda::linear_forward(lt_, m.as<T>(a.out), m.as<T>(a.inp), weights<T>(m, op, a.weight),
+                         weights<T>(m, op, a.bias), s.M, s.in, s.out, a.residual >= 0, ws.data, ws.bytes,
+                         s.layout, stream_);
+  } else {
+    cuda::quantized_linear_forward(lt_, m.as<T>(a.out), m.as<T>(a.inp), quantized_weight(m, a.weight),
+                                   weights<T>(m, op, a.bias), s, a.residual >= 0,
+                                   dequant_tile<T>(m, a.dequant_tile, s), ws.data, ws.bytes, stream_);
+  }
 }
 
 template <typename T, typename G>
 void CudaBackend<T, G>::linear_backward(const Op& op, const OpRun& r) {
   const auto& a = op.as<ops::LinearBackward>();
   const Allocation& m = r.memory;
-  if (a.dequant_tile >= 0) throw std::logic_error("cuda backend: " + op.name + ": quantized base weights");
   const LinearShape s = linear_shape(r.graph.table, a.inp, a.weight, a.weight_out_in);
   const Workspace ws = workspace(m, a.matmul_scratch);
-  cuda::linear_backward(lt_, m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
-                        m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
-                        a.accumulate, ws.data, ws.bytes, s.layout, stream_);
+  if (a.dequant_tile < 0) {
+    cuda::linear_backward(lt_, m.as<T>(a.dinp), grad<G>(m, op, a.weight), grad<G>(m, op, a.bias),
+                          m.as<T>(a.dout), m.as<T>(a.inp), weights<T>(m, op, a.weight), s.M, s.in, s.out,
+                          a.accumulate, ws.data, ws.bytes, s.layout, stream_);
+  } else if (a.dinp >= 0) {
+    // A frozen weight has no gradient; its bias, frozen too, has none either.
+    cuda::quantized_linear_backward_input(lt_, m.as<T>(a.dinp), m.as<T>(a.dout),
+                                          quantized_weight(m, a.weight), s, a.accumulate,
+                                          dequant_tile<T>(m, a.dequant_tile, s), ws.data, ws.bytes, stream_);
+  }
 }
 
 template <typename T, typename G>

@@ -309,12 +309,20 @@ void gemm(cublasLtHandle_t lt, bool trans_a, bool trans_b, int64_t M, int64_t N,
 }
 
 template <typename T>
+void linear_into(cublasLtHandle_t lt, T* out, int64_t ldc, const T* inp, const T* w, int64_t ldw,
+                 bool trans_w, const T* bias, int64_t M, int64_t K, int64_t N, bool accumulate,
+                 void* workspace, int64_t workspace_bytes, cudaStream_t stream) {
+  product(lt, false, trans_w, M, N, K, inp, K, w, ldw, bias, accumulate ? 1.0f : 0.0f, out, ldc, workspace,
+          workspace_bytes, stream, "linear_forward");
+}
+
+template <typename T>
 void linear_forward(cublasLtHandle_t lt, T* out, const T* inp, const T* weight, const T* bias, int64_t M,
                     int64_t n_in, int64_t n_out, bool accumulate, float* workspace, int64_t workspace_bytes,
                     WeightLayout layout, cudaStream_t stream) {
   const bool out_in = layout == WeightLayout::out_in;
-  product(lt, false, out_in, M, n_out, n_in, inp, n_in, weight, out_in ? n_in : n_out, bias,
-          accumulate ? 1.0f : 0.0f, out, n_out, workspace, workspace_bytes, stream, "linear_forward");
+  linear_into(lt, out, n_out, inp, weight, out_in ? n_in : n_out, out_in, bias, M, n_in, n_out, accumulate,
+              workspace, workspace_bytes, stream);
 }
 
 template <typename T, typename G>
@@ -346,8 +354,10 @@ MT_GEMM(f16, float)
 MT_GEMM(f16, f16)
 #undef MT_GEMM
 
-#define MT_LINEAR_FORWARD(T)                                                                            \
-  template void linear_forward<T>(cublasLtHandle_t, T*, const T*, const T*, const T*, int64_t, int64_t, \
+#define MT_LINEAR_FORWARD(T)                                                                               \
+  template void linear_into<T>(cublasLtHandle_t, T*, int64_t, const T*, const T*, int64_t, bool, const T*, \
+                               int64_t, int64_t, int64_t, bool, void*, int64_t, cudaStream_t);             \
+  template void linear_forward<T>(cublasLtHandle_t, T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                   int64_t, bool, float*, int64_t, WeightLayout, cudaStream_t);
 MT_LINEAR_FORWARD(float)
 MT_LINEAR_FORWARD(bf16)

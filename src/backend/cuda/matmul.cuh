@@ -28,6 +28,14 @@ void gemm(cublasLtHandle_t lt, bool trans_a, bool trans_b, int64_t M, int64_t N,
           int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, void* workspace,
           int64_t workspace_bytes, cudaStream_t stream);
 
+// out[M,N] (rows ldc apart) = inp[M,K] @ w + bias (bias may be null), w [K,N] (rows ldw apart) or, with
+// trans_w, w^T for w [N,K], all of type T; with accumulate, added to what out holds. A linear layer's
+// product, or a column tile of one (weight_quant.cuh's).
+template <typename T>
+void linear_into(cublasLtHandle_t lt, T* out, int64_t ldc, const T* inp, const T* w, int64_t ldw,
+                 bool trans_w, const T* bias, int64_t M, int64_t K, int64_t N, bool accumulate,
+                 void* workspace, int64_t workspace_bytes, cudaStream_t stream);
+
 // out[M,n_out] = inp[M,n_in] @ weight[n_in,n_out] + bias (bias may be null), all of type T; with out_in the
 // weight is [n_out,n_in] and transposed. With accumulate, the product (and bias) is added to what out holds.
 template <typename T>
