@@ -72,7 +72,6 @@ void check_gpu_flags(const TrainConfig& c) {
                ": not on the GPU yet; train it on the CPU (--device cpu)");
   };
   if (c.optimizer == OptimizerKind::adam_mini) refuse("--optimizer");
-  if (c.base_quant.enabled()) refuse("--base-quant");
   if (c.offload_optimizer == OffloadOptimizer::nvme) refuse("--offload-optimizer");
 }
 

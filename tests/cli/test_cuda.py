@@ -1,8 +1,8 @@
 """Training on one NVIDIA GPU against the CPU (issue 28; CTest label `cuda`): tiny GPT-2 and LLaMA a few steps
-on both, the GPU twice bit for bit, recompute modes bit for bit, a GPU run resumed bit for bit, checkpoints
-crossing between GPU and CPU, and the memory proof: planned == measured, the driver's free memory dropping by
-exactly what the plan's buffers committed, and not moving from step 2 on. Without a GPU (or a build without
-CUDA) it exits 77, which CTest reports as skipped.
+on both (and as QLoRA, over an nf4 or int8 base), the GPU twice bit for bit, recompute modes bit for bit, a GPU
+run resumed bit for bit, checkpoints crossing between GPU and CPU, and the memory proof: planned == measured,
+the driver's free memory dropping by exactly what the plan's buffers committed, and not moving from step 2 on.
+Without a GPU (or a build without CUDA) it exits 77, which CTest reports as skipped.
 """
 import ctypes
 import sys
@@ -51,6 +51,25 @@ class OnTheGpu(ResumeTestCase):
                     self.assertEqual(len(got), len(want))
                     for step, ((a, _), (b, _)) in enumerate(zip(got, want), 1):
                         self.assertAlmostEqual(a, b, delta=TOLERANCE[precision] * abs(b), msg=f"step {step}")
+
+    def test_qlora_follows_the_cpu(self):
+        # Both quantize the base with the CPU's quantizer and dequantize it to the same bits, so only the
+        # products' order of sums differs; the GPU's plan holds its 1024-column dequantization tiles.
+        lora = ["--lora-rank", "4", "--lora-target", "all-linear"]
+        for model in MODELS:
+            for quant in (["--base-quant", "nf4"], ["--base-quant", "int8", "--no-double-quant"]):
+                for precision in ("fp32", "bf16"):
+                    with self.subTest(model=model, quant=quant[1], precision=precision):
+                        name = f"{model}-{quant[1]}-{precision}"
+                        flags = ["--model", model, *lora, *quant, *PRECISION[precision]]
+                        cpu = self.run_on("cpu", f"qlora-{name}", *flags)
+                        gpu = self.run_on("cuda", f"qlora-{name}", *flags)
+                        memory = read_memory(gpu)
+                        self.assertEqual(memory["planned"], memory["measured"])
+                        got, want = self.losses(gpu), self.losses(cpu)
+                        self.assertEqual(len(got), len(want))
+                        for step, ((a, _), (b, _)) in enumerate(zip(got, want), 1):
+                            self.assertAlmostEqual(a, b, delta=TOLERANCE[precision] * abs(b), msg=f"step {step}")
 
     def test_twice_is_bitwise_and_recompute_changes_nothing(self):
         for model in MODELS:
