@@ -35,6 +35,18 @@ std::optional<DeviceMemoryInfo> gpu_memory(int index);
 // machine without one. A usage error naming `flag` in a build without CUDA.
 DeviceTraits gpu_device_traits(DType dtype, int64_t seq_len, int64_t head_dim, const std::string& flag);
 
+// What `memtrain calibrate --device cuda` measures of target's GPU: the driver's name and total memory, the
+// dense products' rates (cuBLASLt, as a run's: bf16, fp32 as TF32, fp32) and the device-to-device copy
+// bandwidth, each the best of repeats filling about `seconds_per_test`. It allocates a few GiB of the GPU's
+// memory and frees them.
+struct GpuRates {
+  std::string name;
+  int64_t total_bytes = 0;
+  double bf16_tflops = 0, tf32_tflops = 0, fp32_tflops = 0;
+  double memory_gbps = 0;  // bytes read plus bytes written, 1e9 per second
+};
+GpuRates measure_gpu(const GpuTarget& target, double seconds_per_test);
+
 // The backend for a run whose model states are laid out as `policy` says, on target's GPU.
 std::unique_ptr<Backend> make_gpu_backend(const GpuTarget& target, const ModelStatePolicy& policy);
 

@@ -48,8 +48,9 @@ void estimate(TrainConfig config, const EstimateFlags& f) {
       model_parallel_size("--tp", f.tp, "--tensor-model-parallel-size", config.tensor_parallel);
   config.pipeline_parallel =
       model_parallel_size("--pp", f.pp, "--pipeline-model-parallel-size", config.pipeline_parallel);
-  const GpuProfile* gpu = f.gpu.empty() ? nullptr : &gpu_profile(f.gpu, "--gpu");
-  const Estimate e = estimate_run(config, f.dp, device, resolve_cpu_isa(f.cpu_isa), gpu);
+  std::optional<GpuProfile> gpu;
+  if (!f.gpu.empty()) gpu = gpu_profile(f.gpu, "--gpu");
+  const Estimate e = estimate_run(config, f.dp, device, resolve_cpu_isa(f.cpu_isa), gpu ? &*gpu : nullptr);
   std::vector<FormulaComparison> comparisons;
   const ModelStateLayout layout = model_state_layout(e);
   if (f.explain)
@@ -97,8 +98,9 @@ void add_estimate_command(CLI::App& app) {
       "--device-memory", f->device_memory,
       "memory of one rank's device, e.g. 80GiB (2^30 bytes) or 24GB (10^9 bytes): fits, headroom");
   cmd->add_option("--gpu", f->gpu,
-                  "with --device cuda: the card to fit, from its shipped profile (" + gpu_profile_names() +
-                      "): its memory and the CUDA runtime's own overhead, planned on any machine");
+                  "with --device cuda: the card to fit, a shipped profile (" + gpu_profile_names() +
+                      ") or the file `memtrain calibrate --device cuda` wrote: its memory and the CUDA "
+                      "runtime's own overhead, planned on any machine");
   add_cpu_isa_flag(*cmd, f->cpu_isa);
   cmd->add_flag("--json", f->json, "print the estimate as JSON, every category in bytes");
   cmd->add_flag(

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "backend/cpu/layernorm.h"
 #include "backend/cpu/lm_head.h"
 #include "backend/cpu/matmul.h"
+#include "backend/gpu.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "forecast/cpu_model.h"
@@ -383,6 +385,41 @@ HardwareProfile calibrate(AsyncCommunicator& comm, const CalibrateOptions& optio
   }
   p.disk_gbps = disk_gbps(options.scratch_dir);
   return p;
+}
+
+namespace {
+
+// The --gpu name of a card: its driver's name in lower case, words joined by '-' ("nvidia-h100-80gb-hbm3").
+std::string gpu_slug(const std::string& name) {
+  std::string slug;
+  for (const char c : name) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      slug += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    else if (!slug.empty() && slug.back() != '-')
+      slug += '-';
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug;
+}
+
+}  // namespace
+
+GpuProfile calibrate_gpu(const DeviceTarget& target, int64_t runtime_overhead,
+                         const CalibrateOptions& options) {
+  const GpuRates rates = measure_gpu({.index = target.gpu}, options.seconds_per_test);
+  return {.gpu = gpu_slug(rates.name),
+          .name = rates.name,
+          .source = "calibrate",
+          .notes =
+              "Measured by memtrain calibrate --device cuda: the runtime overhead with a run's backend open, "
+              "large products through cuBLASLt (bf16, fp32 as TF32, fp32) and a device-to-device copy, "
+              "each the best of repeats.",
+          .memory_bytes = rates.total_bytes,
+          .runtime_overhead_bytes = runtime_overhead,
+          .bf16_tflops = rates.bf16_tflops,
+          .tf32_tflops = rates.tf32_tflops,
+          .fp32_tflops = rates.fp32_tflops,
+          .memory_gbps = rates.memory_gbps};
 }
 
 }  // namespace mt

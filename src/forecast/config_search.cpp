@@ -95,9 +95,8 @@ class LaneSearch {
     if (try_add(config)) return true;
     config.recompute = {.granularity = RecomputeGranularity::selective};
     const bool selective = try_add(config);
-    const int64_t layers = fewest_block_layers(config, n_layer, [this](const TrainConfig& c) {
-      return plan(c).rank_bytes <= request_.device_memory;
-    });
+    const int64_t layers = fewest_block_layers(
+        config, n_layer, [this](const TrainConfig& c) { return plan(c).device_bytes <= request_.room(); });
     if (layers == 0) {
       config.recompute = full_recompute(RecomputeMethod::uniform, 1);
       return try_add(config) || selective;
@@ -112,7 +111,7 @@ class LaneSearch {
   }
   bool try_add(const TrainConfig& config) {
     ConfigCandidate c = plan(config);
-    if (c.rank_bytes > request_.device_memory) return false;
+    if (c.device_bytes > request_.room()) return false;
     fitting_.push_back(std::move(c));
     return true;
   }
@@ -144,7 +143,7 @@ std::vector<size_t> lanes_apart(const SearchRequest& request, const std::vector<
     TrainConfig first = lanes[i].config;
     first.micro_batch = lanes[i].first_micro;
     const ParallelRank place = parallel_rank(first, request.ranks, 0);
-    const DeviceTarget device{.cpu_isa = request.isa, .threads = rank_threads(first, request.ranks)};
+    const DeviceTarget device = plan_target(first.device, request.isa, rank_threads(first, request.ranks));
     std::vector<size_t>& same = by_graph[GraphCache::key(first, place, device)];
     if (same.empty()) graphs.push_back(&same);
     same.push_back(i);
@@ -215,7 +214,8 @@ void add_eight_bit_note(const std::vector<ConfigCandidate>& ranked, std::vector<
 
 // The seeds' advice against this ranking: bf16 before fp16; the O2 optimizer first when model states
 // overflow; recompute only as many layers as needed.
-std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked, CpuIsa isa) {
+std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked,
+                                      const SearchRequest& request) {
   std::vector<std::string> notes;
   if (ranked.empty()) return notes;
   const ConfigCandidate& top = ranked.front();
@@ -224,12 +224,15 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
   const ConfigCandidate* fp16 = fastest(
       ranked, [](const ConfigCandidate& c) { return c.config.precision.precision == Precision::fp16; });
   if (bf16 && fp16) {
-    const std::string level(cpu_isa_name(isa));
-    // A device multiplies bf16 directly when its products need no conversion tiles.
-    const bool native_bf16 =
-        device_traits({.cpu_isa = isa, .threads = 1}, DType::bf16, 1, 1).matmul_scratch_floats == 0;
-    const std::string why = native_bf16 ? "but fp16 products run as fp32 tiles at " + level
-                                        : "and at " + level + " both run their products as fp32 tiles";
+    const std::string level(cpu_isa_name(request.isa));
+    const DeviceTarget device = plan_target(request.base.device, request.isa, 1);
+    // A CPU multiplies bf16 directly when its products need no conversion tiles.
+    const bool native_bf16 = device_traits(device, DType::bf16, 1, 1).matmul_scratch_floats == 0;
+    const std::string why = device.kind == DeviceKind::cuda
+                                ? "but the cost model prices fp16 products at fp32's rate, as a CPU's; the "
+                                  "GPU's run at bf16's"
+                            : native_bf16 ? "but fp16 products run as fp32 tiles at " + level
+                                          : "and at " + level + " both run their products as fp32 tiles";
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +
                     tokens_per_sec(*bf16) + ", best fp16 " + tokens_per_sec(*fp16) + "; same bytes, " + why +
                     ")");
@@ -331,15 +334,16 @@ namespace {
 template <typename PlanStage>
 ConfigCandidate candidate_over_stages(const TrainConfig& config, int ranks, CpuIsa isa,
                                       PlanStage plan_stage) {
-  ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .cost = {}};
+  ConfigCandidate c{.config = config, .rank_bytes = 0, .bytes = {}, .device_bytes = 0, .cost = {}};
   const int pp = config.pipeline_parallel;
   for (int stage = 0; stage < pp; ++stage) {
     const ParallelRank place = parallel_rank(config, ranks, stage * (ranks / pp));
-    const DeviceTarget device{.cpu_isa = isa, .threads = rank_threads(config, ranks)};
-    const auto [plan, cost] = plan_stage(place, device);
+    const DeviceTarget device = plan_target(config.device, isa, rank_threads(config, ranks));
+    const auto [plan, cost, committed] = plan_stage(place, device);
     if (plan.bytes.total() > c.rank_bytes) {
       c.rank_bytes = plan.bytes.total();
       c.bytes = plan.bytes;
+      c.device_bytes = device.kind == DeviceKind::cuda ? committed.total() : c.rank_bytes;
     }
     if (cost.step_s > c.cost.step_s) c.cost = cost;
   }
@@ -354,7 +358,8 @@ ConfigCandidate evaluate_candidate(const TrainConfig& config, int ranks, const H
       config, ranks, isa, [&](const ParallelRank& place, const DeviceTarget& device) {
         RunLayout run = lay_out_run(config, place, device, parallel_buffer_bytes(place));
         const StepCost cost = predict_step_cost(run, config, place.dp, profile);
-        return GraphCache::Planned{.plan = std::move(run.plan), .cost = cost};
+        const CategoryBytes committed = committed_device_bytes(run.model.graph.table, run.plan);
+        return GraphCache::Planned{.plan = std::move(run.plan), .cost = cost, .committed = committed};
       });
 }
 
@@ -403,6 +408,18 @@ struct OptimizerChoice {
   bool in_backward = false;
 };
 
+// Whether `train` takes `config`: check_config's verdict, which refuses what the device does not run (on a
+// GPU: Adam-mini, NVMe offload), so the search never proposes it.
+bool trains(const TrainConfig& config) {
+  try {
+    check_config(config);
+    return true;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::usage) throw;
+    return false;
+  }
+}
+
 std::vector<OptimizerChoice> optimizer_choices(const SearchRequest& request, bool model_parallel,
                                                OffloadOptimizer offload) {
   const TrainConfig& base = request.base;
@@ -424,6 +441,9 @@ SearchResult search_configs(const SearchRequest& request) {
   const TrainConfig& base = request.base;
   if (request.ranks < 1) fail_usage("--ranks must be positive");
   if (request.device_memory <= 0) fail_usage("--device-memory must be positive");
+  if (request.room() <= 0) fail_usage("--device-memory must be more than the GPU's runtime overhead");
+  check_config(base);
+  check_device_ranks(base.device, request.ranks);
   if (base.global_batch <= 0 || base.global_batch % request.ranks != 0)
     fail_usage("--global-batch-size must be a positive multiple of --ranks");
   const ModelSpec spec = resolve_model(base.model, base.pad_vocab_multiple);
@@ -431,7 +451,7 @@ SearchResult search_configs(const SearchRequest& request) {
   // A micro-batch's token ids alone (4 bytes each) must fit the device: the micro-batch sizes tried stop
   // there rather than at a global batch of up to 2^63 - 1 sequences.
   const int64_t seq_len = base.seq_len > 0 ? base.seq_len : spec.n_positions;
-  const int64_t most_micro = std::max<int64_t>(1, request.device_memory / 4 / seq_len);
+  const int64_t most_micro = std::max<int64_t>(1, request.room() / 4 / seq_len);
   SearchResult result;
   std::vector<Lane> lanes;
   for (const auto [tp, pp] : model_parallel_choices(base, spec, request.ranks))
@@ -457,8 +477,9 @@ SearchResult search_configs(const SearchRequest& request) {
               config.offload_optimizer = offload;
               config.optimizer = optimizer.kind;
               config.optimizer_in_backward = optimizer.in_backward;
+              if (!trains(config)) continue;
               if (model_states_floor(config, spec.padded_num_parameters(), request.ranks) >
-                  static_cast<double>(request.device_memory)) {
+                  static_cast<double>(request.room())) {
                 ++result.groups_skipped;
                 continue;
               }
@@ -482,7 +503,7 @@ SearchResult search_configs(const SearchRequest& request) {
   std::stable_sort(
       result.fitting.begin(), result.fitting.end(),
       [](const ConfigCandidate& a, const ConfigCandidate& b) { return a.cost.step_s < b.cost.step_s; });
-  result.notes = advice_notes(result.fitting, request.isa);
+  result.notes = advice_notes(result.fitting, request);
   return result;
 }
 
@@ -518,6 +539,7 @@ std::string train_command_line(const TrainConfig& c, int ranks) {
     }
   };
   with_value({"--model", "--data", "--train-iters"});
+  s += command_line_args(c, {"--device"});
   s += command_line_args(c, {"--seq-length"});
   with_value({"--micro-batch-size", "--global-batch-size"});
   // What the search chose, then what the request fixed.

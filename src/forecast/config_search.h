@@ -1,9 +1,10 @@
 // `memtrain plan`: the search over the ways to run one model on `ranks` ranks (data parallel, and the
 // tensor- and pipeline-parallel sizes that divide them) in
 // `device_memory` bytes per rank: precision, O2 flags and 8-bit moments, ZeRO stage, recompute, micro-batch
-// (the global batch fixed, accumulation making up the rest) and optimizer offload. Every candidate's memory
-// is lay_out_run's, exactly the trainer's; what does not fit is dropped and the rest ranked by the cost
-// model.
+// (the global batch fixed, accumulation making up the rest) and optimizer offload, on the base's --device.
+// Every candidate's memory is lay_out_run's, exactly the trainer's; what check_config refuses (on a GPU:
+// what its backend does not run yet) is not tried, what does not fit is dropped and the rest ranked by the
+// cost model.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +23,9 @@ namespace mt {
 struct SearchRequest {
   TrainConfig base;  // model, seq_len, global batch, threads, data and train_iters for the command line
   int ranks = 1;
-  int64_t device_memory = 0;  // bytes per rank
+  int64_t device_memory = 0;  // bytes per rank: a GPU's, the card's memory
+  // A GPU's: the CUDA runtime's own device memory beside every plan (GpuProfile::runtime_overhead_bytes).
+  int64_t runtime_overhead = 0;
   HardwareProfile profile;
   CpuIsa isa = process_cpu_isa();  // every candidate's kernels run at this level
   // Called after each configuration is planned, with the count so far: a long search's progress (one call
@@ -34,13 +37,20 @@ struct SearchRequest {
   // Threads that plan configurations at once, each laying out one graph at a time; 0: the cores, up to 8,
   // as many as the memory free holds graphs of this model. Any count lists the same configurations.
   int search_threads = 0;
+
+  // What a candidate's device bytes may take: the device's memory less the runtime's overhead.
+  int64_t room() const { return device_memory - runtime_overhead; }
 };
 
 struct ConfigCandidate {
   TrainConfig config;
   int64_t rank_bytes = 0;  // lay_out_run's total on the rank that holds the most: every rank fits in it
   CategoryBytes bytes;     // that rank's
-  StepCost cost;           // the slowest pipeline stage's (the only one without pipeline parallelism)
+  // What the device's own memory gives that rank: all of rank_bytes on the CPU; on a GPU what it commits for
+  // the buffers in its memory (committed_device_bytes; the host part is pinned host memory), as
+  // Estimate::device_need counts it. A candidate fits when this fits SearchRequest::room.
+  int64_t device_bytes = 0;
+  StepCost cost;  // the slowest pipeline stage's (the only one without pipeline parallelism)
 };
 
 struct SearchResult {

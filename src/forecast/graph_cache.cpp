@@ -26,14 +26,34 @@ std::string GraphCache::key(const TrainConfig& config, const ParallelRank& place
   return key;
 }
 
+namespace {
+
+// What the device commits for the tensors `run`'s table holds on their own. Each buffer is committed on its
+// own, so that is the whole less what the same plan without the table commits, over any model states (the
+// settings' own, unsharded: a GPU runs one rank) as long as they are sized.
+CategoryBytes own_committed(const RunLayout& run, const TrainConfig& settings, const ParallelRank& place) {
+  Plan sized = run.plan;
+  plan_model_states(sized, settings, run.spec, place, 0, 0);
+  const CategoryBytes whole = committed_device_bytes(run.model.graph.table, sized);
+  const CategoryBytes states = committed_device_bytes(TensorTable{}, sized);
+  CategoryBytes own;
+  for (Category c : kAllCategories) own[c] = whole[c] - states[c];
+  return own;
+}
+
+}  // namespace
+
 GraphCache::Graph GraphCache::lay_out(const TrainConfig& settings, const ParallelRank& place,
                                       const DeviceTarget& device) {
   RunLayout run = lay_out_graph(settings, place, device, &arenas_);
+  const CategoryBytes own =
+      device.kind == DeviceKind::cuda ? own_committed(run, settings, place) : CategoryBytes{};
   Graph g{.spec = run.spec,
           .tensors = std::move(run.plan),
           .ops = sum_op_costs(run.model.graph, run.spec, profile_, settings.tensor_parallel),
           .shape = run_shape(run),
-          .adam_mini_blocks = {}};
+          .adam_mini_blocks = {},
+          .own_committed = own};
   // Adam-mini's partition is of a whole model's tensors, and runs without LoRA (check_layout refuses the
   // rest).
   if (settings.tensor_parallel == 1 && settings.pipeline_parallel == 1 && !settings.lora.enabled())
@@ -75,13 +95,17 @@ GraphCache::Planned GraphCache::plan(const TrainConfig& config, const ParallelRa
                                      int data_parallel) {
   check_layout(config, place);
   const Graph& g = graph(config, place, device);
-  Planned planned{.plan = g.tensors, .cost = {}};
+  Planned planned{.plan = g.tensors, .cost = {}, .committed = {}};
   const bool mini = config.optimizer == OptimizerKind::adam_mini;
   if (mini && !g.adam_mini_blocks)
     throw std::logic_error("graph cache: Adam-mini planned on a graph without its partition");
   const int64_t v_blocks = mini ? *g.adam_mini_blocks : 0;
   plan_model_states(planned.plan, config, g.spec, place, comm_buffer_bytes, v_blocks);
   planned.cost = step_cost(g.ops, g.shape, planned.plan, config, data_parallel, profile_);
+  if (device.kind == DeviceKind::cuda) {
+    planned.committed = committed_device_bytes(TensorTable{}, planned.plan);
+    for (Category c : kAllCategories) planned.committed[c] += g.own_committed[c];
+  }
   return planned;
 }
 

@@ -36,6 +36,9 @@ class GraphCache {
     StepCost ops;                             // sum_op_costs: one pass of the graph
     RunShape shape;                           // run_shape
     std::optional<int64_t> adam_mini_blocks;  // Adam-mini's v blocks, where it runs (one whole model)
+    // On a GPU, what it commits for the tensors held on their own (committed_device_bytes less the model
+    // states' and arenas' buffers): the table's alone, the same for every configuration of the graph.
+    CategoryBytes own_committed;
   };
 
   // lay_out_run's plan of `config` on the rank at `place`, and predict_step_cost's cost over
@@ -43,6 +46,7 @@ class GraphCache {
   struct Planned {
     Plan plan;
     StepCost cost;
+    CategoryBytes committed;  // on a GPU, committed_device_bytes of the plan: what its free memory drops by
   };
   Planned plan(const TrainConfig& config, const ParallelRank& place, const DeviceTarget& device,
                int64_t comm_buffer_bytes, int data_parallel);

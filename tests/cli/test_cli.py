@@ -202,6 +202,16 @@ class DeviceFlag(CliTestCase):
             self.assert_error(result, 2, f"--device {device}", why)
             self.assertFalse((self.tmp / device / "memory.json").exists())
 
+    def test_calibrate_cuda_without_a_gpu_is_refused_in_one_line(self):
+        # As train: a build without CUDA says so, one with it that it found no GPU; no profile is written.
+        built = memtrain("estimate", "--model", "gpt2-tiny", "--device", "cuda")
+        out = self.tmp / "gpu.json"
+        result = memtrain("calibrate", "--device", "cuda", "--out", out)
+        if result.returncode == 0:
+            self.skipTest("this machine has a GPU: tests/cli/test_gpu_plan_search.py reads its profile")
+        self.assert_error(result, 2, "--device cuda", "built without CUDA" if built.returncode != 0 else "no GPU")
+        self.assertFalse(out.exists())
+
     def test_unknown_device(self):
         for device in ("tpu", "cuda:", "cuda:x", "cuda0"):
             self.assert_train_fails(2, f"--device {device}", "expected cpu, cuda or cuda:N", device=device)

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "backend/cpu/cpu_isa.h"
+#include "core/error.h"
 #include "devices/devices.h"
 #include "dist/communicator.h"
 #include "forecast/config_search.h"
@@ -169,6 +170,35 @@ TEST(Planner, PlansEveryCandidateAtTheRequestsLevel) {
           c.rank_bytes,
           lay_out_run(c.config, ParallelRank{.dp = 1}, {.cpu_isa = isa, .threads = 1}, 0).plan.bytes.total())
           << describe_config(c.config) << " at " << cpu_isa_name(isa);
+  }
+}
+
+// On a GPU a candidate fits by what the device commits (each buffer in whole granules) beside the runtime's
+// overhead: the search's bytes are lay_out_run's, what the graph cache keeps of a graph included, and it
+// never proposes what check_config refuses there.
+TEST(Planner, OnAGpuCandidatesFitByTheirCommittedBytes) {
+  TrainConfig base = tiny_base("gpt2-tiny", 8);
+  base.device = "cuda";
+  try {
+    check_device(base.device);
+  } catch (const Error&) {
+    GTEST_SKIP() << "a build without CUDA plans for no GPU";
+  }
+  const int64_t overhead = int64_t{512} << 20, room = int64_t{50} << 20;
+  const SearchResult result = search_configs({.base = base,
+                                              .ranks = 1,
+                                              .device_memory = overhead + room,
+                                              .runtime_overhead = overhead,
+                                              .profile = testing::tested_profile(),
+                                              .isa = process_cpu_isa()});
+  ASSERT_FALSE(result.fitting.empty());
+  for (const ConfigCandidate& c : result.fitting) {
+    const DeviceTarget gpu = plan_target(base.device, process_cpu_isa(), 1);
+    const RunLayout run = lay_out_run(c.config, ParallelRank{.dp = 1}, gpu, 0);
+    EXPECT_EQ(c.device_bytes, committed_device_bytes(run.model.graph.table, run.plan).total())
+        << describe_config(c.config);
+    EXPECT_LE(c.device_bytes, room);
+    EXPECT_NE(c.config.optimizer, OptimizerKind::adam_mini);
   }
 }
 

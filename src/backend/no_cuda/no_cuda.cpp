@@ -34,6 +34,11 @@ DeviceTraits gpu_device_traits(DType /*dtype*/, int64_t /*seq_len*/, int64_t /*h
   fail_usage(flag + ": " + kWithout);
 }
 
+// Unreachable: open_gpu has refused first.
+GpuRates measure_gpu(const GpuTarget& /*target*/, double /*seconds_per_test*/) {
+  throw std::logic_error(std::string("measure_gpu: ") + kWithout);
+}
+
 std::unique_ptr<Backend> make_gpu_backend(const GpuTarget& /*target*/, const ModelStatePolicy& /*policy*/) {
   throw std::logic_error(std::string("gpu backend: ") + kWithout);
 }
