@@ -18,6 +18,7 @@ namespace mt {
 // The GPU a run trains on: its index among those the CUDA runtime sees.
 struct GpuTarget {
   int index = 0;
+  bool tf32 = false;  // fp32 products on TF32 tensor cores (--tf32)
 };
 
 // Whether this build has a GPU backend (MEMTRAIN_CUDA).

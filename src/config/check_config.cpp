@@ -65,7 +65,12 @@ void check_adam_mini_flags(const TrainConfig& c) {
 
 // What the GPU backend does not run yet is refused by its flag before anything is planned for it.
 void check_gpu_flags(const TrainConfig& c) {
-  if (device_kind(c.device) != DeviceKind::cuda) return;
+  if (device_kind(c.device) != DeviceKind::cuda) {
+    if (c.tf32)
+      fail_usage("--tf32 with --device " + c.device +
+                 ": TF32 is a GPU's mode for fp32 products (--device cuda)");
+    return;
+  }
   const std::string gpu = "--device " + c.device + " with ";
   const auto refuse = [&](const std::string& flag) {
     fail_usage(gpu + flag_source_with_value(c, flag) +

@@ -551,12 +551,18 @@ const RunFlag kRunFlags[] = {
      .field = &config_field<&C::out>,
      .show_default = true},
     {.names = "--device",
-     .help = "the device the run plans for and trains on: cpu (cuda or cuda:N once a CUDA backend exists; a "
-             "build without CUDA says so)",
+     .help = "the device the run plans for and trains on: cpu, or cuda / cuda:N (one NVIDIA GPU, in a build "
+             "with CUDA; a build without it says so)",
      .field = &config_field<&C::device>,
      .show_default = true,
      .memory = true,
      .per_rank = true},
+    // Not a trajectory flag: like --device, a resume may change it (a GPU checkpoint resumes on the CPU).
+    {.names = "--tf32",
+     .help = "with --device cuda: fp32 products on TF32 tensor cores (10-bit mantissa inputs, fp32 sums), "
+             "faster and less exact; without it fp32 products are fp32, as the CPU's",
+     .field = &config_field<&C::tf32>,
+     .kind = K::switch_on},
     {.names = "--threads",
      .help = "OpenMP threads, 0 = all cores",
      .field = &config_field<&C::threads>,

@@ -106,6 +106,7 @@ struct TrainConfig {
   int64_t verify_resume = 0;
   std::string out = "run";     // metrics.jsonl and memory.json
   std::string device = "cpu";  // --device: where the run plans for and trains (devices/devices.h)
+  bool tf32 = false;           // --tf32: a GPU's fp32 products through TF32 tensor cores
   int threads = 0;             // 0: every core
   // Bytes one rank may plan (--memory-limit); 0: the machine's available memory shared by its ranks.
   int64_t memory_limit = 0;

@@ -65,12 +65,13 @@ DeviceTarget plan_target(const std::string& device, CpuIsa isa, int threads) {
   return {.kind = DeviceKind::cuda, .cpu_isa = isa, .threads = threads, .gpu = gpu_index(device)};
 }
 
-DeviceTarget open_device(const std::string& device, int threads) {
+DeviceTarget open_device(const std::string& device, int threads, bool tf32) {
   const DeviceKind kind = device_kind(device);
   const CpuTarget cpu = open_cpu_backend(threads);
   if (kind == DeviceKind::cpu) return {.cpu_isa = cpu.isa, .threads = cpu.threads};
   const GpuTarget gpu = open_gpu(gpu_index(device), "--device " + device);
-  return {.kind = DeviceKind::cuda, .cpu_isa = cpu.isa, .threads = cpu.threads, .gpu = gpu.index};
+  return {
+      .kind = DeviceKind::cuda, .cpu_isa = cpu.isa, .threads = cpu.threads, .gpu = gpu.index, .tf32 = tf32};
 }
 
 std::optional<DeviceMemoryInfo> device_memory_info(const DeviceTarget& target) {
@@ -84,7 +85,8 @@ DeviceTraits device_traits(const DeviceTarget& target, DType dtype, int64_t seq_
 }
 
 std::unique_ptr<Backend> make_backend(const DeviceTarget& target, const ModelStatePolicy& policy) {
-  if (target.kind == DeviceKind::cuda) return make_gpu_backend({.index = target.gpu}, policy);
+  if (target.kind == DeviceKind::cuda)
+    return make_gpu_backend({.index = target.gpu, .tf32 = target.tf32}, policy);
   return make_cpu_backend(cpu_target(target), policy);
 }
 

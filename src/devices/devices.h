@@ -24,6 +24,7 @@ struct DeviceTarget {
   CpuIsa cpu_isa = CpuIsa::generic;  // the CPU kernels' level (the host's, beside a GPU)
   int threads = 1;                   // the CPU kernels' OpenMP threads
   int gpu = 0;                       // cuda: the GPU's index
+  bool tf32 = false;                 // cuda: fp32 products on TF32 tensor cores (--tf32)
 };
 
 // Decides the CPU kernels' level (the CPU's, capped by MEMTRAIN_MAX_ISA) before any product runs or any
@@ -41,8 +42,9 @@ DeviceKind device_kind(const std::string& device);
 // One process trains on one GPU: --device cuda with more than one rank is a usage error.
 void check_device_ranks(const std::string& device, int64_t ranks);
 // This process's device for a run (--device, checked as check_device does): the CPU at this process's level,
-// its OpenMP threads set to `threads`; or the GPU it names, a usage error when there is none.
-DeviceTarget open_device(const std::string& device, int threads);
+// its OpenMP threads set to `threads`; or the GPU it names, a usage error when there is none, its fp32
+// products on TF32 where `tf32` says so.
+DeviceTarget open_device(const std::string& device, int threads, bool tf32 = false);
 // The target a plan for `device` is made for without opening it (estimate): the CPU at `isa` with `threads`,
 // or the GPU it names.
 DeviceTarget plan_target(const std::string& device, CpuIsa isa, int threads);

@@ -135,7 +135,7 @@ void train(const TrainConfig& given, const MemoryFitCheck& check_fit) {
   if (comm.rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     fail_data("cannot silence rank " + std::to_string(comm.rank()));
   // Ranks share the machine's cores: one thread each unless --threads says otherwise.
-  const DeviceTarget device = open_device(cfg.device, rank_threads(cfg, comm.size()));
+  const DeviceTarget device = open_device(cfg.device, rank_threads(cfg, comm.size()), cfg.tf32);
   if (check_fit) agree_on_failure(comm, [&] { check_fit(cfg, comm.size()); });
   if (cfg.verify_resume > 0)
     verify_resume(cfg, comm, device);

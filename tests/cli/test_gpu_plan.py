@@ -81,6 +81,7 @@ class GpuPlan(CliTestCase):
             (["--device", "cuda", "--dp", "2"], ["--device cuda", "2 ranks", "one GPU"]),
             (["--device", "cuda", "--optimizer", "adam-mini"], ["--optimizer adam-mini", "not on the GPU yet"]),
             (["--device", "cuda:x"], ["--device cuda:x", "cpu, cuda or cuda:N"]),
+            (["--tf32"], ["--tf32 with --device cpu", "--device cuda"]),
         ]:
             with self.subTest(flags=flags):
                 self.assert_error(memtrain("estimate", *run_flags(*flags)), 2, *mentions)

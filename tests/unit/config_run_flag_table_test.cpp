@@ -66,6 +66,7 @@ TrainConfig changed_config() {
   c.save = "ck";
   c.resume = ResumeMode::automatic;
   c.threads = 3;
+  c.tf32 = true;
   c.distributed_timeout_minutes = 0.05;
   return c;
 }

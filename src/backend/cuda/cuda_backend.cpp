@@ -5,6 +5,7 @@
 #include "backend/cuda/allocator.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
+#include "backend/cuda/matmul.cuh"
 #include "backend/cuda/weight_quant.cuh"
 #include "backend/gpu.h"
 #include "core/error.h"
@@ -71,6 +72,7 @@ DeviceTraits gpu_device_traits(DType /*dtype*/, int64_t /*seq_len*/, int64_t /*h
 }
 
 std::unique_ptr<Backend> make_gpu_backend(const GpuTarget& target, const ModelStatePolicy& policy) {
+  cuda::set_tf32(target.tf32);
   return make_cuda_runner(target, policy);
 }
 
