@@ -5,6 +5,7 @@ the driver's free memory dropping by exactly what the plan's buffers committed, 
 Without a GPU (or a build without CUDA) it exits 77, which CTest reports as skipped.
 """
 import ctypes
+import json
 import sys
 import unittest
 
@@ -92,6 +93,25 @@ class OnTheGpu(ResumeTestCase):
         self.assertTrue(proof["free_steady"], proof)
         self.assertEqual(proof["steps_checked"], 4)
         self.assertGreater(proof["runtime_overhead_bytes"], 0)
+        # (b) in numbers: the driver took what the plan said its buffers commit, before any was made.
+        flags = run_flags("--model", "gpt2-tiny", "--bf16", "--device", "cuda", data=self.data)
+        estimate = json.loads(memtrain("estimate", *flags, "--json").stdout)
+        committed = estimate["ranks"][0]["device_committed_total_bytes"]
+        self.assertEqual(proof["planned_committed_bytes"], committed)
+        self.assertEqual(proof["committed_bytes"], committed)
+        self.assertEqual(proof["allocation_drop_bytes"], committed)
+
+    def test_tf32_is_asked_for(self):
+        # TF32 rounds the fp32 products' inputs to 10 mantissa bits: the losses move, within bf16's tolerance.
+        exact = self.run_on("cuda", "fp32", "--model", "gpt2-tiny")
+        tf32 = self.run_on("cuda", "tf32", "--model", "gpt2-tiny", "--tf32")
+        got, want = self.losses(tf32), self.losses(exact)
+        self.assertNotEqual(got, want)
+        for step, ((a, _), (b, _)) in enumerate(zip(got, want), 1):
+            self.assertAlmostEqual(a, b, delta=TOLERANCE["bf16"] * abs(b), msg=f"step {step}")
+
+    def test_verify_resume_on_the_gpu(self):
+        self.train(self.tmp / "verify", "--device", "cuda", "--bf16", "--verify-resume", "2", iters=4)
 
     def test_resumes_bitwise(self):
         self.assert_bitwise("resume", ["--device", "cuda", "--bf16"])
