@@ -91,7 +91,7 @@ void print_plan(const SearchRequest& request, const std::optional<GpuProfile>& g
 std::optional<GpuProfile> planned_gpu(const TrainConfig& base, const PlanFlags& flags) {
   const bool on_gpu = device_kind(base.device) == DeviceKind::cuda;
   if (!on_gpu) {
-    if (!flags.gpu.empty()) fail_usage("--gpu " + flags.gpu + ": a GPU's profile plans for --device cuda");
+    if (!flags.gpu.empty()) fail_gpu_without_cuda(flags.gpu);
     return std::nullopt;
   }
   if (flags.gpu.empty())

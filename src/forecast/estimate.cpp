@@ -265,7 +265,7 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
   e.isa = isa;
   const DeviceTarget target = plan_target(config.device, isa, e.threads);
   e.on_gpu = target.kind == DeviceKind::cuda;
-  if (gpu && !e.on_gpu) fail_usage("--gpu " + gpu->gpu + ": a GPU's profile plans for --device cuda");
+  if (gpu && !e.on_gpu) fail_gpu_without_cuda(gpu->gpu);
   if (gpu) e.gpu = *gpu;
   e.device_memory = device_memory ? device_memory : gpu ? std::optional(gpu->memory_bytes) : std::nullopt;
   for (int rank = 0; rank < e.world(); ++rank) {

@@ -94,6 +94,10 @@ std::string gpu_profile_names() {
   return names;
 }
 
+void fail_gpu_without_cuda(const std::string& gpu) {
+  fail_usage("--gpu " + gpu + ": a GPU's profile plans for --device cuda");
+}
+
 GpuProfile gpu_profile(const std::string& gpu, const std::string& flag) {
   if (gpu.find('/') != std::string::npos || gpu.ends_with(".json")) return load_gpu_profile(gpu, flag);
   for (const GpuProfile& p : shipped_gpu_profiles())

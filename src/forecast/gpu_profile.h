@@ -33,6 +33,8 @@ const std::vector<GpuProfile>& shipped_gpu_profiles();
 GpuProfile gpu_profile(const std::string& gpu, const std::string& flag);
 // "h100, h200, a100-80gb"
 std::string gpu_profile_names();
+// The usage error for --gpu `gpu` given to a plan for the CPU.
+[[noreturn]] void fail_gpu_without_cuda(const std::string& gpu);
 
 // The profile as its file holds it (profiles/gpu/*.json's format).
 nlohmann::ordered_json gpu_profile_json(const GpuProfile& profile);
