@@ -285,24 +285,24 @@ Estimate estimate_run(const TrainConfig& config, int dp, std::optional<int64_t> 
     }
     const Graph& graph = run.model.graph;
     const Plan& plan = run.plan;
-    e.ranks.push_back(
-        {.rank = rank,
-         .place = place,
-         .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
-         .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
-         .bytes = plan.bytes,
-         .host_bytes = plan.host,
-         .committed = committed_device_bytes(graph.table, plan),
-         .buffers = e.on_gpu ? planned_buffers(graph.table, plan) : std::vector<PlannedBuffer>{},
-         .num_params = plan.num_params,
-         .shard_begin = plan.shard_begin,
-         .shard_end = plan.shard_end,
-         .shard_elems = plan.shard_elems,
-         .activations_packed = plan.activations.size,
-         .activations_unpacked = plan.activations.sum_of_tensors,
-         .offloaded_bytes = plan.offloaded_bytes,
-         .peak = peak_op(graph, plan),
-         .gradient_tensors = gradient_tensors(graph, plan)});
+    const std::vector<PlannedBuffer> buffers = planned_buffers(graph.table, plan);
+    e.ranks.push_back({.rank = rank,
+                       .place = place,
+                       .in_flight = micro_batches_in_flight(place.pp, place.pp_rank, run.accum),
+                       .saved_per_micro_batch = saved_by_first_forward(graph, plan.alignment),
+                       .bytes = plan.bytes,
+                       .host_bytes = plan.host,
+                       .committed = committed_bytes(buffers, plan.commit_granularity),
+                       .buffers = e.on_gpu ? buffers : std::vector<PlannedBuffer>{},
+                       .num_params = plan.num_params,
+                       .shard_begin = plan.shard_begin,
+                       .shard_end = plan.shard_end,
+                       .shard_elems = plan.shard_elems,
+                       .activations_packed = plan.activations.size,
+                       .activations_unpacked = plan.activations.sum_of_tensors,
+                       .offloaded_bytes = plan.offloaded_bytes,
+                       .peak = peak_op(graph, plan),
+                       .gradient_tensors = gradient_tensors(graph, plan)});
   }
   return e;
 }

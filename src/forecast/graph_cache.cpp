@@ -26,28 +26,14 @@ std::string GraphCache::key(const TrainConfig& config, const ParallelRank& place
   return key;
 }
 
-namespace {
-
-// What the device commits for the tensors `run`'s table holds on their own. Each buffer is committed on its
-// own, so that is the whole less what the same plan without the table commits, over any model states (the
-// settings' own, unsharded: a GPU runs one rank) as long as they are sized.
-CategoryBytes own_committed(const RunLayout& run, const TrainConfig& settings, const ParallelRank& place) {
-  Plan sized = run.plan;
-  plan_model_states(sized, settings, run.spec, place, 0, 0);
-  const CategoryBytes whole = committed_device_bytes(run.model.graph.table, sized);
-  const CategoryBytes states = committed_device_bytes(TensorTable{}, sized);
-  CategoryBytes own;
-  for (Category c : kAllCategories) own[c] = whole[c] - states[c];
-  return own;
-}
-
-}  // namespace
-
 GraphCache::Graph GraphCache::lay_out(const TrainConfig& settings, const ParallelRank& place,
                                       const DeviceTarget& device) {
   RunLayout run = lay_out_graph(settings, place, device, &arenas_);
+  // Every configuration of the graph holds the same tensors on their own: their commitment is the graph's.
   const CategoryBytes own =
-      device.kind == DeviceKind::cuda ? own_committed(run, settings, place) : CategoryBytes{};
+      device.kind == DeviceKind::cuda
+          ? committed_bytes(tensor_buffers(run.model.graph.table), run.plan.commit_granularity)
+          : CategoryBytes{};
   Graph g{.spec = run.spec,
           .tensors = std::move(run.plan),
           .ops = sum_op_costs(run.model.graph, run.spec, profile_, settings.tensor_parallel),
@@ -103,7 +89,7 @@ GraphCache::Planned GraphCache::plan(const TrainConfig& config, const ParallelRa
   plan_model_states(planned.plan, config, g.spec, place, comm_buffer_bytes, v_blocks);
   planned.cost = step_cost(g.ops, g.shape, planned.plan, config, data_parallel, profile_);
   if (device.kind == DeviceKind::cuda) {
-    planned.committed = committed_device_bytes(TensorTable{}, planned.plan);
+    planned.committed = committed_bytes(plan_buffers(planned.plan), planned.plan.commit_granularity);
     for (Category c : kAllCategories) planned.committed[c] += g.own_committed[c];
   }
   return planned;

@@ -36,8 +36,8 @@ class GraphCache {
     StepCost ops;                             // sum_op_costs: one pass of the graph
     RunShape shape;                           // run_shape
     std::optional<int64_t> adam_mini_blocks;  // Adam-mini's v blocks, where it runs (one whole model)
-    // On a GPU, what it commits for the tensors held on their own (committed_device_bytes less the model
-    // states' and arenas' buffers): the table's alone, the same for every configuration of the graph.
+    // On a GPU, what it commits for the tensors held on their own (tensor_buffers): the table's alone, the
+    // same for every configuration of the graph.
     CategoryBytes own_committed;
   };
 

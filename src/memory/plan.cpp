@@ -159,7 +159,7 @@ void size_model_states(Plan& plan, const ModelStatePolicy& policy, const Shardin
   plan.bytes.total();  // every sum of the categories that reports print fits as well
 }
 
-std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan& plan) {
+std::vector<PlannedBuffer> plan_buffers(const Plan& plan) {
   const auto device = [](Category category, int64_t bytes) {
     return PlannedBuffer{category, MemorySpace::device, bytes};
   };
@@ -172,23 +172,37 @@ std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan&
       device(Category::optim, plan.v_sums_bytes),
       device(Category::optim, checked_mul(plan.moment_scales, 4)),
       device(Category::optim, checked_mul(plan.v_scales(), 4))};
+  for (Category c : kArenaCategories) buffers.push_back(device(c, plan.arena(c).size));
+  return buffers;
+}
+
+std::vector<PlannedBuffer> tensor_buffers(const TensorTable& table) {
+  std::vector<PlannedBuffer> buffers;
   for (int id = 0; id < table.size(); ++id) {
     const TensorDesc& t = table[id];
     if (t.category != Category::params && !t.has_lifetime())
       buffers.push_back({t.category, t.space, t.bytes()});
   }
-  for (Category c : kArenaCategories) buffers.push_back(device(c, plan.arena(c).size));
   return buffers;
 }
 
-CategoryBytes committed_device_bytes(const TensorTable& table, const Plan& plan) {
+std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan& plan) {
+  std::vector<PlannedBuffer> buffers = plan_buffers(plan);
+  const std::vector<PlannedBuffer> tensors = tensor_buffers(table);
+  buffers.insert(buffers.end(), tensors.begin(), tensors.end());
+  return buffers;
+}
+
+CategoryBytes committed_bytes(const std::vector<PlannedBuffer>& buffers, int64_t granularity) {
   CategoryBytes committed;
-  for (const PlannedBuffer& b : planned_buffers(table, plan))
+  for (const PlannedBuffer& b : buffers)
     if (b.space == MemorySpace::device)
-      committed[b.category] =
-          checked_add(committed[b.category],
-                      plan.commit_granularity > 0 ? round_up(b.bytes, plan.commit_granularity) : b.bytes);
+      committed[b.category] = checked_add(committed[b.category], b.committed(granularity));
   return committed;
+}
+
+CategoryBytes committed_device_bytes(const TensorTable& table, const Plan& plan) {
+  return committed_bytes(planned_buffers(table, plan), plan.commit_granularity);
 }
 
 Plan make_plan(const TensorTable& table, int64_t alignment, const ModelStatePolicy& policy,

@@ -162,11 +162,19 @@ struct PlannedBuffer {
     return space == MemorySpace::device && granularity > 0 ? round_up(bytes, granularity) : bytes;
   }
 };
-// Every buffer an Allocation takes for `plan`, empty ones included: the model states' (weights, master
-// weights, flat gradients, the moments and their scales), each tensor held on its own, and the four arenas.
+// Every buffer an Allocation takes for `plan`, empty ones included: the plan's own (plan_buffers) and the
+// table's tensors held on their own (tensor_buffers).
 std::vector<PlannedBuffer> planned_buffers(const TensorTable& table, const Plan& plan);
-// What the device commits for the plan's buffers in its own memory, per category: each buffer rounded up to
-// plan.commit_granularity (as planned without one). What a GPU's free memory drops by when they are made.
+// The model states' buffers (weights, master weights, flat gradients, the moments and their scales) and the
+// four arenas: what the plan sizes, whatever the table.
+std::vector<PlannedBuffer> plan_buffers(const Plan& plan);
+// A buffer for each tensor that is neither a parameter nor in an arena: the same for every plan of the table.
+std::vector<PlannedBuffer> tensor_buffers(const TensorTable& table);
+// What the device commits for the buffers in its own memory, per category: each rounded up to `granularity`
+// (as planned without one).
+CategoryBytes committed_bytes(const std::vector<PlannedBuffer>& buffers, int64_t granularity);
+// committed_bytes of every buffer of the plan at plan.commit_granularity: what a GPU's free memory drops by
+// when they are made.
 CategoryBytes committed_device_bytes(const TensorTable& table, const Plan& plan);
 
 // Slots per offloaded state: the chunk being updated and the one in flight.

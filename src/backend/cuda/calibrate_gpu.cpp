@@ -103,18 +103,14 @@ double product_tflops(Session& s, const Operands& o, double budget) {
   return 2.0 * static_cast<double>(kSide) * kSide * kSide / seconds / 1e12;
 }
 
-// fp32 products as TF32, as set_tf32(true) makes a run's; the process's setting restored after.
+// fp32 products as TF32, as set_tf32(true) makes a run's; the process's setting restored on every way out.
 double tf32_tflops(Session& s, const Operands& o, double budget) {
-  const bool was = cuda::tf32_enabled();
-  cuda::set_tf32(true);
-  try {
-    const double tflops = product_tflops<float, float>(s, o, budget);
-    cuda::set_tf32(was);
-    return tflops;
-  } catch (...) {
-    cuda::set_tf32(was);
-    throw;
-  }
+  struct Tf32 {
+    bool was = cuda::tf32_enabled();
+    Tf32() { cuda::set_tf32(true); }
+    ~Tf32() { cuda::set_tf32(was); }
+  } on;
+  return product_tflops<float, float>(s, o, budget);
 }
 
 }  // namespace
