@@ -132,6 +132,11 @@ void prune_lineage(const std::string& save_dir, const std::string& run_id, size_
 
 }  // namespace
 
+void tidy_save_dir(const std::string& save_dir, const std::string& run_id, int keep) {
+  clean_up_unfinished(save_dir);
+  if (keep > 0) prune_lineage(save_dir, run_id, static_cast<size_t>(keep));
+}
+
 size_t remove_checkpoints(const std::string& save_dir) {
   const std::vector<std::string> all = list_checkpoints(save_dir);
   for (const std::string& dir : all) remove_checkpoint(dir);
@@ -184,7 +189,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     rename_or_fail(tmp_dir, final_dir);
     sync_directory(save_dir);
     remove_all_or_fail(old_dir);
-    if (keep > 0) prune_lineage(save_dir, state.run_id, static_cast<size_t>(keep));
+    tidy_save_dir(save_dir, state.run_id, keep);
   }
   comm.barrier();
   return final_dir.string();

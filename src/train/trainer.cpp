@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "ckpt/writer.h"
 #include "core/error.h"
 #include "memory/report.h"
 #include "model/init.h"
@@ -315,6 +316,8 @@ void Trainer::log(int64_t step, const StepOutcome& outcome) {
 }
 
 void Trainer::finish_already_complete(int64_t step) {
+  // A kill between the last save's rename and its pruning left one checkpoint too many.
+  if (!cfg_.save.empty() && rank_ == 0) ckpt::tidy_save_dir(cfg_.save, run_id_, cfg_.keep_checkpoints);
   const bool write_weights = !cfg_.save_weights.empty() && !std::filesystem::exists(cfg_.save_weights);
   if (write_weights)
     save_weights(cfg_.save_weights, spec_, model_, *memory_, kDefaultShardBytes, weight_writers());

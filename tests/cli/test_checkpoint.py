@@ -24,8 +24,11 @@ class Checkpoint(ResumeTestCase):
             self.assertEqual(result.returncode, expect, result.stdout[-3000:] + result.stderr[-3000:])
         return result
 
+    def train_args(self, out, *flags, iters=2 * N):
+        return ["train", *run_flags(*flags, data=self.data, out=out, train_iters=iters)]
+
     def train_command(self, out, *flags, iters=2 * N):
-        return command("train", *run_flags(*flags, data=self.data, out=out, train_iters=iters))
+        return command(*self.train_args(out, *flags, iters=iters))
 
     def offload_dir(self):
         path = self.tmp / "offload"
@@ -115,7 +118,7 @@ class Checkpoint(ResumeTestCase):
             newest = step
         self.assertEqual(kills, 20)
         # A kill between a save's rename and the pruning of old checkpoints leaves one extra; the next
-        # completed save prunes it.
+        # completed save prunes it, or, where that was the last step's save, the run that finds it complete.
         self.assertLessEqual(len(list(save.glob("step_*"))), 4)
         finished = subprocess.run(command, capture_output=True, text=True, timeout=120)
         self.assertEqual(finished.returncode, 0, finished.stderr)
@@ -123,6 +126,20 @@ class Checkpoint(ResumeTestCase):
         self.assertEqual(self.records(out), self.records(reference))
         final = f"ckpt/step_{iters:08d}/rank0.safetensors"
         self.assertEqual((out / final).read_bytes(), (reference / final).read_bytes())
+
+    def test_a_requeued_complete_run_finishes_its_last_saves_pruning(self):
+        # As a kill between the last save's rename and its pruning leaves the save directory.
+        out = self.tmp / "requeued"
+        save = out / "ckpt"
+        self.run_memtrain(*self.train_args(out, "--save", str(save), "--save-interval", "1", iters=4))
+        unfinished = save / ".step_00000004.tmp"
+        unfinished.mkdir()
+        (unfinished / "rank0.safetensors").write_bytes(b"half")
+        result = self.run_memtrain(*self.train_args(out, "--save", str(save), "--resume", "auto",
+                                                    "--save-interval", "1", "--keep-checkpoints", "3", iters=4))
+        self.assertIn("the run is complete", result.stdout)
+        self.assertEqual(sorted(p.name for p in save.iterdir() if p.name != ".memtrain.lock"),
+                         ["step_00000002", "step_00000003", "step_00000004"])
 
     def test_sigterm_finishes_the_step_saves_and_exits_0(self):
         out = self.tmp / "sigterm"
