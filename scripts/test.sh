@@ -9,7 +9,7 @@ MEMTRAIN_CMAKE_ARGS="-DMEMTRAIN_WERROR=ON" scripts/setup.sh
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 MEMTRAIN_BUILD_DIR=build-asan \
-  MEMTRAIN_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug -DMEMTRAIN_SANITIZE=ON -DMEMTRAIN_WERROR=ON -DMEMTRAIN_CUDA=OFF" \
+  MEMTRAIN_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug -DMEMTRAIN_SANITIZE=ON -DMEMTRAIN_WERROR=ON -DMEMTRAIN_CUDA=OFF -DMEMTRAIN_BUILD_BENCH=OFF" \
   scripts/setup.sh
 # The convergence runs train for minutes; under the sanitizers they would take hours and test nothing new.
 # So does calibrate, whose measurements run GPT-2-sized products (its kernels are sanitized in unit.kernels.*).
