@@ -228,9 +228,7 @@ std::vector<std::string> advice_notes(const std::vector<ConfigCandidate>& ranked
     const DeviceTarget device = plan_target(request.base.device, request.isa, 1);
     // A CPU multiplies bf16 directly when its products need no conversion tiles.
     const bool native_bf16 = device_traits(device, DType::bf16, 1, 1).matmul_scratch_floats == 0;
-    const std::string why = device.kind == DeviceKind::cuda
-                                ? "but the cost model prices fp16 products at fp32's rate, as a CPU's; the "
-                                  "GPU's run at bf16's"
+    const std::string why = device.kind == DeviceKind::cuda ? "both at the tensor cores' 16-bit rate"
                             : native_bf16 ? "but fp16 products run as fp32 tiles at " + level
                                           : "and at " + level + " both run their products as fp32 tiles";
     notes.push_back(std::string(bf16 < fp16 ? "agrees" : "DISAGREES") + ": bf16 before fp16 (best bf16 " +

@@ -11,11 +11,6 @@ namespace mt {
 
 namespace {
 
-// bf16 products have their own rates; f16 ones are converted and run as fp32 (backend/cpu/matmul.h).
-const LinearRates& rates_for(const HardwareProfile& profile, DType dtype) {
-  return profile.linear(dtype == DType::bf16);
-}
-
 double operand_bytes(const TensorTable& table, const Op& op) {
   double bytes = 0;
   for (int id : op.operands())
@@ -195,7 +190,7 @@ OpCost predict_op_cost(const TensorTable& table, const Op& op, const ModelSpec& 
       const double products = forward ? 1 : (a.dinp >= 0 ? 2 : 1);
       c.flops =
           products * 2.0 * static_cast<double>(M) * static_cast<double>(n_in) * static_cast<double>(n_out);
-      const LinearRates& rates = rates_for(profile, weight.dtype);
+      const LinearRates& rates = profile.linear(weight.dtype);
       c.seconds =
           c.flops / ((forward ? rates.forward : rates.backward).at(weight_class(n_in, n_out), M) * 1e9);
       break;

@@ -127,6 +127,7 @@ HardwareProfile hardware_profile_of(const GpuProfile& gpu, const HardwareProfile
   const double fp32 = gpu.fp32_tflops * 1e3, bf16 = gpu.bf16_tflops * 1e3;
   p.fp32 = flat_linear(fp32);
   p.bf16 = flat_linear(bf16);
+  p.f16_at_bf16_rate = true;
   p.attention_gflops = {fp32, bf16};
   p.lm_head_gflops = {fp32, bf16};
   const double bytes_per_s = gpu.memory_gbps * 1e9;

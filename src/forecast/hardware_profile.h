@@ -79,9 +79,13 @@ struct HardwareProfile {
   std::optional<double> mpi_gbps, comm_overlap;
   double disk_gbps = 0;  // sequential write + read of the offload directory
 
-  // fp16 products run as fp32 on CPUs without f16 arithmetic (backend/cpu/matmul.h); bf16 has its own rate
-  // (without AVX512-BF16, that of its products through fp32 conversion tiles).
-  const LinearRates& linear(bool bf16_inputs) const { return bf16_inputs ? bf16 : fp32; }
+  // bf16 products have their own rate (without AVX512-BF16, that of its products through fp32 conversion
+  // tiles); fp16 ones run as fp32 on a CPU (backend/cpu/matmul.h) and at bf16's rate on a GPU's tensor cores,
+  // which a profile derived from a GPU's (hardware_profile_of) says here.
+  bool f16_at_bf16_rate = false;
+  const LinearRates& linear(DType inputs) const {
+    return inputs == DType::bf16 || (inputs == DType::f16 && f16_at_bf16_rate) ? bf16 : fp32;
+  }
   double attention(bool sixteen_bit) const { return attention_gflops[sixteen_bit ? 1 : 0]; }
   double lm_head(bool sixteen_bit) const { return lm_head_gflops[sixteen_bit ? 1 : 0]; }
 };

@@ -62,6 +62,10 @@ TEST(GpuProfile, RatesFromTheCardsPeaks) {
       EXPECT_DOUBLE_EQ(p.bf16.backward.at(c, rows), gpu.bf16_tflops * 1e3);
       EXPECT_DOUBLE_EQ(p.fp32.forward.at(c, rows), gpu.fp32_tflops * 1e3);
     }
+  // fp16 products on the tensor cores, as bf16's; the host's own profile runs them as fp32.
+  EXPECT_EQ(&p.linear(DType::f16), &p.bf16);
+  EXPECT_EQ(&p.linear(DType::f32), &p.fp32);
+  EXPECT_EQ(&host.linear(DType::f16), &host.fp32);
   EXPECT_DOUBLE_EQ(p.attention(true), gpu.bf16_tflops * 1e3);
   EXPECT_DOUBLE_EQ(p.lm_head(false), gpu.fp32_tflops * 1e3);
   // The bandwidth over the bytes an element moves: 3 16-bit tensors elementwise; AdamW 28 bytes a parameter
