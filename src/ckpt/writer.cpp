@@ -189,7 +189,7 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
     rename_or_fail(tmp_dir, final_dir);
     sync_directory(save_dir);
     remove_all_or_fail(old_dir);
-    tidy_save_dir(save_dir, state.run_id, keep);
+    if (keep > 0) prune_lineage(save_dir, state.run_id, static_cast<size_t>(keep));
   }
   comm.barrier();
   return final_dir.string();

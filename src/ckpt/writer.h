@@ -25,9 +25,9 @@ std::string save_checkpoint(const std::string& save_dir, const CheckpointState& 
                             const Allocation& memory, const std::vector<FileTensor>& tensors,
                             Communicator& comm, int keep, std::span<char> stream);
 
-// What a save does after its rename, for a save a kill interrupted there (a requeued run that finds its last
-// step saved): removes unfinished saves' hidden directories and keeps the newest `keep` checkpoints of
-// lineage `run_id` (0: all). Rank 0's, not collective.
+// For a requeued run that finds its last step saved, whose save a kill may have cut off after its rename:
+// removes unfinished saves' hidden directories (as a save does first) and keeps the newest `keep`
+// checkpoints of lineage `run_id` (0: all; as a save does last). Rank 0's, not collective.
 void tidy_save_dir(const std::string& save_dir, const std::string& run_id, int keep);
 
 // Removes every checkpoint of save_dir (--overwrite-checkpoints); returns how many there were.
