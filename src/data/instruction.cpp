@@ -12,7 +12,7 @@
 namespace mt {
 namespace {
 
-using json = nlohmann::ordered_json;  // key order kept: a template's tojson shows it
+using nlohmann::ordered_json;  // key order kept: a template's tojson shows it
 
 // Where a record came from, for its errors: "FILE line N".
 struct RecordSource {
@@ -23,14 +23,14 @@ struct RecordSource {
   }
 };
 
-std::string type_of(const json& value) {
+std::string type_of(const ordered_json& value) {
   return value.is_null()     ? "null"
          : value.is_array()  ? "a list"
          : value.is_object() ? "an object"
                              : value.type_name();
 }
 
-const std::string& text_at(const json& object, const std::string& key, const RecordSource& src,
+const std::string& text_at(const ordered_json& object, const std::string& key, const RecordSource& src,
                            const std::string& where) {
   const auto it = object.find(key);
   if (it == object.end()) src.fail(where + "missing key \"" + key + "\"");
@@ -70,7 +70,7 @@ class RecordWriter {
   int32_t end_;
 };
 
-void render_plain_chat(const json& messages, const std::string& key, const RecordSource& src,
+void render_plain_chat(const ordered_json& messages, const std::string& key, const RecordSource& src,
                        RecordWriter& out) {
   if (!messages.is_array() || messages.empty())
     src.fail("\"" + key + "\" is " + type_of(messages) + ", expected a non-empty list of {role, content}");
@@ -93,7 +93,7 @@ void render_plain_chat(const json& messages, const std::string& key, const Recor
 }
 
 // A chat through the model's template: the text between assistant spans read, the spans counted.
-void render_template_chat(const json& record, const std::string& key, const ChatTemplate& chat,
+void render_template_chat(const ordered_json& record, const std::string& key, const ChatTemplate& chat,
                           const RecordSource& src, RecordWriter& out, int64_t& uncounted_turns) {
   const ChatRender r = render_chat(chat, record, key, false, src.path + " line " + std::to_string(src.line));
   if (r.assistant_spans.empty() && r.uncounted_turns == 0)
@@ -112,7 +112,7 @@ void render_template_chat(const json& record, const std::string& key, const Chat
   out.add(r.text.substr(pos), false, src);
 }
 
-void render_record(const json& record, const InstructionKeys& keys, const ChatTemplate* chat,
+void render_record(const ordered_json& record, const InstructionKeys& keys, const ChatTemplate* chat,
                    const RecordSource& src, RecordWriter& out, int64_t& uncounted_turns) {
   if (!record.is_object()) src.fail("record is " + type_of(record) + ", expected a JSON object");
   out.begin(src.line);
@@ -152,10 +152,10 @@ TokenStream read_instruction_records(const std::string& path, const InstructionK
   for (int64_t number = 1; std::getline(in, line); ++number) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const RecordSource src{path, number};
-    json record;
+    ordered_json record;
     try {
-      record = json::parse(line);
-    } catch (const json::exception& e) {
+      record = ordered_json::parse(line);
+    } catch (const ordered_json::exception& e) {
       src.fail("invalid JSON: " + json_error_text(e));
     }
     render_record(record, keys, chat, src, writer, uncounted);

@@ -23,8 +23,6 @@
 namespace mt {
 namespace {
 
-constexpr int64_t kHeaderBytes = kShardHeaderInts * sizeof(int32_t);
-
 // The RNG stream of a shuffle: the shard order of an epoch, or the window order of one shard in an epoch.
 uint64_t shard_order_stream(int64_t epoch) {
   return static_cast<uint64_t>(epoch) << 32;
@@ -94,7 +92,7 @@ struct Loader::Impl {
     const off_t elem_bytes = of_mask ? 1 : shards[s].token_bytes;
     char* out = static_cast<char*>(dst);
     size_t left = static_cast<size_t>(count * elem_bytes);
-    off_t offset = kHeaderBytes + first * elem_bytes;
+    off_t offset = kShardHeaderBytes + first * elem_bytes;
     while (left > 0) {
       const ssize_t n = ::pread(file.fd, out, left, offset);
       if (n < 0 && errno == EINTR) continue;

@@ -21,8 +21,6 @@
 namespace mt {
 namespace {
 
-constexpr int64_t kHeaderBytes = kShardHeaderInts * sizeof(int32_t);
-
 [[noreturn]] void fail_shard(const std::string& path, const std::string& what) {
   fail_data("shard " + path + ": " + what);
 }
@@ -91,9 +89,9 @@ Header read_checked_header(const std::string& path, int32_t magic, ElementBytes 
   const ssize_t got = stat_ok ? ::pread(fd, header.data(), sizeof(header), 0) : -1;
   ::close(fd);
   if (!stat_ok || got < 0) fail_shard(path, std::string("cannot read: ") + std::strerror(errno));
-  if (got < kHeaderBytes) {
+  if (got < kShardHeaderBytes) {
     fail_shard(path, "file is " + std::to_string(st.st_size) + " bytes, shorter than the " +
-                         std::to_string(kHeaderBytes) + "-byte header");
+                         std::to_string(kShardHeaderBytes) + "-byte header");
   }
   if (header[0] != magic) {
     fail_shard(path, "bad magic " + std::to_string(header[0]) + " (expected " + std::to_string(magic) + ")");
@@ -102,7 +100,7 @@ Header read_checked_header(const std::string& path, int32_t magic, ElementBytes 
   if (width == 0)
     fail_shard(path, "bad version " + std::to_string(header[1]) + " (expected " + versions + ")");
   if (header[2] < 0) fail_shard(path, "negative token count " + std::to_string(header[2]));
-  const int64_t expected = kHeaderBytes + int64_t{header[2]} * width;
+  const int64_t expected = kShardHeaderBytes + int64_t{header[2]} * width;
   if (st.st_size != expected) {
     fail_shard(path, std::string(st.st_size < expected ? "truncated" : "oversized") + ": header says " +
                          std::to_string(header[2]) + " tokens of " + std::to_string(width) +
@@ -193,7 +191,7 @@ bool masks_count_a_target(const std::vector<std::string>& shard_paths) {
   for (const std::string& shard : shard_paths) {
     std::ifstream in(loss_mask_path(shard), std::ios::binary);
     // A shard's first token is no target of its own windows: its mask is skipped with the header.
-    in.seekg(kHeaderBytes + 1);
+    in.seekg(kShardHeaderBytes + 1);
     while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
       const auto end = chunk.begin() + in.gcount();
       if (std::any_of(chunk.begin(), end, [](char v) { return (v & kLossMaskCounted) != 0; })) return true;

@@ -21,6 +21,7 @@ namespace mt {
 constexpr int32_t kShardMagic = 20240520;
 constexpr int32_t kShardVersion16 = 1, kShardVersion32 = 2;
 constexpr int64_t kShardHeaderInts = 256;
+constexpr int64_t kShardHeaderBytes = kShardHeaderInts * sizeof(int32_t);
 // Tokenizers of more ids than this write 32-bit shards.
 constexpr int32_t kMost16BitIds = 65536;
 

@@ -13,10 +13,6 @@
 namespace mt {
 namespace {
 
-void check_count(int64_t count, const char* operation) {
-  if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
-}
-
 void check_root(int root, const char* operation) {
   if (root != 0)
     throw std::invalid_argument(std::string(operation) + ": root " + std::to_string(root) + " of 1 rank");

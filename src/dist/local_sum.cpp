@@ -61,6 +61,10 @@ void check_sum_dtype(DType dtype, const char* operation) {
   }
 }
 
+void check_count(int64_t count, const char* operation) {
+  if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
+}
+
 void sum_in_rank_order(std::span<const void* const> parts, void* out, int64_t count, DType dtype) {
   check_sum_dtype(dtype, "sum_in_rank_order");
   if (parts.empty()) throw std::invalid_argument("sum_in_rank_order: no parts");

@@ -40,10 +40,6 @@ void check(int rc, const char* call) {
                            " failed: " + std::string(text, static_cast<std::size_t>(length)));
 }
 
-void check_count(int64_t count, const char* operation) {
-  if (count < 0) throw std::invalid_argument(std::string(operation) + ": negative count");
-}
-
 // The bytes of one element of a sum of `count` values of `dtype`, once both are checked for `operation`.
 int64_t summed_element_bytes(int64_t count, DType dtype, const char* operation) {
   check_count(count, operation);

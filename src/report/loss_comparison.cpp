@@ -12,7 +12,8 @@ namespace mt {
 
 namespace {
 
-constexpr double kWidth = 1000, kLeft = 80, kRight = 760, kLegend = 790;
+constexpr double kComparisonWidth = 1000, kComparisonLeft = 80, kComparisonRight = 760,
+                 kComparisonLegend = 790;
 struct PanelRows {
   double top, bottom;
 };
@@ -36,9 +37,9 @@ void draw_panel(svg::Document& doc, const std::string& title, PanelRows rows, co
     for (const auto& [step, value] : s) extent.add(static_cast<double>(step), value);
   extent.first = steps.first;
   extent.last = steps.last;
-  const plot::Frame frame = plot::fit_frame(kLeft, kRight, rows.top, rows.bottom, extent);
+  const plot::Frame frame = plot::fit_frame(kComparisonLeft, kComparisonRight, rows.top, rows.bottom, extent);
   plot::draw_frame(doc, frame, y_format);
-  doc.text(kLeft, rows.top - 10, title, {.size = 13, .bold = true});
+  doc.text(kComparisonLeft, rows.top - 10, title, {.size = 13, .bold = true});
   for (size_t run = 0; run < series.size(); ++run) {
     svg::Points points;
     for (const auto& [step, value] : series[run]) points.push_back({frame.x(step), frame.y(value)});
@@ -53,20 +54,21 @@ void draw_panel(svg::Document& doc, const std::string& title, PanelRows rows, co
 void draw_legend(svg::Document& doc, const std::vector<NamedLossCurve>& runs) {
   const auto last = [](const LossCurve& c) { return (c.val.empty() ? c.train : c.val).back().second; };
   double y = kTrainRows.top + 4;
-  doc.text(kLegend, y, "run", {.size = 11, .bold = true});
-  doc.text(kWidth - 80, y, "last loss", {.size = 11, .anchor = "end", .bold = true});
-  doc.text(kWidth - 15, y, "vs first", {.size = 11, .anchor = "end", .bold = true});
+  doc.text(kComparisonLegend, y, "run", {.size = 11, .bold = true});
+  doc.text(kComparisonWidth - 80, y, "last loss", {.size = 11, .anchor = "end", .bold = true});
+  doc.text(kComparisonWidth - 15, y, "vs first", {.size = 11, .anchor = "end", .bold = true});
   for (size_t run = 0; run < runs.size(); ++run) {
     y += 20;
-    doc.line(kLegend, y - 4, kLegend + 14, y - 4, {.stroke = color_of(run), .stroke_width = 2.5});
-    doc.text(kLegend + 20, y, runs[run].name, {.size = 11});
+    doc.line(kComparisonLegend, y - 4, kComparisonLegend + 14, y - 4,
+             {.stroke = color_of(run), .stroke_width = 2.5});
+    doc.text(kComparisonLegend + 20, y, runs[run].name, {.size = 11});
     const double loss = last(runs[run].loss), reference = last(runs[0].loss);
-    doc.text(kWidth - 80, y, plot::format("%.4f", loss), {.size = 11, .anchor = "end"});
+    doc.text(kComparisonWidth - 80, y, plot::format("%.4f", loss), {.size = 11, .anchor = "end"});
     if (run > 0)
-      doc.text(kWidth - 15, y, plot::format("%+.2f%%", (loss / reference - 1) * 100),
+      doc.text(kComparisonWidth - 15, y, plot::format("%+.2f%%", (loss / reference - 1) * 100),
                {.size = 11, .anchor = "end"});
   }
-  doc.text(kLegend, y + 20, "(validation where the run evaluated)", {.size = 10, .fill = "#777"});
+  doc.text(kComparisonLegend, y + 20, "(validation where the run evaluated)", {.size = 10, .fill = "#777"});
 }
 
 }  // namespace
@@ -107,15 +109,16 @@ std::string draw_loss_comparison(const std::string& title, const std::vector<Nam
     any_relative = any_relative || (&run != &runs[0] && !relative.back().empty());
   }
   const PanelRows lowest = any_relative ? kRelativeRows : any_val ? kValRows : kTrainRows;
-  svg::Document doc(kWidth, lowest.bottom + kBelowPanel);
-  doc.text(kLeft, 28, title, {.size = 17, .bold = true});
+  svg::Document doc(kComparisonWidth, lowest.bottom + kBelowPanel);
+  doc.text(kComparisonLeft, 28, title, {.size = 17, .bold = true});
   draw_panel(doc, plot::format("training loss (mean of the last %.0f steps)", window), kTrainRows, steps,
              train, false, "%g");
   if (any_val) draw_panel(doc, "validation loss", kValRows, steps, val, true, "%g");
   if (any_relative)
     draw_panel(doc, "validation loss relative to " + runs[0].name, kRelativeRows, steps, relative, true,
                "%+g%%");
-  doc.text((kLeft + kRight) / 2, lowest.bottom + 34, "step", {.size = 12, .anchor = "middle"});
+  doc.text((kComparisonLeft + kComparisonRight) / 2, lowest.bottom + 34, "step",
+           {.size = 12, .anchor = "middle"});
   draw_legend(doc, runs);
   return doc.str();
 }

@@ -35,19 +35,19 @@ BackendUnderTest faulty(Fault fault) {
   return backend;
 }
 
-const ModelSpec kSpec{.name = "backend-ops",
-                      .n_layer = 1,
-                      .n_head = 1,
-                      .n_kv_head = 1,
-                      .n_embd = 21,
-                      .intermediate_size = 84,
-                      .n_positions = 8,
-                      .vocab_size = 45,
-                      .padded_vocab_size = 48};
+const ModelSpec kHarnessSpec{.name = "backend-ops",
+                             .n_layer = 1,
+                             .n_head = 1,
+                             .n_kv_head = 1,
+                             .n_embd = 21,
+                             .intermediate_size = 84,
+                             .n_positions = 8,
+                             .vocab_size = 45,
+                             .padded_vocab_size = 48};
 
 // GELU forward and its backward into a tensor of its own; LayerNorm's, with weight gradients.
-OpCase gelu_case() {
-  return {"gelu", kSpec, {.batch = 2, .seq_len = 5}, [](CaseBuilder& b) {
+OpCase harness_gelu_case() {
+  return {"gelu", kHarnessSpec, {.batch = 2, .seq_len = 5}, [](CaseBuilder& b) {
             const int x = b.g.act("x", 21), dy = b.g.act("h.grad", 21);
             b.g.activation(Activation::gelu, "gelu", "", x, 21);
             b.g.activation_backward(Activation::gelu, "gelu.backward", x, b.g.act("x.grad", 21), dy);
@@ -55,7 +55,7 @@ OpCase gelu_case() {
 }
 
 OpCase layernorm_case() {
-  return {"layernorm", kSpec, {.batch = 2, .seq_len = 5}, [](CaseBuilder& b) {
+  return {"layernorm", kHarnessSpec, {.batch = 2, .seq_len = 5}, [](CaseBuilder& b) {
             const NormParams p{.weight = b.g.param("ln.weight", {21}), .bias = b.g.param("ln.bias", {21})};
             const int x = b.g.act("x", 21);
             const NormActs acts = b.g.norm(NormKind::layernorm, "ln", "", x, p, 21);
@@ -90,7 +90,7 @@ TEST(BackendOpsHarness, TheCpuHasNoProblems) {
 
 TEST(BackendOpsHarness, CatchesAWritePastAnOutput) {
   const CaseRun run =
-      run_case(gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
+      run_case(harness_gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
                  real.run(op, r);
                  if (op.kind() != OpKind::gelu) return;
                  const int out = op.as<ops::Gelu>().out;
@@ -102,7 +102,7 @@ TEST(BackendOpsHarness, CatchesAWritePastAnOutput) {
 
 TEST(BackendOpsHarness, CatchesAWriteBeforeAnOutput) {
   const CaseRun run =
-      run_case(gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
+      run_case(harness_gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
                  real.run(op, r);
                  if (op.kind() == OpKind::gelu_backward)
                    poke(real, static_cast<char*>(r.memory.data(op.as<ops::GeluBackward>().dinp)) - 1);
@@ -111,18 +111,19 @@ TEST(BackendOpsHarness, CatchesAWriteBeforeAnOutput) {
 }
 
 TEST(BackendOpsHarness, CatchesAnOpThatWritesNothing) {
-  const CaseRun run = run_case(gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
-                                 if (op.kind() != OpKind::gelu_backward) real.run(op, r);
-                               }));
+  const CaseRun run =
+      run_case(harness_gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
+                 if (op.kind() != OpKind::gelu_backward) real.run(op, r);
+               }));
   EXPECT_TRUE(any_problem_has(run, "x.grad: element 0 is nan")) << problems_of(run);
 }
 
 TEST(BackendOpsHarness, CatchesAWriteIntoAnInput) {
-  const CaseRun run = run_case(gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
-                                 real.run(op, r);
-                                 if (op.kind() == OpKind::gelu)
-                                   poke(real, r.memory.data(op.as<ops::Gelu>().inp));
-                               }));
+  const CaseRun run =
+      run_case(harness_gelu_case(), kFp32, faulty([](Backend& real, const Op& op, const OpRun& r) {
+                 real.run(op, r);
+                 if (op.kind() == OpKind::gelu) poke(real, r.memory.data(op.as<ops::Gelu>().inp));
+               }));
   EXPECT_TRUE(any_problem_has(run, "x, which no op writes, changed at element 0")) << problems_of(run);
 }
 

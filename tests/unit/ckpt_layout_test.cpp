@@ -29,7 +29,7 @@ TEST(CheckpointLayout, SaveRangesCoverEveryParameterOnce) {
 }
 
 TEST(CheckpointLayout, ListsCheckpointsNewestFirst) {
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "ckpt_layout_list";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "ckpt_layout_list";
   std::filesystem::remove_all(dir);
   for (const char* name : {"step_00000002", "step_00000010", ".step_00000011.tmp", "notes", "step_00000009"})
     std::filesystem::create_directories(dir / name);
@@ -45,7 +45,7 @@ TEST(CheckpointLayout, ListsCheckpointsNewestFirst) {
 
 // Rank files of world 3 hold element i = i; any range reads back from the files it spans (resharding).
 TEST(CheckpointLayout, RankFilesReadAnyRangeAcrossSavedRanks) {
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "ckpt_layout_ranks";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "ckpt_layout_ranks";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const int64_t n = 101;

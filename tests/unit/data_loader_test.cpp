@@ -27,7 +27,7 @@ struct Shards {
   }
 };
 
-LoaderConfig config(int64_t t, bool shuffle, uint64_t seed) {
+LoaderConfig loader_config(int64_t t, bool shuffle, uint64_t seed) {
   return LoaderConfig{.seq_len = t, .shuffle = shuffle, .seed = seed, .vocab_size = 1000};
 }
 
@@ -49,7 +49,7 @@ std::vector<int32_t> epoch_starts(Loader& loader, int64_t t, int64_t epoch) {
 
 TEST(DataLoader, InOrderSamplesAreTheStreamShiftedByOne) {
   Shards shards({23, 9});  // samples of T = 3: 7 in the first shard, 2 in the second
-  const LoaderConfig cfg = config(3, false, 0);
+  const LoaderConfig cfg = loader_config(3, false, 0);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   Loader loader(shards.paths, cfg, buffer.data());
   ASSERT_EQ(loader.samples_per_epoch(), 9);
@@ -67,7 +67,7 @@ TEST(DataLoader, InOrderSamplesAreTheStreamShiftedByOne) {
 TEST(DataLoader, ShuffleVisitsEachSampleOncePerEpochDeterministically) {
   const std::vector<int64_t> sizes = {41, 25, 61};  // 10 + 6 + 15 samples of 4
   Shards shards(sizes);
-  const LoaderConfig cfg = config(4, true, 7);
+  const LoaderConfig cfg = loader_config(4, true, 7);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   Loader a(shards.paths, cfg, buffer.data());
   std::set<int32_t> expected;
@@ -90,7 +90,7 @@ TEST(DataLoader, ShuffleVisitsEachSampleOncePerEpochDeterministically) {
 
   Loader same(shards.paths, cfg, buffer.data());
   EXPECT_EQ(epoch_starts(same, 4, 1), e1);  // random access: epoch 1 without reading epoch 0
-  Loader other(shards.paths, config(4, true, 8), buffer.data());
+  Loader other(shards.paths, loader_config(4, true, 8), buffer.data());
   EXPECT_NE(epoch_starts(other, 4, 0), e0);
 }
 
@@ -98,7 +98,7 @@ TEST(DataLoader, ShuffleVisitsEachSampleOncePerEpochDeterministically) {
 // micro-batch or as several gives the same rows, across an epoch's end too.
 TEST(DataLoader, AStepsSamplesDoNotDependOnItsSplit) {
   Shards shards({41, 25});
-  const LoaderConfig cfg = config(2, true, 3);
+  const LoaderConfig cfg = loader_config(2, true, 3);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   Loader loader(shards.paths, cfg, buffer.data());
   const int64_t first = loader.samples_per_epoch() - 5, global_batch = 12;
@@ -121,7 +121,7 @@ TEST(DataLoader, BadTokensAndShortShardsNameTheFile) {
   std::vector<int32_t> tokens(50, 5);
   tokens[37] = 1000;
   write_shard(path, tokens);
-  const LoaderConfig cfg = config(4, false, 0);
+  const LoaderConfig cfg = loader_config(4, false, 0);
   std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
   test::expect_data_error([&] { Loader(std::vector<std::string>{path}, cfg, buffer.data()); },
                           path + ": token 1000 at position 37");
@@ -154,7 +154,7 @@ TEST(DataLoader, ReadsThirtyTwoBitShardsBesideSixteenBitOnes) {
   Shards shards(sizes, 0, {wide, {}, wide});
   ASSERT_EQ(open_shard(shards.paths[0]).token_bytes, 4);
   ASSERT_EQ(open_shard(shards.paths[1]).token_bytes, 2);
-  LoaderConfig cfg = config(3, false, 0);
+  LoaderConfig cfg = loader_config(3, false, 0);
   cfg.vocab_size = 70'000;
   ASSERT_EQ(Loader::window_token_bytes(cfg), 4);
   std::vector<int32_t> buffer(Loader::window_tokens(cfg));
@@ -178,7 +178,7 @@ TEST(DataLoader, ReadsThirtyTwoBitShardsThroughANarrowWindow) {
   Shards shards(sizes, 0, {{.vocab_size = 70'000}, {.vocab_size = 70'000}});
   for (const int64_t t : {1, 4, 7}) {
     SCOPED_TRACE(t);
-    const LoaderConfig cfg = config(t, false, 0);
+    const LoaderConfig cfg = loader_config(t, false, 0);
     ASSERT_EQ(Loader::window_token_bytes(cfg), 2);
     std::vector<uint16_t> buffer(Loader::window_tokens(cfg));
     Loader loader(shards.paths, cfg, buffer.data());

@@ -22,7 +22,7 @@ using testing::to_storage;
 using testing::with_threads;
 
 // One tensor: [rows, cols], line i in block block_of[i] of `count`, with or without weight decay.
-struct Shape {
+struct MiniShape {
   int64_t rows, cols;
   bool by_column;
   std::vector<int32_t> block_of;
@@ -32,17 +32,17 @@ struct Shape {
 
 // 4000 elements per row (blocks of 8 rows), a vector of 37 without decay, 2100 per column (3 blocks): the
 // tensors switch inside an int8 block (2048) and inside fp8 blocks (128), and the last block is short.
-std::vector<Shape> shapes() {
-  std::vector<Shape> s = {
+std::vector<MiniShape> shapes() {
+  std::vector<MiniShape> s = {
       {40, 100, false, {}, 5, true}, {1, 37, false, {0}, 1, false}, {30, 70, true, {}, 3, true}};
   for (int32_t i = 0; i < 40; ++i) s[0].block_of.push_back(i / 8);
   for (int32_t i = 0; i < 70; ++i) s[2].block_of.push_back(i % 3);
   return s;
 }
 
-struct State {
+struct MiniState {
   MomentFormat format;
-  std::vector<Shape> shapes = kernels::shapes();
+  std::vector<MiniShape> shapes = kernels::shapes();
   int64_t n = 0;
   std::vector<float> master;
   std::vector<bf16> param;
@@ -50,8 +50,8 @@ struct State {
   std::vector<float> m_scales;
   std::vector<std::vector<float>> v;
 
-  State(MomentFormat f, bool with_master) : format(f) {
-    for (const Shape& s : shapes) {
+  MiniState(MomentFormat f, bool with_master) : format(f) {
+    for (const MiniShape& s : shapes) {
       n += s.rows * s.cols;
       std::vector<float> vs = random_floats(s.count, 3 + v.size(), 1e-3);
       for (float& x : vs) x *= x;
@@ -68,31 +68,32 @@ struct State {
     std::vector<MiniTensor> t;
     int64_t begin = 0;
     for (size_t k = 0; k < shapes.size(); ++k) {
-      const Shape& s = shapes[k];
+      const MiniShape& s = shapes[k];
       t.push_back({begin, {s.rows, s.cols, s.by_column, s.block_of.data(), s.count}, v[k].data(), s.decay});
       begin += s.rows * s.cols;
     }
     return t;
   }
-  bool operator==(const State& o) const {
+  bool operator==(const MiniState& o) const {
     return bitwise_equal(master, o.master) && bitwise_equal(param, o.param) && m == o.m &&
            bitwise_equal(m_scales, o.m_scales) && v.size() == o.v.size() && bitwise_equal(v[0], o.v[0]) &&
            bitwise_equal(v[1], o.v[1]) && bitwise_equal(v[2], o.v[2]);
   }
 };
 
-AdamWStep step_at(int64_t t) {
+AdamWStep mini_step_at(int64_t t) {
   return {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, t == 2 ? 0.37f : 1.0f};
 }
 
 // Every tensor's second moments (the pass before any first moments).
-void second_moments(State& s, const std::vector<bf16>& grad, const AdamWStep& step) {
+void second_moments(MiniState& s, const std::vector<bf16>& grad, const AdamWStep& step) {
   for (const MiniTensor& t : s.tensors())
     adam_mini_second_moments(grad.data() + t.begin, t.v, t.blocks, step);
 }
 
 // The reference: adam_mini_update with an fp32 m per whole tensor on the dequantized m, then m quantized.
-void reference_step(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
+void mini_reference_step(MiniState& s, const std::vector<bf16>& grad, const AdamWStep& step,
+                         const AdamWRounding& r) {
   const MomentCodec codec = first_moment_codec(s.format);
   std::vector<float> m(static_cast<size_t>(s.n));
   dequantize_blocks(codec, s.m.data(), s.m_scales.data(), s.n, m.data());
@@ -107,7 +108,7 @@ void reference_step(State& s, const std::vector<bf16>& grad, const AdamWStep& st
   quantize_blocks(codec, m.data(), s.n, s.m.data(), s.m_scales.data());
 }
 
-void step_8bit(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
+void step_8bit(MiniState& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r) {
   second_moments(s, grad, step);
   adam_mini_update_8bit<bf16, bf16>(s.master_at(0), s.param.data(), grad.data(), s.format, s.m.data(),
                                     s.m_scales.data(), s.n, s.tensors(), step, r);
@@ -115,7 +116,7 @@ void step_8bit(State& s, const std::vector<bf16>& grad, const AdamWStep& step, c
 
 // The update in the backward's order: every tensor's second moments, then the first moments of the range
 // from quantization block `split` on, then of the range before it, each with the tensors that cover it.
-void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r,
+void step_in_parts(MiniState& s, const std::vector<bf16>& grad, const AdamWStep& step, const AdamWRounding& r,
                    int64_t split) {
   second_moments(s, grad, step);
   const int64_t at = split * moment_block_size(s.format);
@@ -136,11 +137,11 @@ void step_in_parts(State& s, const std::vector<bf16>& grad, const AdamWStep& ste
 // One tensor with an fp32 m (or bf16 weights without master: bits keyed by the flat index), stepped whole or
 // in the ranges cut at `cuts` (elements of the tensor, in order; not on a row's edge).
 struct FloatState {
-  Shape shape;
+  MiniShape shape;
   std::vector<float> master, m, v;
   std::vector<bf16> param;
 
-  FloatState(const Shape& s, bool with_master) : shape(s) {
+  FloatState(const MiniShape& s, bool with_master) : shape(s) {
     const int64_t n = s.rows * s.cols;
     if (with_master) master = random_floats(n, 4);
     param = to_storage<bf16>(random_floats(n, 5));
@@ -167,15 +168,15 @@ struct FloatState {
 };
 
 TEST(KernelAdamMini, RangesCutAnywhereAreTheWholeTensorsStep) {
-  for (const Shape& shape : shapes())
+  for (const MiniShape& shape : shapes())
     for (bool with_master : {true, false}) {
       const int64_t n = shape.rows * shape.cols;
       FloatState whole(shape, with_master), cut = whole;
       for (int64_t t = 1; t <= 3; ++t) {
         const std::vector<bf16> grad =
             to_storage<bf16>(random_floats(n, 80 + static_cast<uint64_t>(t), 1e-2));
-        whole.step(grad, step_at(t), {});
-        cut.step(grad, step_at(t), {n / 3 + 1, n / 3 + 2, n - 5});
+        whole.step(grad, mini_step_at(t), {});
+        cut.step(grad, mini_step_at(t), {n / 3 + 1, n / 3 + 2, n - 5});
         ASSERT_TRUE(cut == whole) << shape.rows << "x" << shape.cols << " master " << with_master << " step "
                                   << t;
       }
@@ -185,11 +186,11 @@ TEST(KernelAdamMini, RangesCutAnywhereAreTheWholeTensorsStep) {
 TEST(KernelAdamMini, BlockSumsOfRangesGiveTheSecondMoments) {
   // One range: the whole tensor's sums, bit for bit the one-pass step. Ranges cut anywhere (a ZeRO-2 shard's
   // edge) sum a block in parts, added after: within rounding.
-  for (const Shape& shape : shapes()) {
+  for (const MiniShape& shape : shapes()) {
     const int64_t n = shape.rows * shape.cols;
     const MiniBlockLayout b{shape.rows, shape.cols, shape.by_column, shape.block_of.data(), shape.count};
     const std::vector<bf16> grad = to_storage<bf16>(random_floats(n, 11, 1e-2));
-    const AdamWStep step = step_at(2);
+    const AdamWStep step = mini_step_at(2);
     std::vector<float> whole = random_floats(shape.count, 12, 1e-3);
     for (float& x : whole) x *= x;
     std::vector<float> one_range = whole, cut = whole;
@@ -208,74 +209,74 @@ TEST(KernelAdamMini, BlockSumsOfRangesGiveTheSecondMoments) {
 }
 
 TEST(KernelAdamMini, RefusesARangeOutsideTheTensor) {
-  const Shape shape = shapes()[0];
+  const MiniShape shape = shapes()[0];
   FloatState s(shape, true);
   const MiniBlockLayout b{shape.rows, shape.cols, shape.by_column, shape.block_of.data(), shape.count};
   const std::vector<bf16> grad = to_storage<bf16>(random_floats(shape.rows * shape.cols, 9, 1e-2));
   EXPECT_THROW(
       (adam_mini_update<bf16, bf16, float>(s.master.data(), s.param.data(), grad.data(), s.m.data(),
-                                           s.v.data(), b, 100, shape.rows * shape.cols, step_at(1), {})),
+                                           s.v.data(), b, 100, shape.rows * shape.cols, mini_step_at(1), {})),
       std::invalid_argument);
   std::vector<double> sums(static_cast<size_t>(shape.count));
   EXPECT_THROW(adam_mini_block_squares(grad.data(), b, -1, 10, 1.0f, sums.data()), std::invalid_argument);
 }
 
-constexpr MomentFormat kFormats[] = {MomentFormat::int8, MomentFormat::fp8};
-std::string name(MomentFormat f) {
+constexpr MomentFormat kMomentFormats[] = {MomentFormat::int8, MomentFormat::fp8};
+std::string format_name(MomentFormat f) {
   return f == MomentFormat::int8 ? "int8" : "fp8";
 }
 
 TEST(KernelAdamMini8bit, SameStepAsTheFp32KernelOnTheDequantizedMoment) {
-  for (MomentFormat f : kFormats)
+  for (MomentFormat f : kMomentFormats)
     for (bool with_master : {true, false}) {  // without: stochastic weights, bits keyed by the flat index
-      State actual(f, with_master), expected = actual;
+      MiniState actual(f, with_master), expected = actual;
       for (int64_t t = 1; t <= 3; ++t) {
         const std::vector<bf16> grad =
             to_storage<bf16>(random_floats(actual.n, 10 + static_cast<uint64_t>(t), 1e-2));
         const AdamWRounding rounding{false, 40 + static_cast<uint64_t>(t), 1000};
-        step_8bit(actual, grad, step_at(t), rounding);
-        reference_step(expected, grad, step_at(t), rounding);
-        ASSERT_TRUE(actual == expected) << name(f) << " master " << with_master << " step " << t;
+        step_8bit(actual, grad, mini_step_at(t), rounding);
+        mini_reference_step(expected, grad, mini_step_at(t), rounding);
+        ASSERT_TRUE(actual == expected) << format_name(f) << " master " << with_master << " step " << t;
       }
     }
 }
 
 TEST(KernelAdamMini8bit, SecondMomentsFirstThenRangesOfBlocksIsTheWholeStep) {
-  for (MomentFormat f : kFormats)
+  for (MomentFormat f : kMomentFormats)
     for (bool with_master : {true, false}) {
-      State whole(f, with_master), parts = whole;
+      MiniState whole(f, with_master), parts = whole;
       // A boundary inside the first tensor (int8: 2048 of its 4000) or the third (fp8: 128 x 40 = 5120).
       const int64_t split = f == MomentFormat::int8 ? 1 : 40;
       for (int64_t t = 1; t <= 3; ++t) {
         const std::vector<bf16> grad =
             to_storage<bf16>(random_floats(whole.n, 60 + static_cast<uint64_t>(t), 1e-2));
         const AdamWRounding rounding{false, 70 + static_cast<uint64_t>(t), 1000};
-        step_8bit(whole, grad, step_at(t), rounding);
-        step_in_parts(parts, grad, step_at(t), rounding, split);
-        ASSERT_TRUE(parts == whole) << name(f) << " master " << with_master << " step " << t;
+        step_8bit(whole, grad, mini_step_at(t), rounding);
+        step_in_parts(parts, grad, mini_step_at(t), rounding, split);
+        ASSERT_TRUE(parts == whole) << format_name(f) << " master " << with_master << " step " << t;
       }
     }
 }
 
 TEST(KernelAdamMini8bit, SameBitsForAnyThreadCount) {
-  for (MomentFormat f : kFormats) {
-    std::vector<State> results;
+  for (MomentFormat f : kMomentFormats) {
+    std::vector<MiniState> results;
     for (int threads : {1, 2, 3}) {
-      State s(f, true);
+      MiniState s(f, true);
       for (int64_t t = 1; t <= 2; ++t) {
         const std::vector<bf16> grad =
             to_storage<bf16>(random_floats(s.n, 30 + static_cast<uint64_t>(t), 1e-2));
-        with_threads(threads, [&] { step_8bit(s, grad, step_at(t), {}); });
+        with_threads(threads, [&] { step_8bit(s, grad, mini_step_at(t), {}); });
       }
       results.push_back(std::move(s));
     }
-    EXPECT_TRUE(results[0] == results[1]) << name(f);
-    EXPECT_TRUE(results[0] == results[2]) << name(f);
+    EXPECT_TRUE(results[0] == results[1]) << format_name(f);
+    EXPECT_TRUE(results[0] == results[2]) << format_name(f);
   }
 }
 
 TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotCoverTheRange) {
-  State s(MomentFormat::int8, true);
+  MiniState s(MomentFormat::int8, true);
   const std::vector<bf16> grad = to_storage<bf16>(random_floats(s.n, 50, 1e-2));
   std::vector<MiniTensor> gap = s.tensors();
   gap[1].begin += 1;  // a gap before the vector, which then runs past the third tensor's start
@@ -286,7 +287,7 @@ TEST(KernelAdamMini8bit, RefusesTensorsThatDoNotCoverTheRange) {
   for (const std::vector<MiniTensor>* tensors : {&gap, &short_of_n, &late})
     EXPECT_THROW(
         (adam_mini_update_8bit<bf16, bf16>(s.master.data(), s.param.data(), grad.data(), s.format, s.m.data(),
-                                           s.m_scales.data(), s.n, *tensors, step_at(1), {})),
+                                           s.m_scales.data(), s.n, *tensors, mini_step_at(1), {})),
         std::invalid_argument);
 }
 

@@ -8,7 +8,10 @@
 #include "backend/cpu/attention_tiles.h"
 #include "kernels_test_util.h"
 
-namespace mt::kernels {
+// A namespace of its own: a unity build puts this file in one translation unit with other kernel tests,
+// which name their shapes B, T, C, NH and hs and their reference Reference too; it also keeps the
+// using-directive below to this file.
+namespace mt::kernels::attention_test {
 namespace {
 
 // The tile helpers as the generic level builds them; the kernels at the level the test runs at.
@@ -318,4 +321,4 @@ TEST(KernelAttention, Bf16LanesMatchOperandRounding) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::attention_test

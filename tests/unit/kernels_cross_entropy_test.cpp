@@ -12,7 +12,7 @@ using testing::bitwise_equal;
 using testing::expect_close;
 using testing::random_floats;
 
-constexpr int64_t N = 5, V = 1003, Vp = 1024;
+constexpr int64_t kRows = 5, V = 1003, Vp = 1024;
 
 struct Case {
   std::vector<float> logits;
@@ -21,8 +21,8 @@ struct Case {
 
 // Logits around `offset`, with huge values in the padded columns: they must never win.
 Case make_case(float offset) {
-  Case c{random_floats(N * Vp, 1, 3.0), {}};
-  for (int64_t i = 0; i < N; ++i) {
+  Case c{random_floats(kRows * Vp, 1, 3.0), {}};
+  for (int64_t i = 0; i < kRows; ++i) {
     for (int64_t j = 0; j < Vp; ++j) c.logits[i * Vp + j] = j < V ? c.logits[i * Vp + j] + offset : 1e30f;
     c.targets.push_back(static_cast<int32_t>(random_below(9, 0, i, V)));
   }
@@ -31,10 +31,11 @@ Case make_case(float offset) {
 }
 
 // Per-row loss and gradient (softmax - onehot) * scale over the real columns, in double.
-void reference(const Case& c, float scale, std::vector<double>& losses, std::vector<double>& grad) {
-  losses.assign(N, 0);
-  grad.assign(N * Vp, 0);
-  for (int64_t i = 0; i < N; ++i) {
+void cross_entropy_reference(const Case& c, float scale, std::vector<double>& losses,
+                             std::vector<double>& grad) {
+  losses.assign(kRows, 0);
+  grad.assign(kRows * Vp, 0);
+  for (int64_t i = 0; i < kRows; ++i) {
     const float* row = c.logits.data() + i * Vp;
     double max = row[0], sum = 0;
     for (int64_t j = 0; j < V; ++j) max = std::max(max, double(row[j]));
@@ -50,13 +51,14 @@ TEST(KernelCrossEntropy, LossAndGradientIgnorePadding) {
     SCOPED_TRACE(offset);
     Case c = make_case(offset);
     std::vector<double> loss_ref, grad_ref;
-    reference(c, 0.2f, loss_ref, grad_ref);
-    std::vector<float> losses(N);
-    softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, true, 0.2f);
+    cross_entropy_reference(c, 0.2f, loss_ref, grad_ref);
+    std::vector<float> losses(kRows);
+    softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, kRows, V, Vp, true,
+                          0.2f);
     // Relative to the logits' scale: a logit of 1000 in float carries only 6e-5 absolute precision.
     expect_close(losses, loss_ref, 1e-5, 1e-5 * (1 + std::abs(offset)));
     expect_close(c.logits, grad_ref, 1e-5, 1e-7);
-    for (int64_t i = 0; i < N; ++i) {
+    for (int64_t i = 0; i < kRows; ++i) {
       for (int64_t j = V; j < Vp; ++j) ASSERT_EQ(c.logits[i * Vp + j], 0.0f);
     }
   }
@@ -66,9 +68,9 @@ TEST(KernelCrossEntropy, WithoutGradientLogitsStayUntouched) {
   Case c = make_case(0.0f);
   const std::vector<float> before = c.logits;
   std::vector<double> loss_ref, grad_ref;
-  reference(c, 1.0f, loss_ref, grad_ref);
-  std::vector<float> losses(N);
-  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, false, 1.0f);
+  cross_entropy_reference(c, 1.0f, loss_ref, grad_ref);
+  std::vector<float> losses(kRows);
+  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, kRows, V, Vp, false, 1.0f);
   expect_close(losses, loss_ref, 1e-5, 1e-5);
   EXPECT_TRUE(bitwise_equal(c.logits, before));
 }
@@ -76,23 +78,23 @@ TEST(KernelCrossEntropy, WithoutGradientLogitsStayUntouched) {
 TEST(KernelCrossEntropy, GradientMatchesFiniteDifferencesOfLoss) {
   Case c = make_case(0.0f);
   std::vector<double> loss_ref, grad_ref;
-  reference(c, 1.0f, loss_ref, grad_ref);
+  cross_entropy_reference(c, 1.0f, loss_ref, grad_ref);
   // d loss_i / d logit_ij by central differences of the double loss, for a spread of columns.
   for (int64_t j : {0L, 17L, 500L, V - 1}) {
-    for (int64_t i = 0; i < N; ++i) {
+    for (int64_t i = 0; i < kRows; ++i) {
       Case up = c, down = c;
       const float h = 1e-2f;
       up.logits[i * Vp + j] += h;
       down.logits[i * Vp + j] -= h;
       std::vector<double> loss_up, loss_down, unused;
-      reference(up, 1.0f, loss_up, unused);
-      reference(down, 1.0f, loss_down, unused);
+      cross_entropy_reference(up, 1.0f, loss_up, unused);
+      cross_entropy_reference(down, 1.0f, loss_down, unused);
       const double fd = (loss_up[i] - loss_down[i]) / (up.logits[i * Vp + j] - down.logits[i * Vp + j]);
       EXPECT_NEAR(grad_ref[i * Vp + j], fd, 1e-5);
     }
   }
-  std::vector<float> losses(N);
-  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, N, V, Vp, true, 1.0f);
+  std::vector<float> losses(kRows);
+  softmax_cross_entropy(c.logits.data(), losses.data(), c.targets.data(), nullptr, kRows, V, Vp, true, 1.0f);
   expect_close(c.logits, grad_ref, 1e-5, 1e-7);
 }
 
@@ -100,12 +102,12 @@ TEST(KernelCrossEntropy, GradientMatchesFiniteDifferencesOfLoss) {
 TEST(KernelCrossEntropy, MaskedRowsHaveNoLossAndNoGradient) {
   const std::vector<uint8_t> mask = {1, 0, 1, 0, 0};
   Case masked = make_case(0.0f), full = masked;
-  std::vector<float> masked_losses(N), full_losses(N);
-  softmax_cross_entropy(masked.logits.data(), masked_losses.data(), masked.targets.data(), mask.data(), N, V,
-                        Vp, true, 0.5f);
-  softmax_cross_entropy(full.logits.data(), full_losses.data(), full.targets.data(), nullptr, N, V, Vp, true,
-                        0.5f);
-  for (int64_t i = 0; i < N; ++i) {
+  std::vector<float> masked_losses(kRows), full_losses(kRows);
+  softmax_cross_entropy(masked.logits.data(), masked_losses.data(), masked.targets.data(), mask.data(), kRows,
+                        V, Vp, true, 0.5f);
+  softmax_cross_entropy(full.logits.data(), full_losses.data(), full.targets.data(), nullptr, kRows, V, Vp,
+                        true, 0.5f);
+  for (int64_t i = 0; i < kRows; ++i) {
     SCOPED_TRACE(i);
     const auto row = [&](const Case& c) {
       return std::vector<float>(c.logits.begin() + i * Vp, c.logits.begin() + (i + 1) * Vp);

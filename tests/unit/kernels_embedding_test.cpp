@@ -3,7 +3,9 @@
 #include "backend/cpu/embedding.h"
 #include "kernels_test_util.h"
 
-namespace mt::kernels {
+// A namespace of its own: a unity build puts this file in one translation unit with other kernel tests,
+// which name their shapes B, T and C too.
+namespace mt::kernels::embedding_test {
 namespace {
 
 using testing::bitwise_equal;
@@ -144,4 +146,4 @@ TEST(KernelEmbedding, Bf16GradientsKeepSmallContributions) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::embedding_test

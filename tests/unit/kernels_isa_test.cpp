@@ -45,7 +45,7 @@ struct IsaCase {
 };
 
 template <typename T>
-std::vector<T> random_values(int64_t n, uint64_t stream, double stddev = 1.0) {
+std::vector<T> random_stored(int64_t n, uint64_t stream, double stddev = 1.0) {
   return to_storage<T>(random_floats(n, stream, stddev));
 }
 
@@ -65,7 +65,7 @@ template <typename T>
 IsaCase elementwise_case() {
   return {std::string("elementwise ") + std::string(dtype_name(dtype_of<T>())), rtol_of<T>(), 1e-6, [] {
             const int64_t M = 37, I = 96, n = M * 2 * I;
-            const auto x = random_values<T>(n, 1, 2.0), dy = random_values<T>(n, 2);
+            const auto x = random_stored<T>(n, 1, 2.0), dy = random_stored<T>(n, 2);
             std::vector<T> y(n), dx(n), s(M * I), ds(n);
             gelu_forward(y.data(), x.data(), n);
             gelu_backward(dx.data(), x.data(), dy.data(), n);
@@ -81,8 +81,8 @@ template <typename T, typename G>
 IsaCase norm_case() {
   return {std::string("norms ") + std::string(dtype_name(dtype_of<T>())), rtol_of<T>(), 1e-5, [] {
             const int64_t N = 29, C = 200;
-            const auto x = random_values<T>(N * C, 3), w = random_values<T>(C, 4), b = random_values<T>(C, 5);
-            const auto dy = random_values<T>(N * C, 6);
+            const auto x = random_stored<T>(N * C, 3), w = random_stored<T>(C, 4), b = random_stored<T>(C, 5);
+            const auto dy = random_stored<T>(N * C, 6);
             std::vector<T> y(N * C), dx(N * C), ry(N * C), rdx(N * C);
             std::vector<G> dw(C), db(C), rdw(C);
             std::vector<float> mean(N), rstd(N), rrstd(N);
@@ -104,9 +104,9 @@ IsaCase attention_case() {
           [] {
             const int64_t B = 2, T_len = 70, C = 64, NH = 4, NKV = 2;
             const QkvLayout layout(C, NH, NKV);
-            auto qkv = random_values<T>(B * T_len * layout.row(), 7);
+            auto qkv = random_stored<T>(B * T_len * layout.row(), 7);
             rope_forward(qkv.data(), nullptr, B, T_len, layout, 10000.0f);
-            const auto dout = random_values<T>(B * T_len * C, 8);
+            const auto dout = random_stored<T>(B * T_len * C, 8);
             std::vector<T> out(B * T_len * C), dqkv(qkv.size());
             std::vector<float> lse(B * NH * T_len);
             std::vector<float> scratch(attention_scratch_floats(T_len, C / NH, 2, dtype_of<T>()));
@@ -128,8 +128,8 @@ IsaCase linear_case() {
   return {std::string("linear and lm head ") + std::string(dtype_name(dtype_of<T>())), rtol_of<T>(), 1e-4,
           [] {
             const int64_t M = 67, n_in = 48, n_out = 80, V = 90, Vp = 96;
-            const auto x = random_values<T>(M * n_in, 9), w = random_values<T>(n_in * n_out, 10, 0.2);
-            const auto b = random_values<T>(n_out, 11), dy = random_values<T>(M * n_out, 12);
+            const auto x = random_stored<T>(M * n_in, 9), w = random_stored<T>(n_in * n_out, 10, 0.2);
+            const auto b = random_stored<T>(n_out, 11), dy = random_stored<T>(M * n_out, 12);
             std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()));
             std::vector<T> y(M * n_out), dx(M * n_in);
             std::vector<G> dw(n_in * n_out), db(n_out);
@@ -137,7 +137,7 @@ IsaCase linear_case() {
             linear_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), M, n_in, n_out,
                             false, scratch.data());
             // The head over the layer's output, as the executor runs it.
-            const auto wte = random_values<T>(Vp * n_out, 13, 0.2);
+            const auto wte = random_stored<T>(Vp * n_out, 13, 0.2);
             std::vector<int32_t> targets(M);
             for (int64_t i = 0; i < M; ++i) targets[i] = static_cast<int32_t>((i * 37) % V);
             std::vector<float> logits(M * Vp), losses(M);
@@ -164,7 +164,7 @@ IsaCase adamw_case() {
             std::vector<float> master = random_floats(n, 14);
             std::vector<P> param = to_storage<P>(master);
             const auto grad = random_floats(n, 15);
-            std::vector<M> m = random_values<M>(n, 16, 0.1), v = to_storage<M>(random_floats(n, 17, 0.1));
+            std::vector<M> m = random_stored<M>(n, 16, 0.1), v = to_storage<M>(random_floats(n, 17, 0.1));
             for (M& x : v) x = round_to<M>(std::abs(to_f32(x)));
             const AdamWStep s{
                 .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .step = 3};
@@ -188,7 +188,7 @@ IsaCase adamw_8bit_case(MomentFormat f) {
             std::vector<float> master = random_floats(n, 14), m = random_floats(n, 16, 1e-3), v(n);
             for (int64_t i = 0; i < n; ++i) v[i] = m[(i * 7) % n] * m[(i * 7) % n];
             std::vector<P> param = to_storage<P>(master);
-            const auto grad = random_values<bf16>(n, 15, 1e-2);
+            const auto grad = random_stored<bf16>(n, 15, 1e-2);
             std::vector<uint8_t> m_codes(n), v_codes(n);
             std::vector<float> m_scales(moment_block_count(mc, n)), v_scales(moment_block_count(vc, n));
             quantize_blocks(mc, m.data(), n, m_codes.data(), m_scales.data());

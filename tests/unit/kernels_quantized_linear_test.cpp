@@ -18,12 +18,12 @@ using testing::random_floats;
 using testing::to_storage;
 
 // A weight of n elements, quantized, with its buffers.
-struct Quantized {
+struct QuantizedBuffers {
   std::vector<uint8_t> codes, absmax_codes;
   std::vector<float> absmax, absmax_scales, offset = std::vector<float>(1);
   QuantizedWeight q;
 
-  Quantized(const std::vector<float>& w, WeightFormat format, bool double_quant) {
+  QuantizedBuffers(const std::vector<float>& w, WeightFormat format, bool double_quant) {
     const int64_t n = static_cast<int64_t>(w.size()), blocks = (n + kWeightBlock - 1) / kWeightBlock;
     codes.resize(weight_code_bytes(format, n));
     if (double_quant) {
@@ -43,13 +43,13 @@ struct Quantized {
   }
 };
 
-constexpr int64_t M = 5, kIn = 70, kOut = 300;  // the output spans three tiles, the last one short
+constexpr int64_t kTokens = 5, kIn = 70, kOut = 300;  // the output spans three tiles, the last one short
 
 // The weight as stored, in parts of whole stored rows quantized on their own (`part_rows` of them each, the
 // last part the rest), and dequantized whole.
 template <typename T>
 struct PartedWeight {
-  std::vector<Quantized> parts;
+  std::vector<QuantizedBuffers> parts;
   std::vector<QuantizedWeight> views;
   std::vector<T> dense;
 
@@ -61,7 +61,7 @@ struct PartedWeight {
       dequantize_weight(parts.back().q, 0, n, part.data());
       dense.insert(dense.end(), part.begin(), part.end());
     }
-    for (const Quantized& p : parts) views.push_back(p.q);
+    for (const QuantizedBuffers& p : parts) views.push_back(p.q);
   }
 };
 
@@ -75,25 +75,25 @@ void expect_products_match(WeightFormat format, bool double_quant, WeightLayout 
   const PartedWeight<T> w(format, double_quant, out_in ? kIn : kOut, out_in ? kOut : kIn, part_rows);
   const std::vector<T>& dense = w.dense;
   std::vector<T> tile(quantized_tile_elems(kIn, kOut));
-  const std::vector<T> inp = to_storage<T>(random_floats(M * kIn, 2)),
-                       dout = to_storage<T>(random_floats(M * kOut, 3));
+  const std::vector<T> inp = to_storage<T>(random_floats(kTokens * kIn, 2)),
+                       dout = to_storage<T>(random_floats(kTokens * kOut, 3));
   const std::vector<T> bias = to_storage<T>(random_floats(kOut, 4));
-  std::vector<T> want(M * kOut), got(M * kOut), want_dinp(M * kIn), got_dinp(M * kIn);
+  std::vector<T> want(kTokens * kOut), got(kTokens * kOut), want_dinp(kTokens * kIn), got_dinp(kTokens * kIn);
   std::vector<float> dweight(kIn * kOut);
   // The 16-bit products' tiles where the level has no native bf16 product (one more float keeps data()
   // non-null).
   std::vector<float> scratch(gemm_scratch_floats(dtype_of<T>(), cpu_isa(), omp_get_max_threads()) + 1);
   for (bool accumulate : {false, true}) {
-    want = got = to_storage<T>(random_floats(M * kOut, 5));
-    linear_forward(want.data(), inp.data(), dense.data(), bias.data(), M, kIn, kOut, accumulate,
+    want = got = to_storage<T>(random_floats(kTokens * kOut, 5));
+    linear_forward(want.data(), inp.data(), dense.data(), bias.data(), kTokens, kIn, kOut, accumulate,
                    scratch.data(), layout);
-    quantized_linear_forward(got.data(), inp.data(), w.views, bias.data(), M, kIn, kOut, accumulate,
+    quantized_linear_forward(got.data(), inp.data(), w.views, bias.data(), kTokens, kIn, kOut, accumulate,
                              tile.data(), scratch.data(), layout);
     EXPECT_TRUE(bitwise_equal(got, want)) << "forward, accumulate " << accumulate;
-    want_dinp = got_dinp = to_storage<T>(random_floats(M * kIn, 6));
+    want_dinp = got_dinp = to_storage<T>(random_floats(kTokens * kIn, 6));
     linear_backward<T, float>(want_dinp.data(), dweight.data(), nullptr, dout.data(), inp.data(),
-                              dense.data(), M, kIn, kOut, accumulate, scratch.data(), layout);
-    quantized_linear_backward_input(got_dinp.data(), dout.data(), w.views, M, kIn, kOut, accumulate,
+                              dense.data(), kTokens, kIn, kOut, accumulate, scratch.data(), layout);
+    quantized_linear_backward_input(got_dinp.data(), dout.data(), w.views, kTokens, kIn, kOut, accumulate,
                                     tile.data(), scratch.data(), layout);
     EXPECT_TRUE(bitwise_equal(got_dinp, want_dinp)) << "input gradient, accumulate " << accumulate;
   }
@@ -123,7 +123,7 @@ TEST(KernelQuantizedLinear, PartsStackedByRowsGiveTheWholeWeightsProducts) {
 TEST(KernelQuantizedLinear, OneBufferViewHoldsTheQuantizedWeight) {
   const std::vector<float> values = random_floats(1001, 9, 0.05);
   for (bool double_quant : {false, true}) {
-    const Quantized separate(values, WeightFormat::nf4, double_quant);
+    const QuantizedBuffers separate(values, WeightFormat::nf4, double_quant);
     std::vector<float> buffer(quantized_weight_bytes(WeightFormat::nf4, 1001, double_quant) / 4);
     const QuantizedWeight view = quantized_weight_at(WeightFormat::nf4, 1001, double_quant, buffer.data());
     quantize_weight(values.data(), view);
@@ -137,7 +137,7 @@ TEST(KernelQuantizedLinear, OneBufferViewHoldsTheQuantizedWeight) {
 }
 
 TEST(KernelQuantizedLinear, TileIsTheSliceOfTheWholeDequantizedWeight) {
-  const Quantized w(random_floats(kIn * kOut, 7, 0.05), WeightFormat::nf4, true);
+  const QuantizedBuffers w(random_floats(kIn * kOut, 7, 0.05), WeightFormat::nf4, true);
   std::vector<float> whole(kIn * kOut), tile(3 * 41);
   dequantize_weight(w.q, 0, kIn * kOut, whole.data());
   dequantize_weight_tile(w.q, kOut, 11, 3, 97, 41, tile.data());  // odd start: a low nibble first

@@ -168,7 +168,7 @@ TEST(BlockedMoments, ScaleTensorsReadAcrossSavedRanksOfAnotherWorld) {
 }
 
 // Writes every element's master, codes and every block's scales over [begin, end) with an update visit.
-void fill(OptimizerState& state, int64_t begin, int64_t end) {
+void fill_blocked_state(OptimizerState& state, int64_t begin, int64_t end) {
   state.visit(begin, end, StateAccess::update, [](const StateWindow& w) {
     for (int64_t g = w.begin; g < w.end; ++g) {
       w.master[g - w.begin] = 0.5f * static_cast<float>(g);
@@ -183,8 +183,8 @@ void fill(OptimizerState& state, int64_t begin, int64_t end) {
 }
 
 // [begin, end) as (master, m, v) per element, then (m scale, v scale) per block, read with an update visit.
-std::vector<float> contents(OptimizerState& state, int64_t begin, int64_t end,
-                            std::vector<std::pair<int64_t, int64_t>>* windows = nullptr) {
+std::vector<float> blocked_state_contents(OptimizerState& state, int64_t begin, int64_t end,
+                                          std::vector<std::pair<int64_t, int64_t>>* windows = nullptr) {
   std::vector<float> elements, scales;
   state.visit(begin, end, StateAccess::update, [&](const StateWindow& w) {
     if (windows) windows->emplace_back(w.begin, w.end);
@@ -210,21 +210,24 @@ TEST(BlockedMoments, OffloadedStateStreamsWholeBlocksAndTheirScales) {
       offloaded(t, offload_plan, testing::cpu_backend(offload_plan.policy));
   EXPECT_EQ(static_cast<int64_t>(fs::file_size(dir.path / "memtrain-optimizer.rank0.bin")),
             offload_plan.offloaded_bytes);
-  for (float value : contents(offloaded.optimizer_state(), 0, 25)) EXPECT_EQ(value, 0.0f);  // a fresh state
-  fill(in_memory.optimizer_state(), 0, 25);
-  fill(offloaded.optimizer_state(), 0, 25);
+  for (float value : blocked_state_contents(offloaded.optimizer_state(), 0, 25))
+    EXPECT_EQ(value, 0.0f);  // a fresh state
+  fill_blocked_state(in_memory.optimizer_state(), 0, 25);
+  fill_blocked_state(offloaded.optimizer_state(), 0, 25);
   std::vector<std::pair<int64_t, int64_t>> windows;
-  const std::vector<float> expected = contents(in_memory.optimizer_state(), 0, 25);
-  EXPECT_EQ(contents(offloaded.optimizer_state(), 0, 25, &windows), expected);
+  const std::vector<float> expected = blocked_state_contents(in_memory.optimizer_state(), 0, 25);
+  EXPECT_EQ(blocked_state_contents(offloaded.optimizer_state(), 0, 25, &windows), expected);
   EXPECT_EQ(windows, (std::vector<std::pair<int64_t, int64_t>>{{0, 8}, {8, 16}, {16, 24}, {24, 25}}));
   // From a later block: the scales of blocks 3 on.
-  EXPECT_EQ(contents(offloaded.optimizer_state(), 12, 25), contents(in_memory.optimizer_state(), 12, 25));
+  EXPECT_EQ(blocked_state_contents(offloaded.optimizer_state(), 12, 25),
+            blocked_state_contents(in_memory.optimizer_state(), 12, 25));
   // Rewriting the master keeps the moments and their scales.
   for (OptimizerState* state : {&in_memory.optimizer_state(), &offloaded.optimizer_state()})
     state->visit(3, 19, StateAccess::write_master, [](const StateWindow& w) {
       for (int64_t g = w.begin; g < w.end; ++g) w.master[g - w.begin] = -1.0f;
     });
-  EXPECT_EQ(contents(offloaded.optimizer_state(), 0, 25), contents(in_memory.optimizer_state(), 0, 25));
+  EXPECT_EQ(blocked_state_contents(offloaded.optimizer_state(), 0, 25),
+            blocked_state_contents(in_memory.optimizer_state(), 0, 25));
   // The moments are visited from a block's start only: anything else would misplace the scales.
   for (OptimizerState* state : {&in_memory.optimizer_state(), &offloaded.optimizer_state()})
     EXPECT_THROW(state->visit(3, 14, StateAccess::update, [](const StateWindow&) {}), std::logic_error);
@@ -242,11 +245,11 @@ TEST(BlockedMoments, OffloadedShardOfRankOneStreamsItsBlocks) {
   EXPECT_EQ(plan.offloaded_bytes, 16 * (4 + 2) + 4 * 2 * 4);
   Allocation offloaded(t, plan, testing::cpu_backend(plan.policy)),
       reference(t, reference_plan, testing::cpu_backend(reference_plan.policy));
-  fill(offloaded.optimizer_state(), 16, 25);
-  fill(reference.optimizer_state(), 16, 25);
+  fill_blocked_state(offloaded.optimizer_state(), 16, 25);
+  fill_blocked_state(reference.optimizer_state(), 16, 25);
   std::vector<std::pair<int64_t, int64_t>> windows;
-  EXPECT_EQ(contents(offloaded.optimizer_state(), 16, 25, &windows),
-            contents(reference.optimizer_state(), 16, 25));
+  EXPECT_EQ(blocked_state_contents(offloaded.optimizer_state(), 16, 25, &windows),
+            blocked_state_contents(reference.optimizer_state(), 16, 25));
   EXPECT_EQ(windows, (std::vector<std::pair<int64_t, int64_t>>{{16, 20}, {20, 24}, {24, 25}}));
 }
 

@@ -12,7 +12,7 @@ namespace mt {
 namespace {
 
 std::string temp_file(const std::string& name, const std::string& text) {
-  const std::string dir = testing::TempDir() + "memtrain-report-test";
+  const std::string dir = ::testing::TempDir() + "memtrain-report-test";
   std::filesystem::create_directories(dir);
   const std::string path = dir + "/" + name;
   std::ofstream(path) << text;
@@ -47,7 +47,7 @@ TEST(RunReport, BadMetricsAreDataErrorsNamingTheFileAndLine) {
       EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
     }
   };
-  expect_error(testing::TempDir() + "no-such-metrics.jsonl", "no-such-metrics.jsonl");
+  expect_error(::testing::TempDir() + "no-such-metrics.jsonl", "no-such-metrics.jsonl");
   const std::string corrupt = temp_file(
       "corrupt.jsonl", "{\"step\": 1, \"loss\": 5.5}\n{\"step\": 2, \"lo\n{\"step\": 3, \"loss\": 5}\n");
   expect_error(corrupt, corrupt + ":2:");

@@ -12,9 +12,10 @@ namespace {
 
 using Tokens = std::vector<std::string>;
 
-class ByteLevel : public Decoder {
+class ByteLevelDecoder : public Decoder {
  public:
-  explicit ByteLevel(std::function<bool(const std::string&)> is_added) : is_added_(std::move(is_added)) {
+  explicit ByteLevelDecoder(std::function<bool(const std::string&)> is_added)
+      : is_added_(std::move(is_added)) {
     for (int b = 0; b < 256; ++b) byte_of_[byte_level_char(static_cast<uint8_t>(b))] = static_cast<char>(b);
   }
   Tokens decode_chain(Tokens tokens) const override {
@@ -68,9 +69,9 @@ class Replace : public Decoder {
 // Metaspace's replacement back to spaces; the first token's leading space goes (the one the pre-tokenizer put
 // in front). With prepend_scheme "never" the two references differ (Hugging Face's library keeps it, the
 // reference drops it): refused.
-class Metaspace : public Decoder {
+class MetaspaceDecoder : public Decoder {
  public:
-  explicit Metaspace(const Node& n) : replacement_(metaspace_settings(n).replacement) {
+  explicit MetaspaceDecoder(const Node& n) : replacement_(metaspace_settings(n).replacement) {
     if (metaspace_settings(n).prepend == MetaspaceSettings::Prepend::never) n.unsupported("prepend_scheme");
   }
   Tokens decode_chain(Tokens tokens) const override {
@@ -154,9 +155,9 @@ class Strip : public Decoder {
   int64_t start_, stop_;
 };
 
-class Sequence : public Decoder {
+class SequenceDecoder : public Decoder {
  public:
-  Sequence(const Node& n, const std::function<bool(const std::string&)>& is_added) {
+  SequenceDecoder(const Node& n, const std::function<bool(const std::string&)>& is_added) {
     const Node list = n.at("decoders");
     if (!list.json().is_array()) list.fail("expected a list");
     for (size_t k = 0; k < list.size(); ++k) steps_.push_back(parse_decoder(list.at(k), is_added));
@@ -179,7 +180,7 @@ std::unique_ptr<Decoder> parse_decoder(const Node& n, std::function<bool(const s
   const std::string type = n.string("type");
   if (type == "ByteLevel") {
     n.only({"type", "add_prefix_space", "trim_offsets", "use_regex"});
-    return std::make_unique<ByteLevel>(std::move(is_added));
+    return std::make_unique<ByteLevelDecoder>(std::move(is_added));
   }
   if (type == "Replace") return n.only({"type", "pattern", "content"}), std::make_unique<Replace>(n);
   if (type == "ByteFallback") return n.only({"type"}), std::make_unique<ByteFallback>();
@@ -187,9 +188,9 @@ std::unique_ptr<Decoder> parse_decoder(const Node& n, std::function<bool(const s
   if (type == "Strip") return n.only({"type", "content", "start", "stop"}), std::make_unique<Strip>(n);
   if (type == "Metaspace") {
     n.only({"type", "replacement", "prepend_scheme", "split", "add_prefix_space"});
-    return std::make_unique<Metaspace>(n);
+    return std::make_unique<MetaspaceDecoder>(n);
   }
-  if (type == "Sequence") return n.only({"type", "decoders"}), std::make_unique<Sequence>(n, is_added);
+  if (type == "Sequence") return n.only({"type", "decoders"}), std::make_unique<SequenceDecoder>(n, is_added);
   n.unsupported("type");
 }
 

@@ -40,9 +40,9 @@ class Nfc : public Normalizer {
   }
 };
 
-class Replace : public Normalizer {
+class ReplaceNormalizer : public Normalizer {
  public:
-  explicit Replace(const Node& n) : pattern_(n.at("pattern")), content_(n.string("content")) {}
+  explicit ReplaceNormalizer(const Node& n) : pattern_(n.at("pattern")), content_(n.string("content")) {}
   std::string normalize(std::string text) const override {
     std::string out;
     size_t at = 0;
@@ -65,9 +65,9 @@ class Prepend : public Normalizer {
   std::string prefix_;
 };
 
-class Sequence : public Normalizer {
+class SequenceNormalizer : public Normalizer {
  public:
-  explicit Sequence(const Node& n) {
+  explicit SequenceNormalizer(const Node& n) {
     const Node list = n.at("normalizers");
     if (!list.json().is_array()) list.fail("expected a list");
     for (size_t k = 0; k < list.size(); ++k) steps_.push_back(parse_normalizer(list.at(k)));
@@ -89,9 +89,10 @@ std::unique_ptr<Normalizer> parse_normalizer(const Node& n) {
   if (n.json().is_null()) return nullptr;
   const std::string type = n.string("type");
   if (type == "NFC") return n.only({"type"}), std::make_unique<Nfc>();
-  if (type == "Replace") return n.only({"type", "pattern", "content"}), std::make_unique<Replace>(n);
+  if (type == "Replace")
+    return n.only({"type", "pattern", "content"}), std::make_unique<ReplaceNormalizer>(n);
   if (type == "Prepend") return n.only({"type", "prepend"}), std::make_unique<Prepend>(n);
-  if (type == "Sequence") return n.only({"type", "normalizers"}), std::make_unique<Sequence>(n);
+  if (type == "Sequence") return n.only({"type", "normalizers"}), std::make_unique<SequenceNormalizer>(n);
   n.unsupported("type");
 }
 
